@@ -1,0 +1,3 @@
+from tierlog.cli.main import main
+
+main()

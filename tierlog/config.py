@@ -1,0 +1,197 @@
+"""Broker configuration: a `server.properties` file with Kafka's names and defaults.
+
+Every setting has an embedded default so `tierlog broker` alone starts a working broker on 127.0.0.1:9092.
+Topic-level defaults (`log.segment.bytes`, `log.retention.ms`, ...) are read through `broker_log_defaults`
+by `tierlog.storage.log_config`, which owns the topic config table. Unknown names are kept (Kafka warns
+about them and carries on), so a real Kafka `server.properties` starts a tierlog broker unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfigDef:
+    name: str
+    default: str
+    type: str  # Kafka's ConfigDef type names: int, long, string, boolean, list, double
+    doc: str
+
+
+def _d(name: str, default: str, type_: str, doc: str) -> BrokerConfigDef:
+    return BrokerConfigDef(name, default, type_, doc)
+
+
+BROKER_CONFIGS: dict[str, BrokerConfigDef] = {
+    d.name: d
+    for d in (
+        _d("node.id", "1", "int", "The node id of this server."),
+        _d("process.roles", "broker,controller", "list", "The roles this node plays."),
+        _d("listeners", "PLAINTEXT://127.0.0.1:9092", "list", "Listener URIs the broker binds."),
+        _d("advertised.listeners", "", "list", "Listeners given to clients; defaults to listeners."),
+        _d("log.dirs", "/tmp/tierlog-logs", "list", "Directories where partition data is kept."),
+        _d("num.partitions", "1", "int", "Default partition count of auto-created topics."),
+        _d("default.replication.factor", "1", "int", "Default replication factor of new topics."),
+        _d("auto.create.topics.enable", "true", "boolean", "Create unknown topics on metadata request."),
+        _d("delete.topic.enable", "true", "boolean", "Allow DeleteTopics."),
+        _d("socket.request.max.bytes", "104857600", "int", "Largest request frame accepted."),
+        _d("message.max.bytes", "1048588", "int", "Largest record batch accepted (max.message.bytes)."),
+        _d("fetch.max.bytes", "57671680", "int", "Upper bound of bytes in one fetch response."),
+        _d("replica.fetch.wait.max.ms", "500", "int", "Longest wait of a follower fetch."),
+        _d("replica.lag.time.max.ms", "30000", "long", "Follower lag before it leaves the ISR."),
+        _d("min.insync.replicas", "1", "int", "ISR size needed for acks=all."),
+        _d("request.timeout.ms", "30000", "int", "Upper bound of delayed produce waits."),
+        _d("log.retention.check.interval.ms", "300000", "long", "How often retention runs."),
+        _d("log.flush.scheduler.interval.ms", "9223372036854775807", "long", "How often dirty logs flush."),
+        _d("log.flush.offset.checkpoint.interval.ms", "60000", "int", "Recovery point checkpoint period."),
+        _d("log.flush.start.offset.checkpoint.interval.ms", "60000", "int", "Log start checkpoint period."),
+        _d("replica.high.watermark.checkpoint.interval.ms", "5000", "long", "HW checkpoint period."),
+        _d("cluster.id", "", "string", "Cluster id; generated into meta.properties when empty."),
+    )
+}
+
+# Kafka accepts the legacy name too.
+_SYNONYMS = {"broker.id": "node.id", "log.dir": "log.dirs"}
+
+
+class ConfigError(ValueError):
+    """A configuration a person must fix; the message is one line that says what and where."""
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    name: str
+    host: str
+    port: int
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java .properties subset that server.properties files use: `key=value` or `key: value`, # and ! comments,
+    backslash line continuations."""
+    props: dict[str, str] = {}
+    pending = ""
+    for raw in text.splitlines():
+        line = pending + raw.strip() if pending else raw.strip()
+        pending = ""
+        if not line or line[0] in "#!":
+            continue
+        if line.endswith("\\"):
+            pending = line[:-1]
+            continue
+        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if sep < 0:
+            props[line] = ""
+            continue
+        props[line[:sep].strip()] = line[sep + 1 :].strip()
+    return props
+
+
+def parse_listener(uri: str) -> Listener:
+    """`PLAINTEXT://host:port`; an empty host means every interface, as in Kafka."""
+    name, sep, _ = uri.partition("://")
+    if not sep:
+        raise ConfigError(f"listener {uri!r} is not of the form NAME://host:port")
+    parts = urlsplit("tcp://" + uri.split("://", 1)[1])
+    if parts.port is None:
+        raise ConfigError(f"listener {uri!r} has no port")
+    return Listener(name.upper(), parts.hostname or "", parts.port)
+
+
+class KafkaConfig:
+    """Broker settings: the explicit properties laid over the embedded defaults."""
+
+    def __init__(self, props: Mapping[str, str] | None = None) -> None:
+        self.originals: dict[str, str] = {}
+        for key, value in (props or {}).items():
+            self.originals[_SYNONYMS.get(key, key)] = value
+        for key in sorted(set(self.originals) - set(BROKER_CONFIGS)):
+            if not key.startswith(("log.", "controller.", "listener.", "inter.broker.", "group.")):
+                log.debug("configuration %s is not used by tierlog", key)
+        self._check()
+
+    @classmethod
+    def from_file(cls, path: Path | None, overrides: Mapping[str, str] | None = None) -> KafkaConfig:
+        props: dict[str, str] = {}
+        if path is not None:
+            try:
+                props = parse_properties(path.read_text())
+            except OSError as e:
+                raise ConfigError(f"cannot read {path}: {e.strerror}") from None
+        props.update(overrides or {})
+        return cls(props)
+
+    def get(self, name: str) -> str:
+        if name in self.originals:
+            return self.originals[name]
+        return BROKER_CONFIGS[name].default
+
+    def get_int(self, name: str) -> int:
+        value = self.get(name)
+        try:
+            return int(value)
+        except ValueError:
+            raise ConfigError(f"{name}={value!r} is not an integer") from None
+
+    def get_bool(self, name: str) -> bool:
+        value = self.get(name).strip().lower()
+        if value not in ("true", "false"):
+            raise ConfigError(f"{name}={value!r} must be true or false")
+        return value == "true"
+
+    def get_list(self, name: str) -> list[str]:
+        return [item.strip() for item in self.get(name).split(",") if item.strip()]
+
+    def _check(self) -> None:
+        for name, definition in BROKER_CONFIGS.items():
+            if definition.type in ("int", "long"):
+                self.get_int(name)
+            elif definition.type == "boolean":
+                self.get_bool(name)
+        if not self.listeners:
+            raise ConfigError("listeners is empty: set e.g. listeners=PLAINTEXT://127.0.0.1:9092")
+        if not self.log_dirs:
+            raise ConfigError("log.dirs is empty")
+
+    @property
+    def node_id(self) -> int:
+        return self.get_int("node.id")
+
+    @property
+    def listeners(self) -> list[Listener]:
+        listeners = [parse_listener(uri) for uri in self.get_list("listeners")]
+        controller_names = (
+            {n.upper() for n in self.get_list("controller.listener.names")}
+            if ("controller.listener.names" in self.originals)
+            else {"CONTROLLER"}
+        )
+        return [listener for listener in listeners if listener.name not in controller_names]
+
+    @property
+    def advertised_listener(self) -> Listener:
+        """What Metadata tells clients: the first advertised listener, else the first listener with a
+        wildcard host replaced by 127.0.0.1 (a client cannot connect to 0.0.0.0)."""
+        advertised = [parse_listener(uri) for uri in self.get_list("advertised.listeners")]
+        chosen = advertised[0] if advertised else self.listeners[0]
+        if chosen.host in ("", "0.0.0.0", "::"):
+            return Listener(chosen.name, "127.0.0.1", chosen.port)
+        return chosen
+
+    @property
+    def log_dirs(self) -> list[Path]:
+        return [Path(d).expanduser() for d in self.get_list("log.dirs")]
+
+    def broker_log_defaults(self) -> dict[str, str]:
+        """Every explicit property: LogConfig picks the `log.*` and other broker synonyms it knows."""
+        return dict(self.originals)
+
+    def describe(self) -> list[tuple[str, str, bool]]:
+        """(name, value, is_default) for DescribeConfigs on the broker resource."""
+        names = sorted(set(BROKER_CONFIGS) | set(self.originals))
+        return [(n, self.get(n) if n in BROKER_CONFIGS else self.originals[n], n not in self.originals) for n in names]

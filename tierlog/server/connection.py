@@ -1,0 +1,84 @@
+"""One client connection: read frames, answer them in order, send record bytes with sendfile.
+
+Like Kafka, a connection is served one request at a time (Kafka mutes the channel until the response is
+sent), so responses always leave in request order even when a fetch waits in the purgatory. Bad input
+closes only this connection, with one log line; everyone else is served on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Sequence
+
+from tierlog.protocol.codec import (
+    InvalidRequest,
+    UnsupportedVersion,
+    api_versions_fallback,
+    encode_response,
+    parse_request,
+)
+from tierlog.protocol.framing import FrameTooLarge, read_frame
+from tierlog.server.kafka_apis import API_API_VERSIONS, KafkaApis
+from tierlog.storage.file_records import FileSlice
+
+logger = logging.getLogger(__name__)
+
+# Below this size a pread + write is cheaper than handing the socket to sendfile.
+SENDFILE_MIN_BYTES = 64 * 1024
+
+
+async def serve_connection(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, apis: KafkaApis, max_request_bytes: int
+) -> None:
+    peer = writer.get_extra_info("peername")
+    try:
+        while True:
+            frame = await read_frame(reader, max_request_bytes)
+            if frame is None:
+                return
+            try:
+                request = parse_request(frame)
+            except UnsupportedVersion as e:
+                if e.api_key == API_API_VERSIONS:
+                    writer.write(b"".join(api_versions_fallback(e.correlation_id, apis.handlers.keys())))
+                    await writer.drain()
+                    continue
+                logger.warning("closing connection from %s: %s", peer, e)
+                return
+            except InvalidRequest as e:
+                logger.warning("closing connection from %s: invalid request: %s", peer, e)
+                return
+            response = await apis.handle(request)
+            if response is not None:
+                await send_chunks(writer, encode_response(request, response))
+    except FrameTooLarge as e:
+        logger.warning("closing connection from %s: %s", peer, e)
+    except (ConnectionError, asyncio.IncompleteReadError):
+        pass
+    except Exception:
+        logger.exception("closing connection from %s after an unexpected error", peer)
+    finally:
+        writer.close()
+
+
+async def send_chunks(writer: asyncio.StreamWriter, chunks: Sequence[bytes | memoryview | FileSlice]) -> None:
+    loop = asyncio.get_running_loop()
+    for chunk in chunks:
+        if not isinstance(chunk, FileSlice):
+            writer.write(chunk)
+            continue
+        if chunk.size < SENDFILE_MIN_BYTES:
+            data = chunk.read_bytes()
+        else:
+            await writer.drain()
+            sent = await loop.sendfile(writer.transport, chunk.file, chunk.position, chunk.size)
+            data = b""
+            if sent == chunk.size:
+                continue
+            data = os.pread(chunk.file.fileno(), chunk.size - sent, chunk.position + sent)
+        # A segment truncated while its bytes were on the way: pad, so the frame length stays true; the
+        # client discards the incomplete last batch as it would any partial batch.
+        writer.write(data + bytes(chunk.size - len(data)) if len(data) < chunk.size else data)
+    await writer.drain()

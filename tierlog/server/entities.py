@@ -1,0 +1,70 @@
+"""Build kio response entities for whatever version a client asked for.
+
+kio generates one dataclass per API version, and fields come and go between versions. Handlers describe a
+response once with every field they know, and `ResponseSchema` keeps only the fields that version has, so
+one handler serves every supported version.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+from dataclasses import fields
+from types import ModuleType
+from typing import Any
+
+from kio.index import load_payload_module
+from kio.schema.errors import ErrorCode
+from kio.static.constants import EntityType
+
+NO_THROTTLE = datetime.timedelta(0)
+
+
+@functools.cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls))
+
+
+def build(cls: type, **values: Any) -> Any:
+    names = _field_names(cls)
+    return cls(**{name: value for name, value in values.items() if name in names})
+
+
+class _Builder:
+    __slots__ = ("_cls",)
+
+    def __init__(self, cls: type) -> None:
+        self._cls = cls
+
+    def __call__(self, **values: Any) -> Any:
+        return build(self._cls, **values)
+
+
+class ResponseSchema:
+    """`schema.MetadataResponseTopic(name=..., topic_id=...)` builds that class of this version's module."""
+
+    def __init__(self, module: ModuleType) -> None:
+        self._module = module
+
+    def __getattr__(self, name: str) -> _Builder:
+        builder = _Builder(getattr(self._module, name))
+        setattr(self, name, builder)
+        return builder
+
+
+@functools.cache
+def response_schema(api_key: int, version: int) -> ResponseSchema:
+    return ResponseSchema(load_payload_module(api_key, version, EntityType.response))
+
+
+def error_code(name: str | None) -> ErrorCode:
+    """Kafka error name (OFFSET_OUT_OF_RANGE) to kio's ErrorCode; None is NONE."""
+    if name is None:
+        return ErrorCode.none
+    return ErrorCode[name.lower()]
+
+
+def timestamp_or_none(timestamp_ms: int) -> datetime.datetime | None:
+    if timestamp_ms < 0:
+        return None
+    return datetime.datetime.fromtimestamp(timestamp_ms / 1000, tz=datetime.UTC)

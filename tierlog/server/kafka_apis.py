@@ -1,0 +1,776 @@
+"""KafkaApis: one handler per Kafka API, turning request entities into calls on the core and back.
+
+Handlers are thin: validation rules and state live in the controller and the replication core. Every
+handler answers every version the broker advertises, through `ResponseSchema` (fields a version lacks
+are dropped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from tierlog.common import TopicPartition
+from tierlog.config import KafkaConfig
+from tierlog.controller.controller import Controller, validate_topic_name
+from tierlog.controller.errors import ControllerError, InvalidConfigError
+from tierlog.controller.metadata import TopicMetadata
+from tierlog.protocol.api_versions import supported_api_versions
+from tierlog.protocol.codec import Request
+from tierlog.replication.replica_manager import (
+    FetchParams,
+    FetchPartitionResult,
+    PartitionFetchInfo,
+    ReplicaManager,
+    error_name_of,
+)
+from tierlog.server.entities import (
+    NO_THROTTLE,
+    ResponseSchema,
+    error_code,
+    response_schema,
+    timestamp_or_none,
+)
+from tierlog.storage.log_config import TOPIC_CONFIGS
+
+logger = logging.getLogger(__name__)
+
+API_PRODUCE = 0
+API_FETCH = 1
+API_LIST_OFFSETS = 2
+API_METADATA = 3
+API_OFFSET_FOR_LEADER_EPOCH = 23
+API_API_VERSIONS = 18
+API_CREATE_TOPICS = 19
+API_DELETE_TOPICS = 20
+API_DELETE_RECORDS = 21
+API_DESCRIBE_CONFIGS = 32
+API_ALTER_CONFIGS = 33
+API_CREATE_PARTITIONS = 37
+API_INCREMENTAL_ALTER_CONFIGS = 44
+API_DESCRIBE_CLUSTER = 60
+
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+
+# DescribeConfigs ConfigSource values.
+SOURCE_DYNAMIC_TOPIC_CONFIG = 1
+SOURCE_STATIC_BROKER_CONFIG = 4
+SOURCE_DEFAULT_CONFIG = 5
+
+# DescribeConfigs ConfigType values, by Kafka's ConfigDef type name.
+CONFIG_TYPES = {
+    "boolean": 1,
+    "string": 2,
+    "int": 3,
+    "short": 4,
+    "long": 5,
+    "double": 6,
+    "list": 7,
+    "class": 8,
+    "password": 9,
+}
+
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+Handler = Callable[[Request], Awaitable[Any]]
+
+
+class KafkaApis:
+    def __init__(
+        self,
+        config: KafkaConfig,
+        controller: Controller,
+        replica_manager: ReplicaManager,
+        arm_timer: Callable[[int], None],
+    ) -> None:
+        self.config = config
+        self.controller = controller
+        self.replica_manager = replica_manager
+        # The shell arms a timer for a delayed operation's deadline (epoch ms) so the purgatory expires it.
+        self._arm_timer = arm_timer
+        self.node_id = config.node_id
+        self.handlers: dict[int, Handler] = {
+            API_PRODUCE: self.handle_produce,
+            API_FETCH: self.handle_fetch,
+            API_LIST_OFFSETS: self.handle_list_offsets,
+            API_METADATA: self.handle_metadata,
+            API_OFFSET_FOR_LEADER_EPOCH: self.handle_offset_for_leader_epoch,
+            API_API_VERSIONS: self.handle_api_versions,
+            API_CREATE_TOPICS: self.handle_create_topics,
+            API_DELETE_TOPICS: self.handle_delete_topics,
+            API_DELETE_RECORDS: self.handle_delete_records,
+            API_DESCRIBE_CONFIGS: self.handle_describe_configs,
+            API_ALTER_CONFIGS: self.handle_alter_configs,
+            API_CREATE_PARTITIONS: self.handle_create_partitions,
+            API_INCREMENTAL_ALTER_CONFIGS: self.handle_incremental_alter_configs,
+            API_DESCRIBE_CLUSTER: self.handle_describe_cluster,
+        }
+
+    async def handle(self, request: Request) -> Any:
+        """The response entity, or None when the request gets no response (acks=0 produce)."""
+        return await self.handlers[request.api_key](request)
+
+    @staticmethod
+    def _schema(request: Request) -> ResponseSchema:
+        return response_schema(request.api_key, request.api_version)
+
+    def _apply_metadata(self) -> None:
+        self.replica_manager.apply_metadata(self.controller.metadata, now_ms())
+
+    # ApiVersions, Metadata, DescribeCluster
+
+    async def handle_api_versions(self, request: Request) -> Any:
+        s = self._schema(request)
+        return s.ApiVersionsResponse(
+            error_code=error_code(None),
+            api_keys=tuple(
+                s.ApiVersion(api_key=key, min_version=low, max_version=high)
+                for key, low, high in supported_api_versions(self.handlers.keys())
+            ),
+            throttle_time=NO_THROTTLE,
+            supported_features=(),
+            finalized_features_epoch=-1,
+            finalized_features=(),
+            zk_migration_ready=False,
+        )
+
+    def _broker_entry(self, s: ResponseSchema, builder: str) -> Any:
+        listener = self.config.advertised_listener
+        return getattr(s, builder)(
+            node_id=self.node_id, broker_id=self.node_id, host=listener.host, port=listener.port, rack=None
+        )
+
+    async def handle_metadata(self, request: Request) -> Any:
+        s = self._schema(request)
+        body = request.body
+        requested = body.topics
+        if requested is None or (request.api_version == 0 and not requested):
+            names = sorted(self.controller.metadata.topics)
+        else:
+            names = [t.name for t in requested if t.name is not None]
+            ids = {t.topic_id for t in requested if t.name is None and getattr(t, "topic_id", None)}
+            names += [t.name for t in self.controller.metadata.topics.values() if t.topic_id in ids]
+        allow_auto_create = getattr(body, "allow_auto_topic_creation", True)
+        topics = []
+        for name in names:
+            topic = self.controller.topic(name)
+            error = None
+            if topic is None and allow_auto_create and self.config.get_bool("auto.create.topics.enable"):
+                topic, error = self._auto_create(name)
+            if topic is None:
+                error = error or check_topic_name(name) or "UNKNOWN_TOPIC_OR_PARTITION"
+                topics.append(
+                    s.MetadataResponseTopic(
+                        error_code=error_code(error), name=name, topic_id=uuid.UUID(int=0), partitions=()
+                    )
+                )
+                continue
+            topics.append(self._topic_metadata(s, topic))
+        return s.MetadataResponse(
+            throttle_time=NO_THROTTLE,
+            brokers=(self._broker_entry(s, "MetadataResponseBroker"),),
+            cluster_id=self.controller.metadata.cluster_id,
+            controller_id=self.node_id,
+            topics=tuple(topics),
+        )
+
+    def _auto_create(self, name: str) -> tuple[TopicMetadata | None, str | None]:
+        try:
+            topic = self.controller.create_topic(
+                name,
+                self.config.get_int("num.partitions"),
+                self.config.get_int("default.replication.factor"),
+                {},
+            )
+        except ControllerError as e:
+            return None, e.error_name
+        logger.info("auto-created topic %s with %d partitions", name, len(topic.partitions))
+        self._apply_metadata()
+        return topic, None
+
+    @staticmethod
+    def _topic_metadata(s: ResponseSchema, topic: TopicMetadata) -> Any:
+        return s.MetadataResponseTopic(
+            error_code=error_code(None),
+            name=topic.name,
+            topic_id=topic.topic_id,
+            is_internal=topic.is_internal,
+            partitions=tuple(
+                s.MetadataResponsePartition(
+                    error_code=error_code(None),
+                    partition_index=index,
+                    leader_id=p.leader,
+                    leader_epoch=p.leader_epoch,
+                    replica_nodes=tuple(p.replicas),
+                    isr_nodes=tuple(p.isr),
+                    offline_replicas=(),
+                )
+                for index, p in enumerate(topic.partitions)
+            ),
+        )
+
+    async def handle_describe_cluster(self, request: Request) -> Any:
+        s = self._schema(request)
+        return s.DescribeClusterResponse(
+            throttle_time=NO_THROTTLE,
+            error_code=error_code(None),
+            error_message=None,
+            endpoint_type=1,
+            cluster_id=self.controller.metadata.cluster_id,
+            controller_id=self.node_id,
+            brokers=(self._broker_entry(s, "DescribeClusterBroker"),),
+            cluster_authorized_operations=-(2**31),
+        )
+
+    # Produce and Fetch
+
+    async def handle_produce(self, request: Request) -> Any:
+        body = request.body
+        entries: dict[TopicPartition, bytearray] = {}
+        early_errors: dict[TopicPartition, str] = {}
+        for topic_data in body.topic_data:
+            for partition_data in topic_data.partition_data:
+                tp = TopicPartition(topic_data.name, partition_data.index)
+                if partition_data.records is None:
+                    early_errors[tp] = "INVALID_RECORD"
+                else:
+                    # One copy: offsets and epochs are stamped into the batch in place before it is written.
+                    entries[tp] = bytearray(partition_data.records)
+        if body.transactional_id is not None:
+            early_errors.update(dict.fromkeys(entries, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"))
+            entries.clear()
+        try:
+            results = self.replica_manager.append_records(entries, body.acks, now_ms())
+        except Exception as error:
+            results = {}
+            early_errors.update(dict.fromkeys(entries, error_name_of(error)))
+        if body.acks == 0:
+            return None
+        s = self._schema(request)
+        by_topic: dict[str, list[Any]] = {}
+        for tp, name in early_errors.items():
+            by_topic.setdefault(tp.topic, []).append(
+                s.PartitionProduceResponse(
+                    index=tp.partition,
+                    error_code=error_code(name),
+                    base_offset=-1,
+                    log_append_time=None,
+                    log_start_offset=-1,
+                    record_errors=(),
+                    error_message=None,
+                )
+            )
+        for tp, result in results.items():
+            info = result.info
+            by_topic.setdefault(tp.topic, []).append(
+                s.PartitionProduceResponse(
+                    index=tp.partition,
+                    error_code=error_code(result.error),
+                    base_offset=info.first_offset if info else -1,
+                    log_append_time=timestamp_or_none(info.log_append_time if info else -1),
+                    log_start_offset=result.log_start_offset,
+                    record_errors=(),
+                    error_message=result.message,
+                )
+            )
+        return s.ProduceResponse(
+            responses=tuple(
+                s.TopicProduceResponse(name=name, partition_responses=tuple(parts)) for name, parts in by_topic.items()
+            ),
+            throttle_time=NO_THROTTLE,
+        )
+
+    async def handle_fetch(self, request: Request) -> Any:
+        body = request.body
+        topics_by_id = {t.topic_id: t.name for t in self.controller.metadata.topics.values()}
+        uses_topic_ids = request.api_version >= 13
+        infos: list[tuple[TopicPartition, PartitionFetchInfo]] = []
+        unknown_ids: list[tuple[uuid.UUID, int]] = []
+        for fetch_topic in body.topics:
+            name = topics_by_id.get(fetch_topic.topic_id) if uses_topic_ids else fetch_topic.topic
+            for p in fetch_topic.partitions:
+                if name is None:
+                    unknown_ids.append((fetch_topic.topic_id, p.partition))
+                    continue
+                infos.append(
+                    (
+                        TopicPartition(name, p.partition),
+                        PartitionFetchInfo(
+                            p.fetch_offset, p.partition_max_bytes, getattr(p, "current_leader_epoch", -1)
+                        ),
+                    )
+                )
+        replica_id = getattr(body, "replica_id", -1)
+        replica_state = getattr(body, "replica_state", None)
+        if replica_state is not None and replica_state.replica_id >= 0:
+            replica_id = replica_state.replica_id
+        params = FetchParams(
+            replica_id=replica_id,
+            max_wait_ms=int(body.max_wait.total_seconds() * 1000),
+            min_bytes=body.min_bytes,
+            max_bytes=min(getattr(body, "max_bytes", 2**31 - 1), self.config.get_int("fetch.max.bytes")),
+            isolation_level=getattr(body, "isolation_level", 0),
+        )
+        loop = asyncio.get_running_loop()
+        answered: asyncio.Future[list[FetchPartitionResult]] = loop.create_future()
+
+        def respond(results: list[FetchPartitionResult]) -> None:
+            if not answered.done():
+                answered.set_result(results)
+
+        delayed = self.replica_manager.fetch_messages(params, infos, now_ms(), respond)
+        if delayed is not None:
+            self._arm_timer(delayed.deadline_ms)
+        results = await answered
+        return self._fetch_response(request, results, unknown_ids)
+
+    def _fetch_response(
+        self, request: Request, results: list[FetchPartitionResult], unknown_ids: list[tuple[uuid.UUID, int]]
+    ) -> Any:
+        s = self._schema(request)
+        by_topic: dict[str, list[Any]] = {}
+        for result in results:
+            read = result.read
+            by_topic.setdefault(result.topic_partition.topic, []).append(
+                s.PartitionData(
+                    partition_index=result.topic_partition.partition,
+                    error_code=error_code(result.error),
+                    high_watermark=read.high_watermark if read else -1,
+                    last_stable_offset=read.last_stable_offset if read else -1,
+                    log_start_offset=read.log_start_offset if read else -1,
+                    aborted_transactions=None,
+                    preferred_read_replica=-1,
+                    records=read.records if read and read.records is not None else b"",
+                )
+            )
+        topic_ids = {t.name: t.topic_id for t in self.controller.metadata.topics.values()}
+        responses = [
+            s.FetchableTopicResponse(
+                topic=name, topic_id=topic_ids.get(name, uuid.UUID(int=0)), partitions=tuple(parts)
+            )
+            for name, parts in by_topic.items()
+        ]
+        for topic_id, partition in unknown_ids:
+            responses.append(
+                s.FetchableTopicResponse(
+                    topic="",
+                    topic_id=topic_id,
+                    partitions=(
+                        s.PartitionData(
+                            partition_index=partition,
+                            error_code=error_code("UNKNOWN_TOPIC_ID"),
+                            high_watermark=-1,
+                            aborted_transactions=None,
+                            records=b"",
+                        ),
+                    ),
+                )
+            )
+        return s.FetchResponse(
+            throttle_time=NO_THROTTLE, error_code=error_code(None), session_id=0, responses=tuple(responses)
+        )
+
+    async def handle_list_offsets(self, request: Request) -> Any:
+        s = self._schema(request)
+        body = request.body
+        topics = []
+        for topic in body.topics:
+            partitions = []
+            for p in topic.partitions:
+                tp = TopicPartition(topic.name, p.partition_index)
+                try:
+                    found = self.replica_manager.fetch_offset_for_timestamp(
+                        tp,
+                        p.timestamp,
+                        isolation_level=getattr(body, "isolation_level", 0),
+                        current_leader_epoch=getattr(p, "current_leader_epoch", -1),
+                        replica_id=body.replica_id,
+                    )
+                except Exception as error:
+                    partitions.append(
+                        s.ListOffsetsPartitionResponse(
+                            partition_index=p.partition_index,
+                            error_code=error_code(error_name_of(error)),
+                            timestamp=-1,
+                            offset=-1,
+                            leader_epoch=-1,
+                        )
+                    )
+                    continue
+                partitions.append(
+                    s.ListOffsetsPartitionResponse(
+                        partition_index=p.partition_index,
+                        error_code=error_code(None),
+                        timestamp=found.timestamp if found else -1,
+                        offset=found.offset if found else -1,
+                        leader_epoch=found.leader_epoch if found else -1,
+                    )
+                )
+            topics.append(s.ListOffsetsTopicResponse(name=topic.name, partitions=tuple(partitions)))
+        return s.ListOffsetsResponse(throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+    async def handle_offset_for_leader_epoch(self, request: Request) -> Any:
+        s = self._schema(request)
+        topics = []
+        for topic in request.body.topics:
+            partitions = []
+            for p in topic.partitions:
+                tp = TopicPartition(topic.topic, p.partition)
+                try:
+                    partition = self.replica_manager.get_partition(tp)
+                    partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
+                    epoch, end_offset = partition.log.leader_epoch_cache.end_offset_for(
+                        p.leader_epoch, partition.log.log_end_offset
+                    )
+                    error = None
+                except Exception as e:
+                    epoch, end_offset, error = -1, -1, error_name_of(e)
+                partitions.append(
+                    s.EpochEndOffset(
+                        error_code=error_code(error),
+                        partition=p.partition,
+                        leader_epoch=epoch,
+                        end_offset=end_offset,
+                    )
+                )
+            topics.append(s.OffsetForLeaderTopicResult(topic=topic.topic, partitions=tuple(partitions)))
+        return s.OffsetForLeaderEpochResponse(throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+    async def handle_delete_records(self, request: Request) -> Any:
+        s = self._schema(request)
+        topics = []
+        for topic in request.body.topics:
+            partitions = []
+            for p in topic.partitions:
+                try:
+                    low = self.replica_manager.delete_records(TopicPartition(topic.name, p.partition_index), p.offset)
+                    error = None
+                except Exception as e:
+                    low, error = -1, error_name_of(e)
+                partitions.append(
+                    s.DeleteRecordsPartitionResult(
+                        partition_index=p.partition_index, low_watermark=low, error_code=error_code(error)
+                    )
+                )
+            topics.append(s.DeleteRecordsTopicResult(name=topic.name, partitions=tuple(partitions)))
+        return s.DeleteRecordsResponse(throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+    # Topic administration
+
+    async def handle_create_topics(self, request: Request) -> Any:
+        s = self._schema(request)
+        body = request.body
+        results = []
+        for t in body.topics:
+            num_partitions = t.num_partitions
+            replication_factor = t.replication_factor
+            if t.assignments:
+                num_partitions = len(t.assignments)
+                replication_factor = len(t.assignments[0].broker_ids)
+            if num_partitions == -1:
+                num_partitions = self.config.get_int("num.partitions")
+            if replication_factor == -1:
+                replication_factor = self.config.get_int("default.replication.factor")
+            configs = {c.name: c.value for c in t.configs if c.value is not None}
+            try:
+                topic = self.controller.create_topic(
+                    t.name, num_partitions, replication_factor, configs, validate_only=body.validate_only
+                )
+            except ControllerError as e:
+                results.append(
+                    s.CreatableTopicResult(
+                        name=t.name,
+                        topic_id=uuid.UUID(int=0),
+                        error_code=error_code(e.error_name),
+                        error_message=str(e),
+                        topic_config_error_code=0,
+                        num_partitions=-1,
+                        replication_factor=-1,
+                        configs=None,
+                    )
+                )
+                continue
+            results.append(
+                s.CreatableTopicResult(
+                    name=t.name,
+                    topic_id=topic.topic_id,
+                    error_code=error_code(None),
+                    error_message=None,
+                    topic_config_error_code=0,
+                    num_partitions=len(topic.partitions),
+                    replication_factor=len(topic.partitions[0].replicas),
+                    configs=tuple(
+                        s.CreatableTopicConfigs(
+                            name=name, value=value, read_only=False, config_source=source, is_sensitive=False
+                        )
+                        for name, value, source, _ in self._topic_config_entries(topic.configs)
+                    ),
+                )
+            )
+        if not body.validate_only:
+            self._apply_metadata()
+        return s.CreateTopicsResponse(throttle_time=NO_THROTTLE, topics=tuple(results))
+
+    async def handle_delete_topics(self, request: Request) -> Any:
+        s = self._schema(request)
+        body = request.body
+        by_id = {t.topic_id: t.name for t in self.controller.metadata.topics.values()}
+        requested: list[tuple[str | None, uuid.UUID | None]] = []
+        if hasattr(body, "topics"):
+            requested = [(t.name if t.name is not None else by_id.get(t.topic_id), t.topic_id) for t in body.topics]
+        else:
+            requested = [(name, None) for name in body.topic_names]
+        results = []
+        for name, topic_id in requested:
+            try:
+                if name is None:
+                    raise _UnknownTopicId()
+                topic = self.controller.delete_topic(name, deletion_enabled=self.config.get_bool("delete.topic.enable"))
+                results.append(
+                    s.DeletableTopicResult(
+                        name=name, topic_id=topic.topic_id, error_code=error_code(None), error_message=None
+                    )
+                )
+            except _UnknownTopicId:
+                results.append(
+                    s.DeletableTopicResult(
+                        name=None,
+                        topic_id=topic_id,
+                        error_code=error_code("UNKNOWN_TOPIC_ID"),
+                        error_message=None,
+                    )
+                )
+            except ControllerError as e:
+                results.append(
+                    s.DeletableTopicResult(
+                        name=name,
+                        topic_id=uuid.UUID(int=0),
+                        error_code=error_code(e.error_name),
+                        error_message=str(e),
+                    )
+                )
+        self._apply_metadata()
+        return s.DeleteTopicsResponse(throttle_time=NO_THROTTLE, responses=tuple(results))
+
+    async def handle_create_partitions(self, request: Request) -> Any:
+        s = self._schema(request)
+        body = request.body
+        results = []
+        for t in body.topics:
+            try:
+                self.controller.create_partitions(t.name, t.count, validate_only=body.validate_only)
+                error, message = None, None
+            except ControllerError as e:
+                error, message = e.error_name, str(e)
+            results.append(
+                s.CreatePartitionsTopicResult(name=t.name, error_code=error_code(error), error_message=message)
+            )
+        if not body.validate_only:
+            self._apply_metadata()
+        return s.CreatePartitionsResponse(throttle_time=NO_THROTTLE, results=tuple(results))
+
+    # Configs
+
+    def _topic_config_entries(
+        self, overrides: dict[str, str]
+    ) -> list[tuple[str, str, int, list[tuple[str, str, int]]]]:
+        """(name, value, source, synonyms) for every topic config: the topic override, else the broker's
+        setting of its synonym, else Kafka's default."""
+        broker = self.config.originals
+        entries = []
+        for name, definition in sorted(TOPIC_CONFIGS.items()):
+            synonyms: list[tuple[str, str, int]] = []
+            if name in overrides:
+                synonyms.append((name, overrides[name], SOURCE_DYNAMIC_TOPIC_CONFIG))
+            synonym = definition.broker_synonym
+            if synonym and synonym in broker:
+                synonyms.append((synonym, broker[synonym], SOURCE_STATIC_BROKER_CONFIG))
+            synonyms.append((synonym or name, _config_str(definition.default), SOURCE_DEFAULT_CONFIG))
+            value, source = synonyms[0][1], synonyms[0][2]
+            entries.append((name, value, source, synonyms))
+        return entries
+
+    async def handle_describe_configs(self, request: Request) -> Any:
+        s = self._schema(request)
+        body = request.body
+        include_synonyms = getattr(body, "include_synonyms", False)
+        include_docs = getattr(body, "include_documentation", False)
+        results = []
+        for resource in body.resources:
+            keys = set(resource.configuration_keys) if resource.configuration_keys else None
+            entries: list[Any] = []
+            error, message = None, None
+            if resource.resource_type == RESOURCE_TOPIC:
+                topic = self.controller.topic(resource.resource_name)
+                if topic is None:
+                    error, message = (
+                        "UNKNOWN_TOPIC_OR_PARTITION",
+                        f"Topic '{resource.resource_name}' does not exist.",
+                    )
+                else:
+                    for name, value, source, synonyms in self._topic_config_entries(topic.configs):
+                        if keys is not None and name not in keys:
+                            continue
+                        definition = TOPIC_CONFIGS[name]
+                        entries.append(
+                            s.DescribeConfigsResourceResult(
+                                name=name,
+                                value=value,
+                                read_only=False,
+                                config_source=source,
+                                is_sensitive=False,
+                                is_default=source == SOURCE_DEFAULT_CONFIG,
+                                synonyms=tuple(
+                                    s.DescribeConfigsSynonym(name=n, value=v, source=src) for n, v, src in synonyms
+                                )
+                                if include_synonyms
+                                else (),
+                                config_type=CONFIG_TYPES.get(definition.type, 0),
+                                documentation=definition.doc if include_docs else None,
+                            )
+                        )
+            elif resource.resource_type == RESOURCE_BROKER:
+                if resource.resource_name not in ("", str(self.node_id)):
+                    error, message = "INVALID_REQUEST", f"Unexpected broker id, expected {self.node_id}"
+                else:
+                    for name, value, is_default in self.config.describe():
+                        if keys is not None and name not in keys:
+                            continue
+                        source = SOURCE_DEFAULT_CONFIG if is_default else SOURCE_STATIC_BROKER_CONFIG
+                        entries.append(
+                            s.DescribeConfigsResourceResult(
+                                name=name,
+                                value=value,
+                                read_only=True,
+                                config_source=source,
+                                is_sensitive=False,
+                                is_default=is_default,
+                                synonyms=(s.DescribeConfigsSynonym(name=name, value=value, source=source),)
+                                if include_synonyms
+                                else (),
+                                config_type=0,
+                                documentation=None,
+                            )
+                        )
+            else:
+                error, message = "INVALID_REQUEST", f"Unsupported resource type {resource.resource_type}"
+            results.append(
+                s.DescribeConfigsResult(
+                    error_code=error_code(error),
+                    error_message=message,
+                    resource_type=resource.resource_type,
+                    resource_name=resource.resource_name,
+                    configs=tuple(entries),
+                )
+            )
+        return s.DescribeConfigsResponse(throttle_time=NO_THROTTLE, results=tuple(results))
+
+    def _alter_topic_configs(
+        self,
+        resource_type: int,
+        name: str,
+        compute: Callable[[dict[str, str]], dict[str, str]],
+        validate_only: bool,
+    ) -> tuple[str | None, str | None]:
+        if resource_type != RESOURCE_TOPIC:
+            return "INVALID_REQUEST", "Only topic configs can be altered on this broker"
+        topic = self.controller.topic(name)
+        if topic is None:
+            return "UNKNOWN_TOPIC_OR_PARTITION", f"Topic '{name}' does not exist."
+        try:
+            self.controller.alter_topic_configs(name, compute(dict(topic.configs)), validate_only=validate_only)
+        except ControllerError as e:
+            return e.error_name, str(e)
+        return None, None
+
+    async def handle_incremental_alter_configs(self, request: Request) -> Any:
+        s = self._schema(request)
+        body = request.body
+        responses = []
+        for resource in body.resources:
+
+            def compute(current: dict[str, str], ops: Any = resource.configs) -> dict[str, str]:
+                for op in ops:
+                    if op.config_operation == OP_SET:
+                        current[op.name] = op.value or ""
+                    elif op.config_operation == OP_DELETE:
+                        current.pop(op.name, None)
+                    elif op.config_operation in (OP_APPEND, OP_SUBTRACT):
+                        items = [i for i in current.get(op.name, "").split(",") if i]
+                        changes = [i for i in (op.value or "").split(",") if i]
+                        if op.config_operation == OP_APPEND:
+                            items += [c for c in changes if c not in items]
+                        else:
+                            items = [i for i in items if i not in changes]
+                        current[op.name] = ",".join(items)
+                    else:
+                        raise InvalidConfigError(f"Unknown config operation {op.config_operation}")
+                return current
+
+            error, message = self._alter_topic_configs(
+                resource.resource_type, resource.resource_name, compute, body.validate_only
+            )
+            responses.append(
+                s.AlterConfigsResourceResponse(
+                    error_code=error_code(error),
+                    error_message=message,
+                    resource_type=resource.resource_type,
+                    resource_name=resource.resource_name,
+                )
+            )
+        if not body.validate_only:
+            self._apply_metadata()
+        return s.IncrementalAlterConfigsResponse(throttle_time=NO_THROTTLE, responses=tuple(responses))
+
+    async def handle_alter_configs(self, request: Request) -> Any:
+        s = self._schema(request)
+        body = request.body
+        responses = []
+        for resource in body.resources:
+            replacement = {c.name: c.value for c in resource.configs if c.value is not None}
+            error, message = self._alter_topic_configs(
+                resource.resource_type,
+                resource.resource_name,
+                lambda _current, r=replacement: dict(r),
+                body.validate_only,
+            )
+            responses.append(
+                s.AlterConfigsResourceResponse(
+                    error_code=error_code(error),
+                    error_message=message,
+                    resource_type=resource.resource_type,
+                    resource_name=resource.resource_name,
+                )
+            )
+        if not body.validate_only:
+            self._apply_metadata()
+        return s.AlterConfigsResponse(throttle_time=NO_THROTTLE, responses=tuple(responses))
+
+
+class _UnknownTopicId(Exception):
+    pass
+
+
+def _config_str(value: object) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "" if value is None else str(value)
+
+
+def check_topic_name(name: str) -> str | None:
+    """The error name for an illegal topic name, else None."""
+    try:
+        validate_topic_name(name)
+    except ControllerError as e:
+        return e.error_name
+    return None
