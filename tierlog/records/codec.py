@@ -76,18 +76,25 @@ _ENCODERS: dict[CompressionType, Callable[[bytes], bytes]] = {
 def decode_batch(buffer: bytes | bytearray | memoryview, position: int = 0) -> DecodedBatch:
     """Validate the complete batch at `position` (header and CRC32C) and decode its records."""
     header = validate_batch(buffer, position)
-    data = bytes(buffer[position : position + header.size_in_bytes])
+    return DecodedBatch(header, decode_records(buffer[position : position + header.size_in_bytes], header))
+
+
+def decode_records(batch: bytes | bytearray | memoryview, header: RecordBatchHeader) -> list[Record]:
+    """Decode the records of `batch`, which holds exactly the batch `header` describes.
+
+    The CRC is not checked, so dump-log can still show the records of a batch whose checksum is wrong, as
+    Kafka's DumpLogSegments does; raises InvalidRecordError if the records themselves do not parse.
+    """
     timestamp_type = header.timestamp_type
     try:
-        records = [
+        return [
             Record(r.offset, r.timestamp, timestamp_type, r.key, r.value, list(r.headers))
-            for r in DefaultRecordBatch(data)
+            for r in DefaultRecordBatch(bytes(batch))
         ]
     except Exception as e:
-        # Records that do not parse under a valid CRC, or a stream that does not decompress: the C reader
-        # and each codec library raise their own exception types, and to a tool all mean a corrupt batch.
-        raise InvalidRecordError(f"batch at {position} has undecodable records: {e!r}") from e
-    return DecodedBatch(header, records)
+        # Records that do not parse, or a stream that does not decompress: the C reader and each codec
+        # library raise their own exception types, and to a tool all mean a corrupt batch.
+        raise InvalidRecordError(f"batch at {header.position} has undecodable records: {e!r}") from e
 
 
 def decode_batches(buffer: bytes | bytearray | memoryview) -> Iterator[DecodedBatch]:
