@@ -1,0 +1,219 @@
+"""`tierlog dump-log`: print segment and index files the way Kafka's kafka-dump-log.sh (DumpLogSegments,
+Kafka 3.9) does, line for line, so output can be compared with a Kafka broker's files by eye or by diff.
+
+The .log walk reads batch by batch and decodes records only with --print-data-log. Where Kafka would stop
+with an exception (a length below any batch's minimum, an old magic, a truncated header), this reports the
+rest of the file as invalid bytes, as Kafka does for a partial batch at the end, instead of crashing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO, TextIO
+
+from crc32c import crc32c
+
+from tierlog.records.codec import Record, decode_records
+from tierlog.records.record_batch import (
+    ATTRIBUTES_OFFSET,
+    COMPRESSION_CODEC_MASK,
+    CURRENT_MAGIC,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    RECORD_BATCH_OVERHEAD,
+    CompressionType,
+    InvalidRecordError,
+    RecordBatchHeader,
+    TimestampType,
+    read_header,
+)
+
+LOG_FILE_SUFFIX = ".log"
+INDEX_FILE_SUFFIX = ".index"
+TIME_INDEX_FILE_SUFFIX = ".timeindex"
+
+# Kafka's FileLogInputStream stops when not even the magic byte of the next batch is in the file.
+HEADER_SIZE_UP_TO_MAGIC = MAGIC_OFFSET + 1
+DELETE_HORIZON_FLAG_MASK = 0x40
+RECORD_INDENT = "|"
+
+_OFFSET_INDEX_ENTRY = struct.Struct(">ii")  # relative offset, position
+_TIME_INDEX_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
+_INT32 = struct.Struct(">i")
+_INT16 = struct.Struct(">h")
+_INT32_MAX = 2**31 - 1
+
+# Kafka's ControlRecordType ids.
+_CONTROL_RECORD_TYPES = {
+    0: "ABORT",
+    1: "COMMIT",
+    2: "LEADER_CHANGE",
+    3: "SNAPSHOT_HEADER",
+    4: "SNAPSHOT_FOOTER",
+    5: "KRAFT_VERSION",
+    6: "KRAFT_VOTERS",
+}
+_TIMESTAMP_TYPE_NAMES = {TimestampType.CREATE_TIME: "CreateTime", TimestampType.LOG_APPEND_TIME: "LogAppendTime"}
+
+
+def dump_log(path: Path, *, print_data_log: bool, out: TextIO) -> None:
+    """Print one .log, .index or .timeindex file as `kafka-dump-log.sh --files path` would."""
+    out.write(f"Dumping {path}\n")
+    if path.suffix == LOG_FILE_SUFFIX:
+        _dump_segment(path, print_data_log, out)
+    elif path.suffix == INDEX_FILE_SUFFIX:
+        _dump_offset_index(path, out)
+    elif path.suffix == TIME_INDEX_FILE_SUFFIX:
+        _dump_time_index(path, out)
+    else:
+        out.write(f"Ignoring unknown file {path}\n")
+
+
+def _base_offset(path: Path) -> int:
+    name = path.name.split(".")[0]
+    if not name.isdigit():
+        raise ValueError(f"{path.name} is not named after its base offset, like 00000000000000000000.log")
+    return int(name)
+
+
+def _dump_segment(path: Path, print_data_log: bool, out: TextIO) -> None:
+    out.write(f"Log starting offset: {_base_offset(path)}\n")
+    with open(path, "rb") as f:
+        valid_bytes = 0
+        for header, batch in _file_batches(f):
+            out.write(_batch_line(header, batch) + "\n")
+            if print_data_log:
+                _dump_records(header, batch, out)
+            valid_bytes += header.size_in_bytes
+        trailing_bytes = f.seek(0, os.SEEK_END) - valid_bytes
+    if trailing_bytes > 0:
+        out.write(f"Found {trailing_bytes} invalid bytes at the end of {path.name}\n")
+
+
+def _file_batches(f: BinaryIO) -> Iterator[tuple[RecordBatchHeader, bytes]]:
+    """Each batch of a segment file with its bytes, until the first one that is partial or unreadable."""
+    position = 0
+    while True:
+        f.seek(position)
+        head = f.read(HEADER_SIZE_UP_TO_MAGIC)
+        if len(head) < HEADER_SIZE_UP_TO_MAGIC:
+            return
+        size = _INT32.unpack_from(head, LENGTH_OFFSET)[0] + LOG_OVERHEAD
+        # Kafka raises on a length below any record's minimum and would print a v0/v1 batch; neither can
+        # be a tierlog batch, so both end the walk like a partial batch.
+        if head[MAGIC_OFFSET] != CURRENT_MAGIC or size < RECORD_BATCH_OVERHEAD:
+            return
+        batch = head + f.read(size - HEADER_SIZE_UP_TO_MAGIC)
+        if len(batch) < size:
+            return
+        yield dataclasses.replace(read_header(batch), position=position), batch
+        position += size
+
+
+def _batch_line(header: RecordBatchHeader, batch: bytes) -> str:
+    codec = header.attributes & COMPRESSION_CODEC_MASK
+    codec_name = CompressionType(codec).name.lower() if codec <= CompressionType.ZSTD else f"unknown({codec})"
+    delete_horizon = (
+        f"OptionalLong[{header.base_timestamp}]"
+        if header.attributes & DELETE_HORIZON_FLAG_MASK
+        else "OptionalLong.empty"
+    )
+    is_valid = crc32c(batch[ATTRIBUTES_OFFSET:]) == header.crc
+    return (
+        f"baseOffset: {header.base_offset} lastOffset: {header.last_offset} count: {header.records_count} "
+        f"baseSequence: {header.base_sequence} "
+        f"lastSequence: {_sequence(header.base_sequence, header.last_offset_delta)} "
+        f"producerId: {header.producer_id} producerEpoch: {header.producer_epoch} "
+        f"partitionLeaderEpoch: {header.partition_leader_epoch} "
+        f"isTransactional: {_bool(header.is_transactional)} isControl: {_bool(header.is_control)} "
+        f"deleteHorizonMs: {delete_horizon} position: {header.position} "
+        f"{_TIMESTAMP_TYPE_NAMES[header.timestamp_type]}: {header.max_timestamp} "
+        f"size: {header.size_in_bytes} magic: {header.magic} compresscodec: {codec_name} "
+        f"crc: {header.crc} isvalid: {_bool(is_valid)}"
+    )
+
+
+def _dump_records(header: RecordBatchHeader, batch: bytes, out: TextIO) -> None:
+    try:
+        records = decode_records(batch, header)
+    except InvalidRecordError as e:
+        # Kafka's tool dies here with a stack trace; one line keeps the rest of the file readable.
+        out.write(f"{RECORD_INDENT} {e}\n")
+        return
+    timestamp_name = _TIMESTAMP_TYPE_NAMES[header.timestamp_type]
+    for record in records:
+        header_keys = ",".join(key for key, _ in record.headers)
+        line = (
+            f"{RECORD_INDENT} offset: {record.offset} {timestamp_name}: {record.timestamp} "
+            f"keySize: {_size(record.key)} valueSize: {_size(record.value)} "
+            f"sequence: {_sequence(header.base_sequence, record.offset - header.base_offset)} "
+            f"headerKeys: [{header_keys}]"
+        )
+        if header.is_control:
+            line += _control_record_text(record)
+        else:
+            # Kafka's default StringDecoder: UTF-8 with replacement characters; absent key/value not shown.
+            if record.key is not None:
+                line += f" key: {record.key.decode('utf-8', 'replace')}"
+            if record.value is not None:
+                line += f" payload: {record.value.decode('utf-8', 'replace')}"
+        out.write(line + "\n")
+
+
+def _control_record_text(record: Record) -> str:
+    key = record.key or b""
+    type_id = _INT16.unpack_from(key, 2)[0] if len(key) >= 4 else -1
+    name = _CONTROL_RECORD_TYPES.get(type_id, "UNKNOWN")
+    value = record.value or b""
+    if name in ("ABORT", "COMMIT") and len(value) >= 6:
+        return f" endTxnMarker: {name} coordinatorEpoch: {_INT32.unpack_from(value, 2)[0]}"
+    return f" controlType: {name}({type_id})"
+
+
+def _dump_offset_index(path: Path, out: TextIO) -> None:
+    base_offset = _base_offset(path)
+    entries = list(_index_entries(path, _OFFSET_INDEX_ENTRY))
+    if not entries:
+        out.write(f"{path} is empty.\n")
+        return
+    for i, (relative_offset, position) in enumerate(entries):
+        # A preallocated Kafka index is zero-filled after its last entry: the first zero entry ends it.
+        if i > 0 and relative_offset == 0:
+            return
+        out.write(f"offset: {base_offset + relative_offset} position: {position}\n")
+
+
+def _dump_time_index(path: Path, out: TextIO) -> None:
+    base_offset = _base_offset(path)
+    for i, (timestamp, relative_offset) in enumerate(_index_entries(path, _TIME_INDEX_ENTRY)):
+        if i > 0 and relative_offset == 0:
+            return
+        out.write(f"timestamp: {timestamp} offset: {base_offset + relative_offset}\n")
+
+
+def _index_entries(path: Path, entry: struct.Struct) -> Iterator[tuple[int, int]]:
+    data = path.read_bytes()
+    # A partial entry at the end (a crash mid-append) is ignored, as Kafka rounds the size down.
+    yield from entry.iter_unpack(data[: len(data) - len(data) % entry.size])
+
+
+def _sequence(base_sequence: int, offset_delta: int) -> int:
+    """Kafka's DefaultRecordBatch.incrementSequence: producer sequences wrap at Integer.MAX_VALUE to 0."""
+    if base_sequence < 0:
+        return -1
+    if base_sequence > _INT32_MAX - offset_delta:
+        return offset_delta - (_INT32_MAX - base_sequence) - 1
+    return base_sequence + offset_delta
+
+
+def _size(data: bytes | None) -> int:
+    return -1 if data is None else len(data)
+
+
+def _bool(value: bool) -> str:
+    return "true" if value else "false"
