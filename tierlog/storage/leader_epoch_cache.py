@@ -54,11 +54,9 @@ class LeaderEpochFileCache:
         latest = self.latest_entry
         if latest is not None and entry.epoch == latest.epoch and entry.start_offset >= latest.start_offset:
             return False
-        # A lower start offset for the latest epoch, or an epoch going backwards, means the log was
-        # truncated beneath the tail entries: they no longer describe the log and must go.
-        self._remove_from_end(
-            lambda e: e.epoch >= entry.epoch or e.start_offset >= entry.start_offset
-        )
+        # Tail entries at or past the new one (by epoch or by offset) describe log that no longer exists: the
+        # log was truncated beneath them, or a newer epoch began before they got a record.
+        self._remove_from_end(lambda e: e.epoch >= entry.epoch or e.start_offset >= entry.start_offset)
         self._entries.append(entry)
         return True
 
