@@ -8,17 +8,13 @@ from pathlib import Path
 
 import click
 
+from tierlog.cli.clients import parse_key_values
+from tierlog.cli.consume import consume
+from tierlog.cli.demo import demo
+from tierlog.cli.dump_log import dump_log
+from tierlog.cli.produce import produce
+from tierlog.cli.topic import topic
 from tierlog.config import ConfigError, KafkaConfig
-
-
-def _parse_overrides(values: tuple[str, ...]) -> dict[str, str]:
-    overrides = {}
-    for item in values:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise click.BadParameter(f"{item!r} is not of the form key=value", param_hint="--override")
-        overrides[key.strip()] = value.strip()
-    return overrides
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -51,12 +47,38 @@ def broker(config_file: Path | None, overrides: tuple[str, ...], log_level: str)
         stream=sys.stderr,
     )
     try:
-        config = KafkaConfig.from_file(config_file, _parse_overrides(overrides))
+        config = KafkaConfig.from_file(config_file, dict(parse_key_values(overrides, "--override")))
         run_broker(config)
     except ConfigError as e:
         raise click.ClickException(str(e)) from None
     except OSError as e:
         raise click.ClickException(f"cannot start the broker: {e}") from None
+
+
+@cli.command(name="dump-log")
+@click.option(
+    "--files",
+    "files",
+    multiple=True,
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A .log, .index or .timeindex file (repeatable).",
+)
+@click.option("--print-data-log", is_flag=True, help="Also print every record (key, payload, headers).")
+def dump_log_command(files: tuple[Path, ...], print_data_log: bool) -> None:
+    """Print the batches of segment files (and index entries) as Kafka's kafka-dump-log.sh does."""
+    out = click.get_text_stream("stdout")
+    for path in files:
+        try:
+            dump_log(path, print_data_log=print_data_log, out=out)
+        except (OSError, ValueError) as e:
+            raise click.ClickException(f"cannot dump {path}: {e}") from None
+
+
+cli.add_command(topic)
+cli.add_command(produce)
+cli.add_command(consume)
+cli.add_command(demo)
 
 
 def main() -> None:

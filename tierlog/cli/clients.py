@@ -1,0 +1,105 @@
+"""What every client command shares: the bootstrap option, bounded calls, and one-line errors.
+
+The client commands (`topic`, `produce`, `consume`) use confluent-kafka (librdkafka), the client most
+Kafka users run, so they exercise the broker the way real applications do.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+from confluent_kafka import KafkaError
+
+from tierlog.cli.local_cluster import api_versions_answered
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+BOOTSTRAP_ENV = "TIERLOG_BOOTSTRAP"
+DEFAULT_TIMEOUT_S = 10.0
+
+# librdkafka logs every failed connection attempt to stderr; our commands report failures themselves in
+# one line, so its log goes to a logger without output.
+_RDKAFKA_LOG = logging.getLogger("tierlog.cli.rdkafka")
+_RDKAFKA_LOG.addHandler(logging.NullHandler())
+_RDKAFKA_LOG.propagate = False
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class CliError(click.ClickException):
+    """A failure told to a person in one line (click prints `Error: <message>` and exits with 1)."""
+
+
+def client_options(command: F) -> F:
+    """`-b/--bootstrap-server` (also $TIERLOG_BOOTSTRAP) and `--timeout`, as flags of the command itself
+    so they go anywhere on the line, as in rpk."""
+    command = click.option(
+        "--timeout",
+        "timeout_s",
+        type=click.FloatRange(min=0.1),
+        default=DEFAULT_TIMEOUT_S,
+        show_default=True,
+        help="Seconds to wait for the broker before giving up.",
+    )(command)
+    return click.option(
+        "-b",
+        "--bootstrap-server",
+        "bootstrap",
+        envvar=BOOTSTRAP_ENV,
+        default=DEFAULT_BOOTSTRAP,
+        show_default=True,
+        metavar="HOST:PORT[,...]",
+        help=f"Broker(s) to connect to (also ${BOOTSTRAP_ENV}).",
+    )(command)
+
+
+def ensure_reachable(bootstrap: str, timeout_s: float) -> None:
+    """Fail fast, in one line, when no bootstrap broker answers; librdkafka alone would retry until the
+    timeout and then report a generic transport error."""
+    for address in bootstrap.split(","):
+        host, _, port = address.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise CliError(f"bootstrap server {address.strip()!r} is not of the form host:port")
+        if api_versions_answered(host, int(port), timeout_s=min(timeout_s, 3.0)):
+            return
+    raise CliError(f"cannot reach {bootstrap}: is a broker running? start one with `tierlog broker`")
+
+
+def client_config(bootstrap: str, **settings: Any) -> dict[str, Any]:
+    """librdkafka settings shared by the admin client, the producer and the consumer."""
+    return {"bootstrap.servers": bootstrap, "client.id": "tierlog-cli", "logger": _RDKAFKA_LOG, **settings}
+
+
+def kafka_error_message(error: KafkaError, subject: str) -> str:
+    """One line for a Kafka error about `subject` (e.g. "topic 'orders'"), with what to do where we know."""
+    code = error.code()
+    if code == KafkaError.TOPIC_ALREADY_EXISTS:
+        return f"{subject} already exists"
+    if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.UNKNOWN_TOPIC_ID):
+        return f"{subject} does not exist (`tierlog topic list` shows the topics)"
+    if code in (KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT):
+        return f"{subject}: the broker did not answer in time (raise --timeout, or check the broker's log)"
+    return f"{subject}: {error.str()} ({error.name()})"
+
+
+def parse_key_values(values: tuple[str, ...], option: str) -> list[tuple[str, str]]:
+    """`key=value` items of a repeatable option, in order (headers may repeat a key)."""
+    pairs = []
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r} is not of the form key=value", param_hint=option)
+        pairs.append((key.strip(), value.strip()))
+    return pairs
+
+
+_ESCAPES = {"\\t": "\t", "\\n": "\n", "\\r": "\r", "\\\\": "\\"}
+
+
+def unescape(text: str) -> str:
+    r"""Turn `\t`, `\n`, `\r` and `\\` typed on a command line into the characters, as kcat does for its
+    delimiters and formats (a literal tab is awkward to type in a shell)."""
+    return re.sub(r"\\[tnr\\]", lambda m: _ESCAPES[m.group()], text)

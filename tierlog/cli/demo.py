@@ -1,0 +1,348 @@
+"""`tierlog demo`: the README's main job. A local broker, a topic, 10,000 events through real clients,
+verified on the way back, and a look at the segment files they landed in.
+
+The demo is a list of steps sharing one `DemoRun`; later issues add steps (three brokers, tiered storage,
+a Spark pipeline) without touching the ones here. Every step works against the run's deadline, so a
+broker that hangs turns into a clear failure, never into a demo that waits forever.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from rich.console import Console
+from rich.panel import Panel
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from tierlog.cli.clients import CliError, client_config, kafka_error_message
+from tierlog.cli.dump_log import dump_log
+from tierlog.cli.local_cluster import BrokerProcess, BrokerStartError
+from tierlog.cli.produce import produce_bounded
+
+TOPIC = "demo-events"
+PARTITIONS = 3
+USERS = 100
+EVENT_TYPES = ("page_view", "add_to_cart", "purchase", "search")
+SOURCE_HEADER = ("source", b"tierlog-demo")
+EVENT_ID_HEADER = "event-id"
+DUMP_EXCERPT_LINES = 8
+
+
+class DemoError(Exception):
+    """A step failed; the message says what was expected and what happened."""
+
+
+def event_key(event_id: int) -> bytes:
+    return f"user-{event_id % USERS:03d}".encode()
+
+
+def event_value(event_id: int) -> bytes:
+    """Deterministic in the id, so the consumer can check every byte without keeping what was sent."""
+    event = {
+        "event_id": event_id,
+        "user": event_key(event_id).decode(),
+        "type": EVENT_TYPES[(event_id * 7) % len(EVENT_TYPES)],
+        "amount_cents": (event_id * 37) % 10_000,
+    }
+    return json.dumps(event, separators=(",", ":")).encode()
+
+
+@dataclass
+class PartitionStats:
+    records: int = 0
+    first_offset: int = -1
+    last_offset: int = -1
+
+
+@dataclass
+class DemoRun:
+    """What the steps share: where the data lives, the broker, the deadline, and what was measured."""
+
+    console: Console
+    root: Path
+    events: int
+    deadline: float
+    broker: BrokerProcess | None = None
+    produce_seconds: float = 0.0
+    consume_seconds: float = 0.0
+    partitions: dict[int, PartitionStats] = field(default_factory=dict)
+
+    def remaining(self) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise DemoError("the demo ran out of time (raise --timeout if this machine is slow)")
+        return left
+
+    def running_broker(self) -> BrokerProcess:
+        if self.broker is None:
+            raise DemoError("no broker is running")
+        return self.broker
+
+    def partition_dir(self, partition: int) -> Path:
+        return self.running_broker().log_dir / f"{TOPIC}-{partition}"
+
+
+def start_broker(run: DemoRun) -> None:
+    run.broker = BrokerProcess(run.root / "broker-1", node_id=1)
+    run.broker.start()
+    try:
+        run.broker.wait_ready(min(30.0, run.remaining()))
+    except BrokerStartError as e:
+        raise DemoError(str(e)) from None
+    run.console.print(
+        f"broker 1 (pid {run.broker.pid}) serves [bold]{run.broker.bootstrap}[/bold], "
+        f"data in {run.broker.log_dir}, log in {run.broker.log_file}"
+    )
+
+
+def create_topic(run: DemoRun) -> None:
+    bootstrap = run.running_broker().bootstrap
+    admin = AdminClient(client_config(bootstrap))
+    timeout_s = min(15.0, run.remaining())
+    future = admin.create_topics(
+        [NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=1, config={"compression.type": "producer"})],
+        request_timeout=timeout_s,
+        operation_timeout=timeout_s,
+    )[TOPIC]
+    try:
+        future.result(timeout=timeout_s + 1)
+    except KafkaException as e:
+        raise DemoError(kafka_error_message(e.args[0], f"creating topic {TOPIC!r}")) from None
+    # CreateTopics may answer before every partition has a leader; produce only once metadata shows them.
+    while True:
+        metadata = admin.list_topics(topic=TOPIC, timeout=min(5.0, run.remaining())).topics.get(TOPIC)
+        if metadata is not None and metadata.error is None and len(metadata.partitions) == PARTITIONS:
+            leaders = {p.id: p.leader for p in metadata.partitions.values()}
+            if all(leader >= 0 for leader in leaders.values()):
+                break
+        time.sleep(min(0.05, run.remaining()))
+    described = ", ".join(f"{p}→broker {leaders[p]}" for p in sorted(leaders))
+    run.console.print(f"topic [bold]{TOPIC}[/bold]: {PARTITIONS} partitions, leaders {described}")
+
+
+def produce_events(run: DemoRun) -> None:
+    bootstrap = run.running_broker().bootstrap
+    timeout_s = run.remaining()
+    producer = Producer(
+        client_config(
+            bootstrap,
+            acks="all",
+            **{"compression.type": "lz4", "linger.ms": 5, "delivery.timeout.ms": int(timeout_s * 1000)},
+        )
+    )
+    errors: list[str] = []
+    started = time.monotonic()
+    with _progress(run.console) as progress:
+        task = progress.add_task(f"producing to {TOPIC} (lz4, acks=all)", total=run.events)
+
+        def on_delivery(error: KafkaError | None, message: Message) -> None:
+            if error is not None:
+                errors.append(kafka_error_message(error, f"event to {TOPIC}-{message.partition()}"))
+            else:
+                progress.advance(task)
+
+        for event_id in range(run.events):
+            try:
+                produce_bounded(
+                    producer,
+                    run.remaining(),
+                    topic=TOPIC,
+                    key=event_key(event_id),
+                    value=event_value(event_id),
+                    headers=[SOURCE_HEADER, (EVENT_ID_HEADER, str(event_id).encode())],
+                    on_delivery=on_delivery,
+                )
+            except CliError as e:
+                raise DemoError(e.message) from None
+            producer.poll(0)
+        unresolved = producer.flush(run.remaining())
+    run.produce_seconds = time.monotonic() - started
+    if errors or unresolved:
+        first = errors[0] if errors else "no answer from the broker"
+        raise DemoError(f"{len(errors) + unresolved} of {run.events} events were not acknowledged: {first}")
+    run.console.print(
+        f"{run.events:,} events acknowledged in {run.produce_seconds:.2f}s{_rate(run.events, run.produce_seconds)}"
+    )
+
+
+def consume_and_verify(run: DemoRun) -> None:
+    """Read everything back from the beginning and check each event: key, value, headers, no duplicates,
+    and per-key order (one key lands in one partition, where offsets keep the order it was sent in)."""
+    bootstrap = run.running_broker().bootstrap
+    consumer = Consumer(
+        client_config(
+            bootstrap, **{"group.id": "tierlog-demo", "enable.auto.commit": False, "enable.auto.offset.store": False}
+        )
+    )
+    seen: set[int] = set()
+    last_by_key: dict[bytes, int] = {}
+    run.partitions = {p: PartitionStats() for p in range(PARTITIONS)}
+    started = time.monotonic()
+    try:
+        consumer.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        with _progress(run.console) as progress:
+            task = progress.add_task(f"consuming {TOPIC} from the beginning", total=run.events)
+            while len(seen) < run.events:
+                if time.monotonic() >= run.deadline:
+                    raise DemoError(f"only {len(seen):,} of {run.events:,} events came back before the deadline")
+                for message in consumer.consume(num_messages=1000, timeout=min(0.2, run.remaining())):
+                    event_id = _verify(message, seen, last_by_key)
+                    seen.add(event_id)
+                    stats = run.partitions[message.partition()]
+                    stats.records += 1
+                    stats.first_offset = message.offset() if stats.first_offset < 0 else stats.first_offset
+                    stats.last_offset = message.offset()
+                    progress.advance(task)
+    finally:
+        consumer.close()
+    run.consume_seconds = time.monotonic() - started
+    run.console.print(
+        f"{len(seen):,} events read back and verified in {run.consume_seconds:.2f}s"
+        f"{_rate(len(seen), run.consume_seconds)}: keys, values, headers, per-key order"
+    )
+
+
+def _verify(message: Message, seen: set[int], last_by_key: dict[bytes, int]) -> int:
+    error = message.error()
+    if error is not None:
+        raise DemoError(kafka_error_message(error, f"consuming {TOPIC}-{message.partition()}"))
+    where = f"{TOPIC}-{message.partition()} offset {message.offset()}"
+    headers = message.headers() or []
+    ids = [value for name, value in headers if name == EVENT_ID_HEADER]
+    if len(ids) != 1 or ids[0] is None or not ids[0].isdigit():
+        raise DemoError(f"{where}: expected one {EVENT_ID_HEADER} header, got headers {headers}")
+    event_id = int(ids[0])
+    if SOURCE_HEADER not in headers:
+        raise DemoError(f"{where}: header {SOURCE_HEADER[0]}={SOURCE_HEADER[1]!r} is missing")
+    if event_id in seen:
+        raise DemoError(f"{where}: event {event_id} was read twice")
+    key = event_key(event_id)
+    if message.key() != key or message.value() != event_value(event_id):
+        raise DemoError(f"{where}: event {event_id} came back as key={message.key()!r} value={message.value()!r}")
+    if last_by_key.get(key, -1) > event_id:
+        raise DemoError(f"{where}: event {event_id} of {key.decode()} came after event {last_by_key[key]}")
+    last_by_key[key] = event_id
+    return event_id
+
+
+def show_summary(run: DemoRun) -> None:
+    table = Table(title=f"{TOPIC} on disk", title_justify="left")
+    for column in ("partition", "records", "first offset", "last offset", "segments", "bytes on disk"):
+        table.add_column(column, justify="right")
+    total_bytes = 0
+    for partition, stats in sorted(run.partitions.items()):
+        segments = sorted(run.partition_dir(partition).glob("*.log"))
+        size = sum(s.stat().st_size for s in segments)
+        total_bytes += size
+        table.add_row(
+            str(partition),
+            f"{stats.records:,}",
+            str(stats.first_offset),
+            str(stats.last_offset),
+            str(len(segments)),
+            f"{size:,}",
+        )
+    total_records = sum(s.records for s in run.partitions.values())
+    table.add_section()
+    table.add_row("all", f"{total_records:,}", "", "", "", f"{total_bytes:,}")
+    run.console.print(table)
+    raw = sum(len(event_value(i)) for i in range(run.events))
+    run.console.print(f"values total {raw:,} bytes before lz4; the log keeps the producer's compressed batches as sent")
+
+
+def stop_broker(run: DemoRun) -> None:
+    broker = run.running_broker()
+    code = broker.stop(min(15.0, run.remaining()))
+    if code != 0:
+        raise DemoError(f"broker 1 exited with code {code} instead of shutting down cleanly; see {broker.log_file}")
+    marker = broker.log_dir / ".kafka_cleanshutdown"
+    run.console.print(f"broker 1 shut down cleanly (exit code 0{', wrote ' + marker.name if marker.exists() else ''})")
+
+
+def show_segment(run: DemoRun) -> None:
+    """Run after the broker stopped, so the segment is complete on disk: the same view as
+    kafka-dump-log.sh on a Kafka broker's files."""
+    segment = min(run.partition_dir(0).glob("*.log"), default=None)
+    if segment is None:
+        raise DemoError(f"no segment file in {run.partition_dir(0)}")
+    out = io.StringIO()
+    dump_log(segment, print_data_log=True, out=out)
+    lines = out.getvalue().splitlines()
+    excerpt = Text("\n".join(lines[:DUMP_EXCERPT_LINES]), no_wrap=True, overflow="ellipsis")
+    command = f"tierlog dump-log --files {segment} --print-data-log"
+    run.console.print(Panel(excerpt, title=command, title_align="left", subtitle=f"{len(lines):,} lines in all"))
+
+
+STEPS: tuple[tuple[str, Callable[[DemoRun], None]], ...] = (
+    ("Start a broker", start_broker),
+    (f"Create topic {TOPIC}", create_topic),
+    ("Produce events with keys, headers and lz4 compression", produce_events),
+    ("Consume them back and verify every one", consume_and_verify),
+    ("What is on disk", show_summary),
+    ("Stop the broker", stop_broker),
+    ("Look inside a segment (dump-log)", show_segment),
+)
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    )
+
+
+def _rate(count: int, seconds: float) -> str:
+    return f" ({count / seconds:,.0f}/s)" if seconds > 0 else ""
+
+
+@click.command()
+@click.option("--events", type=click.IntRange(min=1), default=10_000, show_default=True, help="Events to produce.")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Keep the broker's data and log here (must be empty or absent); default: a temporary directory.",
+)
+@click.option("--keep", is_flag=True, help="Keep the temporary data directory afterwards.")
+@click.option(
+    "--timeout", "timeout_s", type=click.FloatRange(min=1), default=120, show_default=True, help="Seconds in all."
+)
+def demo(events: int, data_dir: Path | None, keep: bool, timeout_s: float) -> None:
+    """Start a local broker, produce and consume 10,000 events, verify them, show what is on disk."""
+    console = Console()
+    if data_dir is not None and data_dir.exists() and any(data_dir.iterdir()):
+        raise click.BadParameter(f"{data_dir} is not empty; give an empty or new directory", param_hint="--data-dir")
+    root = data_dir if data_dir is not None else Path(tempfile.mkdtemp(prefix="tierlog-demo-"))
+    run = DemoRun(console=console, root=root, events=events, deadline=time.monotonic() + timeout_s)
+    failed = False
+    try:
+        for number, (title, step) in enumerate(STEPS, start=1):
+            console.rule(f"[bold]{number}/{len(STEPS)}  {title}", align="left")
+            step(run)
+    except DemoError as e:
+        failed = True
+        console.print(f"[red bold]demo failed:[/red bold] {e}", highlight=False)
+    finally:
+        if run.broker is not None and run.broker.running:
+            run.broker.stop()
+        if data_dir is None and not keep and not failed:
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            console.print(f"data and broker log kept in {root}")
+    if failed:
+        raise click.exceptions.Exit(1)
+    console.rule("[green bold]demo finished: every event came back intact", align="left")

@@ -1,0 +1,153 @@
+"""`tierlog produce TOPIC`: records from arguments or stdin lines, as `kcat -P` and `rpk topic produce`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import click
+from confluent_kafka import KafkaError, Message, Producer
+from rich.console import Console
+from rich.table import Table
+
+from tierlog.cli.clients import (
+    CliError,
+    client_config,
+    client_options,
+    ensure_reachable,
+    kafka_error_message,
+    parse_key_values,
+    unescape,
+)
+
+COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
+
+console = Console()
+
+
+@dataclass
+class DeliveryReport:
+    """What the broker acknowledged, per partition, as the delivery callbacks arrive."""
+
+    acknowledged: int = 0
+    offsets: dict[int, tuple[int, int, int]] = field(default_factory=dict)  # partition -> count, first, last
+    errors: dict[str, int] = field(default_factory=dict)  # one-line message -> how many records
+
+    def __call__(self, error: KafkaError | None, message: Message) -> None:
+        if error is not None:
+            text = kafka_error_message(error, f"topic {message.topic()!r}")
+            self.errors[text] = self.errors.get(text, 0) + 1
+            return
+        self.acknowledged += 1
+        partition, offset = message.partition(), message.offset()
+        count, first, last = self.offsets.get(partition, (0, offset, offset))
+        self.offsets[partition] = (count + 1, min(first, offset), max(last, offset))
+
+
+def _inputs(values: tuple[str, ...]) -> Iterator[bytes]:
+    """The --value arguments, else stdin lines as they arrive (so `tail -f log | tierlog produce t` streams)."""
+    if values:
+        yield from (v.encode() for v in values)
+        return
+    for line in click.get_binary_stream("stdin"):
+        yield line.removesuffix(b"\n")
+
+
+@click.command()
+@click.argument("topic")
+@click.option("-v", "--value", "values", multiple=True, help="A record value (repeatable); without it, stdin lines.")
+@click.option("-k", "--key", help="Key of every record.")
+@click.option(
+    "-K", "--key-separator", help=r"Split each value at the first SEP into key and value (as kcat -K; '\t' works)."
+)
+@click.option("-H", "--header", "headers", multiple=True, metavar="KEY=VALUE", help="Header of every record.")
+@click.option("-p", "--partition", type=click.IntRange(min=0), help="Partition (default: chosen by the key's hash).")
+@click.option("--acks", type=click.Choice(["0", "1", "all", "-1"]), default="all", show_default=True)
+@click.option("-z", "--compression", type=click.Choice(COMPRESSION_TYPES), default="none", show_default=True)
+@client_options
+def produce(
+    topic: str,
+    values: tuple[str, ...],
+    key: str | None,
+    key_separator: str | None,
+    headers: tuple[str, ...],
+    partition: int | None,
+    acks: str,
+    compression: str,
+    bootstrap: str,
+    timeout_s: float,
+) -> None:
+    """Produce records to TOPIC, from --value arguments or one record per stdin line."""
+    if key is not None and key_separator is not None:
+        raise click.UsageError("give either --key or --key-separator, not both")
+    separator = unescape(key_separator).encode() if key_separator else None
+    record_headers = [(k, v.encode()) for k, v in parse_key_values(headers, "--header")]
+    ensure_reachable(bootstrap, timeout_s)
+    producer = Producer(
+        client_config(
+            bootstrap,
+            acks=acks,
+            **{"compression.type": compression, "delivery.timeout.ms": int(timeout_s * 1000)},
+        )
+    )
+    report = DeliveryReport()
+    target = {"partition": partition} if partition is not None else {}
+    sent = 0
+    for raw in _inputs(values):
+        record_key: bytes | None = key.encode() if key is not None else None
+        value = raw
+        if separator is not None:
+            head, sep, tail = raw.partition(separator)
+            record_key, value = (head, tail) if sep else (None, raw)
+        produce_bounded(
+            producer,
+            timeout_s,
+            topic=topic,
+            key=record_key,
+            value=value,
+            headers=record_headers,
+            on_delivery=report,
+            **target,
+        )
+        sent += 1
+        producer.poll(0)
+    # Every record has delivery.timeout.ms to succeed or fail, so this bound is never the one that hits.
+    unresolved = producer.flush(timeout_s + 5)
+    _print_report(topic, report, acks)
+    if report.errors or unresolved:
+        failed = sent - report.acknowledged
+        reasons = "; ".join(f"{text} ({n})" for text, n in report.errors.items()) or "no answer from the broker"
+        raise CliError(f"{failed} of {sent} records were not acknowledged: {reasons}")
+
+
+def produce_bounded(producer: Producer, timeout_s: float, **record: object) -> None:
+    """Producer.produce, waiting while librdkafka's local queue is full, but no longer than timeout_s (the
+    queue fills when records come faster than the broker acknowledges them)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            producer.produce(**record)
+            return
+        except BufferError:
+            if time.monotonic() >= deadline:
+                raise CliError(
+                    f"the producer queue stayed full for {timeout_s:g}s: is the broker keeping up?"
+                ) from None
+            producer.poll(0.1)
+
+
+def _print_report(topic: str, report: DeliveryReport, acks: str) -> None:
+    console.print(f"Produced {report.acknowledged} records to [bold]{topic}[/bold]")
+    if not report.offsets:
+        return
+    table = Table(box=None, pad_edge=False)
+    table.add_column("PARTITION", justify="right")
+    table.add_column("RECORDS", justify="right")
+    table.add_column("OFFSETS")
+    for partition in sorted(report.offsets):
+        count, first, last = report.offsets[partition]
+        # With acks=0 nothing comes back, so librdkafka reports offset -1.
+        offsets = "unknown (acks=0)" if acks == "0" else (f"{first}" if first == last else f"{first}-{last}")
+        table.add_row(str(partition), str(count), offsets)
+    console.print(table)

@@ -1,0 +1,256 @@
+"""`tierlog topic create|list|describe|delete|alter-config`: topic administration, as `rpk topic`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, TypeVar
+
+import click
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    OffsetSpec,
+    ResourceType,
+    TopicMetadata,
+)
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from tierlog.cli.clients import (
+    CliError,
+    client_config,
+    client_options,
+    ensure_reachable,
+    kafka_error_message,
+    parse_key_values,
+)
+
+T = TypeVar("T")
+
+console = Console()
+
+
+def _admin(bootstrap: str, timeout_s: float) -> AdminClient:
+    ensure_reachable(bootstrap, timeout_s)
+    return AdminClient(client_config(bootstrap))
+
+
+def _result(future: Future[T], subject: str, timeout_s: float) -> T:
+    """The future's value, or a one-line CliError. The wait is bounded even if librdkafka's own request
+    timeout were not honoured."""
+    try:
+        return future.result(timeout=timeout_s + 1)
+    except KafkaException as e:
+        raise CliError(kafka_error_message(e.args[0], subject)) from None
+    except FutureTimeout:
+        raise CliError(f"{subject}: the broker did not answer within {timeout_s:g}s") from None
+
+
+def _wait_all(futures: Mapping[str, Future[Any]], timeout_s: float) -> dict[str, str | None]:
+    """topic -> None when it succeeded, else the one-line error."""
+    outcome: dict[str, str | None] = {}
+    for name, future in futures.items():
+        try:
+            _result(future, f"topic {name!r}", timeout_s)
+            outcome[name] = None
+        except CliError as e:
+            outcome[name] = e.message
+    return outcome
+
+
+def _print_outcome(outcome: Mapping[str, str | None], success: str) -> None:
+    """A TOPIC/STATUS table, as rpk prints for create and delete; exit 1 if any topic failed."""
+    table = Table(box=None, pad_edge=False)
+    table.add_column("TOPIC")
+    table.add_column("STATUS")
+    for name, error in outcome.items():
+        table.add_row(name, success if error is None else Text(error, style="red"))
+    console.print(table)
+    if any(error is not None for error in outcome.values()):
+        raise click.exceptions.Exit(1)
+
+
+def _topic_metadata(admin: AdminClient, name: str, timeout_s: float) -> TopicMetadata:
+    try:
+        metadata = admin.list_topics(topic=name, timeout=timeout_s)
+    except KafkaException as e:
+        raise CliError(kafka_error_message(e.args[0], f"topic {name!r}")) from None
+    topic = metadata.topics.get(name)
+    if topic is None:
+        raise CliError(f"topic {name!r} does not exist (`tierlog topic list` shows the topics)")
+    if topic.error is not None:
+        raise CliError(kafka_error_message(topic.error, f"topic {name!r}"))
+    return topic
+
+
+@click.group()
+def topic() -> None:
+    """Create, list, describe, delete and configure topics."""
+
+
+@topic.command()
+@click.argument("names", metavar="NAME...", nargs=-1, required=True)
+@click.option(
+    "-p", "--partitions", type=int, default=-1, show_default=True, help="Partition count (-1: num.partitions)."
+)
+@click.option(
+    "-r",
+    "--replication-factor",
+    type=int,
+    default=-1,
+    show_default=True,
+    help="Replicas per partition (-1: default.replication.factor).",
+)
+@click.option("-c", "--config", "configs", multiple=True, metavar="KEY=VALUE", help="Topic config (repeatable).")
+@client_options
+def create(
+    names: tuple[str, ...],
+    partitions: int,
+    replication_factor: int,
+    configs: tuple[str, ...],
+    bootstrap: str,
+    timeout_s: float,
+) -> None:
+    """Create topics."""
+    topic_configs = dict(parse_key_values(configs, "--config"))
+    admin = _admin(bootstrap, timeout_s)
+    new_topics = [
+        NewTopic(name, num_partitions=partitions, replication_factor=replication_factor, config=topic_configs)
+        for name in names
+    ]
+    futures = admin.create_topics(new_topics, request_timeout=timeout_s, operation_timeout=timeout_s)
+    _print_outcome(_wait_all(futures, timeout_s), "created")
+
+
+@topic.command(name="list")
+@click.option("-i", "--internal", is_flag=True, help="Include internal topics (names starting with __).")
+@client_options
+def list_(internal: bool, bootstrap: str, timeout_s: float) -> None:
+    """List topics with their partition and replica counts."""
+    admin = _admin(bootstrap, timeout_s)
+    try:
+        metadata = admin.list_topics(timeout=timeout_s)
+    except KafkaException as e:
+        raise CliError(kafka_error_message(e.args[0], "listing topics")) from None
+    table = Table(box=None, pad_edge=False)
+    table.add_column("NAME")
+    table.add_column("PARTITIONS", justify="right")
+    table.add_column("REPLICAS", justify="right")
+    for name in sorted(metadata.topics):
+        if name.startswith("__") and not internal:
+            continue
+        partitions = metadata.topics[name].partitions
+        replicas = max((len(p.replicas) for p in partitions.values()), default=0)
+        table.add_row(name, str(len(partitions)), str(replicas))
+    console.print(table)
+
+
+@topic.command()
+@click.argument("name")
+@client_options
+def describe(name: str, bootstrap: str, timeout_s: float) -> None:
+    """Partitions (leader, replicas, ISR, earliest and latest offsets) and non-default configs of a topic."""
+    admin = _admin(bootstrap, timeout_s)
+    metadata = _topic_metadata(admin, name, timeout_s)
+    partitions = [metadata.partitions[p] for p in sorted(metadata.partitions)]
+    earliest = _list_offsets(admin, name, [p.id for p in partitions], OffsetSpec.earliest(), timeout_s)
+    latest = _list_offsets(admin, name, [p.id for p in partitions], OffsetSpec.latest(), timeout_s)
+    resource = ConfigResource(ResourceType.TOPIC, name)
+    configs = admin.describe_configs([resource], request_timeout=timeout_s)[resource]
+    entries: dict[str, ConfigEntry] = _result(configs, f"configs of topic {name!r}", timeout_s)
+
+    replication_factor = max((len(p.replicas) for p in partitions), default=0)
+    console.print(f"[bold]{name}[/bold]  partitions {len(partitions)}, replication factor {replication_factor}")
+    table = Table(box=None, pad_edge=False, title="PARTITIONS", title_justify="left")
+    for column in ("PARTITION", "LEADER", "REPLICAS", "ISR", "EARLIEST", "LATEST"):
+        table.add_column(column, justify="right" if column in ("PARTITION", "LEADER", "EARLIEST", "LATEST") else "left")
+    has_errors = any(p.error is not None for p in partitions)
+    if has_errors:
+        table.add_column("ERROR")
+    for p in partitions:
+        row = [
+            str(p.id),
+            str(p.leader),
+            ",".join(map(str, p.replicas)),
+            ",".join(map(str, p.isrs)),
+            earliest[p.id],
+            latest[p.id],
+        ]
+        if has_errors:
+            row.append(Text(p.error.str(), style="red") if p.error is not None else "")
+        table.add_row(*row)
+    console.print(table)
+
+    overrides = sorted((e for e in entries.values() if not e.is_default), key=lambda e: e.name)
+    configs_table = Table(box=None, pad_edge=False, title="CONFIGS (non-default)", title_justify="left")
+    configs_table.add_column("NAME")
+    configs_table.add_column("VALUE")
+    configs_table.add_column("SOURCE")
+    for entry in overrides:
+        value = "<sensitive>" if entry.is_sensitive else (entry.value or "")
+        configs_table.add_row(entry.name, value, entry.source.name)
+    console.print()
+    console.print(configs_table if overrides else "CONFIGS: all defaults")
+
+
+def _list_offsets(
+    admin: AdminClient, topic_name: str, partitions: list[int], spec: OffsetSpec, timeout_s: float
+) -> dict[int, str | Text]:
+    """partition -> offset as text; a partition whose leader cannot answer shows its error instead, so one
+    unavailable partition does not hide the others."""
+    if not partitions:
+        return {}
+    futures = admin.list_offsets({TopicPartition(topic_name, p): spec for p in partitions}, request_timeout=timeout_s)
+    offsets: dict[int, str | Text] = {}
+    for tp, future in futures.items():
+        try:
+            offsets[tp.partition] = str(_result(future, f"offsets of {topic_name}-{tp.partition}", timeout_s).offset)
+        except CliError as e:
+            offsets[tp.partition] = Text(e.message, style="red")
+    return offsets
+
+
+@topic.command()
+@click.argument("names", metavar="NAME...", nargs=-1, required=True)
+@client_options
+def delete(names: tuple[str, ...], bootstrap: str, timeout_s: float) -> None:
+    """Delete topics and all their data."""
+    admin = _admin(bootstrap, timeout_s)
+    futures = admin.delete_topics(list(names), request_timeout=timeout_s, operation_timeout=timeout_s)
+    _print_outcome(_wait_all(futures, timeout_s), "deleted")
+
+
+@topic.command(name="alter-config")
+@click.argument("name")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Set a topic config (repeatable).")
+@click.option(
+    "--delete", "deletes", multiple=True, metavar="KEY", help="Remove an override: back to the default (repeatable)."
+)
+@client_options
+def alter_config(name: str, sets: tuple[str, ...], deletes: tuple[str, ...], bootstrap: str, timeout_s: float) -> None:
+    """Change topic configs incrementally (IncrementalAlterConfigs); other overrides stay as they are."""
+    if not sets and not deletes:
+        raise click.UsageError("nothing to change: give --set KEY=VALUE and/or --delete KEY")
+    changes = [
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in parse_key_values(sets, "--set")
+    ]
+    changes += [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE) for k in deletes]
+    admin = _admin(bootstrap, timeout_s)
+    resource = ConfigResource(ResourceType.TOPIC, name, incremental_configs=changes)
+    future = admin.incremental_alter_configs([resource], request_timeout=timeout_s)[resource]
+    _result(future, f"topic {name!r}", timeout_s)
+    table = Table(box=None, pad_edge=False)
+    table.add_column("CONFIG")
+    table.add_column("NEW VALUE")
+    for entry in changes:
+        new_value = "(default)" if entry.incremental_operation == AlterConfigOpType.DELETE else entry.value
+        table.add_row(entry.name, new_value)
+    console.print(f"Updated topic [bold]{name}[/bold]:")
+    console.print(table)
