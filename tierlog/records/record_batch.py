@@ -156,9 +156,7 @@ def validate_batch(buffer: memoryview | bytes | bytearray, position: int = 0) ->
     view = buffer if isinstance(buffer, memoryview) else memoryview(buffer)
     computed = crc32c(view[position + ATTRIBUTES_OFFSET : position + header.size_in_bytes])
     if computed != header.crc:
-        raise InvalidRecordError(
-            f"batch at {position} has CRC {header.crc:#010x}, computed {computed:#010x}"
-        )
+        raise InvalidRecordError(f"batch at {position} has CRC {header.crc:#010x}, computed {computed:#010x}")
     codec = header.attributes & COMPRESSION_CODEC_MASK
     if codec > CompressionType.ZSTD:
         raise InvalidRecordError(f"batch at {position} has unknown compression codec {codec}", corrupt=False)
@@ -166,8 +164,7 @@ def validate_batch(buffer: memoryview | bytes | bytearray, position: int = 0) ->
     # the delta implies) but never more records than offsets, and never an empty batch from a client.
     if header.records_count <= 0 or not 0 <= header.records_count - 1 <= header.last_offset_delta:
         raise InvalidRecordError(
-            f"batch at {position} has {header.records_count} records but lastOffsetDelta "
-            f"{header.last_offset_delta}",
+            f"batch at {position} has {header.records_count} records but lastOffsetDelta {header.last_offset_delta}",
             corrupt=False,
         )
     return header
