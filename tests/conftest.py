@@ -1,0 +1,571 @@
+"""Fixtures shared by every test that talks to a real broker process over the wire.
+
+Brokers are `tierlog.cli.local_cluster.BrokerProcess` subprocesses on 127.0.0.1 with a free port and a
+data directory under the test's tmp_path. Every wait is bounded, and every broker a fixture started is
+stopped (SIGTERM, then SIGKILL) when its test (or module) ends, pass or fail; the tail of its log is
+printed at teardown, so a failing test shows what the broker said.
+
+Helpers are handed out as fixtures (`kafka`, `clients`, `broker_factory`, ...) rather than imported, so
+test files never import `conftest`. Every client helper is bounded by `CLIENT_TIMEOUT_S`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tierlog.cli.local_cluster import BrokerProcess
+
+# How long a broker may take to answer its first ApiVersions, and to shut down.
+BROKER_READY_TIMEOUT_S = 30.0
+BROKER_STOP_TIMEOUT_S = 15.0
+# Client-side bound for one admin call, one produce-and-flush, one consume-all.
+CLIENT_TIMEOUT_S = 30.0
+
+# 1 MiB segments instead of 1 GiB, so every test that writes more than a MiB exercises segment rolls.
+DEFAULT_TEST_OVERRIDES: dict[str, str] = {
+    "log.segment.bytes": str(1024 * 1024),
+}
+
+
+def _dotted(key: str) -> str:
+    """`log_segment_bytes` -> `log.segment.bytes`: no Kafka setting has an underscore in its name."""
+    return key.replace("_", ".")
+
+
+BrokerFactory = Callable[..., BrokerProcess]
+
+
+class _BrokerPool:
+    """Starts brokers on demand and guarantees they are gone afterwards."""
+
+    def __init__(self, base_dir: Path) -> None:
+        self.base_dir = base_dir
+        self.brokers: list[BrokerProcess] = []
+
+    def start(self, overrides: Mapping[str, str] | None = None, **settings: object) -> BrokerProcess:
+        merged = dict(DEFAULT_TEST_OVERRIDES)
+        merged.update(overrides or {})
+        merged.update({_dotted(k): str(v) for k, v in settings.items()})
+        broker = BrokerProcess(self.base_dir / f"broker-{len(self.brokers) + 1}" / "data", overrides=merged)
+        self.brokers.append(broker)
+        broker.start()
+        broker.wait_ready(BROKER_READY_TIMEOUT_S)
+        return broker
+
+    def close(self) -> None:
+        for broker in self.brokers:
+            try:
+                broker.stop(BROKER_STOP_TIMEOUT_S)
+            finally:
+                print(f"\n---- last lines of {broker.log_file} ----\n{broker.log_tail(60)}")
+
+
+@pytest.fixture
+def broker_factory(tmp_path: Path) -> Iterator[BrokerFactory]:
+    """`broker_factory(log_retention_check_interval_ms=200)` or `broker_factory({"log.retention.ms": "1"})`:
+    a fresh, ready broker with `DEFAULT_TEST_OVERRIDES` plus the given settings, stopped when the test ends."""
+    pool = _BrokerPool(tmp_path)
+    try:
+        yield pool.start
+    finally:
+        pool.close()
+
+
+@pytest.fixture
+def broker(broker_factory: BrokerFactory) -> BrokerProcess:
+    """A fresh broker for this test alone (to restart, kill or corrupt)."""
+    return broker_factory()
+
+
+@pytest.fixture(scope="module")
+def module_broker_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerFactory]:
+    """As `broker_factory`, but the brokers live until the module's last test is done."""
+    pool = _BrokerPool(tmp_path_factory.mktemp("module-brokers"))
+    try:
+        yield pool.start
+    finally:
+        pool.close()
+
+
+@pytest.fixture(scope="module")
+def shared_broker(module_broker_factory: BrokerFactory) -> BrokerProcess:
+    """One broker for a module of tests that each work on topics of their own: far cheaper than a broker
+    per test. Tests that restart, kill or damage a broker use `broker` instead."""
+    return module_broker_factory()
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str, interval_s: float = 0.05) -> None:
+    """Poll `condition` until it holds; fail naming `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(interval_s)
+
+
+@pytest.fixture
+def poll_until() -> Callable[[Callable[[], bool], float, str], None]:
+    """`poll_until(condition, timeout_s, what)`: the bounded wait tests use instead of a sleep."""
+    return wait_until
+
+
+# --- records --------------------------------------------------------------------------------------------
+
+Header = tuple[str, bytes | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Rec:
+    """A record as a consumer sees it. `headers` keeps order and duplicates; `timestamp` is the
+    CreateTime in ms, `create_time` False when the client saw another timestamp type."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...] = ()
+    timestamp: int = -1
+    create_time: bool = True
+
+    def content(self) -> tuple[bytes | None, bytes | None, tuple[Header, ...]]:
+        return self.key, self.value, self.headers
+
+
+# A record to produce: {"key": ..., "value": ..., "headers": [...], "timestamp": ms, "partition": n}, every
+# field optional.
+Spec = Mapping[str, Any]
+
+
+# --- confluent-kafka helpers ------------------------------------------------------------------------------
+
+
+class Kafka:
+    """confluent-kafka helpers: topics, produce, consume-all, watermarks; every call bounded."""
+
+    def __init__(self, test_name: str, timeout_s: float = CLIENT_TIMEOUT_S) -> None:
+        self.test_name = test_name
+        self.timeout_s = timeout_s
+        self._topics = 0
+
+    def topic_name(self, hint: str = "") -> str:
+        """A topic name unique to this test (Kafka-legal: the test name, a counter and a random suffix)."""
+        self._topics += 1
+        base = re.sub(r"[^a-zA-Z0-9._-]", "-", f"{self.test_name}{hint}")[:150]
+        return f"{base}-{self._topics}-{uuid.uuid4().hex[:6]}"
+
+    def admin(self, bootstrap: str) -> AdminClient:
+        return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(self.timeout_s * 1000)})
+
+    def create_topic(
+        self, bootstrap: str, name: str, partitions: int = 1, config: Mapping[str, str] | None = None
+    ) -> None:
+        """Create `name` and wait until metadata shows a leader for every partition."""
+        admin = self.admin(bootstrap)
+        futures = admin.create_topics(
+            [NewTopic(name, num_partitions=partitions, replication_factor=1, config=dict(config or {}))],
+            request_timeout=self.timeout_s,
+        )
+        futures[name].result(timeout=self.timeout_s)
+
+        def ready() -> bool:
+            meta = admin.list_topics(topic=name, timeout=self.timeout_s).topics.get(name)
+            return (
+                meta is not None
+                and meta.error is None
+                and len(meta.partitions) == partitions
+                and all(p.leader >= 0 for p in meta.partitions.values())
+            )
+
+        wait_until(ready, self.timeout_s, f"a leader for every partition of {name}")
+
+    def producer(self, bootstrap: str, **config: object) -> Producer:
+        settings: dict[str, object] = {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "linger.ms": 5,
+            "message.timeout.ms": int(self.timeout_s * 1000),
+        }
+        settings.update({_dotted(k): v for k, v in config.items()})
+        return Producer(settings)
+
+    def produce(self, bootstrap: str, topic: str, records: Sequence[Spec], **config: object) -> list[tuple[int, int]]:
+        """Produce `records` in order; return each one's acknowledged (partition, offset). Any delivery
+        error fails. `config` is librdkafka settings, `compression_type="zstd"` or `{"compression.type": ...}`."""
+        producer = self.producer(bootstrap, **config)
+        acked: list[tuple[int, int] | None] = [None] * len(records)
+        errors: list[str] = []
+
+        def on_delivery(index: int) -> Callable[[KafkaError | None, Any], None]:
+            def report(err: KafkaError | None, msg: Any) -> None:
+                if err is not None:
+                    errors.append(f"record {index}: {err}")
+                else:
+                    acked[index] = (msg.partition(), msg.offset())
+
+            return report
+
+        for index, record in enumerate(records):
+            kwargs: dict[str, Any] = {"value": record.get("value"), "key": record.get("key")}
+            for field in ("headers", "timestamp", "partition"):
+                if record.get(field) is not None:
+                    kwargs[field] = record[field]
+            while True:
+                try:
+                    producer.produce(topic, on_delivery=on_delivery(index), **kwargs)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        remaining = producer.flush(self.timeout_s)
+        assert remaining == 0, f"{remaining} records still undelivered after {self.timeout_s}s"
+        assert not errors, f"delivery failed: {errors[:5]}"
+        return [a for a in acked if a is not None]
+
+    def consumer(self, bootstrap: str, **config: object) -> Consumer:
+        """A consumer that never joins a group: librdkafka requires a group.id, but we only assign()."""
+        settings: dict[str, object] = {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"unused-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "error",
+            "enable.partition.eof": True,
+            "socket.timeout.ms": int(self.timeout_s * 1000),
+        }
+        settings.update({_dotted(k): v for k, v in config.items()})
+        return Consumer(settings)
+
+    def watermarks(self, bootstrap: str, topic: str, partition: int = 0) -> tuple[int, int]:
+        """(log start offset, high watermark), asked of the broker (ListOffsets -2 and -1)."""
+        consumer = self.consumer(bootstrap)
+        try:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=self.timeout_s, cached=False
+            )
+            return int(low), int(high)
+        finally:
+            consumer.close()
+
+    def consume_all(
+        self, bootstrap: str, topic: str, partitions: Sequence[int] = (0,), start_offset: int = OFFSET_BEGINNING
+    ) -> list[Rec]:
+        """Every record from `start_offset` up to each partition's high watermark at the time of the call,
+        sorted by (partition, offset). Fails on any consumer error or if an end is not reached in time."""
+        consumer = self.consumer(bootstrap)
+        try:
+            ranges = {
+                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=self.timeout_s, cached=False)
+                for p in partitions
+            }
+            ends = {p: high for p, (_, high) in ranges.items()}
+            pending = {p for p, (low, high) in ranges.items() if high > max(low, start_offset)}
+            consumer.assign([TopicPartition(topic, p, start_offset) for p in pending])
+            records: list[Rec] = []
+            deadline = time.monotonic() + self.timeout_s
+            while pending:
+                if time.monotonic() > deadline:
+                    raise AssertionError(
+                        f"consumed {len(records)} records of {topic}; partitions {sorted(pending)} did not reach "
+                        f"their high watermarks {ends} within {self.timeout_s}s"
+                    )
+                for msg in consumer.consume(num_messages=10_000, timeout=0.2):
+                    err = msg.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            if msg.offset() >= ends[msg.partition()]:
+                                pending.discard(msg.partition())
+                            continue
+                        raise KafkaException(err)
+                    if msg.partition() not in pending:
+                        continue
+                    ts_type, ts = msg.timestamp()
+                    records.append(
+                        Rec(
+                            partition=msg.partition(),
+                            offset=msg.offset(),
+                            key=msg.key(),
+                            value=msg.value(),
+                            headers=tuple(msg.headers() or ()),
+                            timestamp=ts,
+                            create_time=ts_type == 1,  # TIMESTAMP_CREATE_TIME
+                        )
+                    )
+                    if msg.offset() + 1 >= ends[msg.partition()]:
+                        pending.discard(msg.partition())
+            records.sort(key=lambda r: (r.partition, r.offset))
+            return records
+        finally:
+            consumer.close()
+
+
+@pytest.fixture
+def kafka(request: pytest.FixtureRequest) -> Kafka:
+    return Kafka(request.node.name)
+
+
+# --- one adapter per client library: the same produce/consume contract for each ---------------------------
+
+
+class ClientAdapter:
+    """Produce `Spec`s to one partition and read `Rec`s back with one client library.
+
+    `produce` returns the acknowledged offsets in order; `consume` returns `count` records from `start`
+    (no consumer group: assign and seek). `compression` is Kafka's name (none, gzip, snappy, lz4, zstd).
+    """
+
+    name = ""
+    sets_timestamps = True  # False when the client cannot set a record's CreateTime (kcat)
+    per_record_headers = True  # False when headers are fixed for a whole run (kcat)
+
+    def __init__(self, timeout_s: float = CLIENT_TIMEOUT_S) -> None:
+        self.timeout_s = timeout_s
+
+    def produce(
+        self, bootstrap: str, topic: str, records: Sequence[Spec], compression: str = "none", partition: int = 0
+    ) -> list[int]:
+        raise NotImplementedError
+
+    def consume(self, bootstrap: str, topic: str, count: int, partition: int = 0, start: int = 0) -> list[Rec]:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class ConfluentAdapter(ClientAdapter):
+    name = "confluent-kafka"
+
+    def produce(
+        self, bootstrap: str, topic: str, records: Sequence[Spec], compression: str = "none", partition: int = 0
+    ) -> list[int]:
+        specs = [{**r, "partition": partition} for r in records]
+        acked = Kafka("adapter", self.timeout_s).produce(bootstrap, topic, specs, compression_type=compression)
+        return [offset for _, offset in acked]
+
+    def consume(self, bootstrap: str, topic: str, count: int, partition: int = 0, start: int = 0) -> list[Rec]:
+        records = Kafka("adapter", self.timeout_s).consume_all(bootstrap, topic, (partition,), start_offset=start)
+        return records[:count]
+
+
+class KafkaPythonAdapter(ClientAdapter):
+    name = "kafka-python"
+
+    def produce(
+        self, bootstrap: str, topic: str, records: Sequence[Spec], compression: str = "none", partition: int = 0
+    ) -> list[int]:
+        from kafka import KafkaProducer
+
+        producer = KafkaProducer(
+            bootstrap_servers=bootstrap,
+            acks="all",
+            linger_ms=5,
+            compression_type=None if compression == "none" else compression,
+            request_timeout_ms=int(self.timeout_s * 1000),
+        )
+        try:
+            futures = [
+                producer.send(
+                    topic,
+                    value=r.get("value"),
+                    key=r.get("key"),
+                    headers=list(r.get("headers") or []),
+                    partition=partition,
+                    timestamp_ms=r.get("timestamp"),
+                )
+                for r in records
+            ]
+            producer.flush(timeout=self.timeout_s)
+            return [f.get(timeout=self.timeout_s).offset for f in futures]
+        finally:
+            producer.close(timeout=self.timeout_s)
+
+    def consume(self, bootstrap: str, topic: str, count: int, partition: int = 0, start: int = 0) -> list[Rec]:
+        from kafka import KafkaConsumer
+        from kafka import TopicPartition as KTopicPartition
+
+        consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap,
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="none",
+            request_timeout_ms=int(self.timeout_s * 1000),
+        )
+        try:
+            tp = KTopicPartition(topic, partition)
+            consumer.assign([tp])
+            consumer.seek(tp, start)
+            records: list[Rec] = []
+            deadline = time.monotonic() + self.timeout_s
+            while len(records) < count:
+                assert time.monotonic() < deadline, f"kafka-python read {len(records)} of {count} records in time"
+                for batch in consumer.poll(timeout_ms=200).values():
+                    records.extend(
+                        Rec(
+                            partition=m.partition,
+                            offset=m.offset,
+                            key=m.key,
+                            value=m.value,
+                            headers=tuple((k, v) for k, v in m.headers or ()),
+                            timestamp=m.timestamp,
+                            create_time=m.timestamp_type == 0,
+                        )
+                        for m in batch
+                    )
+            return records[:count]
+        finally:
+            consumer.close()
+
+
+class AiokafkaAdapter(ClientAdapter):
+    name = "aiokafka"
+
+    def produce(
+        self, bootstrap: str, topic: str, records: Sequence[Spec], compression: str = "none", partition: int = 0
+    ) -> list[int]:
+        from aiokafka import AIOKafkaProducer
+
+        async def run() -> list[int]:
+            producer = AIOKafkaProducer(
+                bootstrap_servers=bootstrap,
+                acks="all",
+                linger_ms=5,
+                compression_type=None if compression == "none" else compression,
+                request_timeout_ms=int(self.timeout_s * 1000),
+            )
+            await producer.start()
+            try:
+                futures = [
+                    await producer.send(
+                        topic,
+                        value=r.get("value"),
+                        key=r.get("key"),
+                        partition=partition,
+                        timestamp_ms=r.get("timestamp"),
+                        headers=list(r.get("headers") or []),
+                    )
+                    for r in records
+                ]
+                return [(await f).offset for f in futures]
+            finally:
+                await producer.stop()
+
+        return asyncio.run(asyncio.wait_for(run(), self.timeout_s))
+
+    def consume(self, bootstrap: str, topic: str, count: int, partition: int = 0, start: int = 0) -> list[Rec]:
+        from aiokafka import AIOKafkaConsumer
+        from aiokafka import TopicPartition as ATopicPartition
+
+        async def run() -> list[Rec]:
+            consumer = AIOKafkaConsumer(
+                bootstrap_servers=bootstrap,
+                group_id=None,
+                enable_auto_commit=False,
+                auto_offset_reset="none",
+                request_timeout_ms=int(self.timeout_s * 1000),
+            )
+            await consumer.start()
+            try:
+                tp = ATopicPartition(topic, partition)
+                consumer.assign([tp])
+                consumer.seek(tp, start)
+                records: list[Rec] = []
+                while len(records) < count:
+                    for batch in (await consumer.getmany(timeout_ms=200)).values():
+                        records.extend(
+                            Rec(
+                                partition=m.partition,
+                                offset=m.offset,
+                                key=m.key,
+                                value=m.value,
+                                headers=tuple((k, v) for k, v in m.headers or ()),
+                                timestamp=m.timestamp,
+                                create_time=m.timestamp_type == 0,
+                            )
+                            for m in batch
+                        )
+                return records[:count]
+            finally:
+                await consumer.stop()
+
+        return asyncio.run(asyncio.wait_for(run(), self.timeout_s))
+
+
+class KcatAdapter(ClientAdapter):
+    """kcat (librdkafka's command-line client). Producing: one line per record, `key<TAB>value`, with -Z
+    turning an empty key or value into NULL; headers (-H) are the same for every record of a run and
+    CreateTime is the time of sending. Consuming: a format with key and value lengths, so any bytes read
+    back exactly."""
+
+    name = "kcat"
+    sets_timestamps = False
+    per_record_headers = False
+    # offset, timestamp, key length, value length, headers; a newline; then the key and value bytes.
+    CONSUME_FORMAT = "%o %T %K %S %h\\n%k%s"
+
+    def _run(self, args: list[str], stdin: bytes = b"") -> bytes:
+        done = subprocess.run(["kcat", *args], input=stdin, capture_output=True, timeout=self.timeout_s, check=False)
+        assert done.returncode == 0, f"kcat {' '.join(args)} exited {done.returncode}: {done.stderr.decode()}"
+        return done.stdout
+
+    def produce(
+        self, bootstrap: str, topic: str, records: Sequence[Spec], compression: str = "none", partition: int = 0
+    ) -> list[int]:
+        headers = {tuple(r.get("headers") or ()) for r in records}
+        assert len(headers) <= 1, "kcat sets the same headers on every record of a run"
+        lines = []
+        for r in records:
+            key, value = r.get("key") or b"", r.get("value") or b""
+            assert b"\t" not in key + value and b"\n" not in key + value, "kcat input is tab/line delimited"
+            lines.append(key + b"\t" + value + b"\n")
+        args = ["-P", "-b", bootstrap, "-t", topic, "-p", str(partition), "-K", "\t", "-Z"]
+        args += ["-X", f"compression.codec={compression}", "-X", "acks=all"]
+        for name, value in next(iter(headers), ()):
+            args += ["-H", f"{name}={value.decode()}"]
+        low_high_before = Kafka("kcat", self.timeout_s).watermarks(bootstrap, topic, partition)[1]
+        self._run(args, b"".join(lines))
+        high_after = Kafka("kcat", self.timeout_s).watermarks(bootstrap, topic, partition)[1]
+        assert high_after - low_high_before == len(records), "kcat did not produce every record"
+        return list(range(low_high_before, high_after))
+
+    def consume(self, bootstrap: str, topic: str, count: int, partition: int = 0, start: int = 0) -> list[Rec]:
+        args = ["-C", "-b", bootstrap, "-t", topic, "-p", str(partition), "-o", str(start), "-c", str(count)]
+        args += ["-e", "-q", "-f", self.CONSUME_FORMAT]
+        out = self._run(args)
+        records: list[Rec] = []
+        pos = 0
+        while pos < len(out):
+            end = out.index(b"\n", pos)
+            offset, ts, klen, vlen, header_text = out[pos:end].decode().split(" ", 4)
+            pos = end + 1
+            key = value = None
+            if int(klen) >= 0:
+                key, pos = out[pos : pos + int(klen)], pos + int(klen)
+            if int(vlen) >= 0:
+                value, pos = out[pos : pos + int(vlen)], pos + int(vlen)
+            headers = tuple(
+                (name, v.encode()) for name, _, v in (h.partition("=") for h in header_text.split(",") if h)
+            )
+            records.append(Rec(partition, int(offset), key, value, headers, int(ts)))
+        return records
+
+
+CLIENT_ADAPTERS: dict[str, type[ClientAdapter]] = {
+    a.name: a for a in (ConfluentAdapter, KafkaPythonAdapter, AiokafkaAdapter, KcatAdapter)
+}
+
+
+@pytest.fixture
+def clients() -> dict[str, ClientAdapter]:
+    """`clients["kafka-python"].produce(...)`: one adapter per client library."""
+    return {name: adapter() for name, adapter in CLIENT_ADAPTERS.items()}
