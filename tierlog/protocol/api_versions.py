@@ -1,0 +1,124 @@
+"""The Kafka APIs and versions this broker serves, and the header versions each of them uses.
+
+The table is data: the server picks which API keys it enables (`enabled_apis`), answers ApiVersions with
+`supported_api_versions` and hands the same mapping to `codec.parse_request`, so a broker never
+advertises a version it would then refuse, nor parses one it did not advertise.
+
+Every maximum is the smaller of what kio 0.6.5 has a schema for and the last version whose semantics we
+implement; the reason for each cap sits next to the entry (quotes are from Kafka 4.x's message JSON).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import NamedTuple
+
+API_VERSIONS_KEY = 18
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSupport:
+    """One API: the versions we parse and answer, and where its flexible (KIP-482) versions start."""
+
+    api_key: int
+    name: str
+    min_version: int
+    max_version: int
+    first_flexible_version: int
+    # What ApiVersions advertises as the minimum, when it must differ from what we parse (Produce only).
+    advertised_min_version: int | None = None
+
+    def serves(self, version: int) -> bool:
+        return self.min_version <= version <= self.max_version
+
+    def is_flexible(self, version: int) -> bool:
+        return version >= self.first_flexible_version
+
+
+_TABLE: tuple[ApiSupport, ...] = (
+    # v4 only lifts KAFKA-17011 (a SupportedFeatures MinVersion of 0); kio's newest is v4.
+    ApiSupport(18, "ApiVersions", 0, 4, 3),
+    # v13 adds a top-level error code for KIP-1102 rebootstrap (REBOOTSTRAP_REQUIRED), which we never
+    # send; capping at v12 keeps one response shape (v10+ already carries topic ids).
+    ApiSupport(3, "Metadata", 0, 12, 9),
+    # Kafka 4.0 removed v0-2 but, because of librdkafka's compressed-produce bug (KAFKA-18659), still lists
+    # Produce from v0 in ApiVersions and rejects v0-2 requests: we do the same (kio has no v0-2 either).
+    # v12 means "the broker adds the partition to the transaction itself" (KIP-890 part 2) and v13
+    # replaces topic names with ids; we implement neither, so v11 is the cap.
+    ApiSupport(0, "Produce", 3, 11, 9, advertised_min_version=0),
+    # kio starts at v4 (as does Kafka 4.0). v13+ name topics by id, which the controller keeps. v17 adds the
+    # ReplicaDirectoryId of KIP-853 (KRaft voters) and v18 the HighWatermark of KIP-1166: neither applies.
+    ApiSupport(1, "Fetch", 4, 16, 12),
+    # v0 is gone in Kafka 4.0 and kio. v9 adds LATEST_TIERED_TIMESTAMP (-5); v10 adds a TimeoutMs for async
+    # remote lookups (KIP-1075) and v11 EARLIEST_PENDING_UPLOAD (-6, KIP-1023), which we do not implement.
+    ApiSupport(2, "ListOffsets", 1, 9, 6),
+    ApiSupport(19, "CreateTopics", 2, 7, 5),
+    # v6 names topics by name or id; both are resolvable here.
+    ApiSupport(20, "DeleteTopics", 1, 6, 4),
+    ApiSupport(37, "CreatePartitions", 0, 3, 2),
+    ApiSupport(32, "DescribeConfigs", 1, 4, 4),
+    ApiSupport(33, "AlterConfigs", 0, 2, 2),
+    ApiSupport(44, "IncrementalAlterConfigs", 0, 1, 1),
+    # v2 adds IncludeFencedBrokers (KIP-1073); we have no broker fencing to report.
+    ApiSupport(60, "DescribeCluster", 0, 1, 0),
+    ApiSupport(21, "DeleteRecords", 0, 2, 2),
+    # kio (and Kafka 4.0) start at v2; v4 is the newest.
+    ApiSupport(23, "OffsetForLeaderEpoch", 2, 4, 4),
+    # v5 adds TRANSACTION_ABORTABLE (KIP-890) and v6 share-group keys (KIP-932); we implement neither.
+    ApiSupport(10, "FindCoordinator", 0, 4, 3),
+    # v5 adds TRANSACTION_ABORTABLE (KIP-890) and v6 two-phase commit (KIP-939); we implement neither.
+    ApiSupport(22, "InitProducerId", 0, 4, 2),
+)
+
+SUPPORTED_APIS: Mapping[int, ApiSupport] = MappingProxyType({api.api_key: api for api in _TABLE})
+
+
+def enabled_apis(enabled_keys: Iterable[int]) -> Mapping[int, ApiSupport]:
+    """The subset of SUPPORTED_APIS the server enables; ApiVersions must be among them (KIP-511).
+
+    Raises ValueError for a key we do not implement, so a typo cannot silently disable an API.
+    """
+    keys = set(enabled_keys)
+    unknown = keys - SUPPORTED_APIS.keys()
+    if unknown:
+        raise ValueError(f"API keys not implemented by the protocol layer: {sorted(unknown)}")
+    if API_VERSIONS_KEY not in keys:
+        raise ValueError("ApiVersions (18) must be enabled: clients cannot negotiate without it")
+    return MappingProxyType({key: SUPPORTED_APIS[key] for key in sorted(keys)})
+
+
+class ApiVersionEntry(NamedTuple):
+    """One `api_keys` entry of an ApiVersions response; build the kio `ApiVersion` of the response's
+    version from it (each ApiVersions version has its own class)."""
+
+    api_key: int
+    min_version: int
+    max_version: int
+
+
+def supported_api_versions(enabled_keys: Iterable[int]) -> tuple[ApiVersionEntry, ...]:
+    """What ApiVersions advertises for `enabled_keys` (e.g. the mapping `enabled_apis` returned), by key."""
+    entries = []
+    for key in sorted(set(enabled_keys)):
+        api = SUPPORTED_APIS[key]
+        advertised_min = api.min_version if api.advertised_min_version is None else api.advertised_min_version
+        entries.append(ApiVersionEntry(api.api_key, advertised_min, api.max_version))
+    return tuple(entries)
+
+
+def request_header_version(api_key: int, api_version: int) -> int:
+    """Request header v2 (tagged fields after client_id) in flexible versions, v1 otherwise."""
+    return 2 if SUPPORTED_APIS[api_key].is_flexible(api_version) else 1
+
+
+def response_header_version(api_key: int, api_version: int) -> int:
+    """Response header v1 (tagged fields after the correlation id) in flexible versions, v0 otherwise.
+
+    ApiVersions always answers with v0: a client that sent a version we do not know must still be able
+    to read the correlation id and the error of our answer (KIP-511).
+    """
+    if api_key == API_VERSIONS_KEY:
+        return 0
+    return 1 if SUPPORTED_APIS[api_key].is_flexible(api_version) else 0
