@@ -1,0 +1,114 @@
+"""Property tests: whatever the bytes, parse_request raises only InvalidRequest or UnsupportedVersion, and
+the tolerant (unknown-tag-skipping) reader reads every served request schema exactly like kio's own."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import struct
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kio.index import load_request_schema
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import Records, i16, i32
+
+from tierlog.protocol.api_versions import SUPPORTED_APIS
+from tierlog.protocol.codec import InvalidRequest, UnsupportedVersion, parse_request
+from tierlog.protocol.tolerant_reader import tolerant_entity_reader
+
+# kio registers strategies for its primitive types, not for its records blob.
+st.register_type_strategy(Records, st.binary(max_size=64))
+
+SERVED = [
+    (api.api_key, version) for api in SUPPORTED_APIS.values() for version in range(api.min_version, api.max_version + 1)
+]
+
+
+def frame_for(entity: Any, correlation_id: int = 1) -> bytes:
+    header_type = entity.__header_schema__
+    out = io.BytesIO()
+    entity_writer(header_type)(
+        out,
+        header_type(
+            request_api_key=i16(entity.__api_key__),
+            request_api_version=i16(entity.__version__),
+            correlation_id=i32(correlation_id),
+            client_id="fuzz",
+        ),
+    )
+    entity_writer(type(entity))(out, entity)
+    return out.getvalue()
+
+
+def parse_only_expected_errors(frame: bytes) -> None:
+    with contextlib.suppress(InvalidRequest, UnsupportedVersion):
+        parse_request(frame)
+
+
+@st.composite
+def served_entities(draw: st.DrawFn) -> Any:
+    api_key, version = draw(st.sampled_from(SERVED))
+    return draw(st.from_type(load_request_schema(api_key, version)))
+
+
+@settings(max_examples=500)
+@given(st.binary(max_size=200))
+def test_random_bytes(frame: bytes) -> None:
+    parse_only_expected_errors(frame)
+
+
+@settings(max_examples=1000)
+@given(st.sampled_from(SERVED), st.integers(min_value=-(2**31), max_value=2**31 - 1), st.binary(max_size=300))
+def test_random_bodies_behind_a_served_header(api: tuple[int, int], correlation_id: int, rest: bytes) -> None:
+    parse_only_expected_errors(struct.pack(">hhi", *api, correlation_id) + rest)
+
+
+mutations = st.one_of(
+    st.tuples(st.just("flip"), st.integers(min_value=0), st.integers(min_value=1, max_value=255)),
+    st.tuples(st.just("truncate"), st.integers(min_value=0), st.just(0)),
+    st.tuples(st.just("insert"), st.integers(min_value=0), st.integers(min_value=0, max_value=255)),
+    st.tuples(st.just("delete"), st.integers(min_value=0), st.just(0)),
+)
+
+
+def mutate(frame: bytes, edits: list[tuple[str, int, int]]) -> bytes:
+    data = bytearray(frame)
+    for kind, where, value in edits:
+        position = where % (len(data) + 1)
+        if kind == "flip" and position < len(data):
+            data[position] ^= value
+        elif kind == "truncate":
+            del data[position:]
+        elif kind == "insert":
+            data.insert(position, value)
+        elif kind == "delete" and position < len(data):
+            del data[position]
+    return bytes(data)
+
+
+@settings(max_examples=800, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(served_entities(), st.lists(mutations, min_size=1, max_size=4))
+def test_mutated_valid_frames(entity: Any, edits: list[tuple[str, int, int]]) -> None:
+    frame = frame_for(entity)
+    assert parse_request(frame).body == entity
+    parse_only_expected_errors(mutate(frame, edits))
+
+
+@pytest.mark.parametrize(("api_key", "version"), SERVED)
+def test_tolerant_reader_reads_like_kio(api_key: int, version: int) -> None:
+    request_type = load_request_schema(api_key, version)
+    native = entity_reader(request_type)
+    tolerant = tolerant_entity_reader(request_type)
+
+    @settings(max_examples=15, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(st.from_type(request_type))
+    def check(entity: Any) -> None:
+        out = io.BytesIO()
+        entity_writer(request_type)(out, entity)
+        data = memoryview(out.getvalue()).toreadonly()
+        assert tolerant(data, 0) == native(data, 0) == (entity, len(data))
+
+    check()
