@@ -1,0 +1,798 @@
+"""Kafka's UnifiedLog (local part): the segments of one partition replica and its offsets.
+
+Invariants kept here, as in Kafka:
+- segments are sorted by base offset, never empty, and the last one (the active segment) takes appends;
+- log start offset <= high watermark <= log end offset (LEO), and the recovery point <= LEO;
+- every batch below the recovery point has been fsynced, so recovery after a crash starts there;
+- a segment removed from the log lingers as `*.deleted` for file.delete.delay.ms, so a FileSlice handed to
+  a fetch response stays readable while it is sent.
+Nothing here reads a clock: every time comes in as `now_ms`. Truncations carry no time, so a segment they
+create is dated by the latest time the log was given.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tierlog.common import TopicPartition
+from tierlog.records.record_batch import (
+    NO_PARTITION_LEADER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_TIMESTAMP,
+    InvalidRecordError,
+    RecordBatchHeader,
+    TimestampType,
+    iter_batches,
+    set_base_offset,
+    set_log_append_time,
+    set_partition_leader_epoch,
+)
+from tierlog.storage.checkpoints import LEADER_EPOCH_CHECKPOINT_FILENAME, LeaderEpochCheckpointFile
+from tierlog.storage.errors import (
+    CorruptIndexError,
+    InvalidTimestampError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    OffsetsOutOfOrderError,
+    RecordBatchTooLargeError,
+    RecordTooLargeError,
+    UnexpectedAppendOffsetError,
+)
+from tierlog.storage.file_records import FetchDataInfo, TimestampAndOffset, offset_of_timestamp_in_batch, scan_batches
+from tierlog.storage.leader_epoch_cache import LeaderEpochFileCache
+from tierlog.storage.log_config import LogConfig
+from tierlog.storage.segment import (
+    CLEANED_FILE_SUFFIX,
+    DELETED_FILE_SUFFIX,
+    INDEX_FILE_SUFFIX,
+    LOG_FILE_SUFFIX,
+    SWAP_FILE_SUFFIX,
+    TIME_INDEX_FILE_SUFFIX,
+    LogSegment,
+    log_file_path,
+    offset_from_file_name,
+)
+
+# ListOffsets special timestamps (Kafka's ListOffsetsRequest).
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+
+_TMP_FILE_SUFFIX = ".tmp"
+_INDEX_SUFFIXES = (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, ".txnindex")
+
+
+@dataclass(frozen=True, slots=True)
+class LogAppendInfo:
+    """Kafka's LogAppendInfo: what an append wrote. `log_append_time` is -1 unless LogAppendTime stamped it."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time: int
+    records_count: int
+    valid_bytes: int
+
+
+class Log:
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        topic_partition: TopicPartition,
+        segments: list[LogSegment],
+        leader_epoch_cache: LeaderEpochFileCache,
+        *,
+        log_start_offset: int,
+        recovery_point: int,
+        high_watermark: int,
+        now_ms: int,
+    ) -> None:
+        self._dir = directory
+        self._config = config
+        self._topic_partition = topic_partition
+        self._segments = segments
+        self._base_offsets = [segment.base_offset for segment in segments]
+        self._leader_epoch_cache = leader_epoch_cache
+        self._next_offset = segments[-1].read_next_offset()
+        self._log_start_offset = max(log_start_offset, segments[0].base_offset)
+        self._recovery_point = min(max(recovery_point, self._log_start_offset), self._next_offset)
+        self._high_watermark = min(max(high_watermark, self._log_start_offset), self._next_offset)
+        self._now_ms = now_ms
+        self._last_flush_ms = now_ms
+        # Kafka flushes the previous segment on a scheduler thread right after a roll; here the shell's
+        # flush timer does it (flush_if_due), so a crash recovers little more than the active segment.
+        self._pending_flush_offset: int | None = None
+        # (offset, segment base offset, position) of the last max_offset a read translated, usually the HW.
+        self._max_offset_metadata: tuple[int, int, int] | None = None
+        self._deleted_segments: list[tuple[LogSegment, int]] = []
+        leader_epoch_cache.truncate_from_end(self._next_offset)
+        leader_epoch_cache.truncate_from_start(self._log_start_offset)
+
+    # Loading (Kafka's LogLoader)
+
+    @classmethod
+    def open(
+        cls,
+        dir: Path,
+        config: LogConfig,
+        *,
+        topic_partition: TopicPartition,
+        recovery_point: int,
+        log_start_offset: int,
+        high_watermark: int,
+        had_clean_shutdown: bool,
+        now_ms: int,
+    ) -> Log:
+        """Load a partition directory: drop leftovers of interrupted operations, rebuild missing or corrupt
+        indexes and, after an unclean shutdown, validate every batch from the recovery point on."""
+        dir.mkdir(parents=True, exist_ok=True)
+        leader_epoch_cache = LeaderEpochFileCache(LeaderEpochCheckpointFile(dir / LEADER_EPOCH_CHECKPOINT_FILENAME))
+        swap_files = _remove_temp_files_and_collect_swap_files(dir)
+        _complete_swaps(dir, swap_files, config, now_ms)
+        segments = _load_segment_files(dir, config, leader_epoch_cache, now_ms)
+        if not had_clean_shutdown:
+            _recover_from(segments, recovery_point, leader_epoch_cache)
+        if segments and segments[-1].read_next_offset() < log_start_offset:
+            # DeleteRecords moved the log start past everything that survived: Kafka starts over there.
+            for segment in segments:
+                segment.delete()
+            segments.clear()
+        if not segments:
+            segments.append(LogSegment.open(dir, log_start_offset, config, now_ms))
+        log_end_offset = segments[-1].read_next_offset()
+        return cls(
+            dir,
+            config,
+            topic_partition,
+            segments,
+            leader_epoch_cache,
+            log_start_offset=log_start_offset,
+            # A recovered log is not yet flushed: the recovery point only moves when a flush makes it true.
+            recovery_point=log_end_offset if had_clean_shutdown else recovery_point,
+            high_watermark=high_watermark,
+            now_ms=now_ms,
+        )
+
+    # State
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return self._topic_partition
+
+    @property
+    def dir(self) -> Path:
+        return self._dir
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def leader_epoch_cache(self) -> LeaderEpochFileCache:
+        return self._leader_epoch_cache
+
+    @property
+    def latest_epoch(self) -> int | None:
+        return self._leader_epoch_cache.latest_epoch
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        return list(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(segment.size for segment in self._segments)
+
+    def update_config(self, config: LogConfig) -> None:
+        """Takes effect for later appends and retention; existing segments keep their index settings."""
+        self._config = config
+
+    # Append
+
+    def append_as_leader(self, records: bytearray, leader_epoch: int, now_ms: int) -> LogAppendInfo:
+        """Validate every batch, then assign offsets from the LEO and stamp the leader epoch in place (the
+        CRC does not cover either) and append. Nothing is written unless every batch is valid."""
+        self._now_ms = now_ms
+        config = self._config
+        headers = list(iter_batches(records))
+        for header in headers:
+            self._validate_client_batch(header, now_ms)
+        self._check_append_size(len(records))
+        log_append_time = config.log_append_time
+        first_offset = offset = self._next_offset
+        max_timestamp, offset_of_max_timestamp, records_count = NO_TIMESTAMP, -1, 0
+        for header in headers:
+            position = header.position
+            set_base_offset(records, position, offset)
+            set_partition_leader_epoch(records, position, leader_epoch)
+            last_offset = offset + header.last_offset_delta
+            if log_append_time:
+                set_log_append_time(records, position, now_ms)
+                timestamp = now_ms
+            else:
+                timestamp = header.max_timestamp
+            if timestamp > max_timestamp:
+                max_timestamp, offset_of_max_timestamp = timestamp, last_offset
+            records_count += header.records_count
+            offset = last_offset + 1
+        if self._leader_epoch_cache.latest_epoch != leader_epoch:
+            self._leader_epoch_cache.assign(leader_epoch, first_offset)
+        self._append(records, first_offset, offset - 1, max_timestamp, offset_of_max_timestamp, now_ms)
+        return LogAppendInfo(
+            first_offset,
+            offset - 1,
+            max_timestamp,
+            offset_of_max_timestamp,
+            now_ms if log_append_time else NO_TIMESTAMP,
+            records_count,
+            len(records),
+        )
+
+    def _validate_client_batch(self, header: RecordBatchHeader, now_ms: int) -> None:
+        """Kafka's LogValidator checks that need only the batch header."""
+        config = self._config
+        if header.size_in_bytes > config.max_message_bytes:
+            raise RecordTooLargeError(
+                f"The batch at position {header.position} is {header.size_in_bytes} bytes, larger than "
+                f"max.message.bytes ({config.max_message_bytes}) of partition {self._topic_partition}"
+            )
+        if header.records_count != header.last_offset_delta + 1:
+            raise InvalidRecordError(
+                f"Inconsistent batch offset range [0, {header.last_offset_delta}] and count of records "
+                f"{header.records_count} in topic partition {self._topic_partition}",
+                corrupt=False,
+            )
+        if header.is_control:
+            raise InvalidRecordError(
+                f"Clients are not allowed to write control records in topic partition {self._topic_partition}",
+                corrupt=False,
+            )
+        if header.producer_id != NO_PRODUCER_ID and header.base_sequence < 0:
+            raise InvalidRecordError(
+                f"Invalid sequence number {header.base_sequence} in record batch with producerId "
+                f"{header.producer_id} in topic partition {self._topic_partition}",
+                corrupt=False,
+            )
+        if config.log_append_time:
+            return
+        if header.timestamp_type == TimestampType.LOG_APPEND_TIME:
+            raise InvalidTimestampError(
+                f"Invalid timestamp type in batch at position {header.position} of partition "
+                f"{self._topic_partition}: producers may not set LogAppendTime"
+            )
+        # Kafka checks every record; without decoding, the batch's first and largest timestamps bound them
+        # (records of a producer batch come in time order, so the first is the oldest).
+        for timestamp in (header.base_timestamp, header.max_timestamp):
+            if timestamp == NO_TIMESTAMP:
+                continue
+            if now_ms - timestamp > config.message_timestamp_before_max_ms:
+                raise InvalidTimestampError(
+                    f"Timestamp {timestamp} of a record in partition {self._topic_partition} is more than "
+                    f"message.timestamp.before.max.ms ({config.message_timestamp_before_max_ms}) before now"
+                )
+            if timestamp - now_ms > config.message_timestamp_after_max_ms:
+                raise InvalidTimestampError(
+                    f"Timestamp {timestamp} of a record in partition {self._topic_partition} is more than "
+                    f"message.timestamp.after.max.ms ({config.message_timestamp_after_max_ms}) after now"
+                )
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview, now_ms: int) -> LogAppendInfo:
+        """Append batches whose offsets and epochs the leader assigned; the epoch cache learns each new
+        epoch from the batches' partitionLeaderEpoch."""
+        self._now_ms = now_ms
+        headers = list(iter_batches(records))
+        first_offset = next_offset = headers[0].base_offset
+        max_timestamp, offset_of_max_timestamp, records_count = NO_TIMESTAMP, -1, 0
+        for header in headers:
+            if header.base_offset < next_offset:
+                raise OffsetsOutOfOrderError(
+                    f"Out of order offsets found in append to {self._topic_partition}: batch at offset "
+                    f"{header.base_offset} follows offset {next_offset - 1}"
+                )
+            if header.max_timestamp > max_timestamp:
+                max_timestamp, offset_of_max_timestamp = header.max_timestamp, header.last_offset
+            records_count += header.records_count
+            next_offset = header.last_offset + 1
+        last_offset = next_offset - 1
+        if first_offset < self._next_offset:
+            raise UnexpectedAppendOffsetError(
+                f"Unexpected offset in append to {self._topic_partition}. First offset {first_offset} is less "
+                f"than the next offset {self._next_offset}. Last offset in append: {last_offset}. Log start "
+                f"offset = {self._log_start_offset}",
+                first_offset,
+                last_offset,
+            )
+        self._check_append_size(len(records))
+        cache = self._leader_epoch_cache
+        for header in headers:
+            epoch = header.partition_leader_epoch
+            if epoch != NO_PARTITION_LEADER_EPOCH and epoch != cache.latest_epoch:
+                cache.assign(epoch, header.base_offset)
+        self._append(records, first_offset, last_offset, max_timestamp, offset_of_max_timestamp, now_ms)
+        return LogAppendInfo(
+            first_offset,
+            last_offset,
+            max_timestamp,
+            offset_of_max_timestamp,
+            NO_TIMESTAMP,
+            records_count,
+            len(records),
+        )
+
+    def _check_append_size(self, size: int) -> None:
+        if size > self._config.segment_bytes:
+            raise RecordBatchTooLargeError(
+                f"Message batch size is {size} bytes in append to partition {self._topic_partition}, which "
+                f"exceeds the maximum configured segment size of {self._config.segment_bytes}."
+            )
+
+    def _append(
+        self,
+        records: bytes | bytearray | memoryview,
+        first_offset: int,
+        last_offset: int,
+        max_timestamp: int,
+        offset_of_max_timestamp: int,
+        now_ms: int,
+    ) -> None:
+        segment = self._maybe_roll(len(records), max_timestamp, first_offset, last_offset, now_ms)
+        segment.append(last_offset, max_timestamp, offset_of_max_timestamp, records)
+        self._next_offset = last_offset + 1
+        if self._next_offset - self._recovery_point >= self._config.flush_messages:
+            self.flush()
+            self._last_flush_ms = now_ms
+
+    # Roll
+
+    def _maybe_roll(
+        self, messages_size: int, max_timestamp: int, first_offset: int, last_offset: int, now_ms: int
+    ) -> LogSegment:
+        config = self._config
+        # Kafka's LogConfig.maxSegmentMs: compaction lag bounds the age of a compacted topic's segment.
+        max_segment_ms = config.segment_ms
+        if config.compact and config.max_compaction_lag_ms > 0:
+            max_segment_ms = min(max_segment_ms, config.max_compaction_lag_ms)
+        segment = self._segments[-1]
+        if segment.should_roll(
+            max_segment_bytes=config.segment_bytes,
+            max_segment_ms=max_segment_ms,
+            max_timestamp_in_messages=max_timestamp,
+            max_offset_in_messages=last_offset,
+            messages_size=messages_size,
+            now_ms=now_ms,
+        ):
+            return self.roll(now_ms, first_offset)
+        return segment
+
+    def roll(self, now_ms: int, expected_next_offset: int | None = None) -> LogSegment:
+        """Start a new active segment at max(expected_next_offset, LEO); a no-op on an empty active segment
+        that already starts there."""
+        self._now_ms = now_ms
+        new_offset = self._next_offset if expected_next_offset is None else max(expected_next_offset, self._next_offset)
+        active = self._segments[-1]
+        if active.base_offset == new_offset and active.size == 0:
+            return active
+        if active.base_offset >= new_offset:
+            raise KafkaStorageError(
+                f"Trying to roll a new log segment for {self._topic_partition} with start offset {new_offset} "
+                f"while the active segment starts at {active.base_offset}"
+            )
+        active.on_become_inactive()
+        segment = LogSegment.open(self._dir, new_offset, self._config, now_ms)
+        self._segments.append(segment)
+        self._base_offsets.append(new_offset)
+        self._pending_flush_offset = new_offset
+        return segment
+
+    # Read
+
+    def read(self, start_offset: int, max_bytes: int, max_offset: int | None, min_one_message: bool) -> FetchDataInfo:
+        """Whole batches from the one holding `start_offset`, up to `max_bytes` (the first batch regardless
+        with `min_one_message`), none holding an offset at or past `max_offset` (exclusive; the HW for
+        consumers, None for no bound). A batch that starts below `start_offset` comes whole; clients skip."""
+        log_end_offset = self._next_offset
+        if not self._log_start_offset <= start_offset <= log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"Received request for offset {start_offset} for partition {self._topic_partition}, but we "
+                f"only have log segments from {self._log_start_offset} up to {log_end_offset}."
+            )
+        upper = log_end_offset if max_offset is None else min(max_offset, log_end_offset)
+        if start_offset >= upper:
+            return FetchDataInfo(start_offset, None)
+        if upper == log_end_offset:
+            active = self._segments[-1]
+            max_base, max_position = active.base_offset, active.size
+        else:
+            max_base, max_position = self._offset_metadata(upper)
+        segments = self._segments
+        for index in range(self._floor_index(start_offset), len(segments)):
+            segment = segments[index]
+            if segment.base_offset > max_base:
+                break
+            segment_max = max_position if segment.base_offset == max_base else segment.size
+            info = segment.read(start_offset, max_bytes, segment_max, min_one_message)
+            if info is not None:
+                return info
+        return FetchDataInfo(start_offset, None)
+
+    def _offset_metadata(self, offset: int) -> tuple[int, int]:
+        """(segment base offset, position) of the batch holding `offset`: where a read must stop."""
+        cached = self._max_offset_metadata
+        if cached is not None and cached[0] == offset:
+            return cached[1], cached[2]
+        segment = self._segments[self._floor_index(offset)]
+        batch = segment.translate_offset(offset)
+        position = segment.size if batch is None else batch.position
+        self._max_offset_metadata = (offset, segment.base_offset, position)
+        return segment.base_offset, position
+
+    def _floor_index(self, offset: int) -> int:
+        return max(bisect_right(self._base_offsets, offset) - 1, 0)
+
+    def fetch_offset_by_timestamp(self, target_timestamp: int) -> TimestampAndOffset | None:
+        """ListOffsets: the first offset whose timestamp is >= the target, with its batch's leader epoch;
+        or one of Kafka's special targets (-1 latest, -2 earliest, -3 max timestamp, -4 earliest local,
+        -5 latest tiered)."""
+        cache = self._leader_epoch_cache
+        if target_timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            # The first cached epoch describes the log start only if it starts at or before it.
+            earliest = cache.earliest_entry
+            epoch = earliest.epoch if earliest is not None and earliest.start_offset <= self._log_start_offset else None
+            return TimestampAndOffset(NO_TIMESTAMP, self._log_start_offset, epoch)
+        if target_timestamp == LATEST_TIMESTAMP:
+            return TimestampAndOffset(NO_TIMESTAMP, self._next_offset, cache.latest_epoch)
+        if target_timestamp == LATEST_TIERED_TIMESTAMP:
+            # Nothing of this log is in a remote tier.
+            return TimestampAndOffset(NO_TIMESTAMP, -1, NO_PARTITION_LEADER_EPOCH)
+        if target_timestamp == MAX_TIMESTAMP:
+            return self._max_timestamp_offset()
+        # Unlike Kafka, which searches only the first segment whose largest timestamp reaches the target, skip
+        # segments below the log start and keep looking when a segment's match lies below it.
+        for segment in self._segments[self._floor_index(self._log_start_offset) :]:
+            if segment.largest_timestamp >= target_timestamp:
+                found = segment.find_offset_by_timestamp(target_timestamp, self._log_start_offset)
+                if found is not None:
+                    return found
+        return None
+
+    def _max_timestamp_offset(self) -> TimestampAndOffset | None:
+        segment = max(self._segments, key=lambda s: s.max_timestamp_so_far)
+        largest = segment.max_timestamp_and_offset_so_far
+        if largest.timestamp < 0:
+            return None
+        position = segment.offset_index.lookup(largest.offset).position
+        for batch in scan_batches(segment.file.fileno(), position, segment.size):
+            if batch.max_timestamp == largest.timestamp:
+                return offset_of_timestamp_in_batch(segment.file.fileno(), batch, largest.timestamp)
+        return None
+
+    # Offsets
+
+    def update_high_watermark(self, high_watermark: int) -> int:
+        """Set the HW, clamped to [log start, LEO]; returns the value set."""
+        self._high_watermark = min(max(high_watermark, self._log_start_offset), self._next_offset)
+        return self._high_watermark
+
+    def maybe_increment_log_start_offset(self, new_log_start_offset: int) -> bool:
+        """DeleteRecords (and retention): move the log start up; it may never pass the HW."""
+        if new_log_start_offset > self._high_watermark:
+            raise OffsetOutOfRangeError(
+                f"Cannot increment the log start offset to {new_log_start_offset} of partition "
+                f"{self._topic_partition} since it is larger than the high watermark {self._high_watermark}"
+            )
+        if new_log_start_offset <= self._log_start_offset:
+            return False
+        self._log_start_offset = new_log_start_offset
+        self._recovery_point = max(self._recovery_point, new_log_start_offset)
+        self._leader_epoch_cache.truncate_from_start(new_log_start_offset)
+        return True
+
+    # Truncation
+
+    def truncate_to(self, target_offset: int) -> bool:
+        """Remove every offset >= target (a batch holding it goes whole); True if anything was removed."""
+        if target_offset < 0:
+            raise ValueError(
+                f"Cannot truncate partition {self._topic_partition} to a negative offset ({target_offset})"
+            )
+        if target_offset >= self._next_offset:
+            # A leader that assigned its epoch but appended nothing leaves an entry at the LEO to drop.
+            self._leader_epoch_cache.truncate_from_end(self._next_offset)
+            return False
+        if self._segments[0].base_offset > target_offset:
+            self.truncate_fully_and_start_at(target_offset)
+            return True
+        cut = self._floor_index(target_offset) + 1
+        self._remove_and_delete_segments(self._segments[cut:])
+        self._segments[-1].truncate_to(target_offset)
+        self._next_offset = target_offset
+        self._leader_epoch_cache.truncate_from_end(target_offset)
+        self._log_start_offset = min(target_offset, self._log_start_offset)
+        self._high_watermark = min(self._high_watermark, self._next_offset)
+        self._recovery_point = min(self._recovery_point, target_offset)
+        self._pending_flush_offset = None
+        self._max_offset_metadata = None
+        return True
+
+    def truncate_fully_and_start_at(self, new_offset: int) -> None:
+        """Drop every segment and restart the log, empty, at `new_offset` (also the new log start)."""
+        self._remove_and_delete_segments(list(self._segments))
+        self._segments.append(LogSegment.open(self._dir, new_offset, self._config, self._now_ms))
+        self._base_offsets.append(new_offset)
+        self._leader_epoch_cache.clear_and_flush()
+        self._next_offset = new_offset
+        self._log_start_offset = new_offset
+        self._high_watermark = new_offset
+        self._recovery_point = new_offset
+        self._pending_flush_offset = None
+        self._max_offset_metadata = None
+
+    # Retention
+
+    def delete_old_segments(self, now_ms: int) -> int:
+        """Kafka's deleteOldSegments: segments wholly below the log start; then, if cleanup.policy has
+        delete, segments beyond retention.bytes and segments older than retention.ms. Only segments below
+        the HW go. Returns the number of segments deleted."""
+        self._now_ms = now_ms
+        deleted = self._delete_old_segments(
+            lambda segment, next_segment: (
+                next_segment is not None and next_segment.base_offset <= self._log_start_offset
+            ),
+            now_ms,
+        )
+        if self._config.delete:
+            deleted += self._delete_retention_size_breached_segments(now_ms)
+            deleted += self._delete_retention_ms_breached_segments(now_ms)
+        return deleted
+
+    def _delete_retention_size_breached_segments(self, now_ms: int) -> int:
+        retention_bytes = self._config.retention_bytes
+        size = self.size_in_bytes
+        if retention_bytes < 0 or size < retention_bytes:
+            return 0
+        excess = size - retention_bytes
+
+        def breached(segment: LogSegment, next_segment: LogSegment | None) -> bool:
+            nonlocal excess
+            if excess - segment.size < 0:
+                return False
+            excess -= segment.size
+            return True
+
+        return self._delete_old_segments(breached, now_ms)
+
+    def _delete_retention_ms_breached_segments(self, now_ms: int) -> int:
+        retention_ms = self._config.retention_ms
+        if retention_ms < 0:
+            return 0
+        return self._delete_old_segments(
+            lambda segment, next_segment: now_ms - segment.largest_timestamp > retention_ms, now_ms
+        )
+
+    def _delete_old_segments(self, predicate: Callable[[LogSegment, LogSegment | None], bool], now_ms: int) -> int:
+        segments = self._segments
+        deletable: list[LogSegment] = []
+        for index, segment in enumerate(segments):
+            next_segment = segments[index + 1] if index + 1 < len(segments) else None
+            upper_bound = next_segment.base_offset if next_segment is not None else self._next_offset
+            is_last_and_empty = next_segment is None and segment.size == 0
+            # Nothing at or above the HW goes, so the log start never passes the HW.
+            if self._high_watermark >= upper_bound and predicate(segment, next_segment) and not is_last_and_empty:
+                deletable.append(segment)
+            else:
+                break
+        if not deletable:
+            return 0
+        if len(deletable) == len(segments):
+            # The log keeps at least one segment: an expired active segment is rolled, then deleted.
+            self.roll(now_ms)
+        self.maybe_increment_log_start_offset(self._segments[len(deletable)].base_offset)
+        self._remove_and_delete_segments(deletable)
+        return len(deletable)
+
+    def _remove_and_delete_segments(self, segments: list[LogSegment]) -> None:
+        """Take segments out of the log and rename them `*.deleted`; remove_deleted_segments removes them
+        file.delete.delay.ms later, so reads already handed out can finish."""
+        if not segments:
+            return
+        doomed = {id(segment) for segment in segments}
+        self._segments = [segment for segment in self._segments if id(segment) not in doomed]
+        self._base_offsets = [segment.base_offset for segment in self._segments]
+        delete_at_ms = self._now_ms + self._config.file_delete_delay_ms
+        for segment in segments:
+            segment.change_file_suffixes("", DELETED_FILE_SUFFIX)
+            self._deleted_segments.append((segment, delete_at_ms))
+
+    def remove_deleted_segments(self, now_ms: int) -> int:
+        """Close and remove the `*.deleted` segments whose delay has passed; returns how many."""
+        due = [segment for segment, delete_at_ms in self._deleted_segments if delete_at_ms <= now_ms]
+        self._deleted_segments = [entry for entry in self._deleted_segments if entry[1] > now_ms]
+        for segment in due:
+            segment.delete()
+        return len(due)
+
+    # Durability
+
+    def flush(self, up_to_offset: int | None = None) -> None:
+        """fsync the segments holding offsets from the recovery point up to `up_to_offset` (exclusive; the
+        whole log by default) and the directory, then advance the recovery point there."""
+        offset = self._next_offset if up_to_offset is None else min(up_to_offset, self._next_offset)
+        if up_to_offset is not None and offset <= self._recovery_point:
+            return
+        first = self._floor_index(self._recovery_point)
+        for segment in self._segments[first:]:
+            if up_to_offset is not None and segment.base_offset >= offset:
+                break
+            segment.flush()
+        _fsync_dir(self._dir)
+        self._recovery_point = max(self._recovery_point, offset)
+
+    def flush_if_due(self, now_ms: int) -> None:
+        """Periodic flushing: the segments rolled since the last call (Kafka's post-roll flush), and the whole
+        log when flush.ms has passed since its last flush (never, by default: the OS writes back)."""
+        self._now_ms = now_ms
+        if self._pending_flush_offset is not None:
+            offset, self._pending_flush_offset = self._pending_flush_offset, None
+            self.flush(offset)
+        if now_ms - self._last_flush_ms >= self._config.flush_ms:
+            self.flush()
+            self._last_flush_ms = now_ms
+
+    def close(self) -> None:
+        """Close every file; `*.deleted` segments are removed now, since nothing can read them any more."""
+        for segment, _ in self._deleted_segments:
+            segment.delete()
+        self._deleted_segments.clear()
+        for segment in self._segments:
+            segment.close()
+
+    def close_handlers(self) -> None:
+        """Close every file without writing, for a log whose directory was renamed for deletion."""
+        for segment, _ in self._deleted_segments:
+            segment.close_handlers()
+        self._deleted_segments.clear()
+        for segment in self._segments:
+            segment.close_handlers()
+
+    def delete(self) -> None:
+        """Close the log and remove its directory."""
+        self.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def __repr__(self) -> str:
+        return (
+            f"Log(dir={str(self._dir)!r}, log_start_offset={self._log_start_offset}, "
+            f"high_watermark={self._high_watermark}, log_end_offset={self._next_offset})"
+        )
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _remove_temp_files_and_collect_swap_files(directory: Path) -> list[Path]:
+    """Kafka's removeTempFilesAndCollectSwapFiles: delete `.deleted`, `.cleaned` and `.tmp` leftovers and
+    return the `.swap` files of a compaction or split that completed but was not yet renamed into place."""
+    swap_files: list[Path] = []
+    cleaned_offsets: list[int] = []
+    for path in sorted(directory.iterdir()):
+        name = path.name
+        if not path.is_file():
+            continue
+        if name.endswith((DELETED_FILE_SUFFIX, _TMP_FILE_SUFFIX)):
+            path.unlink()
+        elif name.endswith(CLEANED_FILE_SUFFIX):
+            cleaned_offsets.append(offset_from_file_name(name))
+            path.unlink()
+        elif name.endswith(SWAP_FILE_SUFFIX):
+            swap_files.append(path)
+    # KAFKA-6264: swap files at or above a `.cleaned` file belong to a split that never completed.
+    min_cleaned = min(cleaned_offsets, default=None)
+    valid: list[Path] = []
+    for path in swap_files:
+        if min_cleaned is not None and offset_from_file_name(path.name) >= min_cleaned:
+            path.unlink()
+        else:
+            valid.append(path)
+    return valid
+
+
+def _complete_swaps(directory: Path, swap_files: list[Path], config: LogConfig, now_ms: int) -> None:
+    """Kafka's LogLoader swap recovery: delete the segment files a swapped-in segment replaces, then
+    rename every swap file into place."""
+    replaced: list[tuple[int, int]] = []
+    for path in swap_files:
+        if path.name.endswith(LOG_FILE_SUFFIX + SWAP_FILE_SUFFIX):
+            segment = LogSegment.open(
+                directory,
+                offset_from_file_name(path.name),
+                config,
+                now_ms,
+                file_already_exists=True,
+                file_suffix=SWAP_FILE_SUFFIX,
+            )
+            replaced.append((segment.base_offset, segment.read_next_offset()))
+            segment.close()
+    if replaced:
+        low = min(start for start, _ in replaced)
+        high = max(end for _, end in replaced)
+        for path in directory.iterdir():
+            name = path.name
+            if (
+                path.is_file()
+                and name[:1].isdigit()
+                and not name.endswith(SWAP_FILE_SUFFIX)
+                and low <= offset_from_file_name(name) < high
+            ):
+                path.unlink()
+    for path in swap_files:
+        os.replace(path, path.with_name(path.name[: -len(SWAP_FILE_SUFFIX)]))
+
+
+def _load_segment_files(
+    directory: Path, config: LogConfig, leader_epoch_cache: LeaderEpochFileCache, now_ms: int
+) -> list[LogSegment]:
+    """Open every segment, deleting index files without a log and rebuilding missing or corrupt indexes."""
+    segments: list[LogSegment] = []
+    for path in sorted(directory.iterdir()):
+        name = path.name
+        if not path.is_file() or not name[:1].isdigit():
+            continue
+        if name.endswith(_INDEX_SUFFIXES):
+            if not log_file_path(directory, offset_from_file_name(name)).exists():
+                path.unlink()
+        elif name.endswith(LOG_FILE_SUFFIX):
+            segment = LogSegment.open(directory, offset_from_file_name(name), config, now_ms, file_already_exists=True)
+            try:
+                segment.sanity_check()
+            except CorruptIndexError:
+                segment.recover(leader_epoch_cache)
+            segments.append(segment)
+    segments.sort(key=lambda segment: segment.base_offset)
+    return segments
+
+
+def _recover_from(segments: list[LogSegment], recovery_point: int, leader_epoch_cache: LeaderEpochFileCache) -> None:
+    """Kafka's recoverLog: validate each segment from the one holding the recovery point on; the first that
+    loses bytes is truncated there and every later segment is deleted."""
+    bases = [segment.base_offset for segment in segments]
+    start = max(bisect_right(bases, recovery_point) - 1, 0)
+    for index in range(start, len(segments)):
+        if segments[index].recover(leader_epoch_cache) > 0:
+            for segment in segments[index + 1 :]:
+                segment.delete()
+            del segments[index + 1 :]
+            return
