@@ -35,6 +35,7 @@ from tierlog.protocol.api_versions import (
     supported_api_versions,
 )
 from tierlog.protocol.fetch_response import (
+    FETCH_KEY,
     ResponseChunk,
     SupportsFileSlice,
     encode_fetch_response,
@@ -52,8 +53,6 @@ __all__ = [
     "parse_request",
     "unsupported_version_response",
 ]
-
-FETCH_KEY = 1
 
 _HEADER_PREFIX = struct.Struct(">hhi")  # request_api_key, request_api_version, correlation_id
 _INT16 = struct.Struct(">h")

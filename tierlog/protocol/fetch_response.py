@@ -25,7 +25,10 @@ from __future__ import annotations
 import struct
 from typing import Any, BinaryIO, Protocol, TypeAlias
 
-FIRST_FLEXIBLE_VERSION = 12
+from tierlog.protocol.api_versions import SUPPORTED_APIS
+
+FETCH_KEY = 1
+FIRST_FLEXIBLE_VERSION = SUPPORTED_APIS[FETCH_KEY].first_flexible_version
 
 
 class SupportsFileSlice(Protocol):
