@@ -13,12 +13,14 @@ from typing import Any, TypeVar
 
 import click
 from confluent_kafka import KafkaError
+from rich.console import Console
 
 from tierlog.cli.local_cluster import api_versions_answered
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 BOOTSTRAP_ENV = "TIERLOG_BOOTSTRAP"
 DEFAULT_TIMEOUT_S = 10.0
+_UNWRAPPED_WIDTH = 100_000
 
 # librdkafka logs every failed connection attempt to stderr; our commands report failures themselves in
 # one line, so its log goes to a logger without output.
@@ -103,3 +105,12 @@ def unescape(text: str) -> str:
     r"""Turn `\t`, `\n`, `\r` and `\\` typed on a command line into the characters, as kcat does for its
     delimiters and formats (a literal tab is awkward to type in a shell)."""
     return re.sub(r"\\[tnr\\]", lambda m: _ESCAPES[m.group()], text)
+
+
+def output_console() -> Console:
+    """Rich output on stdout. Tables fit a terminal; piped into grep or a file, lines are never wrapped
+    (rich would otherwise wrap at 80 columns and split a topic name over two lines)."""
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=_UNWRAPPED_WIDTH)
+    return console

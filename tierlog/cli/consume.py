@@ -137,7 +137,10 @@ def consume(
     bootstrap: str,
     timeout_s: float,
 ) -> None:
-    """Print the records of TOPIC; follows it until Ctrl-C unless -e or -n is given."""
+    """Print the records of a topic.
+
+    Starts at the beginning and follows TOPIC until Ctrl-C, as kcat -C and rpk do; -e stops at the end of
+    the partitions, -n after COUNT records."""
     if offset is not None and from_timestamp is not None:
         raise click.UsageError("give either --offset or --from-timestamp, not both")
     render = compile_format(fmt)

@@ -322,7 +322,10 @@ def _rate(count: int, seconds: float) -> str:
     "--timeout", "timeout_s", type=click.FloatRange(min=1), default=120, show_default=True, help="Seconds in all."
 )
 def demo(events: int, data_dir: Path | None, keep: bool, timeout_s: float) -> None:
-    """Start a local broker, produce and consume 10,000 events, verify them, show what is on disk."""
+    """Run a local broker and 10,000 events through it.
+
+    Starts a broker on a free port, produces events with keys, headers and lz4, consumes and verifies
+    every one, shows what is on disk, and stops the broker."""
     console = Console()
     if data_dir is not None and data_dir.exists() and any(data_dir.iterdir()):
         raise click.BadParameter(f"{data_dir} is not empty; give an empty or new directory", param_hint="--data-dir")

@@ -66,7 +66,7 @@ def broker(config_file: Path | None, overrides: tuple[str, ...], log_level: str)
 )
 @click.option("--print-data-log", is_flag=True, help="Also print every record (key, payload, headers).")
 def dump_log_command(files: tuple[Path, ...], print_data_log: bool) -> None:
-    """Print the batches of segment files (and index entries) as Kafka's kafka-dump-log.sh does."""
+    """Print segment and index files as kafka-dump-log.sh does."""
     out = click.get_text_stream("stdout")
     for path in files:
         try:

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 
 import click
 from confluent_kafka import KafkaError, Message, Producer
-from rich.console import Console
 from rich.table import Table
 
 from tierlog.cli.clients import (
@@ -17,13 +16,12 @@ from tierlog.cli.clients import (
     client_options,
     ensure_reachable,
     kafka_error_message,
+    output_console,
     parse_key_values,
     unescape,
 )
 
 COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
-
-console = Console()
 
 
 @dataclass
@@ -78,7 +76,9 @@ def produce(
     bootstrap: str,
     timeout_s: float,
 ) -> None:
-    """Produce records to TOPIC, from --value arguments or one record per stdin line."""
+    """Produce records from -v values or stdin lines.
+
+    Each -v is one record; without -v, each line of stdin is one record (sent as it is read)."""
     if key is not None and key_separator is not None:
         raise click.UsageError("give either --key or --key-separator, not both")
     separator = unescape(key_separator).encode() if key_separator else None
@@ -138,6 +138,7 @@ def produce_bounded(producer: Producer, timeout_s: float, **record: object) -> N
 
 
 def _print_report(topic: str, report: DeliveryReport, acks: str) -> None:
+    console = output_console()
     console.print(f"Produced {report.acknowledged} records to [bold]{topic}[/bold]")
     if not report.offsets:
         return

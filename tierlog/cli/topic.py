@@ -14,12 +14,12 @@ from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    ConfigSource,
     NewTopic,
     OffsetSpec,
     ResourceType,
     TopicMetadata,
 )
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -29,12 +29,11 @@ from tierlog.cli.clients import (
     client_options,
     ensure_reachable,
     kafka_error_message,
+    output_console,
     parse_key_values,
 )
 
 T = TypeVar("T")
-
-console = Console()
 
 
 def _admin(bootstrap: str, timeout_s: float) -> AdminClient:
@@ -67,6 +66,7 @@ def _wait_all(futures: Mapping[str, Future[Any]], timeout_s: float) -> dict[str,
 
 def _print_outcome(outcome: Mapping[str, str | None], success: str) -> None:
     """A TOPIC/STATUS table, as rpk prints for create and delete; exit 1 if any topic failed."""
+    console = output_console()
     table = Table(box=None, pad_edge=False)
     table.add_column("TOPIC")
     table.add_column("STATUS")
@@ -139,6 +139,7 @@ def list_(internal: bool, bootstrap: str, timeout_s: float) -> None:
         metadata = admin.list_topics(timeout=timeout_s)
     except KafkaException as e:
         raise CliError(kafka_error_message(e.args[0], "listing topics")) from None
+    console = output_console()
     table = Table(box=None, pad_edge=False)
     table.add_column("NAME")
     table.add_column("PARTITIONS", justify="right")
@@ -156,7 +157,9 @@ def list_(internal: bool, bootstrap: str, timeout_s: float) -> None:
 @click.argument("name")
 @client_options
 def describe(name: str, bootstrap: str, timeout_s: float) -> None:
-    """Partitions (leader, replicas, ISR, earliest and latest offsets) and non-default configs of a topic."""
+    """Show a topic's partitions, offsets and configs.
+
+    Per partition: leader, replicas, ISR, earliest and latest offset; then the non-default configs."""
     admin = _admin(bootstrap, timeout_s)
     metadata = _topic_metadata(admin, name, timeout_s)
     partitions = [metadata.partitions[p] for p in sorted(metadata.partitions)]
@@ -167,15 +170,16 @@ def describe(name: str, bootstrap: str, timeout_s: float) -> None:
     entries: dict[str, ConfigEntry] = _result(configs, f"configs of topic {name!r}", timeout_s)
 
     replication_factor = max((len(p.replicas) for p in partitions), default=0)
+    console = output_console()
     console.print(f"[bold]{name}[/bold]  partitions {len(partitions)}, replication factor {replication_factor}")
     table = Table(box=None, pad_edge=False, title="PARTITIONS", title_justify="left")
     for column in ("PARTITION", "LEADER", "REPLICAS", "ISR", "EARLIEST", "LATEST"):
-        table.add_column(column, justify="right" if column in ("PARTITION", "LEADER", "EARLIEST", "LATEST") else "left")
+        table.add_column(column, justify="left" if column in ("REPLICAS", "ISR") else "right")
     has_errors = any(p.error is not None for p in partitions)
     if has_errors:
         table.add_column("ERROR")
     for p in partitions:
-        row = [
+        row: list[str | Text] = [
             str(p.id),
             str(p.leader),
             ",".join(map(str, p.replicas)),
@@ -195,7 +199,8 @@ def describe(name: str, bootstrap: str, timeout_s: float) -> None:
     configs_table.add_column("SOURCE")
     for entry in overrides:
         value = "<sensitive>" if entry.is_sensitive else (entry.value or "")
-        configs_table.add_row(entry.name, value, entry.source.name)
+        # librdkafka hands the source over as a plain int.
+        configs_table.add_row(entry.name, value, ConfigSource(entry.source).name)
     console.print()
     console.print(configs_table if overrides else "CONFIGS: all defaults")
 
@@ -235,7 +240,9 @@ def delete(names: tuple[str, ...], bootstrap: str, timeout_s: float) -> None:
 )
 @client_options
 def alter_config(name: str, sets: tuple[str, ...], deletes: tuple[str, ...], bootstrap: str, timeout_s: float) -> None:
-    """Change topic configs incrementally (IncrementalAlterConfigs); other overrides stay as they are."""
+    """Set or remove topic configs.
+
+    Incremental (IncrementalAlterConfigs): overrides not named here stay as they are."""
     if not sets and not deletes:
         raise click.UsageError("nothing to change: give --set KEY=VALUE and/or --delete KEY")
     changes = [
@@ -246,6 +253,7 @@ def alter_config(name: str, sets: tuple[str, ...], deletes: tuple[str, ...], boo
     resource = ConfigResource(ResourceType.TOPIC, name, incremental_configs=changes)
     future = admin.incremental_alter_configs([resource], request_timeout=timeout_s)[resource]
     _result(future, f"topic {name!r}", timeout_s)
+    console = output_console()
     table = Table(box=None, pad_edge=False)
     table.add_column("CONFIG")
     table.add_column("NEW VALUE")
