@@ -1,0 +1,217 @@
+"""Kafka's LogManager: every partition log of the broker's log directories and their checkpoint files.
+
+Each log dir holds the partitions' `topic-N` directories, three offset checkpoints (recovery points, log
+start offsets, high watermarks) and, only after a clean shutdown, `.kafka_cleanshutdown`. The marker is
+deleted once the logs are loaded, so a crash before the next clean shutdown is detected and recovered.
+Periodic work (retention, flushing, checkpoints) is a method the asyncio shell calls on a timer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from tierlog.common import TopicPartition
+from tierlog.storage.checkpoints import (
+    HIGH_WATERMARK_FILENAME,
+    LOG_START_OFFSET_CHECKPOINT_FILENAME,
+    PARTITION_METADATA_FILENAME,
+    RECOVERY_POINT_CHECKPOINT_FILENAME,
+    OffsetCheckpointFile,
+    PartitionMetadataFile,
+    atomic_write_text,
+)
+from tierlog.storage.errors import InconsistentTopicIdError, KafkaStorageError
+from tierlog.storage.log import Log
+from tierlog.storage.log_config import LogConfig
+
+CLEAN_SHUTDOWN_FILENAME = ".kafka_cleanshutdown"
+DELETE_DIR_SUFFIX = "-delete"
+
+
+class LogManager:
+    def __init__(self, log_dirs: Sequence[Path], broker_log_defaults: Mapping[str, str]) -> None:
+        self.log_dirs = [Path(d) for d in log_dirs]
+        self._broker_log_defaults = dict(broker_log_defaults)
+        self._logs: dict[TopicPartition, Log] = {}
+        self._topic_ids: dict[TopicPartition, uuid.UUID] = {}
+        # Logs of deleted partitions, their `*-delete` directory and the time they may be removed (set by
+        # the first cleanup_logs call that sees them, as deletion itself is not told the time).
+        self._logs_to_delete: list[tuple[Log, Path, int | None]] = []
+
+    def startup(self, topic_configs: Mapping[str, Mapping[str, str]], now_ms: int) -> None:
+        """Load every partition of every log dir, recovering those of a dir without the clean-shutdown
+        marker from their recovery points; remove directories left by an unfinished deletion."""
+        for log_dir in self.log_dirs:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            marker = log_dir / CLEAN_SHUTDOWN_FILENAME
+            had_clean_shutdown = marker.exists()
+            recovery_points = OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT_FILENAME).read()
+            log_start_offsets = OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT_FILENAME).read()
+            high_watermarks = OffsetCheckpointFile(log_dir / HIGH_WATERMARK_FILENAME).read()
+            for child in sorted(log_dir.iterdir()):
+                if not child.is_dir():
+                    continue
+                if child.name.endswith(DELETE_DIR_SUFFIX):
+                    shutil.rmtree(child)
+                    continue
+                try:
+                    tp = TopicPartition.parse_dir_name(child.name)
+                except ValueError:
+                    continue
+                existing = self._logs.get(tp)
+                if existing is not None:
+                    raise KafkaStorageError(
+                        f"Duplicate log directories for {tp} are found in both {existing.dir} and {child}."
+                    )
+                self._logs[tp] = Log.open(
+                    child,
+                    self._config_for(topic_configs.get(tp.topic, {})),
+                    topic_partition=tp,
+                    recovery_point=recovery_points.get(tp, 0),
+                    log_start_offset=log_start_offsets.get(tp, 0),
+                    high_watermark=high_watermarks.get(tp, 0),
+                    had_clean_shutdown=had_clean_shutdown,
+                    now_ms=now_ms,
+                )
+            marker.unlink(missing_ok=True)
+
+    def get_log(self, tp: TopicPartition) -> Log | None:
+        return self._logs.get(tp)
+
+    def all_logs(self) -> list[Log]:
+        return list(self._logs.values())
+
+    def get_or_create_log(
+        self, tp: TopicPartition, topic_id: uuid.UUID, topic_overrides: Mapping[str, str], now_ms: int
+    ) -> Log:
+        """The partition's log, created empty in the log dir holding the fewest partitions if it is new.
+        Raises InconsistentTopicIdError if the directory belongs to another incarnation of the topic."""
+        log = self._logs.get(tp)
+        if log is not None:
+            self._check_topic_id(log, topic_id)
+            return log
+        log_dir = min(self.log_dirs, key=lambda d: sum(1 for log in self._logs.values() if log.dir.parent == d))
+        directory = log_dir / str(tp)
+        directory.mkdir(parents=True, exist_ok=True)
+        PartitionMetadataFile(directory / PARTITION_METADATA_FILENAME).write(topic_id)
+        log = Log.open(
+            directory,
+            self._config_for(topic_overrides),
+            topic_partition=tp,
+            recovery_point=0,
+            log_start_offset=0,
+            high_watermark=0,
+            had_clean_shutdown=True,
+            now_ms=now_ms,
+        )
+        self._logs[tp] = log
+        self._topic_ids[tp] = topic_id
+        return log
+
+    def _check_topic_id(self, log: Log, topic_id: uuid.UUID) -> None:
+        tp = log.topic_partition
+        known = self._topic_ids.get(tp)
+        if known is None:
+            metadata = PartitionMetadataFile(log.dir / PARTITION_METADATA_FILENAME)
+            known = metadata.read()
+            if known is None:
+                # A directory from before topic ids: adopt the id, as Kafka does.
+                metadata.write(topic_id)
+                known = topic_id
+            self._topic_ids[tp] = known
+        if known != topic_id:
+            raise InconsistentTopicIdError(
+                f"Tried to assign topic ID {topic_id} to log for topic partition {tp}, but log already "
+                f"contained topic ID {known}"
+            )
+
+    def delete_log(self, tp: TopicPartition) -> None:
+        """Kafka's asyncDelete: rename the directory to `topic-N.<uuid>-delete` at once, so a crash never
+        brings the partition back, and remove it file.delete.delay.ms later (reads in flight finish)."""
+        log = self._logs.pop(tp, None)
+        if log is None:
+            return
+        self._topic_ids.pop(tp, None)
+        renamed = log.dir.with_name(f"{tp}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+        os.replace(log.dir, renamed)
+        self._logs_to_delete.append((log, renamed, None))
+
+    def update_topic_config(self, topic: str, overrides: Mapping[str, str]) -> None:
+        config = self._config_for(overrides)
+        for tp, log in self._logs.items():
+            if tp.topic == topic:
+                log.update_config(config)
+
+    def _config_for(self, topic_overrides: Mapping[str, str]) -> LogConfig:
+        return LogConfig.from_props(topic_overrides, self._broker_log_defaults)
+
+    # Periodic work
+
+    def cleanup_logs(self, now_ms: int) -> int:
+        """Retention for every log, removal of `*.deleted` segments and deleted partitions whose delay has
+        passed. Returns the number of segments retention deleted."""
+        deleted = 0
+        for log in self._logs.values():
+            deleted += log.delete_old_segments(now_ms)
+            log.remove_deleted_segments(now_ms)
+        pending: list[tuple[Log, Path, int | None]] = []
+        for log, directory, delete_at_ms in self._logs_to_delete:
+            if delete_at_ms is None:
+                pending.append((log, directory, now_ms + log.config.file_delete_delay_ms))
+            elif delete_at_ms <= now_ms:
+                log.close_handlers()
+                shutil.rmtree(directory, ignore_errors=True)
+            else:
+                pending.append((log, directory, delete_at_ms))
+        self._logs_to_delete = pending
+        return deleted
+
+    def flush_dirty_logs(self, now_ms: int) -> None:
+        """Flush segments rolled since the last call, and logs whose flush.ms has passed."""
+        for log in self._logs.values():
+            log.flush_if_due(now_ms)
+
+    def checkpoint_high_watermarks(self) -> None:
+        self._checkpoint(HIGH_WATERMARK_FILENAME, lambda log: log.high_watermark)
+
+    def checkpoint_recovery_points(self) -> None:
+        self._checkpoint(RECOVERY_POINT_CHECKPOINT_FILENAME, lambda log: log.recovery_point)
+
+    def checkpoint_log_start_offsets(self) -> None:
+        # Kafka records a log start only where it differs from what the segments imply.
+        self._checkpoint(
+            LOG_START_OFFSET_CHECKPOINT_FILENAME,
+            lambda log: log.log_start_offset if log.log_start_offset > log.segments[0].base_offset else None,
+        )
+
+    def _checkpoint(self, filename: str, offset_of: Callable[[Log], int | None]) -> None:
+        for log_dir in self.log_dirs:
+            offsets: dict[TopicPartition, int] = {}
+            for tp, log in self._logs.items():
+                if log.dir.parent == log_dir:
+                    offset = offset_of(log)
+                    if offset is not None:
+                        offsets[tp] = offset
+            OffsetCheckpointFile(log_dir / filename).write(offsets)
+
+    def shutdown(self) -> None:
+        """Flush every log, write the checkpoints, close the files, then mark each log dir clean."""
+        for log in self._logs.values():
+            log.flush()
+        self.checkpoint_high_watermarks()
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+        for log in self._logs.values():
+            log.close()
+        # Directories still awaiting deletion keep their `-delete` name; the next startup removes them.
+        for log, _, _ in self._logs_to_delete:
+            log.close_handlers()
+        self._logs_to_delete.clear()
+        marker = json.dumps({"version": "0", "broker_epoch": "-1"})
+        for log_dir in self.log_dirs:
+            atomic_write_text(log_dir / CLEAN_SHUTDOWN_FILENAME, marker)
