@@ -12,8 +12,10 @@ from kio.schema.errors import ErrorCode
 __all__ = ["ErrorCode", "error_code"]
 
 
-def error_code(name: str) -> ErrorCode:
-    """`error_code("OFFSET_OUT_OF_RANGE") is ErrorCode.offset_out_of_range`; ValueError if unknown."""
+def error_code(name: str | None) -> ErrorCode:
+    """`error_code("OFFSET_OUT_OF_RANGE") is ErrorCode.offset_out_of_range`, None is NONE; ValueError if unknown."""
+    if name is None:
+        return ErrorCode.none
     try:
         return ErrorCode[name.lower()]
     except KeyError:

@@ -12,6 +12,7 @@ import logging
 import os
 from collections.abc import Sequence
 
+from tierlog.protocol.api_versions import enabled_apis
 from tierlog.protocol.codec import (
     InvalidRequest,
     UnsupportedVersion,
@@ -33,13 +34,14 @@ async def serve_connection(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, apis: KafkaApis, max_request_bytes: int
 ) -> None:
     peer = writer.get_extra_info("peername")
+    served = enabled_apis(apis.handlers.keys())
     try:
         while True:
             frame = await read_frame(reader, max_request_bytes)
             if frame is None:
                 return
             try:
-                request = parse_request(frame)
+                request = parse_request(frame, served)
             except UnsupportedVersion as e:
                 if e.api_key == API_API_VERSIONS:
                     writer.write(b"".join(api_versions_fallback(e.correlation_id, apis.handlers.keys())))

@@ -14,7 +14,6 @@ from types import ModuleType
 from typing import Any
 
 from kio.index import load_payload_module
-from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 
 NO_THROTTLE = datetime.timedelta(0)
@@ -55,13 +54,6 @@ class ResponseSchema:
 @functools.cache
 def response_schema(api_key: int, version: int) -> ResponseSchema:
     return ResponseSchema(load_payload_module(api_key, version, EntityType.response))
-
-
-def error_code(name: str | None) -> ErrorCode:
-    """Kafka error name (OFFSET_OUT_OF_RANGE) to kio's ErrorCode; None is NONE."""
-    if name is None:
-        return ErrorCode.none
-    return ErrorCode[name.lower()]
 
 
 def timestamp_or_none(timestamp_ms: int) -> datetime.datetime | None:

@@ -21,6 +21,7 @@ from tierlog.controller.errors import ControllerError, InvalidConfigError
 from tierlog.controller.metadata import TopicMetadata
 from tierlog.protocol.api_versions import supported_api_versions
 from tierlog.protocol.codec import Request
+from tierlog.protocol.errors import error_code
 from tierlog.replication.replica_manager import (
     FetchParams,
     FetchPartitionResult,
@@ -31,7 +32,6 @@ from tierlog.replication.replica_manager import (
 from tierlog.server.entities import (
     NO_THROTTLE,
     ResponseSchema,
-    error_code,
     response_schema,
     timestamp_or_none,
 )
@@ -514,7 +514,9 @@ class KafkaApis:
                             name=name, value=value, read_only=False, config_source=source, is_sensitive=False
                         )
                         for name, value, source, _ in self._topic_config_entries(topic.configs)
-                    ),
+                    )
+                    if request.api_version >= 5  # the created topic's configs are in the response since v5
+                    else None,
                 )
             )
         if not body.validate_only:
