@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
+import socket
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -61,13 +62,29 @@ def client_options(command: F) -> F:
 def ensure_reachable(bootstrap: str, timeout_s: float) -> None:
     """Fail fast, in one line, when no bootstrap broker answers; librdkafka alone would retry until the
     timeout and then report a generic transport error."""
+    addresses = []
     for address in bootstrap.split(","):
         host, _, port = address.strip().rpartition(":")
         if not host or not port.isdigit():
             raise CliError(f"bootstrap server {address.strip()!r} is not of the form host:port")
-        if api_versions_answered(host, int(port), timeout_s=min(timeout_s, 3.0)):
+        addresses.append((host, int(port)))
+    for host, port in addresses:
+        if api_versions_answered(host, port, timeout_s=timeout_s):
             return
+    if any(_accepts_connections(host, port) for host, port in addresses):
+        raise CliError(
+            f"{bootstrap} accepts connections but did not answer a Kafka request within {timeout_s:g}s: "
+            "is the broker paused or overloaded? (see its log, or raise --timeout)"
+        )
     raise CliError(f"cannot reach {bootstrap}: is a broker running? start one with `tierlog broker`")
+
+
+def _accepts_connections(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
 
 
 def client_config(bootstrap: str, **settings: Any) -> dict[str, Any]:
@@ -82,7 +99,9 @@ def kafka_error_message(error: KafkaError, subject: str) -> str:
         return f"{subject} already exists"
     if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.UNKNOWN_TOPIC_ID):
         return f"{subject} does not exist (`tierlog topic list` shows the topics)"
-    if code in (KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT):
+    if code == KafkaError._UNKNOWN_PARTITION:
+        return f"{subject} has no such partition (`tierlog topic describe` shows its partitions)"
+    if code in (KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT, KafkaError._MSG_TIMED_OUT):
         return f"{subject}: the broker did not answer in time (raise --timeout, or check the broker's log)"
     return f"{subject}: {error.str()} ({error.name()})"
 

@@ -25,22 +25,42 @@ COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
 @dataclass
+class PartitionAcks:
+    records: int = 0
+    # Offsets stay None with acks=0: the broker sends nothing back.
+    first_offset: int | None = None
+    last_offset: int | None = None
+
+    def offsets(self) -> str:
+        if self.first_offset is None or self.last_offset is None:
+            return "unknown (acks=0)"
+        if self.first_offset == self.last_offset:
+            return str(self.first_offset)
+        return f"{self.first_offset}-{self.last_offset}"
+
+
+@dataclass
 class DeliveryReport:
     """What the broker acknowledged, per partition, as the delivery callbacks arrive."""
 
     acknowledged: int = 0
-    offsets: dict[int, tuple[int, int, int]] = field(default_factory=dict)  # partition -> count, first, last
+    partitions: dict[int, PartitionAcks] = field(default_factory=dict)
     errors: dict[str, int] = field(default_factory=dict)  # one-line message -> how many records
 
     def __call__(self, error: KafkaError | None, message: Message) -> None:
+        # An exception escaping a librdkafka callback surfaces as a SystemError from flush(): nothing here
+        # may raise.
         if error is not None:
             text = kafka_error_message(error, f"topic {message.topic()!r}")
             self.errors[text] = self.errors.get(text, 0) + 1
             return
         self.acknowledged += 1
-        partition, offset = message.partition(), message.offset()
-        count, first, last = self.offsets.get(partition, (0, offset, offset))
-        self.offsets[partition] = (count + 1, min(first, offset), max(last, offset))
+        acks = self.partitions.setdefault(message.partition(), PartitionAcks())
+        acks.records += 1
+        offset = message.offset()
+        if offset is not None and offset >= 0:
+            acks.first_offset = offset if acks.first_offset is None else min(acks.first_offset, offset)
+            acks.last_offset = offset if acks.last_offset is None else max(acks.last_offset, offset)
 
 
 def _inputs(values: tuple[str, ...]) -> Iterator[bytes]:
@@ -114,11 +134,13 @@ def produce(
         producer.poll(0)
     # Every record has delivery.timeout.ms to succeed or fail, so this bound is never the one that hits.
     unresolved = producer.flush(timeout_s + 5)
-    _print_report(topic, report, acks)
+    _print_report(topic, report)
     if report.errors or unresolved:
         failed = sent - report.acknowledged
-        reasons = "; ".join(f"{text} ({n})" for text, n in report.errors.items()) or "no answer from the broker"
-        raise CliError(f"{failed} of {sent} records were not acknowledged: {reasons}")
+        reasons = "; ".join(
+            text if len(report.errors) == 1 else f"{text} ({_records(n)})" for text, n in report.errors.items()
+        )
+        raise CliError(f"{failed} of {_records(sent)} not acknowledged: {reasons or 'no answer from the broker'}")
 
 
 def produce_bounded(producer: Producer, timeout_s: float, **record: object) -> None:
@@ -137,18 +159,19 @@ def produce_bounded(producer: Producer, timeout_s: float, **record: object) -> N
             producer.poll(0.1)
 
 
-def _print_report(topic: str, report: DeliveryReport, acks: str) -> None:
+def _print_report(topic: str, report: DeliveryReport) -> None:
     console = output_console()
-    console.print(f"Produced {report.acknowledged} records to [bold]{topic}[/bold]")
-    if not report.offsets:
+    console.print(f"Produced {_records(report.acknowledged)} to [bold]{topic}[/bold]")
+    if not report.partitions:
         return
     table = Table(box=None, pad_edge=False)
     table.add_column("PARTITION", justify="right")
     table.add_column("RECORDS", justify="right")
     table.add_column("OFFSETS")
-    for partition in sorted(report.offsets):
-        count, first, last = report.offsets[partition]
-        # With acks=0 nothing comes back, so librdkafka reports offset -1.
-        offsets = "unknown (acks=0)" if acks == "0" else (f"{first}" if first == last else f"{first}-{last}")
-        table.add_row(str(partition), str(count), offsets)
+    for partition, acks in sorted(report.partitions.items()):
+        table.add_row(str(partition), str(acks.records), acks.offsets())
     console.print(table)
+
+
+def _records(n: int) -> str:
+    return "1 record" if n == 1 else f"{n} records"
