@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import IO
@@ -205,7 +206,7 @@ def _print_records(
     count: int | None,
     exit_at_end: bool,
 ) -> None:
-    out = click.get_binary_stream("stdout")
+    out = sys.stdout.buffer
     not_at_end = set(partitions)
     printed = 0
     while True:

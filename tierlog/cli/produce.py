@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -68,7 +69,7 @@ def _inputs(values: tuple[str, ...]) -> Iterator[bytes]:
     if values:
         yield from (v.encode() for v in values)
         return
-    for line in click.get_binary_stream("stdin"):
+    for line in sys.stdin.buffer:
         yield line.removesuffix(b"\n")
 
 

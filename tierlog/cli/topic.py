@@ -38,7 +38,9 @@ T = TypeVar("T")
 
 def _admin(bootstrap: str, timeout_s: float) -> AdminClient:
     ensure_reachable(bootstrap, timeout_s)
-    return AdminClient(client_config(bootstrap))
+    # librdkafka's admin handle is a producer underneath, whose metadata requests would auto-create any
+    # topic they name (auto.create.topics.enable): describing a typo must not create it.
+    return AdminClient(client_config(bootstrap, **{"allow.auto.create.topics": False}))
 
 
 def _result(future: Future[T], subject: str, timeout_s: float) -> T:
