@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import struct
 import subprocess
 import time
 import uuid
@@ -148,6 +149,34 @@ class Rec:
 Spec = Mapping[str, Any]
 
 
+# --- what the broker stored -----------------------------------------------------------------------------
+
+CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+
+
+def stored_codecs(broker: BrokerProcess, topic: str, partition: int = 0) -> set[str]:
+    """The compression codecs of the record batches in a partition's segment files (Kafka's on-disk
+    format: baseOffset int64, batchLength int32, ..., attributes int16 at byte 21 whose low 3 bits are the
+    codec). Proves which codec a client really used, since librdkafka silently sends batches uncompressed
+    when it thinks a broker cannot take its codec."""
+    codecs: set[str] = set()
+    for segment in sorted((broker.log_dir / f"{topic}-{partition}").glob("*.log")):
+        data = segment.read_bytes()
+        pos = 0
+        while pos + 23 <= len(data):
+            (length,) = struct.unpack_from(">i", data, pos + 8)
+            (attributes,) = struct.unpack_from(">h", data, pos + 21)
+            codecs.add(CODEC_NAMES.get(attributes & 0x7, f"unknown-{attributes & 0x7}"))
+            pos += 12 + length
+    return codecs
+
+
+@pytest.fixture
+def storage() -> Callable[[BrokerProcess, str, int], set[str]]:
+    """`storage(broker, topic, partition)`: the set of codec names of the batches on disk."""
+    return stored_codecs
+
+
 # --- confluent-kafka helpers ------------------------------------------------------------------------------
 
 
@@ -189,6 +218,19 @@ class Kafka:
             )
 
         wait_until(ready, self.timeout_s, f"a leader for every partition of {name}")
+
+    def topic_exists(self, bootstrap: str, name: str) -> bool:
+        """Whether the broker knows `name`, asked with a Metadata request for that topic alone that does not
+        ask for auto-creation (an admin client's would: librdkafka's producer-type handles do by default)."""
+        consumer = self.consumer(bootstrap, allow_auto_create_topics=False)
+        try:
+            meta = consumer.list_topics(topic=name, timeout=self.timeout_s).topics.get(name)
+        finally:
+            consumer.close()
+        if meta is None or meta.error is not None:
+            assert meta is None or meta.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART, meta.error
+            return False
+        return True
 
     def producer(self, bootstrap: str, **config: object) -> Producer:
         settings: dict[str, object] = {
@@ -366,8 +408,11 @@ class KafkaPythonAdapter(ClientAdapter):
     ) -> list[int]:
         from kafka import KafkaProducer
 
+        # kafka-python 3 turns idempotence on by default when the broker looks new enough; these tests are
+        # about the data path, and test_kafka_python.py checks the default producer on its own.
         producer = KafkaProducer(
             bootstrap_servers=bootstrap,
+            enable_idempotence=False,
             acks="all",
             linger_ms=5,
             compression_type=None if compression == "none" else compression,
