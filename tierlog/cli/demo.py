@@ -13,6 +13,7 @@ import json
 import shutil
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ from pathlib import Path
 import click
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from rich import box
 from rich.console import Console
 from rich.panel import Panel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -30,6 +32,7 @@ from tierlog.cli.clients import CliError, client_config, kafka_error_message
 from tierlog.cli.dump_log import dump_log
 from tierlog.cli.local_cluster import BrokerProcess, BrokerStartError
 from tierlog.cli.produce import produce_bounded
+from tierlog.records.record_batch import iter_batches
 
 TOPIC = "demo-events"
 PARTITIONS = 3
@@ -37,7 +40,7 @@ USERS = 100
 EVENT_TYPES = ("page_view", "add_to_cart", "purchase", "search")
 SOURCE_HEADER = ("source", b"tierlog-demo")
 EVENT_ID_HEADER = "event-id"
-DUMP_EXCERPT_LINES = 8
+DUMP_EXCERPT_LINES = 6  # the file, its base offset, a batch and its first records
 
 
 class DemoError(Exception):
@@ -85,13 +88,13 @@ class DemoRun:
             raise DemoError("the demo ran out of time (raise --timeout if this machine is slow)")
         return left
 
-    def running_broker(self) -> BrokerProcess:
+    def started_broker(self) -> BrokerProcess:
         if self.broker is None:
-            raise DemoError("no broker is running")
+            raise DemoError("no broker was started")
         return self.broker
 
     def partition_dir(self, partition: int) -> Path:
-        return self.running_broker().log_dir / f"{TOPIC}-{partition}"
+        return self.started_broker().log_dir / f"{TOPIC}-{partition}"
 
 
 def start_broker(run: DemoRun) -> None:
@@ -108,7 +111,7 @@ def start_broker(run: DemoRun) -> None:
 
 
 def create_topic(run: DemoRun) -> None:
-    bootstrap = run.running_broker().bootstrap
+    bootstrap = run.started_broker().bootstrap
     admin = AdminClient(client_config(bootstrap))
     timeout_s = min(15.0, run.remaining())
     future = admin.create_topics(
@@ -133,7 +136,7 @@ def create_topic(run: DemoRun) -> None:
 
 
 def produce_events(run: DemoRun) -> None:
-    bootstrap = run.running_broker().bootstrap
+    bootstrap = run.started_broker().bootstrap
     timeout_s = run.remaining()
     producer = Producer(
         client_config(
@@ -180,7 +183,7 @@ def produce_events(run: DemoRun) -> None:
 def consume_and_verify(run: DemoRun) -> None:
     """Read everything back from the beginning and check each event: key, value, headers, no duplicates,
     and per-key order (one key lands in one partition, where offsets keep the order it was sent in)."""
-    bootstrap = run.running_broker().bootstrap
+    bootstrap = run.started_broker().bootstrap
     consumer = Consumer(
         client_config(
             bootstrap, **{"group.id": "tierlog-demo", "enable.auto.commit": False, "enable.auto.offset.store": False}
@@ -238,32 +241,39 @@ def _verify(message: Message, seen: set[int], last_by_key: dict[bytes, int]) -> 
 
 
 def show_summary(run: DemoRun) -> None:
-    table = Table(title=f"{TOPIC} on disk", title_justify="left")
-    for column in ("partition", "records", "first offset", "last offset", "segments", "bytes on disk"):
-        table.add_column(column, justify="right")
-    total_bytes = 0
+    """Per partition: what the consumer saw, and what the segment files hold (read from the files, so the
+    compression column shows what the producer really sent: the log stores batches as they arrive)."""
+    table = Table(title=f"{TOPIC} on disk", title_justify="left", box=box.SIMPLE_HEAD)
+    for column in ("partition", "records", "offsets", "segments", "batches", "codec", "bytes"):
+        table.add_column(column, justify="left" if column == "codec" else "right")
+    total_bytes = total_batches = 0
     for partition, stats in sorted(run.partitions.items()):
         segments = sorted(run.partition_dir(partition).glob("*.log"))
         size = sum(s.stat().st_size for s in segments)
+        codecs: Counter[str] = Counter()
+        for segment in segments:
+            data = segment.read_bytes()
+            if data:
+                codecs.update(header.compression_type.name.lower() for header in iter_batches(data))
         total_bytes += size
+        total_batches += codecs.total()
         table.add_row(
             str(partition),
             f"{stats.records:,}",
-            str(stats.first_offset),
-            str(stats.last_offset),
+            f"{stats.first_offset}-{stats.last_offset}",
             str(len(segments)),
+            f"{codecs.total():,}",
+            ", ".join(sorted(codecs)),
             f"{size:,}",
         )
     total_records = sum(s.records for s in run.partitions.values())
     table.add_section()
-    table.add_row("all", f"{total_records:,}", "", "", "", f"{total_bytes:,}")
+    table.add_row("all", f"{total_records:,}", "", "", f"{total_batches:,}", "", f"{total_bytes:,}")
     run.console.print(table)
-    raw = sum(len(event_value(i)) for i in range(run.events))
-    run.console.print(f"values total {raw:,} bytes before lz4; the log keeps the producer's compressed batches as sent")
 
 
 def stop_broker(run: DemoRun) -> None:
-    broker = run.running_broker()
+    broker = run.started_broker()
     code = broker.stop(min(15.0, run.remaining()))
     if code != 0:
         raise DemoError(f"broker 1 exited with code {code} instead of shutting down cleanly; see {broker.log_file}")
@@ -272,17 +282,16 @@ def stop_broker(run: DemoRun) -> None:
 
 
 def show_segment(run: DemoRun) -> None:
-    """Run after the broker stopped, so the segment is complete on disk: the same view as
-    kafka-dump-log.sh on a Kafka broker's files."""
+    """The same view as kafka-dump-log.sh gives of a Kafka broker's files."""
     segment = min(run.partition_dir(0).glob("*.log"), default=None)
     if segment is None:
         raise DemoError(f"no segment file in {run.partition_dir(0)}")
     out = io.StringIO()
     dump_log(segment, print_data_log=True, out=out)
     lines = out.getvalue().splitlines()
-    excerpt = Text("\n".join(lines[:DUMP_EXCERPT_LINES]), no_wrap=True, overflow="ellipsis")
-    command = f"tierlog dump-log --files {segment} --print-data-log"
-    run.console.print(Panel(excerpt, title=command, title_align="left", subtitle=f"{len(lines):,} lines in all"))
+    run.console.print(f"$ tierlog dump-log --files {segment} --print-data-log", highlight=False, soft_wrap=True)
+    excerpt = Text("\n".join(lines[:DUMP_EXCERPT_LINES]))
+    run.console.print(Panel(excerpt, subtitle=f"first {DUMP_EXCERPT_LINES} of {len(lines):,} lines"))
 
 
 STEPS: tuple[tuple[str, Callable[[DemoRun], None]], ...] = (
@@ -290,8 +299,9 @@ STEPS: tuple[tuple[str, Callable[[DemoRun], None]], ...] = (
     (f"Create topic {TOPIC}", create_topic),
     ("Produce events with keys, headers and lz4 compression", produce_events),
     ("Consume them back and verify every one", consume_and_verify),
-    ("What is on disk", show_summary),
+    # The files are read after a clean shutdown: complete, closed, and what a restart would recover.
     ("Stop the broker", stop_broker),
+    ("What is on disk", show_summary),
     ("Look inside a segment (dump-log)", show_segment),
 )
 
