@@ -15,6 +15,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,8 +79,6 @@ class DemoRun:
     events: int
     deadline: float
     broker: BrokerProcess | None = None
-    produce_seconds: float = 0.0
-    consume_seconds: float = 0.0
     partitions: dict[int, PartitionStats] = field(default_factory=dict)
 
     def remaining(self) -> float:
@@ -114,6 +113,8 @@ def create_topic(run: DemoRun) -> None:
     bootstrap = run.started_broker().bootstrap
     admin = AdminClient(client_config(bootstrap))
     timeout_s = min(15.0, run.remaining())
+    # compression.type=producer is Kafka's default, spelled out because the demo shows it on disk: the
+    # log keeps each batch in the codec the producer chose.
     future = admin.create_topics(
         [NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=1, config={"compression.type": "producer"})],
         request_timeout=timeout_s,
@@ -121,16 +122,18 @@ def create_topic(run: DemoRun) -> None:
     )[TOPIC]
     try:
         future.result(timeout=timeout_s + 1)
+        # CreateTopics may answer before every partition has a leader; produce once metadata shows them.
+        while True:
+            metadata = admin.list_topics(topic=TOPIC, timeout=min(5.0, run.remaining())).topics.get(TOPIC)
+            if metadata is not None and metadata.error is None and len(metadata.partitions) == PARTITIONS:
+                leaders = {p.id: p.leader for p in metadata.partitions.values()}
+                if all(leader >= 0 for leader in leaders.values()):
+                    break
+            time.sleep(min(0.05, run.remaining()))
     except KafkaException as e:
         raise DemoError(kafka_error_message(e.args[0], f"creating topic {TOPIC!r}")) from None
-    # CreateTopics may answer before every partition has a leader; produce only once metadata shows them.
-    while True:
-        metadata = admin.list_topics(topic=TOPIC, timeout=min(5.0, run.remaining())).topics.get(TOPIC)
-        if metadata is not None and metadata.error is None and len(metadata.partitions) == PARTITIONS:
-            leaders = {p.id: p.leader for p in metadata.partitions.values()}
-            if all(leader >= 0 for leader in leaders.values()):
-                break
-        time.sleep(min(0.05, run.remaining()))
+    except FutureTimeout:
+        raise DemoError(f"creating topic {TOPIC!r}: the broker did not answer within {timeout_s:.0f}s") from None
     described = ", ".join(f"{p}→broker {leaders[p]}" for p in sorted(leaders))
     run.console.print(f"topic [bold]{TOPIC}[/bold]: {PARTITIONS} partitions, leaders {described}")
 
@@ -171,12 +174,12 @@ def produce_events(run: DemoRun) -> None:
                 raise DemoError(e.message) from None
             producer.poll(0)
         unresolved = producer.flush(run.remaining())
-    run.produce_seconds = time.monotonic() - started
+    produce_seconds = time.monotonic() - started
     if errors or unresolved:
         first = errors[0] if errors else "no answer from the broker"
         raise DemoError(f"{len(errors) + unresolved} of {run.events} events were not acknowledged: {first}")
     run.console.print(
-        f"{run.events:,} events acknowledged in {run.produce_seconds:.2f}s{_rate(run.events, run.produce_seconds)}"
+        f"{run.events:,} events acknowledged in {produce_seconds:.2f}s{_rate(run.events, produce_seconds)}"
     )
 
 
@@ -208,13 +211,31 @@ def consume_and_verify(run: DemoRun) -> None:
                     stats.first_offset = message.offset() if stats.first_offset < 0 else stats.first_offset
                     stats.last_offset = message.offset()
                     progress.advance(task)
+        consume_seconds = time.monotonic() - started
+        _verify_nothing_more(run, consumer)
     finally:
         consumer.close()
-    run.consume_seconds = time.monotonic() - started
     run.console.print(
-        f"{len(seen):,} events read back and verified in {run.consume_seconds:.2f}s"
-        f"{_rate(len(seen), run.consume_seconds)}: keys, values, headers, per-key order"
+        f"{len(seen):,} events read back and verified in {consume_seconds:.2f}s"
+        f"{_rate(len(seen), consume_seconds)}: keys, values, headers, per-key order, no gaps or extras"
     )
+
+
+def _verify_nothing_more(run: DemoRun, consumer: Consumer) -> None:
+    """The topic is fresh, so each partition must hold exactly offsets 0..last: its high watermark is the
+    next offset after the last event read, with no gap and nothing beyond."""
+    for partition, stats in sorted(run.partitions.items()):
+        try:
+            _, high = consumer.get_watermark_offsets(
+                TopicPartition(TOPIC, partition), timeout=min(5.0, run.remaining()), cached=False
+            )
+        except KafkaException as e:
+            raise DemoError(kafka_error_message(e.args[0], f"offsets of {TOPIC}-{partition}")) from None
+        if stats.records != stats.last_offset + 1 or high != stats.records:
+            raise DemoError(
+                f"{TOPIC}-{partition}: read {stats.records} events up to offset {stats.last_offset}, "
+                f"but its high watermark is {high}"
+            )
 
 
 def _verify(message: Message, seen: set[int], last_by_key: dict[bytes, int]) -> int:
