@@ -20,6 +20,7 @@ from tierlog.replication.errors import (
     NotLeaderOrFollowerError,
     UnknownLeaderEpochError,
 )
+from tierlog.storage.errors import PolicyViolationError
 from tierlog.storage.file_records import FileSlice
 from tierlog.storage.log import Log, LogAppendInfo
 
@@ -172,6 +173,10 @@ class Partition:
     def delete_records_on_leader(self, offset: int) -> int:
         """DeleteRecords: move the log start up to `offset` (-1 means the HW); returns the new low watermark."""
         self._require_leader()
+        if not self.log.config.delete:
+            raise PolicyViolationError(
+                f"Records of partition {self.topic_partition} can not be deleted due to the configured policy"
+            )
         target = self.log.high_watermark if offset == -1 else offset
         self.log.maybe_increment_log_start_offset(target)
         return self.log.log_start_offset

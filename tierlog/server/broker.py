@@ -23,6 +23,8 @@ from tierlog.storage.log_manager import LogManager
 
 logger = logging.getLogger(__name__)
 
+POST_ROLL_FLUSH_INTERVAL_MS = 1000
+
 
 class Broker:
     def __init__(self, config: KafkaConfig) -> None:
@@ -61,7 +63,9 @@ class Broker:
         self._every("log.flush.offset.checkpoint.interval.ms", self.log_manager.checkpoint_recovery_points)
         self._every("log.flush.start.offset.checkpoint.interval.ms", self.log_manager.checkpoint_log_start_offsets)
         self._every("log.retention.check.interval.ms", lambda: self.log_manager.cleanup_logs(now_ms()))
-        self._every("log.flush.scheduler.interval.ms", lambda: self.log_manager.flush_dirty_logs(now_ms()))
+        # Kafka flushes a rolled segment right after the roll (on its scheduler), which advances the recovery
+        # point; flush.ms / flush.messages, checked here too, are off by default, as in Kafka.
+        self._every_ms("flush-log", POST_ROLL_FLUSH_INTERVAL_MS, lambda: self.log_manager.flush_dirty_logs(now_ms()))
         advertised = config.advertised_listener
         logger.info(
             "[Broker id=%d] started, serving %s:%d, cluster id %s, log dirs %s",
@@ -86,7 +90,9 @@ class Broker:
             self._connections.discard(task)
 
     def _every(self, interval_config: str, action: Callable[[], object]) -> None:
-        interval_ms = self.config.get_int(interval_config)
+        self._every_ms(interval_config, self.config.get_int(interval_config), action)
+
+    def _every_ms(self, name: str, interval_ms: int, action: Callable[[], object]) -> None:
         if interval_ms >= 2**53:
             return  # Kafka's Long.MAX_VALUE means never.
 
@@ -96,9 +102,9 @@ class Broker:
                 try:
                     action()
                 except Exception:
-                    logger.exception("periodic task %s failed", interval_config)
+                    logger.exception("periodic task %s failed", name)
 
-        self._periodic.append(asyncio.create_task(repeat(), name=interval_config))
+        self._periodic.append(asyncio.create_task(repeat(), name=name))
 
     def _arm_purgatory_timer(self, deadline_ms: int) -> None:
         loop = asyncio.get_running_loop()
