@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from click.testing import CliRunner
+
+from tierlog.cli.main import cli
+
 
 def test_demo_runs_end_to_end_and_cleans_up(tmp_path: Path) -> None:
     # The demo's temporary directory lands in TMPDIR, so this test can see it was removed.
@@ -32,7 +36,7 @@ def test_demo_runs_end_to_end_and_cleans_up(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("tierlog-demo-*"))
 
 
-def test_demo_keeps_a_given_data_dir(tmp_path: Path) -> None:
+def test_demo_keeps_a_given_data_dir_which_dump_log_reads(tmp_path: Path) -> None:
     data_dir = tmp_path / "demo"
     result = subprocess.run(
         [sys.executable, "-m", "tierlog", "demo", "--events", "500", "--data-dir", str(data_dir)],
@@ -47,3 +51,17 @@ def test_demo_keeps_a_given_data_dir(tmp_path: Path) -> None:
         "demo-events-2",
     ]
     assert (data_dir / "broker-1.log").exists()
+
+    segment = data_dir / "broker-1" / "demo-events-0" / "00000000000000000000.log"
+    index = segment.with_suffix(".index")
+    dumped = CliRunner().invoke(cli, ["dump-log", "--files", str(segment), "--files", str(index), "--print-data-log"])
+    assert dumped.exit_code == 0, dumped.output
+    assert f"Dumping {segment}\nLog starting offset: 0\nbaseOffset: 0 " in dumped.stdout
+    assert re.search(
+        r"^\| offset: 0 CreateTime: \d+ keySize: 8 .* headerKeys: \[source,event-id\] key: user-", dumped.stdout, re.M
+    )
+    assert f"Dumping {index}\n" in dumped.stdout
+
+    missing = CliRunner().invoke(cli, ["dump-log", "--files", str(tmp_path / "nope.log")])
+    assert missing.exit_code == 2
+    assert "does not exist" in missing.stderr

@@ -67,10 +67,9 @@ def broker(config_file: Path | None, overrides: tuple[str, ...], log_level: str)
 @click.option("--print-data-log", is_flag=True, help="Also print every record (key, payload, headers).")
 def dump_log_command(files: tuple[Path, ...], print_data_log: bool) -> None:
     """Print segment and index files as kafka-dump-log.sh does."""
-    out = click.get_text_stream("stdout")
     for path in files:
         try:
-            dump_log(path, print_data_log=print_data_log, out=out)
+            dump_log(path, print_data_log=print_data_log, out=sys.stdout)
         except (OSError, ValueError) as e:
             raise click.ClickException(f"cannot dump {path}: {e}") from None
 
