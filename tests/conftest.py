@@ -12,7 +12,9 @@ test files never import `conftest`. Every client helper is bounded by `CLIENT_TI
 from __future__ import annotations
 
 import asyncio
+import atexit
 import re
+import signal
 import struct
 import subprocess
 import time
@@ -47,6 +49,17 @@ def _dotted(key: str) -> str:
 
 BrokerFactory = Callable[..., BrokerProcess]
 
+# Every broker any fixture started and has not stopped yet: the last resort, should pytest exit without
+# running fixture teardown (pytest-timeout's thread method, an internal error), is to kill them at exit.
+_LIVE_BROKERS: set[BrokerProcess] = set()
+
+
+@atexit.register
+def _kill_leftover_brokers() -> None:
+    for broker in list(_LIVE_BROKERS):
+        if broker.running:
+            broker.kill(signal.SIGKILL)
+
 
 class _BrokerPool:
     """Starts brokers on demand and guarantees they are gone afterwards."""
@@ -61,6 +74,7 @@ class _BrokerPool:
         merged.update({_dotted(k): str(v) for k, v in settings.items()})
         broker = BrokerProcess(self.base_dir / f"broker-{len(self.brokers) + 1}" / "data", overrides=merged)
         self.brokers.append(broker)
+        _LIVE_BROKERS.add(broker)
         broker.start()
         broker.wait_ready(BROKER_READY_TIMEOUT_S)
         return broker
@@ -69,6 +83,7 @@ class _BrokerPool:
         for broker in self.brokers:
             try:
                 broker.stop(BROKER_STOP_TIMEOUT_S)
+                _LIVE_BROKERS.discard(broker)
             finally:
                 print(f"\n---- last lines of {broker.log_file} ----\n{broker.log_tail(60)}")
 

@@ -440,6 +440,26 @@ def test_truncated_frame_then_close_leaves_nothing_behind(scene: Scene) -> None:
     assert log_end_offset(scene.bystander, scene.topic) == 2, "a half-sent produce appended records"
 
 
+def test_a_client_stalled_halfway_through_a_frame_does_not_hold_up_others(scene: Scene) -> None:
+    slow = scene.wire()
+    try:
+        whole = frame(request_header(API_PRODUCE, 3, 21) + produce_body_v3(scene.topic, 0, record_batch([b"slow"])))
+        slow.send(whole[:30])
+        for _ in range(3):  # everyone else is served while the slow client dawdles
+            assert log_end_offset(scene.bystander, scene.topic) == 2
+            other = scene.wire()
+            try:
+                assert api_versions_v0(other)[0] == NONE
+            finally:
+                other.close()
+        slow.send(whole[30:])
+        reader = Reader(slow.read_frame())
+        assert reader.i32() == 21
+        assert log_end_offset(scene.bystander, scene.topic) == 3
+    finally:
+        slow.close()
+
+
 def test_garbage_bytes_in_a_frame_close_the_connection(scene: Scene) -> None:
     garbage = bytes.fromhex("7fff") + os.urandom(46)  # api key 32767: no such API; the rest is noise
     wire = scene.wire()
