@@ -28,6 +28,7 @@ from tierlog.storage.log_config import validate_topic_config
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_PARTITIONS = 100_000
+PRODUCER_ID_BLOCK_SIZE = 1000
 
 
 def validate_topic_name(name: str) -> None:
@@ -154,6 +155,15 @@ class Controller:
         if not validate_only:
             self._commit(changed)
         return changed.topics[name]
+
+    def allocate_producer_id_block(self) -> range:
+        """A block of producer ids no other broker or earlier run ever receives: the block is persisted as
+        taken before it is handed out, so a crash can only skip ids, never reuse them."""
+        changed = copy.deepcopy(self.metadata)
+        start = changed.next_producer_id
+        changed.next_producer_id = start + PRODUCER_ID_BLOCK_SIZE
+        self._commit(changed)
+        return range(start, start + PRODUCER_ID_BLOCK_SIZE)
 
 
 def _assign(partition: int, replication_factor: int, nodes: Sequence[int]) -> PartitionRegistration:

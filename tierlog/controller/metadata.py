@@ -42,12 +42,20 @@ class TopicMetadata:
 class ClusterMetadata:
     cluster_id: str
     topics: dict[str, TopicMetadata] = field(default_factory=dict)
+    # Start of the next block of producer ids handed to a broker (KRaft's ProducerIdsRecord).
+    next_producer_id: int = 0
 
     def to_json(self) -> str:
         topics = [
             {**asdict(t), "topic_id": str(t.topic_id)} for t in sorted(self.topics.values(), key=lambda t: t.name)
         ]
-        return json.dumps({"version": 0, "cluster_id": self.cluster_id, "topics": topics}, indent=1) + "\n"
+        document = {
+            "version": 0,
+            "cluster_id": self.cluster_id,
+            "next_producer_id": self.next_producer_id,
+            "topics": topics,
+        }
+        return json.dumps(document, indent=1) + "\n"
 
     @classmethod
     def from_json(cls, text: str) -> ClusterMetadata:
@@ -60,7 +68,7 @@ class ClusterMetadata:
                 partitions=[PartitionRegistration(**p) for p in t["partitions"]],
                 configs=dict(t["configs"]),
             )
-        return cls(cluster_id=data["cluster_id"], topics=topics)
+        return cls(cluster_id=data["cluster_id"], topics=topics, next_producer_id=data["next_producer_id"])
 
 
 class MetadataStore(Protocol):

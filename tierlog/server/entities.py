@@ -32,11 +32,13 @@ def build(cls: type, **values: Any) -> Any:
 class _Builder:
     __slots__ = ("_cls",)
 
-    def __init__(self, cls: type) -> None:
+    def __init__(self, cls: type | None) -> None:
         self._cls = cls
 
     def __call__(self, **values: Any) -> Any:
-        return build(self._cls, **values)
+        # A nested class that this version lacks belongs to a field the version lacks too: the parent's
+        # builder drops that field, so the value built here is never written.
+        return None if self._cls is None else build(self._cls, **values)
 
 
 class ResponseSchema:
@@ -46,7 +48,7 @@ class ResponseSchema:
         self._module = module
 
     def __getattr__(self, name: str) -> _Builder:
-        builder = _Builder(getattr(self._module, name))
+        builder = _Builder(getattr(self._module, name, None))
         setattr(self, name, builder)
         return builder
 

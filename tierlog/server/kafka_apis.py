@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from tierlog.common import TopicPartition
@@ -43,6 +43,8 @@ API_PRODUCE = 0
 API_FETCH = 1
 API_LIST_OFFSETS = 2
 API_METADATA = 3
+API_FIND_COORDINATOR = 10
+API_INIT_PRODUCER_ID = 22
 API_OFFSET_FOR_LEADER_EPOCH = 23
 API_API_VERSIONS = 18
 API_CREATE_TOPICS = 19
@@ -114,7 +116,10 @@ class KafkaApis:
             API_CREATE_PARTITIONS: self.handle_create_partitions,
             API_INCREMENTAL_ALTER_CONFIGS: self.handle_incremental_alter_configs,
             API_DESCRIBE_CLUSTER: self.handle_describe_cluster,
+            API_FIND_COORDINATOR: self.handle_find_coordinator,
+            API_INIT_PRODUCER_ID: self.handle_init_producer_id,
         }
+        self._producer_ids: Iterator[int] = iter(())
 
     async def handle(self, request: Request) -> Any:
         """The response entity, or None when the request gets no response (acks=0 produce)."""
@@ -230,6 +235,49 @@ class KafkaApis:
             controller_id=self.node_id,
             brokers=(self._broker_entry(s, "DescribeClusterBroker"),),
             cluster_authorized_operations=-(2**31),
+        )
+
+    # Coordinators and producer ids
+
+    async def handle_find_coordinator(self, request: Request) -> Any:
+        """Group and transaction coordinators do not exist yet, so every key answers
+        COORDINATOR_NOT_AVAILABLE (retriable). Serving the API still matters: librdkafka enables LZ4 only
+        for brokers that advertise FindCoordinator."""
+        s = self._schema(request)
+        body = request.body
+        keys = getattr(body, "coordinator_keys", None) or (getattr(body, "key", ""),)
+        unavailable = error_code("COORDINATOR_NOT_AVAILABLE")
+        message = "group and transaction coordinators are not implemented yet"
+        return s.FindCoordinatorResponse(
+            throttle_time=NO_THROTTLE,
+            error_code=unavailable,
+            error_message=message,
+            node_id=-1,
+            host="",
+            port=-1,
+            coordinators=tuple(
+                s.Coordinator(key=key, node_id=-1, host="", port=-1, error_code=unavailable, error_message=message)
+                for key in keys
+            ),
+        )
+
+    async def handle_init_producer_id(self, request: Request) -> Any:
+        """A fresh producer id for each idempotent producer (never reused across restarts). Transactions
+        need a transaction coordinator, which does not exist yet."""
+        s = self._schema(request)
+        if request.body.transactional_id is not None:
+            return s.InitProducerIdResponse(
+                throttle_time=NO_THROTTLE,
+                error_code=error_code("COORDINATOR_NOT_AVAILABLE"),
+                producer_id=-1,
+                producer_epoch=-1,
+            )
+        producer_id = next(self._producer_ids, None)
+        if producer_id is None:
+            self._producer_ids = iter(self.controller.allocate_producer_id_block())
+            producer_id = next(self._producer_ids)
+        return s.InitProducerIdResponse(
+            throttle_time=NO_THROTTLE, error_code=error_code(None), producer_id=producer_id, producer_epoch=0
         )
 
     # Produce and Fetch
@@ -514,9 +562,7 @@ class KafkaApis:
                             name=name, value=value, read_only=False, config_source=source, is_sensitive=False
                         )
                         for name, value, source, _ in self._topic_config_entries(topic.configs)
-                    )
-                    if request.api_version >= 5  # the created topic's configs are in the response since v5
-                    else None,
+                    ),
                 )
             )
         if not body.validate_only:

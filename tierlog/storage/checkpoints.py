@@ -108,8 +108,7 @@ class _CheckpointFile(ABC, Generic[_T]):
         version = self._parse_int(lines[0], 1)
         if version != CHECKPOINT_VERSION:
             raise CheckpointFileError(
-                f"checkpoint file {self.path} line 1: unrecognised version {version}, "
-                f"expected {CHECKPOINT_VERSION}"
+                f"checkpoint file {self.path} line 1: unrecognised version {version}, expected {CHECKPOINT_VERSION}"
             )
         if len(lines) < 2:
             return []
@@ -119,9 +118,7 @@ class _CheckpointFile(ABC, Generic[_T]):
             try:
                 entries.append(self._parse_entry(line.split()))
             except ValueError as e:
-                raise CheckpointFileError(
-                    f"checkpoint file {self.path} line {number}: malformed entry {line!r}"
-                ) from e
+                raise CheckpointFileError(f"checkpoint file {self.path} line {number}: malformed entry {line!r}") from e
         if len(entries) != expected:
             raise CheckpointFileError(
                 f"checkpoint file {self.path}: expected {expected} entries but found {len(entries)}"
@@ -226,9 +223,7 @@ class PartitionMetadataFile:
 
     def _malformed(self, lines: list[str], index: int) -> CheckpointFileError:
         line = lines[index] if index < len(lines) else None
-        return CheckpointFileError(
-            f"partition metadata file {self.path} line {index + 1}: malformed line {line!r}"
-        )
+        return CheckpointFileError(f"partition metadata file {self.path} line {index + 1}: malformed line {line!r}")
 
     def __repr__(self) -> str:
         return f"PartitionMetadataFile({str(self.path)!r})"
