@@ -24,13 +24,14 @@ from tierlog.storage.log_manager import LogManager
 logger = logging.getLogger(__name__)
 
 POST_ROLL_FLUSH_INTERVAL_MS = 1000
+SHUTDOWN_DRAIN_S = 5.0
 
 
 class Broker:
     def __init__(self, config: KafkaConfig) -> None:
         self.config = config
         self._servers: list[asyncio.Server] = []
-        self._connections: set[asyncio.Task[None]] = set()
+        self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self._periodic: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
 
@@ -83,11 +84,11 @@ class Broker:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_request: int) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._connections.add(task)
+        self._connections[task] = writer
         try:
             await serve_connection(reader, writer, self.apis, max_request)
         finally:
-            self._connections.discard(task)
+            del self._connections[task]
 
     def _every(self, interval_config: str, action: Callable[[], object]) -> None:
         self._every_ms(interval_config, self.config.get_int(interval_config), action)
@@ -127,9 +128,17 @@ class Broker:
             server.close()
         for task in self._periodic:
             task.cancel()
-        for task in list(self._connections):
-            task.cancel()
-        await asyncio.gather(*self._periodic, *self._connections, return_exceptions=True)
+        await asyncio.gather(*self._periodic, return_exceptions=True)
+        # Answer every parked fetch now, then end each connection by closing its socket: the connection's
+        # loop sees the end of its stream and returns, with no half-written response and no cancellation.
+        self.replica_manager.fetch_purgatory.expire(2**63 - 1)
+        await asyncio.sleep(0)
+        for writer in self._connections.values():
+            writer.close()
+        if self._connections:
+            _, lingering = await asyncio.wait(list(self._connections), timeout=SHUTDOWN_DRAIN_S)
+            for task in lingering:
+                task.cancel()
         for server in self._servers:
             with contextlib.suppress(Exception):
                 await server.wait_closed()
