@@ -104,7 +104,8 @@ def parse_request(frame: bytes, apis: Mapping[int, ApiSupport] = SUPPORTED_APIS)
     """Parse one frame (without its size prefix) into a Request.
 
     Raises UnsupportedVersion for an API key or version outside `apis`, InvalidRequest for anything
-    that is not a well-formed request of its version (truncated, trailing bytes, bad strings, ...).
+    that is not a well-formed request of its version (truncated, bad strings, ...). Bytes after the body
+    are ignored, as in Kafka.
     """
     size = len(frame)
     if size < _HEADER_PREFIX.size:
@@ -121,10 +122,10 @@ def parse_request(frame: bytes, apis: Mapping[int, ApiSupport] = SUPPORTED_APIS)
         if api.is_flexible(api_version):
             position += skip_tagged_fields(view, position)
         try:
-            body, consumed = _native_reader(api_key, api_version)(view, position)
+            body, _ = _native_reader(api_key, api_version)(view, position)
         except KeyError:
             # kio's answer to an unknown tagged field: re-read, skipping it.
-            body, consumed = tolerant_entity_reader(_request_type(api_key, api_version))(view, position)
+            body, _ = tolerant_entity_reader(_request_type(api_key, api_version))(view, position)
     except InvalidRequest:
         raise
     # The native reader raises its own errors, ValueError, UnicodeDecodeError...: every failure of a
@@ -133,8 +134,8 @@ def parse_request(frame: bytes, apis: Mapping[int, ApiSupport] = SUPPORTED_APIS)
         raise InvalidRequest(
             f"malformed {api.name} v{api_version} request (correlation id {correlation_id}): {exc!r}"
         ) from exc
-    if position + consumed != size:
-        raise InvalidRequest(f"{api.name} v{api_version} request has {size - position - consumed} bytes after its body")
+    # Bytes after the body are ignored, as Kafka does: librdkafka's Metadata v12 "all topics" request
+    # carries three left over from an array-count placeholder.
     return Request(api_key, api_version, correlation_id, client_id, body, size)
 
 
