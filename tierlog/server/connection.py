@@ -20,7 +20,7 @@ from tierlog.protocol.codec import (
     encode_response,
     parse_request,
 )
-from tierlog.protocol.framing import FrameTooLarge, read_frame
+from tierlog.protocol.framing import FramingError, read_frame
 from tierlog.server.kafka_apis import API_API_VERSIONS, KafkaApis
 from tierlog.storage.file_records import FileSlice
 
@@ -55,7 +55,7 @@ async def serve_connection(
             response = await apis.handle(request)
             if response is not None:
                 await send_chunks(writer, encode_response(request, response))
-    except FrameTooLarge as e:
+    except FramingError as e:
         logger.warning("closing connection from %s: %s", peer, e)
     except (ConnectionError, asyncio.IncompleteReadError):
         pass
