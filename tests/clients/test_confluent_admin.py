@@ -156,6 +156,7 @@ def test_incremental_alter_configs_sets_and_deletes_topic_overrides(shared_broke
     assert _topic_configs(admin, topic, kafka.timeout_s)["retention.bytes"].value == "5000000"
 
 
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated:DeprecationWarning")
 def test_alter_configs_replaces_every_topic_override(shared_broker: BrokerProcess, kafka: Any) -> None:
     admin = kafka.admin(shared_broker.bootstrap)
     topic = kafka.topic_name()
@@ -172,8 +173,9 @@ def test_altered_max_message_bytes_takes_effect_on_produce(shared_broker: Broker
     topic = kafka.topic_name()
     kafka.create_topic(shared_broker.bootstrap, topic)
     kafka.produce(shared_broker.bootstrap, topic, [{"value": b"x" * 50_000}])
-    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, set_config={"max.message.bytes": "10000"})
-    admin.alter_configs([resource])[resource].result(kafka.timeout_s)
+    entry = ConfigEntry("max.message.bytes", "10000", incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
+    admin.incremental_alter_configs([resource])[resource].result(kafka.timeout_s)
     producer = kafka.producer(shared_broker.bootstrap, linger_ms=0)
     errors: list[Any] = []
     producer.produce(topic, value=b"x" * 50_000, on_delivery=lambda err, _msg: errors.append(err))

@@ -36,7 +36,9 @@ def test_records_from_one_client_read_back_identically_with_every_client(
     sent = dataset(500)
     offsets = clients[producer].produce(shared_broker.bootstrap, topic, sent, compression=PRODUCER_CODECS[producer])
     assert offsets == list(range(len(sent)))
-    assert storage(shared_broker, topic, 0) == {PRODUCER_CODECS[producer]}
+    codec = PRODUCER_CODECS[producer]
+    stored = storage(shared_broker, topic, 0)  # a batch that compression would enlarge may go uncompressed
+    assert codec in stored and stored <= {codec, "none"}, f"batches on disk are {stored}, not {codec}"
 
     expected = [(s["key"], s["value"], tuple(HEADERS)) for s in sent]
     seen: dict[str, list[tuple[int, int]]] = {}

@@ -36,7 +36,9 @@ def test_records_round_trip_with_kcat(
     ]
     sent = [{**s, "key": s["key"] and s["key"].encode(), "value": s["value"] and s["value"].encode()} for s in sent]
     assert client.produce(shared_broker.bootstrap, topic, sent, compression=codec) == list(range(400))
-    assert storage(shared_broker, topic, 0) == {codec}, "the batches on disk are not in the codec asked for"
+    # A client may send a batch uncompressed when compression would make it bigger; never only so.
+    stored = storage(shared_broker, topic, 0)
+    assert codec in stored and stored <= {codec, "none"}, f"batches on disk are {stored}, not {codec}"
     got = client.consume(shared_broker.bootstrap, topic, len(sent))
     assert [r.offset for r in got] == list(range(400))
     for record, spec in zip(got, sent, strict=True):
