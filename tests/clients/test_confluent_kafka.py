@@ -6,11 +6,12 @@ Consumers never join a group: they assign() partitions and never commit.
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_END, TopicPartition
+from confluent_kafka import OFFSET_END, TIMESTAMP_LOG_APPEND_TIME, TopicPartition
 
 from tierlog.cli.local_cluster import BrokerProcess
 
@@ -201,3 +202,50 @@ def test_produce_with_acks_1_and_acks_0_both_append(
     poll_until(lambda: kafka.watermarks(shared_broker.bootstrap, topic)[1] == 100, 10, "the acks=0 records")
     values = [r.value for r in kafka.consume_all(shared_broker.bootstrap, topic)]
     assert values == [b"acks1-%d" % i for i in range(50)] + [b"acks0-%d" % i for i in range(50)]
+
+
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+def test_log_append_time_topics_stamp_the_broker_time(shared_broker: BrokerProcess, kafka: Any, codec: str) -> None:
+    topic = kafka.topic_name()
+    kafka.create_topic(shared_broker.bootstrap, topic, config={"message.timestamp.type": "LogAppendTime"})
+    before = int(time.time() * 1000)
+    sent = [{"value": b"v%d" % i, "timestamp": BASE_TS + i} for i in range(50)]
+    kafka.produce(shared_broker.bootstrap, topic, sent, compression_type=codec)
+    after = int(time.time() * 1000)
+    consumer = kafka.consumer(shared_broker.bootstrap)
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        seen = []
+        deadline = time.monotonic() + kafka.timeout_s
+        while len(seen) < len(sent) and time.monotonic() < deadline:
+            seen += [m.timestamp() for m in consumer.consume(100, timeout=0.2) if m.error() is None]
+    finally:
+        consumer.close()
+    assert len(seen) == len(sent)
+    for ts_type, ts in seen:
+        assert ts_type == TIMESTAMP_LOG_APPEND_TIME
+        assert before <= ts <= after
+    # A timestamp lookup uses the append time too, not the CreateTime the producer set.
+    consumer = kafka.consumer(shared_broker.bootstrap)
+    try:
+        [found] = consumer.offsets_for_times([TopicPartition(topic, 0, before)], timeout=kafka.timeout_s)
+        assert found.offset == 0
+        [found] = consumer.offsets_for_times([TopicPartition(topic, 0, BASE_TS)], timeout=kafka.timeout_s)
+        assert found.offset == 0
+    finally:
+        consumer.close()
+
+
+def test_create_time_too_far_ahead_is_refused_with_invalid_timestamp(shared_broker: BrokerProcess, kafka: Any) -> None:
+    topic = kafka.topic_name()
+    kafka.create_topic(shared_broker.bootstrap, topic, config={"message.timestamp.after.max.ms": "3600000"})
+    producer = kafka.producer(shared_broker.bootstrap, linger_ms=0)
+    errors: list[Any] = []
+    future = int(time.time() * 1000) + 2 * 3_600_000
+    # Kafka refuses the whole batch, so each record goes in a batch of its own.
+    producer.produce(topic, value=b"from the future", timestamp=future, on_delivery=lambda e, _m: errors.append(e))
+    assert producer.flush(kafka.timeout_s) == 0
+    producer.produce(topic, value=b"now", on_delivery=lambda e, _m: errors.append(e))
+    assert producer.flush(kafka.timeout_s) == 0
+    assert [e.name() if e else None for e in errors] == ["INVALID_TIMESTAMP", None]
+    assert [r.value for r in kafka.consume_all(shared_broker.bootstrap, topic)] == [b"now"]

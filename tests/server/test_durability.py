@@ -254,3 +254,36 @@ def test_clients_reconnect_after_a_restart(broker: BrokerProcess, kafka: Any) ->
     assert producer.flush(kafka.timeout_s) == 0
     assert not errors
     assert [r.value for r in kafka.consume_all(broker.bootstrap, topic)] == [b"%d" % i for i in range(200)]
+
+
+@pytest.mark.parametrize("shutdown", ["clean", "kill-9"])
+def test_missing_index_files_are_rebuilt_on_restart(broker: BrokerProcess, kafka: Any, shutdown: str) -> None:
+    # Offset and time indexes are derived data: without them a restart must rebuild them from the .log
+    # files, after a clean shutdown as after a crash, and lookups by offset and by time work as before.
+    topic = kafka.topic_name()
+    kafka.create_topic(broker.bootstrap, topic)
+    base_ts = 1_700_000_000_000
+    sent = [{"value": b"%05d" % i + b"." * 700, "timestamp": base_ts + i * 10} for i in range(4000)]
+    kafka.produce(broker.bootstrap, topic, sent, linger_ms=0, batch_num_messages=20)
+    assert len(segments(broker, topic)) >= 2
+    if shutdown == "clean":
+        assert broker.stop() == 0
+    else:
+        broker.kill(signal.SIGKILL)
+    index_files = [p for p in (broker.log_dir / f"{topic}-0").iterdir() if p.suffix in (".index", ".timeindex")]
+    assert index_files
+    for path in index_files:
+        path.unlink()
+    restart_after(broker)
+
+    got = kafka.consume_all(broker.bootstrap, topic, start_offset=2345)
+    assert [r.value for r in got] == [s["value"] for s in sent[2345:]]
+    consumer = kafka.consumer(broker.bootstrap)
+    try:
+        for target in (0, 1234, 3999):
+            [found] = consumer.offsets_for_times(
+                [TopicPartition(topic, 0, base_ts + target * 10 - 5)], timeout=kafka.timeout_s
+            )
+            assert found.offset == target
+    finally:
+        consumer.close()

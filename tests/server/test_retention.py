@@ -124,6 +124,9 @@ def test_retention_bytes_deletes_the_oldest_segments_beyond_the_size_limit(
     assert_retention_deleted_exactly(broker, kafka, topic, layout, deleted, 300, poll_until)
     remaining = sum(size for _, size in segment_sizes(broker, topic))
     assert retention_bytes <= remaining < retention_bytes + SEGMENT_BYTES + 2000
+    # The moved log start survives a restart.
+    broker.restart()
+    assert kafka.watermarks(broker.bootstrap, topic) == (layout[deleted][0], 300)
 
 
 def test_retention_by_broker_defaults_applies_to_new_segments_too(
