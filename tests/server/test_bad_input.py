@@ -35,6 +35,7 @@ CORRUPT_MESSAGE = 2
 UNKNOWN_TOPIC_OR_PARTITION = 3
 INVALID_TOPIC_EXCEPTION = 17
 UNSUPPORTED_VERSION = 35
+INVALID_RECORD = 87
 
 CRC_OFFSET = 17  # baseOffset(8) batchLength(4) partitionLeaderEpoch(4) magic(1), then crc(4)
 
@@ -524,7 +525,6 @@ def _flip(data: bytes, position: int) -> bytes:
     [
         pytest.param(lambda b: _flip(b, CRC_OFFSET + 1), id="crc-byte"),
         pytest.param(lambda b: _flip(b, len(b) - 3), id="record-byte"),
-        pytest.param(lambda b: record_batch([b"good"]) + _flip(b, CRC_OFFSET), id="second-of-two-batches"),
     ],
 )
 def test_produce_with_crc_mismatch_gets_corrupt_message_and_appends_nothing(
@@ -541,6 +541,29 @@ def test_produce_with_crc_mismatch_gets_corrupt_message_and_appends_nothing(
         assert b"payload-" not in fetched.records and b"good" not in fetched.records
         # The partition goes on at the offset it was at.
         assert produce_v3(wire, scene.topic, 0, batch) == (NONE, 2)
+    finally:
+        wire.close()
+
+
+@pytest.mark.parametrize(
+    "records",
+    [
+        pytest.param(lambda b: b + record_batch([b"second"]), id="two-valid-batches"),
+        pytest.param(lambda b: b + _flip(record_batch([b"second"]), CRC_OFFSET), id="valid-then-corrupt"),
+        pytest.param(lambda b: (5).to_bytes(8, "big") + b[8:], id="base-offset-not-0"),
+    ],
+)
+def test_produce_records_that_break_the_v3_rules_get_invalid_record_and_append_nothing(
+    scene: Scene, records: Callable[[bytes], bytes]
+) -> None:
+    # Since Produce v3 a partition's records are exactly one batch of magic 2 whose base offset is 0
+    # (Kafka's ProduceRequest.validateRecords and LogValidator); anything else is INVALID_RECORD.
+    wire = scene.wire()
+    try:
+        batch = record_batch([b"payload-%d" % i for i in range(5)])
+        error, _ = produce_v3(wire, scene.topic, 0, records(batch))
+        assert error == INVALID_RECORD
+        assert log_end_offset(wire, scene.topic) == 2
     finally:
         wire.close()
 
