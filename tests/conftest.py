@@ -592,11 +592,11 @@ class KcatAdapter(ClientAdapter):
         args += ["-X", f"compression.codec={compression}", "-X", "acks=all"]
         for name, value in next(iter(headers), ()):
             args += ["-H", f"{name}={value.decode()}"]
-        low_high_before = Kafka("kcat", self.timeout_s).watermarks(bootstrap, topic, partition)[1]
+        high_before = Kafka("kcat", self.timeout_s).watermarks(bootstrap, topic, partition)[1]
         self._run(args, b"".join(lines))
         high_after = Kafka("kcat", self.timeout_s).watermarks(bootstrap, topic, partition)[1]
-        assert high_after - low_high_before == len(records), "kcat did not produce every record"
-        return list(range(low_high_before, high_after))
+        assert high_after - high_before == len(records), "kcat did not produce every record"
+        return list(range(high_before, high_after))
 
     def consume(self, bootstrap: str, topic: str, count: int, partition: int = 0, start: int = 0) -> list[Rec]:
         args = ["-C", "-b", bootstrap, "-t", topic, "-p", str(partition), "-o", str(start), "-c", str(count)]
