@@ -22,6 +22,7 @@ from tierlog.controller.metadata import TopicMetadata
 from tierlog.protocol.api_versions import supported_api_versions
 from tierlog.protocol.codec import Request
 from tierlog.protocol.errors import error_code
+from tierlog.records.record_batch import batch_size_at
 from tierlog.replication.replica_manager import (
     FetchParams,
     FetchPartitionResult,
@@ -289,7 +290,8 @@ class KafkaApis:
         for topic_data in body.topic_data:
             for partition_data in topic_data.partition_data:
                 tp = TopicPartition(topic_data.name, partition_data.index)
-                if partition_data.records is None:
+                if partition_data.records is None or _holds_several_batches(partition_data.records):
+                    # Kafka's ProduceRequest.validateRecords: from v3 on, exactly one batch per partition.
                     early_errors[tp] = "INVALID_RECORD"
                 else:
                     # One copy: offsets and epochs are stamped into the batch in place before it is written.
@@ -803,6 +805,11 @@ class KafkaApis:
         if not body.validate_only:
             self._apply_metadata()
         return s.AlterConfigsResponse(throttle_time=NO_THROTTLE, responses=tuple(responses))
+
+
+def _holds_several_batches(records: bytes) -> bool:
+    first = batch_size_at(records, 0)
+    return first is not None and first < len(records)
 
 
 class _UnknownTopicId(Exception):

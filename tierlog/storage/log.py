@@ -260,6 +260,14 @@ class Log:
     def _validate_client_batch(self, header: RecordBatchHeader, now_ms: int) -> None:
         """Kafka's LogValidator checks that need only the batch header."""
         config = self._config
+        if header.base_offset != 0:
+            # The producer's base offset is a placeholder the leader overwrites; anything else is a bug or
+            # an attempt to choose offsets.
+            raise InvalidRecordError(
+                f"The baseOffset of the record batch in the append to {self._topic_partition} should be 0, "
+                f"but it is {header.base_offset}",
+                corrupt=False,
+            )
         if header.size_in_bytes > config.max_message_bytes:
             raise RecordTooLargeError(
                 f"The batch at position {header.position} is {header.size_in_bytes} bytes, larger than "
