@@ -743,55 +743,16 @@ class KafkaApis:
             return e.error_name, str(e)
         return None, None
 
-    async def handle_incremental_alter_configs(self, request: Request) -> Any:
+    def _alter_configs(self, request: Request, new_configs: Callable[[Any, dict[str, str]], dict[str, str]]) -> Any:
+        """AlterConfigs and IncrementalAlterConfigs differ only in how a resource's overrides are computed."""
         s = self._schema(request)
         body = request.body
         responses = []
         for resource in body.resources:
-
-            def compute(current: dict[str, str], ops: Any = resource.configs) -> dict[str, str]:
-                for op in ops:
-                    if op.config_operation == OP_SET:
-                        current[op.name] = op.value or ""
-                    elif op.config_operation == OP_DELETE:
-                        current.pop(op.name, None)
-                    elif op.config_operation in (OP_APPEND, OP_SUBTRACT):
-                        items = [i for i in current.get(op.name, "").split(",") if i]
-                        changes = [i for i in (op.value or "").split(",") if i]
-                        if op.config_operation == OP_APPEND:
-                            items += [c for c in changes if c not in items]
-                        else:
-                            items = [i for i in items if i not in changes]
-                        current[op.name] = ",".join(items)
-                    else:
-                        raise InvalidConfigError(f"Unknown config operation {op.config_operation}")
-                return current
-
-            error, message = self._alter_topic_configs(
-                resource.resource_type, resource.resource_name, compute, body.validate_only
-            )
-            responses.append(
-                s.AlterConfigsResourceResponse(
-                    error_code=error_code(error),
-                    error_message=message,
-                    resource_type=resource.resource_type,
-                    resource_name=resource.resource_name,
-                )
-            )
-        if not body.validate_only:
-            self._apply_metadata()
-        return s.IncrementalAlterConfigsResponse(throttle_time=NO_THROTTLE, responses=tuple(responses))
-
-    async def handle_alter_configs(self, request: Request) -> Any:
-        s = self._schema(request)
-        body = request.body
-        responses = []
-        for resource in body.resources:
-            replacement = {c.name: c.value for c in resource.configs if c.value is not None}
             error, message = self._alter_topic_configs(
                 resource.resource_type,
                 resource.resource_name,
-                lambda _current, r=replacement: dict(r),
+                lambda current, r=resource: new_configs(r, current),
                 body.validate_only,
             )
             responses.append(
@@ -804,7 +765,40 @@ class KafkaApis:
             )
         if not body.validate_only:
             self._apply_metadata()
-        return s.AlterConfigsResponse(throttle_time=NO_THROTTLE, responses=tuple(responses))
+        return responses
+
+    async def handle_incremental_alter_configs(self, request: Request) -> Any:
+        responses = self._alter_configs(request, _apply_config_operations)
+        return self._schema(request).IncrementalAlterConfigsResponse(
+            throttle_time=NO_THROTTLE, responses=tuple(responses)
+        )
+
+    async def handle_alter_configs(self, request: Request) -> Any:
+        """The legacy API replaces every override of the resource with the ones given."""
+        responses = self._alter_configs(
+            request, lambda resource, _current: {c.name: c.value for c in resource.configs if c.value is not None}
+        )
+        return self._schema(request).AlterConfigsResponse(throttle_time=NO_THROTTLE, responses=tuple(responses))
+
+
+def _apply_config_operations(resource: Any, current: dict[str, str]) -> dict[str, str]:
+    """IncrementalAlterConfigs: SET, DELETE, and APPEND/SUBTRACT on comma-separated list values."""
+    for op in resource.configs:
+        if op.config_operation == OP_SET:
+            current[op.name] = op.value or ""
+        elif op.config_operation == OP_DELETE:
+            current.pop(op.name, None)
+        elif op.config_operation in (OP_APPEND, OP_SUBTRACT):
+            items = [i for i in current.get(op.name, "").split(",") if i]
+            changes = [i for i in (op.value or "").split(",") if i]
+            if op.config_operation == OP_APPEND:
+                items += [c for c in changes if c not in items]
+            else:
+                items = [i for i in items if i not in changes]
+            current[op.name] = ",".join(items)
+        else:
+            raise InvalidConfigError(f"Unknown config operation {op.config_operation}")
+    return current
 
 
 def _holds_several_batches(records: bytes) -> bool:
