@@ -169,3 +169,39 @@ def test_delete_records_moves_the_log_start_but_not_past_the_hw(cluster: tuple[C
     assert replica_manager.delete_records(TP, -1) == 3
     with pytest.raises(OffsetOutOfRangeError):
         replica_manager.delete_records(TP, 10)
+
+
+def test_list_offsets_on_an_empty_log_gives_zero_for_earliest_and_latest(
+    cluster: tuple[Controller, ReplicaManager],
+) -> None:
+    _, replica_manager = cluster
+    for timestamp in (-1, -2, -4):
+        found = replica_manager.fetch_offset_for_timestamp(
+            TP, timestamp, isolation_level=0, current_leader_epoch=-1, replica_id=-1
+        )
+        assert found is not None and found.offset == 0, timestamp
+    assert (
+        replica_manager.fetch_offset_for_timestamp(TP, NOW, isolation_level=0, current_leader_epoch=-1, replica_id=-1)
+        is None
+    )
+
+
+def test_list_offsets_by_timestamp_and_special_targets(cluster: tuple[Controller, ReplicaManager]) -> None:
+    _, replica_manager = cluster
+    replica_manager.append_records(
+        {TP: bytearray(build_batch([(None, b"a", [], NOW), (None, b"b", [], NOW + 5)]))}, 1, NOW
+    )
+    replica_manager.append_records({TP: bytearray(build_batch([(None, b"c", [], NOW + 2)]))}, 1, NOW)
+
+    def lookup(timestamp: int) -> tuple[int, int, int] | None:
+        found = replica_manager.fetch_offset_for_timestamp(
+            TP, timestamp, isolation_level=0, current_leader_epoch=-1, replica_id=-1
+        )
+        return None if found is None else (found.offset, found.timestamp, found.leader_epoch)
+
+    assert lookup(-2) == (0, -1, 0)
+    assert lookup(-1) == (3, -1, 0)
+    assert lookup(-3) == (1, NOW + 5, 0)
+    assert lookup(-5) == (-1, -1, -1)
+    assert lookup(NOW + 1) == (1, NOW + 5, 0)
+    assert lookup(NOW + 6) is None

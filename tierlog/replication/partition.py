@@ -22,18 +22,11 @@ from tierlog.replication.errors import (
 )
 from tierlog.storage.errors import PolicyViolationError
 from tierlog.storage.file_records import FileSlice
-from tierlog.storage.log import Log, LogAppendInfo
+from tierlog.storage.log import LATEST_TIMESTAMP, MAX_TIMESTAMP, Log, LogAppendInfo
 
 NO_EPOCH = -1
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
-
-# ListOffsets special timestamps (Kafka's ListOffsetsRequest constants).
-LATEST_TIMESTAMP = -1
-EARLIEST_TIMESTAMP = -2
-MAX_TIMESTAMP = -3
-EARLIEST_LOCAL_TIMESTAMP = -4
-LATEST_TIERED_TIMESTAMP = -5
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,18 +150,15 @@ class Partition:
         self._require_leader()
         self.check_leader_epoch(current_leader_epoch)
         upper = self.log.high_watermark if from_consumer else self.log.log_end_offset
-        cache = self.log.leader_epoch_cache
         if timestamp == LATEST_TIMESTAMP:
             return OffsetAndEpoch(upper, -1, self.leader_epoch)
-        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
-            start = self.log.log_start_offset
-            return OffsetAndEpoch(start, -1, _epoch_or_none(cache.epoch_for_offset(start)))
-        if timestamp == LATEST_TIERED_TIMESTAMP:
-            return OffsetAndEpoch(-1, -1, NO_EPOCH)
         found = self.log.fetch_offset_by_timestamp(timestamp)
-        if found is None or found.offset >= upper:
+        # A timestamp lookup may land on records consumers cannot see yet; the log start never does.
+        searched = timestamp >= 0 or timestamp == MAX_TIMESTAMP
+        if found is None or (searched and found.offset >= upper):
             return None
-        return OffsetAndEpoch(found.offset, found.timestamp, found.leader_epoch)
+        epoch = NO_EPOCH if found.leader_epoch is None else found.leader_epoch
+        return OffsetAndEpoch(found.offset, found.timestamp, epoch)
 
     def delete_records_on_leader(self, offset: int) -> int:
         """DeleteRecords: move the log start up to `offset` (-1 means the HW); returns the new low watermark."""
@@ -180,7 +170,3 @@ class Partition:
         target = self.log.high_watermark if offset == -1 else offset
         self.log.maybe_increment_log_start_offset(target)
         return self.log.log_start_offset
-
-
-def _epoch_or_none(epoch: int | None) -> int:
-    return NO_EPOCH if epoch is None else epoch
