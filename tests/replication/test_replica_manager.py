@@ -3,6 +3,7 @@ single replica, leader epochs stamped and cached (SPEC.md §2), and fetches park
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
@@ -205,3 +206,19 @@ def test_list_offsets_by_timestamp_and_special_targets(cluster: tuple[Controller
     assert lookup(-5) == (-1, -1, -1)
     assert lookup(NOW + 1) == (1, NOW + 5, 0)
     assert lookup(NOW + 6) is None
+
+
+def test_partitions_unknown_to_the_metadata_are_set_aside_not_deleted(tmp_path: Path) -> None:
+    log_manager = LogManager([tmp_path], {})
+    log_manager.startup({}, NOW)
+    orphan = TopicPartition("orphan", 0)
+    log_manager.get_or_create_log(orphan, uuid.uuid4(), {}, NOW).append_as_leader(batch(b"keep me"), 0, NOW)
+    log_manager.shutdown()
+
+    restarted = LogManager([tmp_path], {})
+    restarted.startup({}, NOW)
+    replica_manager = ReplicaManager(1, restarted)
+    replica_manager.apply_metadata(Controller(FileMetadataStore(tmp_path), lambda: [1]).metadata, NOW)
+    assert restarted.get_log(orphan) is None
+    (stray,) = tmp_path.glob("orphan-0.*-stray")
+    assert b"keep me" in (stray / "00000000000000000000.log").read_bytes()

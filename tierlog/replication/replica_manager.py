@@ -115,7 +115,8 @@ class ReplicaManager:
 
     def apply_metadata(self, metadata: ClusterMetadata, now_ms: int) -> None:
         """Make the local replicas match the image: open or create the logs of partitions assigned to us,
-        take up leadership, and delete the logs of partitions that no longer exist."""
+        take up leadership, delete the logs of partitions deleted since, and set aside (never delete) logs
+        the metadata has never heard of."""
         wanted: set[TopicPartition] = set()
         for topic in metadata.topics.values():
             for index, registration in enumerate(topic.partitions):
@@ -137,7 +138,8 @@ class ReplicaManager:
         for tp in set(self.partitions) - wanted:
             self._remove_partition(tp)
         for tp in {log.topic_partition for log in self.log_manager.all_logs()} - wanted:
-            self.log_manager.delete_log(tp)
+            stray = self.log_manager.mark_stray(tp)
+            logger.warning("partition %s is on disk but not in the cluster metadata: kept aside as %s", tp, stray)
 
     def _remove_partition(self, tp: TopicPartition) -> None:
         del self.partitions[tp]

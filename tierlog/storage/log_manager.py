@@ -31,6 +31,7 @@ from tierlog.storage.log_config import LogConfig
 
 CLEAN_SHUTDOWN_FILENAME = ".kafka_cleanshutdown"
 DELETE_DIR_SUFFIX = "-delete"
+STRAY_DIR_SUFFIX = "-stray"
 
 
 class LogManager:
@@ -140,6 +141,18 @@ class LogManager:
         renamed = log.dir.with_name(f"{tp}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
         os.replace(log.dir, renamed)
         self._logs_to_delete.append((log, renamed, None))
+
+    def mark_stray(self, tp: TopicPartition) -> Path | None:
+        """Kafka's stray logs: a partition on disk that the metadata does not know is set aside as
+        `topic-N.<uuid>-stray`, never deleted, so a lost or foreign metadata store cannot destroy data."""
+        log = self._logs.pop(tp, None)
+        if log is None:
+            return None
+        self._topic_ids.pop(tp, None)
+        log.close()
+        renamed = log.dir.with_name(f"{tp}.{uuid.uuid4().hex}{STRAY_DIR_SUFFIX}")
+        os.replace(log.dir, renamed)
+        return renamed
 
     def update_topic_config(self, topic: str, overrides: Mapping[str, str]) -> None:
         config = self._config_for(overrides)
