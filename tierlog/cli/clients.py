@@ -13,7 +13,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
-from confluent_kafka import KafkaError
+from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, TopicMetadata
 from rich.console import Console
 
 from tierlog.cli.local_cluster import api_versions_answered
@@ -104,6 +105,22 @@ def kafka_error_message(error: KafkaError, subject: str) -> str:
     if code in (KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT, KafkaError._MSG_TIMED_OUT):
         return f"{subject}: the broker did not answer in time (raise --timeout, or check the broker's log)"
     return f"{subject}: {error.str()} ({error.name()})"
+
+
+def topic_metadata(client: AdminClient | Consumer, name: str, timeout_s: float) -> TopicMetadata:
+    """One topic's metadata, or a one-line CliError when it does not exist or the broker reports an error
+    for it."""
+    subject = f"topic {name!r}"
+    try:
+        metadata = client.list_topics(topic=name, timeout=timeout_s)
+    except KafkaException as e:
+        raise CliError(kafka_error_message(e.args[0], subject)) from None
+    topic = metadata.topics.get(name)
+    if topic is None:
+        raise CliError(kafka_error_message(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART), subject))
+    if topic.error is not None:
+        raise CliError(kafka_error_message(topic.error, subject))
+    return topic
 
 
 def parse_key_values(values: tuple[str, ...], option: str) -> list[tuple[str, str]]:

@@ -26,7 +26,15 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from tierlog.cli.clients import CliError, client_config, client_options, ensure_reachable, kafka_error_message, unescape
+from tierlog.cli.clients import (
+    CliError,
+    client_config,
+    client_options,
+    ensure_reachable,
+    kafka_error_message,
+    topic_metadata,
+    unescape,
+)
 
 # librdkafka's RD_KAFKA_OFFSET_TAIL(n): start n records before the end of the partition.
 _OFFSET_TAIL_BASE = -2000
@@ -178,13 +186,7 @@ def _assignment(
     start_ms: int | None,
     timeout_s: float,
 ) -> list[TopicPartition]:
-    try:
-        metadata = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
-    except KafkaException as e:
-        raise CliError(kafka_error_message(e.args[0], f"topic {topic!r}")) from None
-    if metadata is None or metadata.error is not None:
-        error = metadata.error if metadata is not None else KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
-        raise CliError(kafka_error_message(error, f"topic {topic!r}"))
+    metadata = topic_metadata(consumer, topic, timeout_s)
     missing = sorted(set(partitions) - set(metadata.partitions))
     if missing:
         raise CliError(f"topic {topic!r} has no partition {missing[0]} (it has {len(metadata.partitions)})")

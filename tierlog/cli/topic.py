@@ -18,7 +18,6 @@ from confluent_kafka.admin import (
     NewTopic,
     OffsetSpec,
     ResourceType,
-    TopicMetadata,
 )
 from rich.table import Table
 from rich.text import Text
@@ -31,6 +30,7 @@ from tierlog.cli.clients import (
     kafka_error_message,
     output_console,
     parse_key_values,
+    topic_metadata,
 )
 
 T = TypeVar("T")
@@ -77,19 +77,6 @@ def _print_outcome(outcome: Mapping[str, str | None], success: str) -> None:
     console.print(table)
     if any(error is not None for error in outcome.values()):
         raise click.exceptions.Exit(1)
-
-
-def _topic_metadata(admin: AdminClient, name: str, timeout_s: float) -> TopicMetadata:
-    try:
-        metadata = admin.list_topics(topic=name, timeout=timeout_s)
-    except KafkaException as e:
-        raise CliError(kafka_error_message(e.args[0], f"topic {name!r}")) from None
-    topic = metadata.topics.get(name)
-    if topic is None:
-        raise CliError(f"topic {name!r} does not exist (`tierlog topic list` shows the topics)")
-    if topic.error is not None:
-        raise CliError(kafka_error_message(topic.error, f"topic {name!r}"))
-    return topic
 
 
 @click.group()
@@ -163,7 +150,7 @@ def describe(name: str, bootstrap: str, timeout_s: float) -> None:
 
     Per partition: leader, replicas, ISR, earliest and latest offset; then the non-default configs."""
     admin = _admin(bootstrap, timeout_s)
-    metadata = _topic_metadata(admin, name, timeout_s)
+    metadata = topic_metadata(admin, name, timeout_s)
     partitions = [metadata.partitions[p] for p in sorted(metadata.partitions)]
     earliest = _list_offsets(admin, name, [p.id for p in partitions], OffsetSpec.earliest(), timeout_s)
     latest = _list_offsets(admin, name, [p.id for p in partitions], OffsetSpec.latest(), timeout_s)
