@@ -20,8 +20,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from tierlog.protocol.api_versions import API_VERSIONS_KEY
+
 _HOST = "127.0.0.1"
-_API_VERSIONS_KEY = 18
 _POLL_INTERVAL_S = 0.05
 
 
@@ -45,7 +46,7 @@ def api_versions_answered(host: str, port: int, timeout_s: float) -> bool:
     """
     correlation_id = 0x7E1A
     client_id = b"tierlog-probe"
-    body = struct.pack(">hhih", _API_VERSIONS_KEY, 0, correlation_id, len(client_id)) + client_id
+    body = struct.pack(">hhih", API_VERSIONS_KEY, 0, correlation_id, len(client_id)) + client_id
     try:
         with socket.create_connection((host, port), timeout=timeout_s) as sock:
             sock.sendall(struct.pack(">i", len(body)) + body)
