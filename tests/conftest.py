@@ -415,6 +415,19 @@ class ConfluentAdapter(ClientAdapter):
         return records[:count]
 
 
+def _python_client_rec(m: Any) -> Rec:
+    """A Rec from a kafka-python or aiokafka ConsumerRecord (the same fields; timestamp_type 0 is CreateTime)."""
+    return Rec(
+        partition=m.partition,
+        offset=m.offset,
+        key=m.key,
+        value=m.value,
+        headers=tuple((k, v) for k, v in m.headers or ()),
+        timestamp=m.timestamp,
+        create_time=m.timestamp_type == 0,
+    )
+
+
 class KafkaPythonAdapter(ClientAdapter):
     name = "kafka-python"
 
@@ -470,18 +483,7 @@ class KafkaPythonAdapter(ClientAdapter):
             while len(records) < count:
                 assert time.monotonic() < deadline, f"kafka-python read {len(records)} of {count} records in time"
                 for batch in consumer.poll(timeout_ms=200).values():
-                    records.extend(
-                        Rec(
-                            partition=m.partition,
-                            offset=m.offset,
-                            key=m.key,
-                            value=m.value,
-                            headers=tuple((k, v) for k, v in m.headers or ()),
-                            timestamp=m.timestamp,
-                            create_time=m.timestamp_type == 0,
-                        )
-                        for m in batch
-                    )
+                    records.extend(map(_python_client_rec, batch))
             return records[:count]
         finally:
             consumer.close()
@@ -542,18 +544,7 @@ class AiokafkaAdapter(ClientAdapter):
                 records: list[Rec] = []
                 while len(records) < count:
                     for batch in (await consumer.getmany(timeout_ms=200)).values():
-                        records.extend(
-                            Rec(
-                                partition=m.partition,
-                                offset=m.offset,
-                                key=m.key,
-                                value=m.value,
-                                headers=tuple((k, v) for k, v in m.headers or ()),
-                                timestamp=m.timestamp,
-                                create_time=m.timestamp_type == 0,
-                            )
-                            for m in batch
-                        )
+                        records.extend(map(_python_client_rec, batch))
                 return records[:count]
             finally:
                 await consumer.stop()
