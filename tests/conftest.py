@@ -382,8 +382,6 @@ class ClientAdapter:
     """
 
     name = ""
-    sets_timestamps = True  # False when the client cannot set a record's CreateTime (kcat)
-    per_record_headers = True  # False when headers are fixed for a whole run (kcat)
 
     def __init__(self, timeout_s: float = CLIENT_TIMEOUT_S) -> None:
         self.timeout_s = timeout_s
@@ -559,8 +557,6 @@ class KcatAdapter(ClientAdapter):
     back exactly."""
 
     name = "kcat"
-    sets_timestamps = False
-    per_record_headers = False
     # offset, timestamp, key length, value length, headers; a newline; then the key and value bytes.
     CONSUME_FORMAT = "%o %T %K %S %h\\n%k%s"
 
