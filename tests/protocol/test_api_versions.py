@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from kio.index import load_request_schema, load_response_schema
+from protocol_helpers import SERVED
 
 from tierlog.protocol.api_versions import (
     SUPPORTED_APIS,
@@ -12,10 +13,6 @@ from tierlog.protocol.api_versions import (
     response_header_version,
     supported_api_versions,
 )
-
-SERVED = [
-    (api.api_key, version) for api in SUPPORTED_APIS.values() for version in range(api.min_version, api.max_version + 1)
-]
 
 
 def test_table_is_the_agreed_one() -> None:

@@ -13,34 +13,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.index import load_request_schema
 from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import Records, i16, i32
+from kio.static.primitive import Records
+from protocol_helpers import SERVED, kio_frame
 
-from tierlog.protocol.api_versions import SUPPORTED_APIS
 from tierlog.protocol.codec import InvalidRequest, UnsupportedVersion, parse_request
 from tierlog.protocol.tolerant_reader import tolerant_entity_reader
 
 # kio registers strategies for its primitive types, not for its records blob.
 st.register_type_strategy(Records, st.binary(max_size=64))
-
-SERVED = [
-    (api.api_key, version) for api in SUPPORTED_APIS.values() for version in range(api.min_version, api.max_version + 1)
-]
-
-
-def frame_for(entity: Any, correlation_id: int = 1) -> bytes:
-    header_type = entity.__header_schema__
-    out = io.BytesIO()
-    entity_writer(header_type)(
-        out,
-        header_type(
-            request_api_key=i16(entity.__api_key__),
-            request_api_version=i16(entity.__version__),
-            correlation_id=i32(correlation_id),
-            client_id="fuzz",
-        ),
-    )
-    entity_writer(type(entity))(out, entity)
-    return out.getvalue()
 
 
 def parse_only_expected_errors(frame: bytes) -> None:
@@ -92,7 +72,7 @@ def mutate(frame: bytes, edits: list[tuple[str, int, int]]) -> bytes:
 @settings(max_examples=800, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(served_entities(), st.lists(mutations, min_size=1, max_size=4))
 def test_mutated_valid_frames(entity: Any, edits: list[tuple[str, int, int]]) -> None:
-    frame = frame_for(entity)
+    frame = kio_frame(entity)
     assert parse_request(frame).body == entity
     parse_only_expected_errors(mutate(frame, edits))
 

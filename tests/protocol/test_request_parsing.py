@@ -26,9 +26,11 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_writer
 from kio.static.constants import EntityType
 from kio.static.primitive import i16, i32, i32Timedelta
+from protocol_helpers import kio_frame
 
 from tierlog.protocol.api_versions import enabled_apis
 from tierlog.protocol.codec import InvalidRequest, UnsupportedVersion, parse_request
+from tierlog.protocol.fetch_response import uvarint
 
 TOPIC_ID = uuid.UUID("6f1c9a43-2b6d-4d8e-9a51-2f0b7d3c8e11")
 
@@ -42,22 +44,6 @@ def aiokafka_frame(request_struct: Any, correlation_id: int = 7) -> bytes:
 def kafka_python_frame(message: Any, version: int, correlation_id: int = 7) -> bytes:
     message.with_header(correlation_id=correlation_id, client_id="kafka-python-test")
     return bytes(message.encode(version=version, header=True, framed=True))[4:]
-
-
-def kio_frame(entity: Any, correlation_id: int = 7, client_id: str | None = "kio-test") -> bytes:
-    header_type = entity.__header_schema__
-    out = io.BytesIO()
-    entity_writer(header_type)(
-        out,
-        header_type(
-            request_api_key=i16(entity.__api_key__),
-            request_api_version=i16(entity.__version__),
-            correlation_id=i32(correlation_id),
-            client_id=client_id,
-        ),
-    )
-    entity_writer(type(entity))(out, entity)
-    return out.getvalue()
 
 
 def kp_produce(records: bytes) -> ProduceRequest:
@@ -211,15 +197,6 @@ def test_produce_serialised_by_kio_round_trips(version: int) -> None:
 
 
 # --- unknown tagged fields (KIP-482: skip them) ---------------------------------------------------------
-
-
-def uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def tagged(tags: list[tuple[int, bytes]]) -> bytes:

@@ -21,6 +21,7 @@ from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeade
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 from kio.static.primitive import Records, i16, i32, i32Timedelta, i64
+from protocol_helpers import SERVED
 
 from tierlog.protocol.api_versions import SUPPORTED_APIS
 from tierlog.protocol.codec import (
@@ -35,9 +36,6 @@ from tierlog.protocol.fetch_response import INLINE_RECORDS_MAX, ResponseChunk
 st.register_type_strategy(Records, st.binary(max_size=64))
 
 FETCH_VERSIONS = range(SUPPORTED_APIS[1].min_version, SUPPORTED_APIS[1].max_version + 1)
-SERVED = [
-    (api.api_key, version) for api in SUPPORTED_APIS.values() for version in range(api.min_version, api.max_version + 1)
-]
 
 
 @dataclass(frozen=True)
