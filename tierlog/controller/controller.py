@@ -53,11 +53,19 @@ class Controller:
         if loaded is None:
             loaded = ClusterMetadata(cluster_id=_new_cluster_id())
             store.save(loaded)
-        self.metadata = loaded
+        self._show(loaded)
 
     def _commit(self, changed: ClusterMetadata) -> None:
         self._store.save(changed)
-        self.metadata = changed
+        self._show(changed)
+
+    def _show(self, metadata: ClusterMetadata) -> None:
+        self.metadata = metadata
+        self._topics_by_id = {topic.topic_id: topic for topic in metadata.topics.values()}
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicMetadata | None:
+        """Fetch v13+ names topics by id; the index is rebuilt on every (rare) metadata change."""
+        return self._topics_by_id.get(topic_id)
 
     def topic(self, name: str) -> TopicMetadata | None:
         return self.metadata.topics.get(name)

@@ -25,15 +25,15 @@ logger = logging.getLogger(__name__)
 
 
 def error_name_of(error: Exception) -> str:
-    """The Kafka error name a failure maps to; unexpected exceptions are UNKNOWN_SERVER_ERROR."""
+    """The Kafka error name a failure maps to. An exception without one is a broker bug: it is logged with
+    its traceback and answered UNKNOWN_SERVER_ERROR for that partition only, as Kafka does."""
     if isinstance(error, InvalidRecordError):
         return "CORRUPT_MESSAGE" if error.corrupt else "INVALID_RECORD"
-    return getattr(error, "error_name", "UNKNOWN_SERVER_ERROR")
-
-
-def _log_unexpected(error: Exception, tp: TopicPartition) -> None:
-    if error_name_of(error) == "UNKNOWN_SERVER_ERROR":
-        logger.error("unexpected error on %s", tp, exc_info=error)
+    name = getattr(error, "error_name", None)
+    if name is None:
+        logger.error("unexpected error", exc_info=error)
+        return "UNKNOWN_SERVER_ERROR"
+    return name
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +164,6 @@ class ReplicaManager:
                 partition = self.get_partition(tp)
                 info = partition.append_records_to_leader(records, required_acks, now_ms)
             except Exception as error:  # every partition answers on its own; one bad batch fails only itself
-                _log_unexpected(error, tp)
                 results[tp] = AppendResult(error=error_name_of(error), message=str(error))
                 continue
             results[tp] = AppendResult(error=None, info=info, log_start_offset=partition.log.log_start_offset)
@@ -190,7 +189,6 @@ class ReplicaManager:
                     current_leader_epoch=info.current_leader_epoch,
                 )
             except Exception as error:
-                _log_unexpected(error, tp)
                 results.append(FetchPartitionResult(tp, error_name_of(error), None))
                 continue
             if read.size > 0:

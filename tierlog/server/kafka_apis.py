@@ -102,6 +102,7 @@ class KafkaApis:
         # The shell arms a timer for a delayed operation's deadline (epoch ms) so the purgatory expires it.
         self._arm_timer = arm_timer
         self.node_id = config.node_id
+        self._fetch_max_bytes = config.get_int("fetch.max.bytes")
         self.handlers: dict[int, Handler] = {
             API_PRODUCE: self.handle_produce,
             API_FETCH: self.handle_fetch,
@@ -164,8 +165,7 @@ class KafkaApis:
             names = sorted(self.controller.metadata.topics)
         else:
             names = [t.name for t in requested if t.name is not None]
-            ids = {t.topic_id for t in requested if t.name is None and getattr(t, "topic_id", None)}
-            names += [t.name for t in self.controller.metadata.topics.values() if t.topic_id in ids]
+            names += [name for t in requested if t.name is None and (name := self._topic_name(t.topic_id)) is not None]
         allow_auto_create = getattr(body, "allow_auto_topic_creation", True)
         topics = []
         for name in names:
@@ -342,12 +342,11 @@ class KafkaApis:
 
     async def handle_fetch(self, request: Request) -> Any:
         body = request.body
-        topics_by_id = {t.topic_id: t.name for t in self.controller.metadata.topics.values()}
         uses_topic_ids = request.api_version >= 13
         infos: list[tuple[TopicPartition, PartitionFetchInfo]] = []
         unknown_ids: list[tuple[uuid.UUID, int]] = []
         for fetch_topic in body.topics:
-            name = topics_by_id.get(fetch_topic.topic_id) if uses_topic_ids else fetch_topic.topic
+            name = self._topic_name(fetch_topic.topic_id) if uses_topic_ids else fetch_topic.topic
             for p in fetch_topic.partitions:
                 if name is None:
                     unknown_ids.append((fetch_topic.topic_id, p.partition))
@@ -368,7 +367,7 @@ class KafkaApis:
             replica_id=replica_id,
             max_wait_ms=int(body.max_wait.total_seconds() * 1000),
             min_bytes=body.min_bytes,
-            max_bytes=min(getattr(body, "max_bytes", 2**31 - 1), self.config.get_int("fetch.max.bytes")),
+            max_bytes=min(getattr(body, "max_bytes", 2**31 - 1), self._fetch_max_bytes),
             isolation_level=getattr(body, "isolation_level", 0),
         )
         loop = asyncio.get_running_loop()
@@ -403,11 +402,8 @@ class KafkaApis:
                     records=read.records if read and read.records is not None else b"",
                 )
             )
-        topic_ids = {t.name: t.topic_id for t in self.controller.metadata.topics.values()}
         responses = [
-            s.FetchableTopicResponse(
-                topic=name, topic_id=topic_ids.get(name, uuid.UUID(int=0)), partitions=tuple(parts)
-            )
+            s.FetchableTopicResponse(topic=name, topic_id=self._topic_id(name), partitions=tuple(parts))
             for name, parts in by_topic.items()
         ]
         for topic_id, partition in unknown_ids:
@@ -429,6 +425,14 @@ class KafkaApis:
         return s.FetchResponse(
             throttle_time=NO_THROTTLE, error_code=error_code(None), session_id=0, responses=tuple(responses)
         )
+
+    def _topic_name(self, topic_id: uuid.UUID | None) -> str | None:
+        topic = self.controller.topic_by_id(topic_id) if topic_id is not None else None
+        return topic.name if topic is not None else None
+
+    def _topic_id(self, name: str) -> uuid.UUID:
+        topic = self.controller.topic(name)
+        return topic.topic_id if topic is not None else uuid.UUID(int=0)
 
     async def handle_list_offsets(self, request: Request) -> Any:
         s = self._schema(request)
@@ -574,41 +578,32 @@ class KafkaApis:
     async def handle_delete_topics(self, request: Request) -> Any:
         s = self._schema(request)
         body = request.body
-        by_id = {t.topic_id: t.name for t in self.controller.metadata.topics.values()}
-        requested: list[tuple[str | None, uuid.UUID | None]] = []
-        if hasattr(body, "topics"):
-            requested = [(t.name if t.name is not None else by_id.get(t.topic_id), t.topic_id) for t in body.topics]
+        if hasattr(body, "topics"):  # v6+ names a topic or gives its id
+            requested = [
+                (t.name if t.name is not None else self._topic_name(t.topic_id), t.topic_id) for t in body.topics
+            ]
         else:
             requested = [(name, None) for name in body.topic_names]
+        deletion_enabled = self.config.get_bool("delete.topic.enable")
         results = []
         for name, topic_id in requested:
+            if name is None:
+                results.append(
+                    s.DeletableTopicResult(
+                        name=None, topic_id=topic_id, error_code=error_code("UNKNOWN_TOPIC_ID"), error_message=None
+                    )
+                )
+                continue
             try:
-                if name is None:
-                    raise _UnknownTopicId()
-                topic = self.controller.delete_topic(name, deletion_enabled=self.config.get_bool("delete.topic.enable"))
-                results.append(
-                    s.DeletableTopicResult(
-                        name=name, topic_id=topic.topic_id, error_code=error_code(None), error_message=None
-                    )
-                )
-            except _UnknownTopicId:
-                results.append(
-                    s.DeletableTopicResult(
-                        name=None,
-                        topic_id=topic_id,
-                        error_code=error_code("UNKNOWN_TOPIC_ID"),
-                        error_message=None,
-                    )
-                )
+                topic = self.controller.delete_topic(name, deletion_enabled=deletion_enabled)
+                error, message, topic_id = None, None, topic.topic_id
             except ControllerError as e:
-                results.append(
-                    s.DeletableTopicResult(
-                        name=name,
-                        topic_id=uuid.UUID(int=0),
-                        error_code=error_code(e.error_name),
-                        error_message=str(e),
-                    )
+                error, message, topic_id = e.error_name, str(e), uuid.UUID(int=0)
+            results.append(
+                s.DeletableTopicResult(
+                    name=name, topic_id=topic_id, error_code=error_code(error), error_message=message
                 )
+            )
         self._apply_metadata()
         return s.DeleteTopicsResponse(throttle_time=NO_THROTTLE, responses=tuple(results))
 
@@ -804,10 +799,6 @@ def _apply_config_operations(resource: Any, current: dict[str, str]) -> dict[str
 def _holds_several_batches(records: bytes) -> bool:
     first = batch_size_at(records, 0)
     return first is not None and first < len(records)
-
-
-class _UnknownTopicId(Exception):
-    pass
 
 
 def _config_str(value: object) -> str:
