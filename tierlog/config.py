@@ -44,16 +44,11 @@ BROKER_CONFIGS: dict[str, BrokerConfigDef] = {
         _d("socket.request.max.bytes", "104857600", "int", "Largest request frame accepted."),
         _d("message.max.bytes", "1048588", "int", "Largest record batch accepted (max.message.bytes)."),
         _d("fetch.max.bytes", "57671680", "int", "Upper bound of bytes in one fetch response."),
-        _d("replica.fetch.wait.max.ms", "500", "int", "Longest wait of a follower fetch."),
-        _d("replica.lag.time.max.ms", "30000", "long", "Follower lag before it leaves the ISR."),
         _d("min.insync.replicas", "1", "int", "ISR size needed for acks=all."),
-        _d("request.timeout.ms", "30000", "int", "Upper bound of delayed produce waits."),
         _d("log.retention.check.interval.ms", "300000", "long", "How often retention runs."),
-        _d("log.flush.scheduler.interval.ms", "9223372036854775807", "long", "How often dirty logs flush."),
         _d("log.flush.offset.checkpoint.interval.ms", "60000", "int", "Recovery point checkpoint period."),
         _d("log.flush.start.offset.checkpoint.interval.ms", "60000", "int", "Log start checkpoint period."),
         _d("replica.high.watermark.checkpoint.interval.ms", "5000", "long", "HW checkpoint period."),
-        _d("cluster.id", "", "string", "Cluster id; generated into meta.properties when empty."),
     )
 }
 
