@@ -29,6 +29,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tierlog.cli.local_cluster import BrokerProcess
+from tierlog.cli.produce import produce_bounded
 
 # How long a broker may take to answer its first ApiVersions, and to shut down.
 BROKER_READY_TIMEOUT_S = 30.0
@@ -278,12 +279,7 @@ class Kafka:
             for field in ("headers", "timestamp", "partition"):
                 if record.get(field) is not None:
                     kwargs[field] = record[field]
-            while True:
-                try:
-                    producer.produce(topic, on_delivery=on_delivery(index), **kwargs)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
+            produce_bounded(producer, self.timeout_s, topic=topic, on_delivery=on_delivery(index), **kwargs)
         remaining = producer.flush(self.timeout_s)
         assert remaining == 0, f"{remaining} records still undelivered after {self.timeout_s}s"
         assert not errors, f"delivery failed: {errors[:5]}"
