@@ -72,15 +72,14 @@ async def send_chunks(writer: asyncio.StreamWriter, chunks: Sequence[bytes | mem
             writer.write(chunk)
             continue
         if chunk.size < SENDFILE_MIN_BYTES:
-            data = chunk.read_bytes()
+            data = os.pread(chunk.file.fileno(), chunk.size, chunk.position)
         else:
             await writer.drain()
             sent = await loop.sendfile(writer.transport, chunk.file, chunk.position, chunk.size)
-            data = b""
             if sent == chunk.size:
                 continue
             data = os.pread(chunk.file.fileno(), chunk.size - sent, chunk.position + sent)
         # A segment truncated while its bytes were on the way: pad, so the frame length stays true; the
         # client discards the incomplete last batch as it would any partial batch.
-        writer.write(data + bytes(chunk.size - len(data)) if len(data) < chunk.size else data)
+        writer.write(data.ljust(chunk.size, b"\0"))
     await writer.drain()
