@@ -1,0 +1,481 @@
+"""KafkaConnection: requests a real broker answers (ApiVersions, Metadata, CreateTopics, Produce, Fetch,
+ListOffsets), and against a scripted fake server every way a connection fails (refused, timeout, EOF, a
+wrong correlation id, a malformed frame, cancellation) is one KafkaConnectionError and a closed connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import io
+import struct
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from kio.schema.api_versions.v3 import request as api_versions_v3
+from kio.schema.api_versions.v3 import response as api_versions_v3_response
+from kio.schema.create_topics.v7 import request as create_topics_v7
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12 import request as fetch_v12
+from kio.schema.list_offsets.v7 import request as list_offsets_v7
+from kio.schema.metadata.v1 import request as metadata_v1
+from kio.schema.metadata.v1 import response as metadata_v1_response
+from kio.schema.metadata.v12 import request as metadata_v12
+from kio.schema.metadata.v12 import response as metadata_v12_response
+from kio.schema.produce.v9 import request as produce_v9
+from kio.serial import entity_writer
+from kio.static.primitive import i8, i16, i32, i64
+
+from tierlog.cli.local_cluster import BrokerProcess, free_port
+from tierlog.protocol.framing import read_frame
+from tierlog.records.codec import build_batch, decode_batches
+from tierlog.server.kafka_client import KafkaConnection, KafkaConnectionError
+
+HOST = "127.0.0.1"
+TIMEOUT_S = 10.0
+# Bounds every test's event loop, so a hang fails the test instead of reaching pytest's global timeout.
+TEST_DEADLINE_S = 30.0
+
+# --- a real broker --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def real_broker(module_broker_factory: Callable[..., BrokerProcess]) -> BrokerProcess:
+    return module_broker_factory()
+
+
+def run(scenario: Callable[[], Awaitable[Any]]) -> Any:
+    async def bounded() -> Any:
+        async with asyncio.timeout(TEST_DEADLINE_S):
+            return await scenario()
+
+    return asyncio.run(bounded())
+
+
+def with_connection(port: int, body: Callable[[KafkaConnection], Awaitable[Any]]) -> Any:
+    async def scenario() -> Any:
+        connection = await KafkaConnection.open(HOST, port, client_id="test-client", timeout_s=TIMEOUT_S)
+        try:
+            return await body(connection)
+        finally:
+            await connection.close()
+
+    return run(scenario)
+
+
+def test_api_versions_v3_lists_the_apis_a_follower_needs(real_broker: BrokerProcess) -> None:
+    request = api_versions_v3.ApiVersionsRequest(client_software_name="tierlog", client_software_version="0.1")
+
+    async def body(connection: KafkaConnection) -> Any:
+        return await connection.send(request, timeout_s=TIMEOUT_S)
+
+    response = with_connection(real_broker.port, body)
+    assert isinstance(response, api_versions_v3_response.ApiVersionsResponse)
+    assert response.error_code == ErrorCode.none
+    served = {entry.api_key: (entry.min_version, entry.max_version) for entry in response.api_keys}
+    for api_key, version in [(0, 9), (1, 12), (2, 7), (3, 12), (19, 7)]:
+        low, high = served[api_key]
+        assert low <= version <= high
+
+
+def create_topic_request(name: str, partitions: int) -> create_topics_v7.CreateTopicsRequest:
+    return create_topics_v7.CreateTopicsRequest(
+        topics=(
+            create_topics_v7.CreatableTopic(
+                name=name, num_partitions=i32(partitions), replication_factor=i16(1), assignments=(), configs=()
+            ),
+        ),
+        timeout=datetime.timedelta(seconds=10),
+        validate_only=False,
+    )
+
+
+def metadata_request(name: str) -> metadata_v12.MetadataRequest:
+    return metadata_v12.MetadataRequest(
+        topics=(metadata_v12.MetadataRequestTopic(topic_id=None, name=name),),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+
+
+def test_create_topics_v7_then_metadata_v12_describes_the_topic(real_broker: BrokerProcess) -> None:
+    async def body(connection: KafkaConnection) -> tuple[Any, Any]:
+        created = await connection.send(create_topic_request("described", 3), timeout_s=TIMEOUT_S)
+        return created, await connection.send(metadata_request("described"), timeout_s=TIMEOUT_S)
+
+    created, metadata = with_connection(real_broker.port, body)
+    ((topic_result,),) = (created.topics,)
+    assert (topic_result.name, topic_result.error_code, topic_result.num_partitions) == ("described", ErrorCode.none, 3)
+    assert isinstance(metadata, metadata_v12_response.MetadataResponse)
+    (topic,) = metadata.topics
+    assert (topic.name, topic.error_code) == ("described", ErrorCode.none)
+    assert topic.topic_id == topic_result.topic_id
+    assert sorted(p.partition_index for p in topic.partitions) == [0, 1, 2]
+    assert {p.leader_id for p in topic.partitions} == {real_broker.node_id}
+    assert [(b.node_id, b.host, b.port) for b in metadata.brokers] == [(real_broker.node_id, HOST, real_broker.port)]
+
+
+def test_non_flexible_metadata_v1_uses_request_header_v1_and_response_header_v0(real_broker: BrokerProcess) -> None:
+    async def body(connection: KafkaConnection) -> Any:
+        return await connection.send(metadata_v1.MetadataRequest(topics=()), timeout_s=TIMEOUT_S)
+
+    response = with_connection(real_broker.port, body)
+    assert isinstance(response, metadata_v1_response.MetadataResponse)
+    assert [b.node_id for b in response.brokers] == [real_broker.node_id]
+
+
+RECORDS = [(f"key-{i}".encode(), f"value-{i}".encode(), [("h", b"x")], 1_700_000_000_000 + i) for i in range(5)]
+
+
+def produce_request(topic: str, batch: bytes) -> produce_v9.ProduceRequest:
+    return produce_v9.ProduceRequest(
+        transactional_id=None,
+        acks=i16(-1),
+        timeout=datetime.timedelta(seconds=10),
+        topic_data=(
+            produce_v9.TopicProduceData(
+                name=topic, partition_data=(produce_v9.PartitionProduceData(index=i32(0), records=batch),)
+            ),
+        ),
+    )
+
+
+def fetch_request(topic: str, offset: int) -> fetch_v12.FetchRequest:
+    return fetch_v12.FetchRequest(
+        max_wait=datetime.timedelta(milliseconds=100),
+        min_bytes=i32(1),
+        topics=(
+            fetch_v12.FetchTopic(
+                topic=topic,
+                partitions=(
+                    fetch_v12.FetchPartition(
+                        partition=i32(0), fetch_offset=i64(offset), partition_max_bytes=i32(1 << 20)
+                    ),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+    )
+
+
+def list_offsets_request(topic: str, timestamp: int) -> list_offsets_v7.ListOffsetsRequest:
+    return list_offsets_v7.ListOffsetsRequest(
+        replica_id=i32(-1),
+        isolation_level=i8(0),
+        topics=(
+            list_offsets_v7.ListOffsetsTopic(
+                name=topic,
+                partitions=(list_offsets_v7.ListOffsetsPartition(partition_index=i32(0), timestamp=i64(timestamp)),),
+            ),
+        ),
+    )
+
+
+def test_produce_v9_then_fetch_v12_returns_the_records_and_list_offsets_v7_the_end(real_broker: BrokerProcess) -> None:
+    topic = "round-trip"
+
+    async def body(connection: KafkaConnection) -> tuple[Any, ...]:
+        await connection.send(create_topic_request(topic, 1), timeout_s=TIMEOUT_S)
+        produced = await connection.send(produce_request(topic, build_batch(RECORDS)), timeout_s=TIMEOUT_S)
+        fetched = await connection.send(fetch_request(topic, 0), timeout_s=TIMEOUT_S)
+        latest = await connection.send(list_offsets_request(topic, -1), timeout_s=TIMEOUT_S)
+        earliest = await connection.send(list_offsets_request(topic, -2), timeout_s=TIMEOUT_S)
+        return produced, fetched, latest, earliest
+
+    produced, fetched, latest, earliest = with_connection(real_broker.port, body)
+    (produced_partition,) = produced.responses[0].partition_responses
+    assert (produced_partition.error_code, produced_partition.base_offset) == (ErrorCode.none, 0)
+
+    assert fetched.error_code == ErrorCode.none
+    (fetched_partition,) = fetched.responses[0].partitions
+    assert (fetched_partition.error_code, fetched_partition.high_watermark) == (ErrorCode.none, len(RECORDS))
+    assert isinstance(fetched_partition.records, bytes)
+    (batch,) = decode_batches(fetched_partition.records)
+    assert [(r.offset, r.key, r.value, r.timestamp) for r in batch.records] == [
+        (offset, key, value, timestamp) for offset, (key, value, _headers, timestamp) in enumerate(RECORDS)
+    ]
+
+    assert latest.topics[0].partitions[0].offset == len(RECORDS)
+    assert earliest.topics[0].partitions[0].offset == 0
+
+
+def test_fetch_beyond_the_end_decodes_with_null_records(real_broker: BrokerProcess) -> None:
+    topic = "empty-fetch"
+
+    async def body(connection: KafkaConnection) -> Any:
+        await connection.send(create_topic_request(topic, 1), timeout_s=TIMEOUT_S)
+        return await connection.send(fetch_request(topic, 0), timeout_s=TIMEOUT_S)
+
+    fetched = with_connection(real_broker.port, body)
+    (partition,) = fetched.responses[0].partitions
+    assert partition.error_code == ErrorCode.none
+    assert partition.high_watermark == 0
+    assert not partition.records
+
+
+def test_concurrent_sends_on_one_connection_each_get_their_own_response(real_broker: BrokerProcess) -> None:
+    names = [f"concurrent-{i}" for i in range(8)]
+
+    async def body(connection: KafkaConnection) -> list[Any]:
+        await asyncio.gather(*(connection.send(create_topic_request(n, 1), timeout_s=TIMEOUT_S) for n in names))
+        return list(await asyncio.gather(*(connection.send(metadata_request(n), timeout_s=TIMEOUT_S) for n in names)))
+
+    responses = with_connection(real_broker.port, body)
+    assert [r.topics[0].name for r in responses] == names
+    assert all(r.topics[0].error_code == ErrorCode.none for r in responses)
+
+
+# --- a scripted fake server -----------------------------------------------------------------------------
+
+# What the fake does with a request frame: returns the bytes to write back (a whole frame, size prefix
+# included), None to close the connection, or waits forever.
+Script = Callable[[bytes], Awaitable[bytes | None]]
+
+
+class FakeServer:
+    """Answers each request frame with `script`; `close_after_answer` hangs up after the first answer."""
+
+    def __init__(self, script: Script, *, close_after_answer: bool = False) -> None:
+        self.script = script
+        self.close_after_answer = close_after_answer
+        self.requests: list[bytes] = []
+        self._server: asyncio.Server | None = None
+        self._handlers: set[asyncio.Task[None]] = set()
+
+    async def __aenter__(self) -> int:
+        self._server = await asyncio.start_server(self._serve, HOST, 0)
+        port: int = self._server.sockets[0].getsockname()[1]
+        return port
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for handler in self._handlers:
+            handler.cancel()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
+        await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        try:
+            while (frame := await read_frame(reader, 1 << 20)) is not None:
+                self.requests.append(frame)
+                answer = await self.script(frame)
+                if answer is None:
+                    break
+                writer.write(answer)
+                await writer.drain()
+                if self.close_after_answer:
+                    break
+        finally:
+            writer.close()
+
+
+def correlation_id_of(frame: bytes) -> int:
+    (correlation_id,) = struct.unpack_from(">i", frame, 4)
+    return correlation_id
+
+
+def response_frame(correlation_id: int, body: Any, *, header_tags: bool) -> bytes:
+    out = io.BytesIO()
+    out.write(struct.pack(">i", correlation_id))
+    if header_tags:
+        out.write(b"\x00")
+    entity_writer(type(body))(out, body)
+    payload = out.getvalue()
+    return struct.pack(">i", len(payload)) + payload
+
+
+METADATA_V12 = metadata_v12_response.MetadataResponse(
+    throttle_time=datetime.timedelta(0),
+    brokers=(
+        metadata_v12_response.MetadataResponseBroker(node_id=i32(4), host="elsewhere", port=i32(9092), rack=None),
+    ),
+    cluster_id="fake",
+    controller_id=i32(4),
+    topics=(),
+)
+
+
+def answer_metadata(*, correlation_offset: int = 0) -> Script:
+    async def script(frame: bytes) -> bytes:
+        return response_frame(correlation_id_of(frame) + correlation_offset, METADATA_V12, header_tags=True)
+
+    return script
+
+
+def fake_exchange(
+    script: Script, *, timeout_s: float = TIMEOUT_S, close_after_answer: bool = False
+) -> tuple[Any, bool, FakeServer]:
+    """One Metadata v12 send to a fake serving `script`: (response or the KafkaConnectionError, whether the
+    connection is closed afterwards, the server)."""
+    fake = FakeServer(script, close_after_answer=close_after_answer)
+
+    async def scenario() -> tuple[Any, bool, FakeServer]:
+        async with fake as port:
+            connection = await KafkaConnection.open(HOST, port, client_id="fake-client", timeout_s=TIMEOUT_S)
+            try:
+                outcome: Any = await connection.send(metadata_request("t"), timeout_s=timeout_s)
+            except KafkaConnectionError as exc:
+                outcome = exc
+            closed = connection.closed
+            await connection.close()
+            return outcome, closed, fake
+
+    result: tuple[Any, bool, FakeServer] = run(scenario)
+    return result
+
+
+def test_request_frame_carries_header_v2_with_client_id_and_empty_tags() -> None:
+    response, closed, fake = fake_exchange(answer_metadata())
+    assert response == METADATA_V12
+    assert not closed
+    (frame,) = fake.requests
+    api_key, api_version, correlation_id, client_id_length = struct.unpack_from(">hhih", frame)
+    assert (api_key, api_version, client_id_length) == (3, 12, len("fake-client"))
+    assert frame[10 : 10 + client_id_length] == b"fake-client"
+    assert frame[10 + client_id_length] == 0  # no tagged fields in request header v2
+    assert correlation_id == 0
+
+
+def test_correlation_ids_increase_per_request() -> None:
+    fake = FakeServer(answer_metadata())
+
+    async def scenario() -> None:
+        async with fake as port:
+            connection = await KafkaConnection.open(HOST, port, client_id="c", timeout_s=TIMEOUT_S)
+            for _ in range(3):
+                await connection.send(metadata_request("t"), timeout_s=TIMEOUT_S)
+            await connection.close()
+
+    run(scenario)
+    assert [correlation_id_of(frame) for frame in fake.requests] == [0, 1, 2]
+
+
+def assert_failed(outcome: Any, closed: bool, *fragments: str) -> None:
+    assert isinstance(outcome, KafkaConnectionError), outcome
+    message = str(outcome)
+    assert "\n" not in message
+    for fragment in fragments:
+        assert fragment in message, message
+    assert closed
+
+
+def test_a_wrong_correlation_id_fails_and_closes_the_connection() -> None:
+    outcome, closed, _ = fake_exchange(answer_metadata(correlation_offset=5))
+    assert_failed(outcome, closed, "MetadataRequest v12", "correlation id 5", "expected 0")
+
+
+def test_eof_instead_of_a_response_fails_and_closes_the_connection() -> None:
+    async def hang_up(_frame: bytes) -> None:
+        return None
+
+    outcome, closed, _ = fake_exchange(hang_up)
+    assert_failed(outcome, closed, "connection closed by the peer")
+
+
+def test_eof_inside_a_response_frame_fails_and_closes_the_connection() -> None:
+    async def truncated(frame: bytes) -> bytes:
+        return response_frame(correlation_id_of(frame), METADATA_V12, header_tags=True)[:-3]
+
+    outcome, closed, _ = fake_exchange(truncated, close_after_answer=True)
+    assert_failed(outcome, closed, "connection closed after")
+
+
+def test_a_malformed_body_fails_and_closes_the_connection() -> None:
+    async def garbage(frame: bytes) -> bytes:
+        payload = struct.pack(">i", correlation_id_of(frame)) + b"\x00" + b"\xff" * 7
+        return struct.pack(">i", len(payload)) + payload
+
+    outcome, closed, _ = fake_exchange(garbage)
+    assert_failed(outcome, closed, "malformed response")
+
+
+def test_a_negative_frame_size_fails_and_closes_the_connection() -> None:
+    async def negative(_frame: bytes) -> bytes:
+        return struct.pack(">i", -1)
+
+    outcome, closed, _ = fake_exchange(negative)
+    assert_failed(outcome, closed, "invalid frame size -1")
+
+
+def test_no_response_in_time_fails_and_closes_the_connection() -> None:
+    async def silent(_frame: bytes) -> None:
+        await asyncio.Event().wait()
+
+    outcome, closed, _ = fake_exchange(silent, timeout_s=0.2)
+    assert_failed(outcome, closed, "no response within 0.2s")
+
+
+def test_a_closed_connection_refuses_further_sends() -> None:
+    async def scenario() -> Any:
+        async with FakeServer(answer_metadata()) as port:
+            connection = await KafkaConnection.open(HOST, port, client_id="c", timeout_s=TIMEOUT_S)
+            await connection.close()
+            await connection.close()  # idempotent
+            try:
+                await connection.send(metadata_request("t"), timeout_s=TIMEOUT_S)
+            except KafkaConnectionError as exc:
+                return exc
+            return None
+
+    assert_failed(run(scenario), True, "connection is closed")
+
+
+def test_a_cancelled_send_closes_the_connection() -> None:
+    arrived = asyncio.Event()
+
+    async def silent(_frame: bytes) -> None:
+        arrived.set()
+        await asyncio.Event().wait()
+
+    async def scenario() -> bool:
+        async with FakeServer(silent) as port:
+            connection = await KafkaConnection.open(HOST, port, client_id="c", timeout_s=TIMEOUT_S)
+            send = asyncio.ensure_future(connection.send(metadata_request("t"), timeout_s=TIMEOUT_S))
+            await arrived.wait()
+            send.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await send
+            return connection.closed
+
+    assert run(scenario)
+
+
+def test_connecting_to_a_port_nobody_listens_on_fails_with_one_line() -> None:
+    port = free_port()
+
+    async def scenario() -> KafkaConnectionError:
+        with pytest.raises(KafkaConnectionError) as caught:
+            await KafkaConnection.open(HOST, port, client_id="c", timeout_s=TIMEOUT_S)
+        return caught.value
+
+    error = run(scenario)
+    assert f"connect to {HOST}:{port} failed" in str(error)
+    assert "\n" not in str(error)
+
+
+def test_api_versions_responses_are_read_with_header_v0_even_when_flexible() -> None:
+    body = api_versions_v3_response.ApiVersionsResponse(
+        error_code=ErrorCode.none,
+        api_keys=(api_versions_v3_response.ApiVersion(api_key=i16(1), min_version=i16(4), max_version=i16(16)),),
+        throttle_time=datetime.timedelta(0),
+    )
+
+    async def answer(frame: bytes) -> bytes:
+        return response_frame(correlation_id_of(frame), body, header_tags=False)
+
+    fake = FakeServer(answer)
+
+    async def scenario() -> Any:
+        async with fake as port:
+            connection = await KafkaConnection.open(HOST, port, client_id="c", timeout_s=TIMEOUT_S)
+            request = api_versions_v3.ApiVersionsRequest(client_software_name="t", client_software_version="1")
+            response = await connection.send(request, timeout_s=TIMEOUT_S)
+            await connection.close()
+            return response
+
+    assert run(scenario) == body
