@@ -7,33 +7,46 @@ import uuid
 from pathlib import Path
 
 import pytest
+from replication_helpers import NOW, Image, batch, single_topic_image
 
 from tierlog.common import TopicPartition
-from tierlog.controller.controller import Controller
-from tierlog.controller.metadata import FileMetadataStore, PartitionRegistration
+from tierlog.controller.metadata import PartitionRegistration
 from tierlog.records.codec import build_batch, decode_batches
 from tierlog.replication.errors import FencedLeaderEpochError, UnknownLeaderEpochError
-from tierlog.replication.replica_manager import FetchParams, FetchPartitionResult, PartitionFetchInfo, ReplicaManager
+from tierlog.replication.replica_manager import (
+    AppendResult,
+    FetchParams,
+    FetchPartitionResult,
+    PartitionFetchInfo,
+    ReplicaManager,
+)
 from tierlog.storage.errors import OffsetOutOfRangeError
 from tierlog.storage.log_manager import LogManager
 
 TP = TopicPartition("events", 0)
-NOW = 1_700_000_000_000
+
+Cluster = tuple[PartitionRegistration, ReplicaManager]
 
 
-def batch(*values: bytes) -> bytearray:
-    return bytearray(build_batch([(None, v, [], NOW) for v in values]))
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> tuple[Controller, ReplicaManager]:
-    controller = Controller(FileMetadataStore(tmp_path), lambda: [1])
+def single_broker(tmp_path: Path, configs: dict[str, str] | None = None) -> Cluster:
     log_manager = LogManager([tmp_path], {})
     log_manager.startup({}, NOW)
     replica_manager = ReplicaManager(1, log_manager)
-    controller.create_topic("events", 1, 1, {})
-    replica_manager.apply_metadata(controller.metadata, NOW)
-    return controller, replica_manager
+    registration = PartitionRegistration(replicas=[1], isr=[1], leader=1)
+    replica_manager.apply_metadata(single_topic_image(registration, configs), NOW)
+    return registration, replica_manager
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Cluster:
+    return single_broker(tmp_path)
+
+
+def append(replica_manager: ReplicaManager, records: bytearray, acks: int = 1) -> AppendResult:
+    answers: list[dict[TopicPartition, AppendResult]] = []
+    replica_manager.append_records({TP: records}, acks, 30_000, NOW, answers.append)
+    (answer,) = answers
+    return answer[TP]
 
 
 def fetch(
@@ -49,25 +62,25 @@ def fetch(
     return answers, delayed
 
 
-def test_leader_append_moves_hw_to_leo_on_a_single_replica(cluster: tuple[Controller, ReplicaManager]) -> None:
+def test_leader_append_moves_hw_to_leo_on_a_single_replica(cluster: Cluster) -> None:
     _, replica_manager = cluster
-    results = replica_manager.append_records({TP: batch(b"a", b"b")}, 1, NOW)
-    assert results[TP].error is None
-    assert results[TP].info is not None and results[TP].info.first_offset == 0
+    result = append(replica_manager, batch(b"a", b"b"), 1)
+    assert result.error is None
+    assert result.info is not None and result.info.first_offset == 0
     log = replica_manager.get_partition(TP).log
     assert (log.log_end_offset, log.high_watermark) == (2, 2)
 
 
 def test_new_leader_epoch_starts_at_the_leo_and_is_stamped_into_batches(
-    cluster: tuple[Controller, ReplicaManager],
+    cluster: Cluster,
 ) -> None:
     _, replica_manager = cluster
     partition = replica_manager.get_partition(TP)
-    replica_manager.append_records({TP: batch(b"a")}, 1, NOW)
-    registration = partition_registration(cluster)
+    append(replica_manager, batch(b"a"), 1)
+    registration, _ = cluster
     registration.leader_epoch = 3
-    partition.make_leader(registration)
-    replica_manager.append_records({TP: batch(b"b")}, 1, NOW)
+    partition.make_leader(registration, NOW)
+    append(replica_manager, batch(b"b"), 1)
     cache = partition.log.leader_epoch_cache
     assert [(e.epoch, e.start_offset) for e in cache.epoch_entries()] == [(0, 0), (3, 1)]
     answers, _ = fetch(replica_manager, 0)
@@ -77,72 +90,64 @@ def test_new_leader_epoch_starts_at_the_leo_and_is_stamped_into_batches(
     assert epochs == [0, 3]
 
 
-def partition_registration(cluster: tuple[Controller, ReplicaManager]) -> PartitionRegistration:
-    controller, _ = cluster
-    return controller.metadata.topics["events"].partitions[0]
-
-
 def test_acks_all_is_refused_when_the_isr_is_below_min_insync_replicas(tmp_path: Path) -> None:
-    controller = Controller(FileMetadataStore(tmp_path), lambda: [1])
-    log_manager = LogManager([tmp_path], {})
-    log_manager.startup({}, NOW)
-    replica_manager = ReplicaManager(1, log_manager)
-    controller.create_topic("events", 1, 1, {"min.insync.replicas": "2"})
-    replica_manager.apply_metadata(controller.metadata, NOW)
-    assert replica_manager.append_records({TP: batch(b"a")}, -1, NOW)[TP].error == "NOT_ENOUGH_REPLICAS"
+    _, replica_manager = single_broker(tmp_path, {"min.insync.replicas": "2"})
+    assert append(replica_manager, batch(b"a"), -1).error == "NOT_ENOUGH_REPLICAS"
     assert replica_manager.get_partition(TP).log.log_end_offset == 0
-    assert replica_manager.append_records({TP: batch(b"a")}, 1, NOW)[TP].error is None
+    assert append(replica_manager, batch(b"a"), 1).error is None
 
 
-def test_corrupt_batch_is_refused_and_nothing_is_appended(cluster: tuple[Controller, ReplicaManager]) -> None:
+def test_corrupt_batch_is_refused_and_nothing_is_appended(cluster: Cluster) -> None:
     _, replica_manager = cluster
     bad = batch(b"hello")
     bad[-1] ^= 0xFF
-    assert replica_manager.append_records({TP: bad}, 1, NOW)[TP].error == "CORRUPT_MESSAGE"
+    assert append(replica_manager, bad, 1).error == "CORRUPT_MESSAGE"
     assert replica_manager.get_partition(TP).log.log_end_offset == 0
 
 
 def test_produce_to_a_missing_partition_is_unknown_topic_or_partition(
-    cluster: tuple[Controller, ReplicaManager],
+    cluster: Cluster,
 ) -> None:
     _, replica_manager = cluster
     missing = TopicPartition("events", 7)
-    assert replica_manager.append_records({missing: batch(b"a")}, 1, NOW)[missing].error == "UNKNOWN_TOPIC_OR_PARTITION"
+    answers: list[dict[TopicPartition, AppendResult]] = []
+    replica_manager.append_records({missing: batch(b"a")}, 1, 30_000, NOW, answers.append)
+    assert answers[0][missing].error == "UNKNOWN_TOPIC_OR_PARTITION"
 
 
-def test_fetch_waits_in_purgatory_until_an_append_wakes_it(cluster: tuple[Controller, ReplicaManager]) -> None:
+def test_fetch_waits_in_purgatory_until_an_append_wakes_it(cluster: Cluster) -> None:
     _, replica_manager = cluster
     answers, delayed = fetch(replica_manager, 0)
     assert answers == [] and delayed is not None
-    replica_manager.append_records({TP: batch(b"a")}, 1, NOW)
+    append(replica_manager, batch(b"a"), 1)
     assert len(answers) == 1
     assert answers[0][0].read is not None and answers[0][0].read.size > 0
     assert replica_manager.fetch_purgatory.expire(NOW + 10_000) == 0
 
 
-def test_fetch_without_enough_bytes_answers_empty_at_its_deadline(cluster: tuple[Controller, ReplicaManager]) -> None:
+def test_fetch_without_enough_bytes_answers_empty_at_its_deadline(cluster: Cluster) -> None:
     _, replica_manager = cluster
     answers, _ = fetch(replica_manager, 0, min_bytes=1 << 20)
-    replica_manager.append_records({TP: batch(b"a")}, 1, NOW)
+    append(replica_manager, batch(b"a"), 1)
     assert answers == []
     assert replica_manager.fetch_purgatory.expire(NOW + 499) == 0
     assert replica_manager.fetch_purgatory.expire(NOW + 500) == 1
     assert answers[0][0].read is not None and answers[0][0].read.size > 0
 
 
-def test_fetch_out_of_range_answers_at_once_with_the_error(cluster: tuple[Controller, ReplicaManager]) -> None:
+def test_fetch_out_of_range_answers_at_once_with_the_error(cluster: Cluster) -> None:
     _, replica_manager = cluster
     answers, delayed = fetch(replica_manager, 5)
     assert delayed is None
     assert answers[0][0].error == "OFFSET_OUT_OF_RANGE"
 
 
-def test_fetch_with_a_stale_or_future_leader_epoch_is_refused(cluster: tuple[Controller, ReplicaManager]) -> None:
+def test_fetch_with_a_stale_or_future_leader_epoch_is_refused(cluster: Cluster) -> None:
     _, replica_manager = cluster
     partition = replica_manager.get_partition(TP)
-    registration = partition_registration(cluster)
+    registration, _ = cluster
     registration.leader_epoch = 2
-    partition.make_leader(registration)
+    partition.make_leader(registration, NOW)
     with pytest.raises(FencedLeaderEpochError):
         partition.check_leader_epoch(1)
     with pytest.raises(UnknownLeaderEpochError):
@@ -152,28 +157,27 @@ def test_fetch_with_a_stale_or_future_leader_epoch_is_refused(cluster: tuple[Con
 
 
 def test_deleting_a_topic_answers_its_waiting_fetches_and_removes_its_log(
-    cluster: tuple[Controller, ReplicaManager],
+    cluster: Cluster,
 ) -> None:
-    controller, replica_manager = cluster
+    _, replica_manager = cluster
     answers, _ = fetch(replica_manager, 0)
     log_dir = replica_manager.get_partition(TP).log.dir
-    controller.delete_topic("events")
-    replica_manager.apply_metadata(controller.metadata, NOW)
+    replica_manager.apply_metadata(Image(), NOW)
     assert answers[0][0].error == "UNKNOWN_TOPIC_OR_PARTITION"
     assert not log_dir.exists()
 
 
-def test_delete_records_moves_the_log_start_but_not_past_the_hw(cluster: tuple[Controller, ReplicaManager]) -> None:
+def test_delete_records_moves_the_log_start_but_not_past_the_hw(cluster: Cluster) -> None:
     _, replica_manager = cluster
-    replica_manager.append_records({TP: batch(b"a", b"b", b"c")}, 1, NOW)
-    assert replica_manager.delete_records(TP, 2) == 2
-    assert replica_manager.delete_records(TP, -1) == 3
+    append(replica_manager, batch(b"a", b"b", b"c"), 1)
+    assert replica_manager.delete_records(TP, 2, NOW) == 2
+    assert replica_manager.delete_records(TP, -1, NOW) == 3
     with pytest.raises(OffsetOutOfRangeError):
-        replica_manager.delete_records(TP, 10)
+        replica_manager.delete_records(TP, 10, NOW)
 
 
 def test_list_offsets_on_an_empty_log_gives_zero_for_earliest_and_latest(
-    cluster: tuple[Controller, ReplicaManager],
+    cluster: Cluster,
 ) -> None:
     _, replica_manager = cluster
     for timestamp in (-1, -2, -4):
@@ -187,12 +191,10 @@ def test_list_offsets_on_an_empty_log_gives_zero_for_earliest_and_latest(
     )
 
 
-def test_list_offsets_by_timestamp_and_special_targets(cluster: tuple[Controller, ReplicaManager]) -> None:
+def test_list_offsets_by_timestamp_and_special_targets(cluster: Cluster) -> None:
     _, replica_manager = cluster
-    replica_manager.append_records(
-        {TP: bytearray(build_batch([(None, b"a", [], NOW), (None, b"b", [], NOW + 5)]))}, 1, NOW
-    )
-    replica_manager.append_records({TP: bytearray(build_batch([(None, b"c", [], NOW + 2)]))}, 1, NOW)
+    append(replica_manager, bytearray(build_batch([(None, b"a", [], NOW), (None, b"b", [], NOW + 5)])))
+    append(replica_manager, bytearray(build_batch([(None, b"c", [], NOW + 2)])), 1)
 
     def lookup(timestamp: int) -> tuple[int, int, int] | None:
         found = replica_manager.fetch_offset_for_timestamp(
@@ -218,7 +220,7 @@ def test_partitions_unknown_to_the_metadata_are_set_aside_not_deleted(tmp_path: 
     restarted = LogManager([tmp_path], {})
     restarted.startup({}, NOW)
     replica_manager = ReplicaManager(1, restarted)
-    replica_manager.apply_metadata(Controller(FileMetadataStore(tmp_path), lambda: [1]).metadata, NOW)
+    replica_manager.apply_metadata(Image(), NOW)
     assert restarted.get_log(orphan) is None
     (stray,) = tmp_path.glob("orphan-0.*-stray")
     assert b"keep me" in (stray / "00000000000000000000.log").read_bytes()

@@ -1,8 +1,10 @@
 """ReplicaManager: every partition replica on this broker, and the produce and fetch paths across them.
 
-It turns the controller's metadata image into local Partitions (creating and deleting logs to match),
-appends produce data to leaders, and serves fetches, parking those that cannot be answered yet in the
-fetch purgatory until enough bytes arrive or their wait ends (DelayedFetch).
+It turns the controller's metadata image into local Partitions (creating and deleting logs to match) and
+their roles: leaders serve produce and fetch, followers are handed to one `ReplicaFetcher` per leader broker
+(`fetchers`; the shell runs a task per entry). Requests that cannot be answered yet wait in a purgatory: a
+fetch until enough bytes arrive or its wait ends (DelayedFetch), an acks=all produce until the HW passes its
+records or its timeout (DelayedProduce).
 """
 
 from __future__ import annotations
@@ -10,18 +12,48 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from tierlog.common import TopicPartition
-from tierlog.controller.metadata import ClusterMetadata
+from tierlog.controller.metadata import PartitionRegistration, TopicMetadata
 from tierlog.records.record_batch import InvalidRecordError
 from tierlog.replication.errors import InvalidRequiredAcksError, UnknownTopicOrPartitionError
-from tierlog.replication.partition import LogReadResult, OffsetAndEpoch, Partition
+from tierlog.replication.fetcher import FetcherConfig, ReplicaFetcher
+from tierlog.replication.partition import (
+    DEFAULT_REPLICA_LAG_TIME_MAX_MS,
+    NO_EPOCH,
+    AlterPartitionProposal,
+    LogReadResult,
+    OffsetAndEpoch,
+    Partition,
+)
 from tierlog.replication.purgatory import DelayedOperation, DelayedOperationPurgatory
+from tierlog.replication.trace import TraceSink, ignore_trace
 from tierlog.storage.log import LogAppendInfo
 from tierlog.storage.log_manager import LogManager
 
 CONSUMER_REPLICA_ID = -1
 logger = logging.getLogger(__name__)
+
+
+class BrokerState(Protocol):
+    """What the ReplicaManager reads of a broker registration."""
+
+    @property
+    def fenced(self) -> bool: ...
+
+    @property
+    def in_controlled_shutdown(self) -> bool: ...
+
+
+class MetadataImage(Protocol):
+    """What the ReplicaManager reads of the controller's metadata image (ClusterMetadata)."""
+
+    @property
+    def topics(self) -> Mapping[str, TopicMetadata]: ...
+
+    @property
+    def brokers(self) -> Mapping[int, BrokerState]: ...
 
 
 def error_name_of(error: Exception) -> str:
@@ -44,6 +76,9 @@ class AppendResult:
     message: str | None = None
 
 
+ProduceResponder = Callable[[dict[TopicPartition, AppendResult]], None]
+
+
 @dataclass(frozen=True, slots=True)
 class FetchParams:
     replica_id: int
@@ -57,7 +92,9 @@ class FetchParams:
 class PartitionFetchInfo:
     fetch_offset: int
     partition_max_bytes: int
-    current_leader_epoch: int = -1
+    current_leader_epoch: int = NO_EPOCH
+    last_fetched_epoch: int = NO_EPOCH
+    log_start_offset: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +108,8 @@ FetchResponder = Callable[[list[FetchPartitionResult]], None]
 
 
 class DelayedFetch(DelayedOperation):
-    """A fetch waiting for `min_bytes` (or an error) on any of its partitions, or for its deadline."""
+    """A fetch waiting for `min_bytes` (or an error, or a diverging epoch) on any of its partitions, or for
+    its deadline. Its re-reads never update a follower's fetch state: the fetch was recorded when it came."""
 
     def __init__(
         self,
@@ -90,7 +128,7 @@ class DelayedFetch(DelayedOperation):
 
     def try_complete(self) -> bool:
         results = self._replica_manager.read_from_local_log(self._params, self._infos)
-        if any(r.error for r in results) or _accumulated_bytes(results) >= self._params.min_bytes:
+        if _can_answer(results, self._params.min_bytes):
             self._results = results
             return self.force_complete()
         return False
@@ -102,23 +140,88 @@ class DelayedFetch(DelayedOperation):
         self._respond(results)
 
 
-def _accumulated_bytes(results: Sequence[FetchPartitionResult]) -> int:
-    return sum(r.read.size for r in results if r.read is not None)
+def _can_answer(results: Sequence[FetchPartitionResult], min_bytes: int) -> bool:
+    if any(r.error or (r.read is not None and r.read.diverging_epoch is not None) for r in results):
+        return True
+    return sum(r.read.size for r in results if r.read is not None) >= min_bytes
+
+
+class DelayedProduce(DelayedOperation):
+    """An acks=all produce waiting until the HW of every appended partition passes its records (Kafka's
+    DelayedProduce). The whole response is delivered once; partitions still waiting at the deadline answer
+    REQUEST_TIMED_OUT."""
+
+    def __init__(
+        self,
+        deadline_ms: int,
+        replica_manager: ReplicaManager,
+        results: dict[TopicPartition, AppendResult],
+        required_offsets: dict[TopicPartition, int],
+        respond: ProduceResponder,
+    ) -> None:
+        super().__init__(deadline_ms)
+        self._replica_manager = replica_manager
+        self._results = results
+        self._pending = required_offsets
+        self._respond = respond
+
+    def try_complete(self) -> bool:
+        for tp, required_offset in list(self._pending.items()):
+            partition = self._replica_manager.partitions.get(tp)
+            if partition is None:
+                done, error = True, "UNKNOWN_TOPIC_OR_PARTITION"
+            else:
+                done, error = partition.check_enough_replicas_reached(required_offset)
+            if done:
+                del self._pending[tp]
+                if error is not None:
+                    self._results[tp] = AppendResult(error=error, message=f"{tp} before offset {required_offset}")
+        if not self._pending:
+            return self.force_complete()
+        return False
+
+    def on_complete(self) -> None:
+        for tp, required_offset in self._pending.items():
+            self._results[tp] = AppendResult(
+                error="REQUEST_TIMED_OUT", message=f"the HW of {tp} did not reach {required_offset} in time"
+            )
+        self._respond(dict(self._results))
 
 
 class ReplicaManager:
-    def __init__(self, local_broker_id: int, log_manager: LogManager) -> None:
+    def __init__(
+        self,
+        local_broker_id: int,
+        log_manager: LogManager,
+        *,
+        replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS,
+        fetcher_config: FetcherConfig | None = None,
+        trace: TraceSink = ignore_trace,
+    ) -> None:
         self.local_broker_id = local_broker_id
         self.log_manager = log_manager
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.fetcher_config = fetcher_config or FetcherConfig(replica_id=local_broker_id)
+        self._trace = trace
         self.partitions: dict[TopicPartition, Partition] = {}
+        self.fetchers: dict[int, ReplicaFetcher] = {}
         self.fetch_purgatory: DelayedOperationPurgatory[DelayedFetch] = DelayedOperationPurgatory("Fetch")
+        self.produce_purgatory: DelayedOperationPurgatory[DelayedProduce] = DelayedOperationPurgatory("Produce")
+        self.isr_shrinks = 0
+        self.isr_expands = 0
+        self._eligible_brokers: set[int] = set()
+        self._every_replica_eligible = True
 
-    def apply_metadata(self, metadata: ClusterMetadata, now_ms: int) -> None:
+    # Metadata
+
+    def apply_metadata(self, metadata: MetadataImage, now_ms: int) -> None:
         """Make the local replicas match the image: open or create the logs of partitions assigned to us,
-        take up leadership, delete the logs of partitions deleted since, and set aside (never delete) logs
-        the metadata has never heard of."""
+        take up leadership or follow (starting, moving or stopping fetchers), delete the logs of partitions
+        deleted since, and set aside (never delete) logs the metadata has never heard of."""
+        self._update_eligibility(metadata.brokers)
         wanted: set[TopicPartition] = set()
         for topic in metadata.topics.values():
+            self.log_manager.update_topic_config(topic.name, topic.configs)
             for index, registration in enumerate(topic.partitions):
                 if self.local_broker_id not in registration.replicas:
                     continue
@@ -129,23 +232,71 @@ class ReplicaManager:
                     if partition is not None:
                         self._remove_partition(tp)
                     log = self.log_manager.get_or_create_log(tp, topic.topic_id, topic.configs, now_ms)
-                    partition = Partition(tp, topic.topic_id, log, self.local_broker_id)
+                    partition = Partition(
+                        tp,
+                        topic.topic_id,
+                        log,
+                        self.local_broker_id,
+                        is_replica_eligible=self._is_replica_eligible,
+                        replica_lag_time_max_ms=self.replica_lag_time_max_ms,
+                        trace=self._trace,
+                    )
                     self.partitions[tp] = partition
-                else:
-                    self.log_manager.update_topic_config(topic.name, topic.configs)
-                if registration.leader == self.local_broker_id:
-                    partition.make_leader(registration)
+                self._apply_role(partition, registration, now_ms)
+                # A leader that became follower answers its waiting produces NOT_LEADER_OR_FOLLOWER, and a
+                # committed ISR change may have moved the HW.
+                self._complete_delayed_requests(tp)
         for tp in set(self.partitions) - wanted:
             self._remove_partition(tp)
         for tp in {log.topic_partition for log in self.log_manager.all_logs()} - wanted:
             stray = self.log_manager.mark_stray(tp)
             logger.warning("partition %s is on disk but not in the cluster metadata: kept aside as %s", tp, stray)
+        for leader_id in [leader_id for leader_id, fetcher in self.fetchers.items() if not fetcher.partitions]:
+            del self.fetchers[leader_id]
+
+    def _update_eligibility(self, brokers: Mapping[int, BrokerState]) -> None:
+        # Until the controller publishes broker registrations the image has none; every replica then counts
+        # as eligible, as before brokers were tracked.
+        self._every_replica_eligible = not brokers
+        self._eligible_brokers = {
+            broker_id
+            for broker_id, broker in brokers.items()
+            if not broker.fenced and not broker.in_controlled_shutdown
+        }
+
+    def _is_replica_eligible(self, broker_id: int) -> bool:
+        """Only a live, unfenced broker that is not shutting down may join an ISR (SPEC.md §3)."""
+        return self._every_replica_eligible or broker_id in self._eligible_brokers
+
+    def _apply_role(self, partition: Partition, registration: PartitionRegistration, now_ms: int) -> None:
+        tp = partition.topic_partition
+        if registration.leader == self.local_broker_id:
+            partition.make_leader(registration, now_ms)
+            self._stop_fetching(tp)
+        elif partition.make_follower(registration, now_ms):
+            self._stop_fetching(tp)
+            # An offline partition (leader -1) has nobody to fetch from until a leader is elected.
+            if registration.leader >= 0:
+                fetcher = self.fetchers.get(registration.leader)
+                if fetcher is None:
+                    fetcher = ReplicaFetcher(registration.leader, self.fetcher_config, self.partitions.get)
+                    self.fetchers[registration.leader] = fetcher
+                fetcher.add_partition(tp, partition.topic_id, registration.leader_epoch, now_ms)
+
+    def _stop_fetching(self, tp: TopicPartition) -> None:
+        for fetcher in self.fetchers.values():
+            fetcher.remove_partition(tp)
 
     def _remove_partition(self, tp: TopicPartition) -> None:
         del self.partitions[tp]
+        self._stop_fetching(tp)
         self.log_manager.delete_log(tp)
-        # Waiting fetches of a deleted partition answer at once with UNKNOWN_TOPIC_OR_PARTITION.
+        # Waiting requests of a deleted partition answer at once with UNKNOWN_TOPIC_OR_PARTITION.
+        self._complete_delayed_requests(tp)
+
+    def _complete_delayed_requests(self, tp: TopicPartition) -> None:
         self.fetch_purgatory.check_and_complete(tp)
+        self.produce_purgatory.check_and_complete(tp)
 
     def get_partition(self, tp: TopicPartition) -> Partition:
         partition = self.partitions.get(tp)
@@ -153,22 +304,45 @@ class ReplicaManager:
             raise UnknownTopicOrPartitionError(f"This server does not host this topic-partition: {tp}")
         return partition
 
+    # Produce
+
     def append_records(
-        self, entries: Mapping[TopicPartition, bytearray], required_acks: int, now_ms: int
-    ) -> dict[TopicPartition, AppendResult]:
-        results: dict[TopicPartition, AppendResult] = {}
+        self,
+        entries: Mapping[TopicPartition, bytearray],
+        required_acks: int,
+        timeout_ms: int,
+        now_ms: int,
+        respond: ProduceResponder,
+    ) -> DelayedProduce | None:
+        """Append to each partition's leader and answer through `respond`, exactly once: at once for acks 0
+        and 1 or when nothing was appended, else when the HW of every appended partition passes its records
+        (or `timeout_ms` passes). Returns the parked produce so the shell can arm a timer for its deadline."""
         if required_acks not in (-1, 0, 1):
             raise InvalidRequiredAcksError(f"acks must be -1, 0 or 1, not {required_acks}")
+        results: dict[TopicPartition, AppendResult] = {}
+        required_offsets: dict[TopicPartition, int] = {}
         for tp, records in entries.items():
             try:
                 partition = self.get_partition(tp)
+                high_watermark = partition.log.high_watermark
                 info = partition.append_records_to_leader(records, required_acks, now_ms)
             except Exception as error:  # every partition answers on its own; one bad batch fails only itself
                 results[tp] = AppendResult(error=error_name_of(error), message=str(error))
                 continue
             results[tp] = AppendResult(error=None, info=info, log_start_offset=partition.log.log_start_offset)
+            required_offsets[tp] = info.last_offset + 1
             self.fetch_purgatory.check_and_complete(tp)
-        return results
+            if partition.log.high_watermark != high_watermark:
+                self.produce_purgatory.check_and_complete(tp)
+        if required_acks != -1 or not required_offsets:
+            respond(results)
+            return None
+        delayed = DelayedProduce(now_ms + timeout_ms, self, results, required_offsets, respond)
+        if self.produce_purgatory.try_complete_else_watch(delayed, list(required_offsets)):
+            return None
+        return delayed
+
+    # Fetch
 
     def read_from_local_log(
         self, params: FetchParams, infos: Sequence[tuple[TopicPartition, PartitionFetchInfo]]
@@ -187,6 +361,8 @@ class ReplicaManager:
                     isolation_level=params.isolation_level,
                     min_one_message=min_one_message,
                     current_leader_epoch=info.current_leader_epoch,
+                    replica_id=params.replica_id,
+                    last_fetched_epoch=info.last_fetched_epoch,
                 )
             except Exception as error:
                 results.append(FetchPartitionResult(tp, error_name_of(error), None))
@@ -204,21 +380,37 @@ class ReplicaManager:
         now_ms: int,
         respond: FetchResponder,
     ) -> DelayedFetch | None:
-        """Answer at once when there is an error, enough data or no wait; otherwise park the fetch.
-        Returns the parked operation so the shell can arm a timer for its deadline."""
+        """Answer at once when there is an error, a diverging epoch, enough data or no wait; otherwise park
+        the fetch. A follower's fetch first records its position on the leader (its remote LEO), which may
+        move the HW. Returns the parked operation so the shell can arm a timer for its deadline."""
         results = self.read_from_local_log(params, infos)
-        if (
-            params.max_wait_ms <= 0
-            or not infos
-            or any(r.error for r in results)
-            or _accumulated_bytes(results) >= params.min_bytes
-        ):
+        if params.replica_id >= 0:
+            self._update_follower_fetch_states(params.replica_id, infos, results, now_ms)
+        if params.max_wait_ms <= 0 or not infos or _can_answer(results, params.min_bytes):
             respond(results)
             return None
         delayed = DelayedFetch(now_ms + params.max_wait_ms, self, params, infos, respond)
         if self.fetch_purgatory.try_complete_else_watch(delayed, [tp for tp, _ in infos]):
             return None
         return delayed
+
+    def _update_follower_fetch_states(
+        self,
+        replica_id: int,
+        infos: Sequence[tuple[TopicPartition, PartitionFetchInfo]],
+        results: Sequence[FetchPartitionResult],
+        now_ms: int,
+    ) -> None:
+        for (tp, info), result in zip(infos, results, strict=True):
+            read = result.read
+            # A diverging follower's fetch offset is not its position in our log (SPEC.md §2).
+            if read is None or read.diverging_epoch is not None:
+                continue
+            partition = self.partitions[tp]
+            if partition.update_follower_fetch_state(
+                replica_id, info.fetch_offset, info.log_start_offset, now_ms, read.log_end_offset
+            ):
+                self._complete_delayed_requests(tp)
 
     def fetch_offset_for_timestamp(
         self,
@@ -236,7 +428,43 @@ class ReplicaManager:
             from_consumer=replica_id == CONSUMER_REPLICA_ID,
         )
 
-    def delete_records(self, tp: TopicPartition, offset: int) -> int:
-        low_watermark = self.get_partition(tp).delete_records_on_leader(offset)
+    def delete_records(self, tp: TopicPartition, offset: int, now_ms: int) -> int:
+        low_watermark = self.get_partition(tp).delete_records_on_leader(offset, now_ms)
         self.fetch_purgatory.check_and_complete(tp)
         return low_watermark
+
+    # ISR
+
+    def maybe_shrink_isr(self, now_ms: int) -> int:
+        """Kafka's isr-expiration task (every replica.lag.time.max.ms / 2): returns the proposals made."""
+        return sum(1 for partition in self.partitions.values() if partition.maybe_shrink_isr(now_ms))
+
+    def take_alter_partition_proposals(self) -> list[AlterPartitionProposal]:
+        """ISR changes to send to the controller, each handed out once."""
+        proposals = []
+        for partition in self.partitions.values():
+            proposal = partition.take_alter_partition_proposal()
+            if proposal is not None:
+                proposals.append(proposal)
+        return proposals
+
+    def on_alter_partition_response(
+        self, tp: TopicPartition, registration: PartitionRegistration | None, error: str | None, now_ms: int
+    ) -> None:
+        partition = self.partitions.get(tp)
+        if partition is None:
+            return
+        isr_size, partition_epoch = len(partition.isr), partition.partition_epoch
+        if partition.on_alter_partition_response(registration, error, now_ms):
+            self._complete_delayed_requests(tp)
+        if partition.partition_epoch != partition_epoch:
+            if len(partition.isr) < isr_size:
+                self.isr_shrinks += 1
+            elif len(partition.isr) > isr_size:
+                self.isr_expands += 1
+
+    def under_replicated_partitions(self) -> int:
+        return sum(1 for p in self.partitions.values() if p.is_leader and len(p.isr) < len(p.replicas))
+
+    def describe_partitions(self) -> list[dict[str, object]]:
+        return [self.partitions[tp].describe() for tp in sorted(self.partitions)]
