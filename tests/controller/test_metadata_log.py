@@ -1,0 +1,129 @@
+"""The metadata log: one fsynced batch per operation, readable back as records or raw batches, and a tail
+torn by a crash is cut off on reopen while everything before it survives."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tierlog.controller.metadata_log import (
+    CONTROLLER_EPOCH,
+    METADATA_TOPIC,
+    METADATA_TOPIC_ID,
+    DiskMetadataLog,
+    decode_metadata_batches,
+)
+from tierlog.controller.records import ClusterIdRecord, ConfigRecord, ProducerIdsRecord, TopicRecord
+from tierlog.records.codec import build_batch, decode_batches
+
+NOW = 1_700_000_000_000
+TOPIC_ID = uuid.UUID(int=42)
+FIRST = [ClusterIdRecord("c"), TopicRecord("events", TOPIC_ID)]
+SECOND = [ConfigRecord("events", "retention.ms", "5"), ProducerIdsRecord(1, 1000), ProducerIdsRecord(2, 2000)]
+
+
+def segment_file(log_dir: Path) -> Path:
+    return log_dir / f"{METADATA_TOPIC}-0" / "00000000000000000000.log"
+
+
+def test_metadata_topic_constants_are_kafkas() -> None:
+    assert METADATA_TOPIC == "__cluster_metadata"
+    assert str(METADATA_TOPIC_ID) == "00000000-0000-0000-0000-000000000001"
+
+
+def test_append_returns_the_first_offset_and_records_read_back_from_any_offset(tmp_path: Path) -> None:
+    log = DiskMetadataLog(tmp_path)
+    assert log.end_offset == 0
+    assert log.records_from(0) == []
+    assert log.append(FIRST, NOW) == 0
+    assert log.append(SECOND, NOW + 1) == 2
+    assert log.end_offset == 5
+    assert log.records_from(0) == list(enumerate([*FIRST, *SECOND]))
+    # Offset 3 is inside the second batch: the batch comes whole from disk, the records before 3 do not.
+    assert log.records_from(3) == [(3, SECOND[1]), (4, SECOND[2])]
+    assert log.records_from(5) == []
+    with pytest.raises(ValueError, match="at least one record"):
+        log.append([], NOW)
+    log.close()
+
+
+def test_each_append_is_one_batch_stamped_with_the_controller_epoch(tmp_path: Path) -> None:
+    log = DiskMetadataLog(tmp_path)
+    log.append(FIRST, NOW)
+    log.append(SECOND, NOW + 1)
+    batches = list(decode_batches(segment_file(tmp_path).read_bytes()))
+    assert [(b.header.base_offset, b.header.records_count) for b in batches] == [(0, 2), (2, 3)]
+    assert {b.header.partition_leader_epoch for b in batches} == {CONTROLLER_EPOCH}
+    assert [r.timestamp for r in batches[1].records] == [NOW + 1] * 3
+    assert all(r.key is None for b in batches for r in b.records)
+    log.close()
+
+
+def test_read_serves_raw_batches_that_brokers_decode(tmp_path: Path) -> None:
+    log = DiskMetadataLog(tmp_path)
+    log.append(FIRST, NOW)
+    log.append(SECOND, NOW)
+    assert log.read(5, 1000) is None
+    first_only = log.read(0, 1)  # smaller than a batch: the first batch comes regardless
+    assert first_only is not None
+    assert decode_metadata_batches(first_only.read_bytes()) == list(enumerate(FIRST))
+    whole = log.read(0, 1 << 20)
+    assert whole is not None
+    data = whole.read_bytes()
+    assert decode_metadata_batches(data) == list(enumerate([*FIRST, *SECOND]))
+    # A Fetch response may end in part of a batch: it waits for the next fetch.
+    assert decode_metadata_batches(data[:-3]) == list(enumerate(FIRST))
+    log.close()
+
+
+def test_decode_metadata_batches_refuses_records_that_are_not_metadata() -> None:
+    with pytest.raises(ValueError, match="offset 0 has no value"):
+        decode_metadata_batches(build_batch([(b"k", None, [], NOW)]))
+    with pytest.raises(ValueError, match="not JSON"):
+        decode_metadata_batches(build_batch([(None, b"hello", [], NOW)]))
+
+
+def test_records_survive_reopening(tmp_path: Path) -> None:
+    log = DiskMetadataLog(tmp_path)
+    log.append(FIRST, NOW)
+    log.append(SECOND, NOW)
+    log.close()
+    reopened = DiskMetadataLog(tmp_path)
+    assert reopened.end_offset == 5
+    assert reopened.records_from(0) == list(enumerate([*FIRST, *SECOND]))
+    assert reopened.append([ProducerIdsRecord(3, 3000)], NOW) == 5
+    reopened.close()
+
+
+@pytest.mark.parametrize("garbage", [b"\x00" * 7, b"\xde\xad\xbe\xef" * 40])
+def test_a_torn_tail_is_truncated_and_earlier_records_survive(tmp_path: Path, garbage: bytes) -> None:
+    log = DiskMetadataLog(tmp_path)
+    log.append(FIRST, NOW)
+    log.append(SECOND, NOW)
+    size = segment_file(tmp_path).stat().st_size
+    # kill -9 after the OS took part of a third batch: never closed, the tail is half written.
+    with segment_file(tmp_path).open("ab") as f:
+        f.write(garbage)
+    reopened = DiskMetadataLog(tmp_path)
+    assert segment_file(tmp_path).stat().st_size == size
+    assert reopened.end_offset == 5
+    assert reopened.records_from(0) == list(enumerate([*FIRST, *SECOND]))
+    assert reopened.append([ProducerIdsRecord(3, 3000)], NOW) == 5
+    assert reopened.records_from(5) == [(5, ProducerIdsRecord(3, 3000))]
+    reopened.close()
+
+
+def test_a_torn_last_batch_is_dropped_whole(tmp_path: Path) -> None:
+    log = DiskMetadataLog(tmp_path)
+    log.append(FIRST, NOW)
+    first_size = segment_file(tmp_path).stat().st_size
+    log.append(SECOND, NOW)
+    with segment_file(tmp_path).open("r+b") as f:
+        f.truncate(segment_file(tmp_path).stat().st_size - 5)
+    reopened = DiskMetadataLog(tmp_path)
+    assert segment_file(tmp_path).stat().st_size == first_size
+    assert reopened.records_from(0) == list(enumerate(FIRST))
+    assert reopened.end_offset == 2
+    reopened.close()

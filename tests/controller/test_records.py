@@ -1,0 +1,99 @@
+"""Metadata records survive encoding exactly, and anything else is refused with a message naming the fault."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+
+import pytest
+
+from tierlog.controller.records import (
+    BrokerRegistrationChangeRecord,
+    ClusterIdRecord,
+    ConfigRecord,
+    Endpoint,
+    MetadataRecord,
+    PartitionRecord,
+    ProducerIdsRecord,
+    RegisterBrokerRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+    decode_record,
+    encode_record,
+)
+
+TOPIC_ID = uuid.UUID("6ba7b810-9dad-11d1-80b4-00c04fd430c8")
+
+EVERY_RECORD_TYPE: list[MetadataRecord] = [
+    ClusterIdRecord("MkU3OEVBNTcwNTJENDM2Qk"),
+    RegisterBrokerRecord(
+        1, "a-uuid", 7, (Endpoint("PLAINTEXT", "h1", 9092), Endpoint("CONTROLLER", "h1", 9093)), None, True
+    ),
+    RegisterBrokerRecord(2, "b-uuid", 9, (), "rack-a", False),
+    BrokerRegistrationChangeRecord(1, 7, True, None),
+    BrokerRegistrationChangeRecord(1, 7, None, False),
+    TopicRecord("events", TOPIC_ID),
+    PartitionRecord(TOPIC_ID, 3, (1, 2, 3), (1, 3), 1, 4, 9),
+    ConfigRecord("events", "retention.ms", "1000"),
+    ConfigRecord("events", "retention.ms", None),
+    RemoveTopicRecord(TOPIC_ID),
+    ProducerIdsRecord(-1, 2000),
+]
+
+
+@pytest.mark.parametrize("record", EVERY_RECORD_TYPE, ids=lambda r: type(r).__name__)
+def test_every_record_type_round_trips(record: MetadataRecord) -> None:
+    assert decode_record(encode_record(record)) == record
+
+
+def test_records_are_compact_json_with_their_type_and_string_topic_ids() -> None:
+    assert encode_record(PartitionRecord(TOPIC_ID, 0, (1, 2), (2,), 2, 1, 3)) == (
+        b'{"type":"PartitionRecord","topic_id":"6ba7b810-9dad-11d1-80b4-00c04fd430c8","partition_id":0,'
+        b'"replicas":[1,2],"isr":[2],"leader":2,"leader_epoch":1,"partition_epoch":3}'
+    )
+    assert json.loads(
+        encode_record(RegisterBrokerRecord(1, "i", 7, (Endpoint("PLAINTEXT", "h", 9092),), None, True))
+    ) == {
+        "type": "RegisterBrokerRecord",
+        "broker_id": 1,
+        "incarnation_id": "i",
+        "broker_epoch": 7,
+        "endpoints": [{"name": "PLAINTEXT", "host": "h", "port": 9092}],
+        "rack": None,
+        "fenced": True,
+    }
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"\xff\xfe", "metadata record is not JSON"),
+        (b"{not json", "metadata record is not JSON"),
+        (b"[1, 2]", "metadata record is not a JSON object"),
+        (b'{"cluster_id": "x"}', "unknown metadata record type None"),
+        (b'{"type": "LeaderChangeRecord"}', "unknown metadata record type 'LeaderChangeRecord'"),
+        (b'{"type": "ClusterIdRecord"}', "ClusterIdRecord lacks field 'cluster_id'"),
+        (b'{"type": "ClusterIdRecord", "cluster_id": 5}', "ClusterIdRecord.cluster_id: expected a string"),
+        (b'{"type": "ProducerIdsRecord", "broker_id": true, "next_producer_id": 1}', "ProducerIdsRecord.broker_id"),
+        (b'{"type": "RemoveTopicRecord", "topic_id": "nope"}', "RemoveTopicRecord.topic_id"),
+        (
+            b'{"type": "BrokerRegistrationChangeRecord", "broker_id": 1, "broker_epoch": 2, "fenced": "yes", '
+            b'"in_controlled_shutdown": null}',
+            "BrokerRegistrationChangeRecord.fenced: expected true or false",
+        ),
+        (
+            b'{"type": "PartitionRecord", "topic_id": "6ba7b810-9dad-11d1-80b4-00c04fd430c8", "partition_id": 0, '
+            b'"replicas": [1, "2"], "isr": [1], "leader": 1, "leader_epoch": 0, "partition_epoch": 0}',
+            "PartitionRecord.replicas: expected an integer",
+        ),
+        (
+            b'{"type": "RegisterBrokerRecord", "broker_id": 1, "incarnation_id": "i", "broker_epoch": 0, '
+            b'"endpoints": [{"name": "P", "host": "h"}], "rack": null, "fenced": true}',
+            "RegisterBrokerRecord.endpoints: expected an endpoint",
+        ),
+    ],
+)
+def test_garbage_is_refused_with_a_clear_message(data: bytes, message: str) -> None:
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        decode_record(data)

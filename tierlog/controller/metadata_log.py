@@ -1,0 +1,113 @@
+"""The metadata log: `__cluster_metadata-0`, the durable store of every metadata change.
+
+It is an ordinary partition log (the storage engine's `Log`) holding RecordBatch v2 batches whose record
+values are `records.encode_record` JSON, so brokers read it with ordinary Fetch requests and `tierlog
+dump-log` can show it. Unlike data partitions it is fsynced on every append: with a single controller
+there is no replica to make an unflushed append durable.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+from tierlog.common import TopicPartition
+from tierlog.controller.records import MetadataRecord, decode_record, encode_record
+from tierlog.records.codec import build_batch, decode_batches
+from tierlog.storage.file_records import FileSlice
+from tierlog.storage.log import Log
+from tierlog.storage.log_config import LogConfig
+
+METADATA_TOPIC = "__cluster_metadata"
+# Kafka's fixed id of the metadata topic (Uuid.METADATA_TOPIC_ID).
+METADATA_TOPIC_ID = uuid.UUID(int=1)
+METADATA_PARTITION = TopicPartition(METADATA_TOPIC, 0)
+# The partition leader epoch stamped into every batch. With a single controller there are no controller
+# elections, so the epoch never changes.
+CONTROLLER_EPOCH = 1
+# KRaft's largest metadata batch (KafkaRaftClient.MAX_BATCH_SIZE_BYTES); one controller operation is one batch.
+MAX_BATCH_SIZE_BYTES = 8 * 1024 * 1024
+
+
+class MetadataLog(Protocol):
+    @property
+    def end_offset(self) -> int:
+        """The offset the next record gets."""
+        ...
+
+    def append(self, records: Sequence[MetadataRecord], now_ms: int) -> int:
+        """Durably append the records of one operation, all or none; returns the offset of the first."""
+        ...
+
+    def records_from(self, start_offset: int) -> list[tuple[int, MetadataRecord]]: ...
+
+    def read(self, start_offset: int, max_bytes: int) -> FileSlice | None:
+        """Whole batches from the one holding `start_offset` (the first regardless of `max_bytes`)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class DiskMetadataLog:
+    def __init__(self, log_dir: Path) -> None:
+        config = LogConfig.from_props({"max.message.bytes": str(MAX_BATCH_SIZE_BYTES)}, {})
+        self._log = Log.open(
+            log_dir / str(METADATA_PARTITION),
+            config,
+            topic_partition=METADATA_PARTITION,
+            # No checkpoints are kept for this log: every open validates it from the start, which costs
+            # little for a log this small and truncates a tail torn by a crash.
+            recovery_point=0,
+            log_start_offset=0,
+            high_watermark=0,
+            had_clean_shutdown=False,
+            # Dates only a segment created before the first append; rolls are decided by batch timestamps.
+            now_ms=0,
+        )
+        # Everything that survived recovery was fsynced, hence committed.
+        self._log.update_high_watermark(self._log.log_end_offset)
+
+    @property
+    def end_offset(self) -> int:
+        return self._log.log_end_offset
+
+    def append(self, records: Sequence[MetadataRecord], now_ms: int) -> int:
+        batch = bytearray(build_batch([(None, encode_record(record), [], now_ms) for record in records]))
+        info = self._log.append_as_leader(batch, CONTROLLER_EPOCH, now_ms)
+        self._log.flush()
+        self._log.update_high_watermark(self._log.log_end_offset)
+        return info.first_offset
+
+    def records_from(self, start_offset: int) -> list[tuple[int, MetadataRecord]]:
+        found: list[tuple[int, MetadataRecord]] = []
+        offset = start_offset
+        # A read stops at the end of a segment; keep reading until the end of the log.
+        while offset < self._log.log_end_offset:
+            chunk = self.read(offset, MAX_BATCH_SIZE_BYTES)
+            if chunk is None:
+                break
+            records = decode_metadata_batches(chunk.read_bytes())
+            # The batch holding `offset` comes whole, so it may start before it.
+            found.extend(r for r in records if r[0] >= offset)
+            offset = records[-1][0] + 1
+        return found
+
+    def read(self, start_offset: int, max_bytes: int) -> FileSlice | None:
+        return self._log.read(start_offset, max_bytes, max_offset=None, min_one_message=True).records
+
+    def close(self) -> None:
+        self._log.close()
+
+
+def decode_metadata_batches(data: bytes) -> list[tuple[int, MetadataRecord]]:
+    """(offset, record) for every record of the complete batches in `data` (a Fetch response may end in a
+    partial batch, which is left for the next fetch); ValueError for anything that is not a metadata batch."""
+    decoded: list[tuple[int, MetadataRecord]] = []
+    for batch in decode_batches(data):
+        for record in batch.records:
+            if record.value is None:
+                raise ValueError(f"metadata record at offset {record.offset} has no value")
+            decoded.append((record.offset, decode_record(record.value)))
+    return decoded
