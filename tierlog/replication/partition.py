@@ -32,7 +32,7 @@ from tierlog.replication.errors import (
     UnknownLeaderEpochError,
 )
 from tierlog.replication.trace import TraceEvent, TraceSink, ignore_trace
-from tierlog.storage.errors import PolicyViolationError
+from tierlog.storage.errors import PolicyViolationError, UnexpectedAppendOffsetError
 from tierlog.storage.file_records import FileSlice
 from tierlog.storage.log import LATEST_TIMESTAMP, MAX_TIMESTAMP, Log, LogAppendInfo
 
@@ -534,7 +534,16 @@ class Partition:
             return None
         log = self.log
         old_leo = log.log_end_offset
-        info = log.append_as_follower(records, now_ms)
+        try:
+            info = log.append_as_follower(records, now_ms)
+        except UnexpectedAppendOffsetError as error:
+            # Kafka's appendRecordsToFollowerOrFutureReplica: DeleteRecords may put the leader's log start
+            # inside a batch; an empty log fetching from there restarts at that batch's base offset.
+            leo = log.log_end_offset
+            if not (leo == log.log_start_offset and error.first_offset < leo <= error.last_offset):
+                raise
+            self.truncate_fully_and_start_at(error.first_offset, now_ms)
+            info = log.append_as_follower(records, now_ms)
         self._emit(
             trace.FOLLOWER_LEO,
             trace.FETCH_RESPONSE,
