@@ -194,13 +194,17 @@ def test_a_gauge_renders_the_last_value_set() -> None:
 def test_a_multi_sample_gauge_callback_renders_one_line_per_sample_in_label_order() -> None:
     registry = MetricsRegistry()
     gauge = registry.register(Gauge("hw", "High watermark.", ("topic", "partition")))
-    gauge.callback_samples(lambda: [({"partition": "0", "topic": "a"}, 10), ({"topic": "b", "partition": "1"}, 7)])
+    gauge.callback(lambda: [({"partition": "0", "topic": "a"}, 10), ({"topic": "b", "partition": "1"}, 7)])
     assert registry.render().splitlines()[2:] == ['hw{topic="a",partition="0"} 10.0', 'hw{topic="b",partition="1"} 7.0']
 
 
-def test_a_single_value_callback_on_a_labelled_gauge_is_refused() -> None:
-    with pytest.raises(ValueError, match="callback_samples"):
-        Gauge("hw", "High watermark.", ("topic",)).callback(lambda: 1)
+def test_a_labelled_gauge_whose_callback_returns_a_bare_value_renders_no_samples(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    registry = MetricsRegistry()
+    registry.register(Gauge("hw", "High watermark.", ("topic",))).callback(lambda: 1)
+    assert parse(registry.render())["hw"].samples == []
+    assert "metrics callback of hw failed" in caplog.text
 
 
 def test_a_failing_callback_leaves_its_family_empty_and_the_rest_of_the_scrape_intact(
@@ -209,7 +213,7 @@ def test_a_failing_callback_leaves_its_family_empty_and_the_rest_of_the_scrape_i
     registry = MetricsRegistry()
     registry.register(Gauge("broken", "Raises.")).callback(lambda: 1 / 0)
     wrong = registry.register(Gauge("wrong_labels", "Names a label it does not have.", ("topic",)))
-    wrong.callback_samples(lambda: [({"topic": "a", "partition": "0"}, 1)])
+    wrong.callback(lambda: [({"topic": "a", "partition": "0"}, 1)])
     registry.register(Gauge("fine", "Works.")).callback(lambda: 1)
     families = parse(registry.render())
     assert families["broken"].samples == []
@@ -291,13 +295,13 @@ def test_broker_metrics_render_kafka_names_from_stub_callbacks() -> None:
     metrics.isr_shrinks_total.callback(lambda: 2)
     metrics.isr_expands_total.callback(lambda: 1)
     metrics.under_replicated_partitions.callback(lambda: 1)
-    metrics.partition_log_end_offset.callback_samples(
+    metrics.partition_log_end_offset.callback(
         lambda: [({"topic": t, "partition": str(p)}, leo) for (t, p), (leo, _) in partitions.items()]
     )
-    metrics.partition_high_watermark.callback_samples(
+    metrics.partition_high_watermark.callback(
         lambda: [({"topic": t, "partition": str(p)}, hw) for (t, p), (_, hw) in partitions.items()]
     )
-    metrics.partition_hw_lag.callback_samples(
+    metrics.partition_hw_lag.callback(
         lambda: [({"topic": t, "partition": str(p)}, leo - hw) for (t, p), (leo, hw) in partitions.items()]
     )
     metrics.requests_total.labels(request="Produce").inc()
@@ -341,3 +345,25 @@ def test_broker_metrics_before_wiring_render_families_without_samples() -> None:
     families = parse(registry.render())
     assert len(families) == 8
     assert all(family.samples == [] for family in families.values())
+
+
+def test_observe_request_counts_and_times_requests_by_kafka_api_name() -> None:
+    registry = MetricsRegistry()
+    metrics = broker_metrics(registry)
+    metrics.observe_request(0, 0.002)
+    metrics.observe_request(0, 0.2)
+    metrics.observe_request(1, 0.6)
+    metrics.observe_request(9999, 0.001)  # not an API we know: named by its key rather than dropped
+    text = registry.render()
+    parse(text)
+    for line in [
+        'kafka_network_requestmetrics_requests_total{request="Produce"} 2.0',
+        'kafka_network_requestmetrics_requests_total{request="Fetch"} 1.0',
+        'kafka_network_requestmetrics_requests_total{request="9999"} 1.0',
+        'kafka_network_requestmetrics_totaltime_seconds_bucket{request="Produce",le="0.0025"} 1.0',
+        'kafka_network_requestmetrics_totaltime_seconds_bucket{request="Produce",le="0.25"} 2.0',
+        'kafka_network_requestmetrics_totaltime_seconds_count{request="Produce"} 2.0',
+        'kafka_network_requestmetrics_totaltime_seconds_bucket{request="Fetch",le="0.5"} 0.0',
+        'kafka_network_requestmetrics_totaltime_seconds_bucket{request="Fetch",le="1.0"} 1.0',
+    ]:
+        assert f"{line}\n" in text, line

@@ -88,11 +88,8 @@ class KafkaConnection:
         except TimeoutError:
             self._abort()
             raise KafkaConnectionError(f"{what}: no response within {timeout_s}s") from None
-        except KafkaConnectionError:
-            self._abort()
-            raise
         except BaseException:
-            # Cancelled mid-request: the response may still come and would be read as the next one's.
+            # Failed or cancelled mid-request: a late response would be read as the answer to the next one.
             self._abort()
             raise
 

@@ -17,8 +17,10 @@ import logging
 import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
+
+from tierlog.protocol.api_versions import SUPPORTED_APIS
 
 __all__ = [
     "CONTENT_TYPE",
@@ -42,8 +44,10 @@ LATENCY_BUCKETS_S: tuple[float, ...] = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
-# What a multi-sample callback returns: one (labels, value) pair per sample, labels naming every labelname.
+# What the callback of a labelled metric returns: one (labels, value) pair per sample, labels naming every
+# labelname. An unlabelled metric's callback returns just the value.
 Samples = Iterable[tuple[Mapping[str, str], float]]
+Callback = Callable[[], float] | Callable[[], Samples]
 
 ChildT = TypeVar("ChildT")
 MetricT = TypeVar("MetricT", bound="_Metric[Any]")
@@ -68,7 +72,7 @@ class _Metric(Generic[ChildT]):
         self.help = help
         self.labelnames: tuple[str, ...] = tuple(labelnames)
         self._children: dict[tuple[str, ...], ChildT] = {}
-        self._callback: Callable[[], Samples] | None = None
+        self._callback: Callback | None = None
 
     def labels(self, **labels: str) -> ChildT:
         """The child of these label values (all of `labelnames`, no other), created on first use."""
@@ -92,10 +96,15 @@ class _Metric(Generic[ChildT]):
     def _new_child(self) -> ChildT:
         raise NotImplementedError
 
-    def _set_callback(self, callback: Callable[[], Samples]) -> None:
+    def _set_callback(self, callback: Callback) -> None:
         if self._children:
             raise ValueError(f"{self.name} already has values set directly; it cannot also have a callback")
         self._callback = callback
+
+    def _callback_samples(self) -> Samples:
+        assert self._callback is not None
+        result: Any = self._callback()
+        return result if self.labelnames else [({}, result)]
 
     def render(self) -> list[str]:
         lines = [f"# HELP {self.name} {_escape_help(self.help)}", f"# TYPE {self.name} {self.type_name}"]
@@ -105,7 +114,8 @@ class _Metric(Generic[ChildT]):
             return lines
         try:
             samples = [
-                _sample_line(self.name, self._checked_labels(labels), value) for labels, value in self._callback()
+                _sample_line(self.name, self._checked_labels(labels), value)
+                for labels, value in self._callback_samples()
             ]
         except Exception:
             # One broken callback must not take the whole scrape down; the family renders without samples.
@@ -147,9 +157,10 @@ class Counter(_Metric[_CounterChild]):
     def inc(self, n: float = 1) -> None:
         self._unlabelled().inc(n)
 
-    def callback(self, fn: Callable[[], float]) -> None:
-        """Read the value from `fn` at every scrape (a count the broker already keeps)."""
-        self._set_callback(_single_sample(self, fn))
+    def callback(self, fn: Callback) -> None:
+        """Read the value from `fn` at every scrape (a count the broker already keeps); with labels, `fn`
+        returns every sample: [(labels, value), ...]."""
+        self._set_callback(fn)
 
     def _new_child(self) -> _CounterChild:
         return _CounterChild()
@@ -176,12 +187,9 @@ class Gauge(_Metric[_GaugeChild]):
     def set(self, value: float) -> None:
         self._unlabelled().set(value)
 
-    def callback(self, fn: Callable[[], float]) -> None:
-        """Read the value from `fn` at every scrape."""
-        self._set_callback(_single_sample(self, fn))
-
-    def callback_samples(self, fn: Callable[[], Samples]) -> None:
-        """Read every labelled sample from `fn` at every scrape, e.g. one per partition."""
+    def callback(self, fn: Callback) -> None:
+        """Read the value from `fn` at every scrape; with labels, `fn` returns every sample, e.g. one per
+        partition: [({"topic": "t", "partition": "0"}, 42), ...]."""
         self._set_callback(fn)
 
     def _new_child(self) -> _GaugeChild:
@@ -254,12 +262,6 @@ class MetricsRegistry:
         return "".join(f"{line}\n" for line in lines)
 
 
-def _single_sample(metric: _Metric[ChildT], fn: Callable[[], float]) -> Callable[[], Samples]:
-    if metric.labelnames:
-        raise ValueError(f"{metric.name} has labels {list(metric.labelnames)}: use callback_samples")
-    return lambda: [({}, fn())]
-
-
 def _sample_line(name: str, labels: Mapping[str, str], value: float) -> str:
     if not labels:
         return f"{name} {_format_value(value)}"
@@ -286,8 +288,8 @@ def _escape_help(text: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class BrokerMetrics:
-    """The broker's metrics; the broker calls `requests_total`/`request_latency_seconds` per request and
-    wires the callbacks of the rest to the state it already keeps."""
+    """The broker's metrics: KafkaApis calls `observe_request` per request; the broker wires the callbacks
+    of the rest to the state it already keeps."""
 
     # labels: request (the Kafka API name, "Produce")
     requests_total: Counter
@@ -296,10 +298,26 @@ class BrokerMetrics:
     isr_shrinks_total: Counter
     isr_expands_total: Counter
     under_replicated_partitions: Gauge
-    # multi-sample callbacks, labels: topic, partition
+    # callbacks returning one sample per partition, labels: topic, partition
     partition_high_watermark: Gauge
     partition_log_end_offset: Gauge
     partition_hw_lag: Gauge
+    # The children of each API key, so a request costs two increments rather than two label look-ups.
+    _by_api: dict[int, tuple[_CounterChild, _HistogramChild]] = field(default_factory=dict, init=False, repr=False)
+
+    def observe_request(self, api_key: int, seconds: float) -> None:
+        """Count one request of `api_key` and the time it took to answer."""
+        children = self._by_api.get(api_key)
+        if children is None:
+            api = SUPPORTED_APIS.get(api_key)
+            request = api.name if api is not None else str(api_key)
+            children = self._by_api[api_key] = (
+                self.requests_total.labels(request=request),
+                self.request_latency_seconds.labels(request=request),
+            )
+        requests, latency = children
+        requests.inc()
+        latency.observe(seconds)
 
 
 def broker_metrics(registry: MetricsRegistry) -> BrokerMetrics:

@@ -1,0 +1,332 @@
+"""HttpServer over real sockets: routing and status codes, whole and streamed (chunked) responses, streams
+that end when the client hangs up or the server stops, with their iterator closed every time."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from tierlog.server import http_server
+from tierlog.server.http_server import Handler, HttpResponse, HttpServer, StreamingResponse, text_response
+
+HOST = "127.0.0.1"
+# Bounds every test's event loop, so a hang fails the test instead of reaching pytest's global timeout.
+TEST_DEADLINE_S = 20.0
+WAIT_S = 5.0
+
+
+def run(scenario: Callable[[], Awaitable[Any]]) -> Any:
+    async def bounded() -> Any:
+        async with asyncio.timeout(TEST_DEADLINE_S):
+            return await scenario()
+
+    return asyncio.run(bounded())
+
+
+@dataclass
+class Reply:
+    status: int
+    reason: str
+    headers: dict[str, str]
+    body: bytes
+
+
+async def read_head(reader: asyncio.StreamReader) -> tuple[int, str, dict[str, str]]:
+    head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
+    status_line, *header_lines = head[:-4].split("\r\n")
+    version, status, reason = status_line.split(" ", 2)
+    assert version == "HTTP/1.1"
+    headers = {}
+    for line in header_lines:
+        name, _, value = line.partition(": ")
+        headers[name.lower()] = value
+    return int(status), reason, headers
+
+
+async def exchange(port: int, request: bytes) -> Reply:
+    """Send raw request bytes; read the whole response (the server closes the connection after it)."""
+    reader, writer = await asyncio.open_connection(HOST, port)
+    try:
+        writer.write(request)
+        await writer.drain()
+        status, reason, headers = await read_head(reader)
+        body = await reader.read()  # until EOF: Connection: close
+        return Reply(status, reason, headers, body)
+    finally:
+        writer.close()
+
+
+async def get(port: int, target: str) -> Reply:
+    return await exchange(port, f"GET {target} HTTP/1.1\r\nHost: test\r\nUser-Agent: t\r\n\r\n".encode())
+
+
+async def read_chunk(reader: asyncio.StreamReader) -> bytes:
+    """One chunk of a chunked body; b"" is the terminating chunk (whose trailer must be empty)."""
+    size = int((await reader.readuntil(b"\r\n"))[:-2], 16)
+    data = await reader.readexactly(size + 2)
+    assert data.endswith(b"\r\n")
+    return data[:-2]
+
+
+@dataclass
+class Recorder:
+    """A handler that answers with a fixed body and remembers the queries it got."""
+
+    queries: list[dict[str, str]] = field(default_factory=list)
+
+    async def __call__(self, query: dict[str, str]) -> HttpResponse:
+        self.queries.append(query)
+        return HttpResponse(200, "text/plain; version=0.0.4", b"metric 1.0\n")
+
+
+async def serve(routes: Mapping[str, Handler], body: Callable[[int], Awaitable[Any]]) -> Any:
+    server = HttpServer(routes)
+    port = await server.start(HOST, 0)
+    try:
+        return await body(port)
+    finally:
+        await server.stop()
+
+
+def test_get_of_a_route_answers_its_body_with_length_and_connection_close() -> None:
+    recorder = Recorder()
+    reply: Reply = run(lambda: serve({"/metrics": recorder}, lambda port: get(port, "/metrics")))
+    assert (reply.status, reply.reason) == (200, "OK")
+    assert reply.headers["content-type"] == "text/plain; version=0.0.4"
+    assert reply.headers["content-length"] == str(len(b"metric 1.0\n"))
+    assert reply.headers["connection"] == "close"
+    assert reply.body == b"metric 1.0\n"
+    assert recorder.queries == [{}]
+
+
+def test_the_query_string_is_decoded_into_a_dict_last_value_winning() -> None:
+    recorder = Recorder()
+    run(lambda: serve({"/v1/trace": recorder}, lambda port: get(port, "/v1/trace?topic=a%20b&partition=1&x=&x=2")))
+    assert recorder.queries == [{"topic": "a b", "partition": "1", "x": "2"}]
+
+
+def test_an_http_1_0_request_is_answered() -> None:
+    reply: Reply = run(lambda: serve({"/m": Recorder()}, lambda port: exchange(port, b"GET /m HTTP/1.0\r\n\r\n")))
+    assert reply.status == 200
+
+
+def test_an_unknown_path_is_404() -> None:
+    reply: Reply = run(lambda: serve({"/metrics": Recorder()}, lambda port: get(port, "/nope?x=1")))
+    assert reply.status == 404
+    assert reply.body == b"no such path: /nope\n"
+
+
+@pytest.mark.parametrize("method", ["POST", "HEAD", "PUT", "DELETE"])
+def test_methods_other_than_get_are_405_with_allow_get(method: str) -> None:
+    request = f"{method} /metrics HTTP/1.1\r\nHost: t\r\n\r\n".encode()
+    reply: Reply = run(lambda: serve({"/metrics": Recorder()}, lambda port: exchange(port, request)))
+    assert reply.status == 405
+    assert reply.headers["allow"] == "GET"
+    assert reply.body == f"method {method} not allowed: GET only\n".encode()
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GARBAGE\r\n\r\n",
+        b"GET /metrics\r\n\r\n",
+        b"GET /metrics HTTP/2.0\r\n\r\n",
+        b"GET  /metrics HTTP/1.1\r\n\r\n",
+        b"\r\n",
+        b"GET /m\xff HTTP/1.1\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\n" + b"X-Long: " + b"a" * (20 * 1024) + b"\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\n" + b"X: y\r\n" * 200 + b"\r\n",
+    ],
+    ids=["no-target", "no-version", "http2", "double-space", "empty", "non-ascii", "long-header", "many-headers"],
+)
+def test_a_malformed_request_is_400(request_bytes: bytes) -> None:
+    reply: Reply = run(lambda: serve({"/metrics": Recorder()}, lambda port: exchange(port, request_bytes)))
+    assert reply.status == 400
+    assert reply.body.endswith(b"\n") and b"\n" not in reply.body[:-1]
+
+
+def test_a_failing_handler_is_500_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+    async def broken(_query: dict[str, str]) -> HttpResponse:
+        raise RuntimeError("boom")
+
+    reply: Reply = run(lambda: serve({"/broken": broken}, lambda port: get(port, "/broken")))
+    assert (reply.status, reply.body) == (500, b"internal error\n")
+    assert "HTTP handler of /broken failed" in caplog.text
+
+
+def test_a_handler_chooses_its_status() -> None:
+    async def bad(_query: dict[str, str]) -> HttpResponse:
+        return text_response(400, "missing query parameter: topic")
+
+    reply: Reply = run(lambda: serve({"/bad": bad}, lambda port: get(port, "/bad")))
+    assert (reply.status, reply.reason, reply.body) == (400, "Bad Request", b"missing query parameter: topic\n")
+    assert reply.headers["content-type"] == "text/plain; charset=utf-8"
+
+
+def test_a_client_that_closes_without_a_request_gets_nothing_and_the_server_carries_on() -> None:
+    async def body(port: int) -> Reply:
+        _reader, writer = await asyncio.open_connection(HOST, port)
+        writer.write(b"GET /metr")
+        writer.close()
+        return await get(port, "/metrics")
+
+    reply: Reply = run(lambda: serve({"/metrics": Recorder()}, body))
+    assert reply.status == 200
+
+
+# --- streaming ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Stream:
+    """A streaming handler's iterator: yields what is put into `feed` (None ends it), records its end."""
+
+    feed: asyncio.Queue[bytes | None] = field(default_factory=asyncio.Queue)
+    closed: asyncio.Event = field(default_factory=asyncio.Event)
+    opened: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        self.opened.set()
+        try:
+            while (chunk := await self.feed.get()) is not None:
+                yield chunk
+        finally:
+            self.closed.set()
+
+    def route(self) -> Handler:
+        async def handle(_query: dict[str, str]) -> StreamingResponse:
+            return StreamingResponse("application/x-ndjson", self.chunks())
+
+        return handle
+
+
+async def open_stream(port: int, target: str = "/stream") -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    reader, writer = await asyncio.open_connection(HOST, port)
+    writer.write(f"GET {target} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+    await writer.drain()
+    status, _, headers = await read_head(reader)
+    assert status == 200
+    assert headers["transfer-encoding"] == "chunked"
+    assert headers["content-type"] == "application/x-ndjson"
+    assert headers["connection"] == "close"
+    assert "content-length" not in headers
+    return reader, writer
+
+
+def test_a_stream_sends_each_chunk_as_it_comes_and_ends_with_the_last_chunk() -> None:
+    stream = Stream()
+
+    async def body(port: int) -> None:
+        reader, writer = await open_stream(port)
+        for line in (b'{"a":1}\n', b'{"b":2}\n'):
+            await stream.feed.put(line)
+            assert await read_chunk(reader) == line
+        await stream.feed.put(b"")  # skipped: an empty chunk would end the body
+        await stream.feed.put(b"x" * 70_000)
+        assert await read_chunk(reader) == b"x" * 70_000
+        await stream.feed.put(None)
+        assert await read_chunk(reader) == b""
+        assert await reader.read() == b""
+        writer.close()
+        await asyncio.wait_for(stream.closed.wait(), WAIT_S)
+
+    run(lambda: serve({"/stream": stream.route()}, body))
+
+
+def test_a_stream_whose_client_hangs_up_is_closed_while_it_waits_for_a_chunk() -> None:
+    stream = Stream()
+
+    async def body(port: int) -> None:
+        _reader, writer = await open_stream(port)
+        await asyncio.wait_for(stream.opened.wait(), WAIT_S)
+        writer.close()
+        # Nothing is ever fed: the iterator is closed because the client went away, not because it ended.
+        await asyncio.wait_for(stream.closed.wait(), WAIT_S)
+
+    run(lambda: serve({"/stream": stream.route()}, body))
+
+
+def test_stop_ends_live_streams_with_their_last_chunk_and_closes_their_iterators() -> None:
+    streams = [Stream(), Stream()]
+
+    async def scenario() -> float:
+        server = HttpServer({f"/s{i}": s.route() for i, s in enumerate(streams)})
+        port = await server.start(HOST, 0)
+        clients = [await open_stream(port, f"/s{i}") for i in range(len(streams))]
+        await streams[0].feed.put(b"first\n")
+        assert await read_chunk(clients[0][0]) == b"first\n"
+        await asyncio.gather(*(s.opened.wait() for s in streams))
+        started = time.monotonic()
+        await server.stop()
+        elapsed = time.monotonic() - started
+        for (reader, writer), stream in zip(clients, streams, strict=True):
+            assert stream.closed.is_set()
+            assert await read_chunk(reader) == b""
+            assert await reader.read() == b""
+            writer.close()
+        with pytest.raises(OSError):
+            await asyncio.open_connection(HOST, port)
+        return elapsed
+
+    assert run(scenario) < 1.0
+
+
+def test_stop_is_bounded_when_a_client_never_sends_its_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(http_server, "STOP_GRACE_S", 0.2)
+
+    async def scenario() -> float:
+        server = HttpServer({"/metrics": Recorder()})
+        port = await server.start(HOST, 0)
+        reader, writer = await asyncio.open_connection(HOST, port)
+        writer.write(b"GET /metrics HTTP/1.1\r\n")  # and never the blank line
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        started = time.monotonic()
+        await server.stop()
+        elapsed = time.monotonic() - started
+        assert await reader.read() == b""
+        writer.close()
+        return elapsed
+
+    assert run(scenario) < 1.0
+
+
+def test_a_stream_whose_iterator_fails_is_cut_without_its_last_chunk(caplog: pytest.LogCaptureFixture) -> None:
+    async def failing() -> AsyncIterator[bytes]:
+        yield b"one\n"
+        raise RuntimeError("iterator broke")
+
+    async def handle(_query: dict[str, str]) -> StreamingResponse:
+        return StreamingResponse("application/x-ndjson", failing())
+
+    async def body(port: int) -> bytes:
+        reader, writer = await open_stream(port)
+        assert await read_chunk(reader) == b"one\n"
+        rest = await reader.read()
+        writer.close()
+        return rest
+
+    assert run(lambda: serve({"/stream": handle}, body)) == b""
+    assert "HTTP stream failed" in caplog.text
+
+
+def test_start_returns_the_bound_port_refuses_a_second_start_and_works_again_after_stop() -> None:
+    async def scenario() -> None:
+        server = HttpServer({})
+        port = await server.start(HOST, 0)
+        assert port > 0
+        with pytest.raises(RuntimeError, match="already started"):
+            await server.start(HOST, 0)
+        await server.stop()
+        await server.stop()  # idempotent
+        port = await server.start(HOST, 0)  # and startable again
+        reply = await get(port, "/nope")
+        await server.stop()
+        assert reply.status == 404
+
+    run(scenario)
