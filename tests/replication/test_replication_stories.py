@@ -244,3 +244,36 @@ def test_response_for_a_partition_not_followed_is_dropped(tmp_path: Path) -> Non
     # A response for a partition the fetcher does not follow is dropped.
     fetcher.process_fetch_response([FetchResponsePartition(missing, None, 5, 0, None, None)], cluster.now)
     assert set(fetcher.partitions) == {TP}
+
+
+def test_leader_that_cannot_place_our_epoch_sends_the_follower_back_to_its_hw(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, [1, 2])
+    cluster.publish()
+    cluster.produce(1, b"a", b"b", acks=1)
+    cluster.fetch(2)
+    cluster.fetch(2)
+    cluster.produce(1, b"c", acks=1)
+    cluster.fetch(2)
+    assert (cluster.log(2).log_end_offset, cluster.log(2).high_watermark) == (3, 2)
+    fetcher = cluster.managers[2].fetchers[1]
+    assert fetcher.build_fetch_request(cluster.now) is not None
+    cluster.events.clear()
+    fetcher.process_fetch_response([FetchResponsePartition(TP, None, 3, 0, (-1, -1), None)], cluster.now)
+    # Truncation comes first and the response's HW is not adopted in that round.
+    assert cluster.trace() == [("Follower LEO", TRUNCATE, 3, 2)]
+    assert cluster.events[0].why == "leader knows no end of epoch 0: truncate to HW 2"
+    assert fetcher.partitions[TP].fetch_offset == 2
+
+
+def test_delete_records_moves_the_log_start_on_the_leader_then_on_the_follower(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, [1, 2])
+    cluster.publish()
+    cluster.produce(1, b"a", acks=1)
+    cluster.produce(1, b"b", acks=1)
+    cluster.fetch(2)
+    cluster.fetch(2)
+    cluster.events.clear()
+    assert cluster.managers[1].delete_records(TP, 1, cluster.now) == 1
+    cluster.fetch(2)
+    assert cluster.trace() == [("Log start", "DeleteRecords", 0, 1), ("Log start", FETCH_RESPONSE, 0, 1)]
+    assert [(e.broker_id, e.why) for e in cluster.events] == [(1, "delete before 1"), (2, "leader's log start 1")]

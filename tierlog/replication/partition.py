@@ -348,34 +348,35 @@ class Partition:
     ) -> LogReadResult:
         """A fetch on the leader: followers (replica_id >= 0) read up to the LEO, consumers up to the HW.
 
-        A follower whose last fetched epoch ended earlier here, or ended before its fetch offset, gets the
-        epoch's end instead of records (Kafka's Partition.fetchRecords): its log has diverged from ours."""
+        A fetcher whose last fetched epoch ended earlier here, or ended before its fetch offset, gets the
+        epoch's end instead of records (Kafka's Partition.readRecords; consumers sending LastFetchedEpoch
+        too): its log, or what it read, has diverged from ours."""
         self._require_leader()
         self.check_leader_epoch(current_leader_epoch)
+        if replica_id >= 0 and replica_id not in self.remote_replicas:
+            # Kafka answers a non-replica with empty records; an error makes the misrouting visible and sends
+            # the fetcher to wait for metadata.
+            raise NotLeaderOrFollowerError(
+                f"broker {replica_id} is not a follower of {self.topic_partition} (replicas {self.replicas})"
+            )
         log = self.log
         high_watermark = log.high_watermark
         # Without transactions every offset below the HW is stable, so LSO == HW.
         last_stable_offset = high_watermark
-        max_offset: int | None = last_stable_offset if isolation_level == READ_COMMITTED else high_watermark
-        if replica_id >= 0:
-            if replica_id not in self.remote_replicas:
-                # Kafka answers a non-replica with empty records; an error makes the misrouting visible and
-                # sends the fetcher to wait for metadata.
-                raise NotLeaderOrFollowerError(
-                    f"broker {replica_id} is not a follower of {self.topic_partition} (replicas {self.replicas})"
+        if last_fetched_epoch >= 0:
+            epoch, end_offset = log.leader_epoch_cache.end_offset_for(last_fetched_epoch, log.log_end_offset)
+            if epoch < last_fetched_epoch or end_offset < fetch_offset:
+                return LogReadResult(
+                    records=None,
+                    high_watermark=high_watermark,
+                    last_stable_offset=last_stable_offset,
+                    log_start_offset=log.log_start_offset,
+                    log_end_offset=log.log_end_offset,
+                    diverging_epoch=(epoch, end_offset),
                 )
-            if last_fetched_epoch >= 0:
-                epoch, end_offset = log.leader_epoch_cache.end_offset_for(last_fetched_epoch, log.log_end_offset)
-                if epoch < last_fetched_epoch or end_offset < fetch_offset:
-                    return LogReadResult(
-                        records=None,
-                        high_watermark=high_watermark,
-                        last_stable_offset=last_stable_offset,
-                        log_start_offset=log.log_start_offset,
-                        log_end_offset=log.log_end_offset,
-                        diverging_epoch=(epoch, end_offset),
-                    )
-            max_offset = None
+        max_offset: int | None = None
+        if replica_id < 0:
+            max_offset = last_stable_offset if isolation_level == READ_COMMITTED else high_watermark
         data = log.read(fetch_offset, max_bytes, max_offset, min_one_message)
         return LogReadResult(
             records=data.records,
