@@ -1,34 +1,65 @@
-"""The controller: the only writer of cluster metadata.
+"""The controller: the only writer of cluster metadata (KRaft's QuorumController, with a single voter).
 
-Every change is validated first, applied to a copy of the image, persisted, and only then made visible,
-so a crash never leaves a half-made topic behind. A single node is both broker and controller for now;
-the replication issue puts brokers and a metadata log behind this same interface.
+Every operation validates against the current image, turns the change into metadata records, appends them to
+the metadata log (fsynced) and only then applies them to `self.metadata`, so a crash never leaves a change
+half made or visible without being durable, and a restarted controller rebuilds the same image by replaying
+the log. Nothing here reads a clock: time comes in as `now_ms`, and the shell calls `fence_stale_brokers` on
+a timer (`next_session_deadline_ms` says when).
 """
 
 from __future__ import annotations
 
 import base64
-import copy
 import re
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from tierlog.controller.errors import (
+    BrokerIdNotRegisteredError,
+    FencedLeaderEpochError,
+    InconsistentClusterIdError,
+    IneligibleReplicaError,
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
+    InvalidRequestError,
     InvalidTopicError,
+    InvalidUpdateVersionError,
+    NotLeaderOrFollowerError,
+    StaleBrokerEpochError,
     TopicDeletionDisabledError,
     TopicExistsError,
     UnknownTopicError,
+    UnknownTopicIdError,
 )
-from tierlog.controller.metadata import ClusterMetadata, MetadataStore, PartitionRegistration, TopicMetadata
-from tierlog.storage.log_config import validate_topic_config
+from tierlog.controller.metadata import (
+    NO_LEADER,
+    BrokerRegistration,
+    ClusterMetadata,
+    PartitionRegistration,
+    TopicMetadata,
+)
+from tierlog.controller.metadata_log import METADATA_TOPIC, MetadataLog
+from tierlog.controller.records import (
+    BrokerRegistrationChangeRecord,
+    ClusterIdRecord,
+    ConfigRecord,
+    Endpoint,
+    MetadataRecord,
+    PartitionRecord,
+    ProducerIdsRecord,
+    RegisterBrokerRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+)
+from tierlog.storage.log_config import TOPIC_CONFIGS, parse_config_value, validate_topic_config
 
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_PARTITIONS = 100_000
 PRODUCER_ID_BLOCK_SIZE = 1000
+UNCLEAN_LEADER_ELECTION_ENABLE = "unclean.leader.election.enable"
 
 
 def validate_topic_name(name: str) -> None:
@@ -45,30 +76,283 @@ def validate_topic_name(name: str) -> None:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    # broker.session.timeout.ms: a broker without a heartbeat for this long is fenced.
+    session_timeout_ms: int = 9000
+    # unclean.leader.election.enable, the default for topics without an override.
+    unclean_leader_election_enable: bool = False
+    # The broker's properties, whose `log.*` synonyms are the defaults of topic configs.
+    default_topic_configs: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResult:
+    is_caught_up: bool
+    is_fenced: bool
+    should_shut_down: bool
+
+
 class Controller:
-    def __init__(self, store: MetadataStore, node_ids: Callable[[], Sequence[int]]) -> None:
-        self._store = store
-        self._node_ids = node_ids
-        loaded = store.load()
-        if loaded is None:
-            loaded = ClusterMetadata(cluster_id=_new_cluster_id())
-            store.save(loaded)
-        self._show(loaded)
-
-    def _commit(self, changed: ClusterMetadata) -> None:
-        self._store.save(changed)
-        self._show(changed)
-
-    def _show(self, metadata: ClusterMetadata) -> None:
-        self.metadata = metadata
-        self._topics_by_id = {topic.topic_id: topic for topic in metadata.topics.values()}
-
-    def topic_by_id(self, topic_id: uuid.UUID) -> TopicMetadata | None:
-        """Fetch v13+ names topics by id; the index is rebuilt on every (rare) metadata change."""
-        return self._topics_by_id.get(topic_id)
+    def __init__(
+        self, metadata_log: MetadataLog, config: ControllerConfig, now_ms: int, cluster_id: str | None = None
+    ) -> None:
+        self.metadata_log = metadata_log
+        self._config = config
+        self._now_ms = now_ms
+        self.metadata = ClusterMetadata()
+        for offset, record in metadata_log.records_from(0):
+            self.metadata.apply(offset, record)
+        if metadata_log.end_offset == 0:
+            self._commit([ClusterIdRecord(cluster_id or _new_cluster_id())])
+        elif cluster_id and cluster_id != self.metadata.cluster_id:
+            raise InconsistentClusterIdError(
+                f"The metadata log belongs to cluster {self.metadata.cluster_id}, not {cluster_id}"
+            )
+        # When each broker last heartbeated died with the previous process, so every registered broker gets
+        # a whole session to reach the new one, as a newly elected Kafka controller grants.
+        self._session_deadlines = {broker_id: now_ms + config.session_timeout_ms for broker_id in self.metadata.brokers}
 
     def topic(self, name: str) -> TopicMetadata | None:
         return self.metadata.topics.get(name)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicMetadata | None:
+        return self.metadata.topic_by_id(topic_id)
+
+    def _advance_clock(self, now_ms: int) -> None:
+        # Operations that are not given the time (the admin APIs, AlterPartition) stamp their records with the
+        # latest time the controller was given, as the storage layer dates truncations.
+        self._now_ms = max(self._now_ms, now_ms)
+
+    def _commit(self, records: Sequence[MetadataRecord]) -> None:
+        """Write ahead: the records are durable before the image shows them."""
+        if not records:
+            return
+        first_offset = self.metadata_log.append(records, self._now_ms)
+        for index, record in enumerate(records):
+            self.metadata.apply(first_offset + index, record)
+
+    # Brokers
+
+    def register_broker(
+        self,
+        broker_id: int,
+        incarnation_id: str,
+        cluster_id: str,
+        endpoints: Sequence[Endpoint],
+        rack: str | None,
+        now_ms: int,
+    ) -> int:
+        """Returns the broker epoch. A new registration starts fenced: the broker is unfenced by the heartbeat
+        that shows it has replayed the metadata log up to its own registration."""
+        self._advance_clock(now_ms)
+        # An empty cluster id comes from a broker whose log dirs are fresh: it joins whichever cluster this is.
+        if cluster_id and cluster_id != self.metadata.cluster_id:
+            raise InconsistentClusterIdError(
+                f"Expected cluster ID {self.metadata.cluster_id}, but got cluster ID {cluster_id}"
+            )
+        existing = self.metadata.brokers.get(broker_id)
+        if existing is not None and existing.incarnation_id == incarnation_id:
+            # A retry whose response was lost: the same process must keep the same epoch.
+            self._session_deadlines[broker_id] = now_ms + self._config.session_timeout_ms
+            return existing.broker_epoch
+        records: list[MetadataRecord] = []
+        if existing is not None and not existing.fenced:
+            # The previous process is gone; its leaderships and ISR places must not wait for its session to end.
+            records.extend(self._fence_records(existing, controlled_shutdown=False))
+        broker_epoch = self.metadata_log.end_offset + len(records)
+        records.append(
+            RegisterBrokerRecord(
+                broker_id=broker_id,
+                incarnation_id=incarnation_id,
+                broker_epoch=broker_epoch,
+                endpoints=tuple(endpoints),
+                rack=rack,
+                fenced=True,
+            )
+        )
+        self._commit(records)
+        self._session_deadlines[broker_id] = now_ms + self._config.session_timeout_ms
+        return broker_epoch
+
+    def heartbeat(
+        self,
+        broker_id: int,
+        broker_epoch: int,
+        current_metadata_offset: int,
+        want_fence: bool,
+        want_shut_down: bool,
+        now_ms: int,
+    ) -> HeartbeatResult:
+        self._advance_clock(now_ms)
+        broker = self._registered(broker_id, broker_epoch)
+        self._session_deadlines[broker_id] = now_ms + self._config.session_timeout_ms
+        is_caught_up = current_metadata_offset >= broker.broker_epoch
+        if want_shut_down:
+            # Controlled shutdown: leaderships move now, while the broker can still serve the handover.
+            if not broker.in_controlled_shutdown:
+                self._commit(self._fence_records(broker, controlled_shutdown=True))
+            return HeartbeatResult(is_caught_up=is_caught_up, is_fenced=True, should_shut_down=True)
+        if want_fence:
+            if not broker.fenced:
+                self._commit(self._fence_records(broker, controlled_shutdown=False))
+        elif broker.fenced and is_caught_up and not broker.in_controlled_shutdown:
+            self._commit(self._unfence_records(broker))
+        return HeartbeatResult(
+            is_caught_up=is_caught_up, is_fenced=self.metadata.brokers[broker_id].fenced, should_shut_down=False
+        )
+
+    def fence_stale_brokers(self, now_ms: int) -> list[int]:
+        """Fence every unfenced broker whose session has expired; returns their ids."""
+        self._advance_clock(now_ms)
+        stale = [
+            broker_id
+            for broker_id, broker in sorted(self.metadata.brokers.items())
+            if not broker.fenced and self._session_deadlines[broker_id] <= now_ms
+        ]
+        # One operation per broker, as Kafka fences them: each sees the partitions the previous one left.
+        for broker_id in stale:
+            self._commit(self._fence_records(self.metadata.brokers[broker_id], controlled_shutdown=False))
+        return stale
+
+    def next_session_deadline_ms(self) -> int | None:
+        """When `fence_stale_brokers` next has work, if no heartbeat comes first; None with no unfenced broker."""
+        deadlines = [
+            self._session_deadlines[broker_id]
+            for broker_id, broker in self.metadata.brokers.items()
+            if not broker.fenced
+        ]
+        return min(deadlines, default=None)
+
+    def _registered(self, broker_id: int, broker_epoch: int) -> BrokerRegistration:
+        broker = self.metadata.brokers.get(broker_id)
+        if broker is None:
+            raise BrokerIdNotRegisteredError(f"Broker {broker_id} is not registered")
+        if broker.broker_epoch != broker_epoch:
+            raise StaleBrokerEpochError(
+                f"Expected broker epoch {broker.broker_epoch} for broker {broker_id}, but got {broker_epoch}"
+            )
+        return broker
+
+    def _live_brokers(self) -> set[int]:
+        """The brokers that may lead, join an ISR or receive new replicas."""
+        return {
+            broker_id
+            for broker_id, broker in self.metadata.brokers.items()
+            if not broker.fenced and not broker.in_controlled_shutdown
+        }
+
+    def _fence_records(self, broker: BrokerRegistration, *, controlled_shutdown: bool) -> list[MetadataRecord]:
+        """Fence `broker`: it leaves every ISR (except as the last member, which keeps the partition's
+        committed data on record) and its leaderships go to other replicas."""
+        broker_id = broker.broker_id
+        records: list[MetadataRecord] = [
+            BrokerRegistrationChangeRecord(
+                broker_id=broker_id,
+                broker_epoch=broker.broker_epoch,
+                fenced=True,
+                in_controlled_shutdown=True if controlled_shutdown else None,
+            )
+        ]
+        live = self._live_brokers() - {broker_id}
+        for topic in self.metadata.topics.values():
+            for partition_id, current in enumerate(topic.partitions):
+                if broker_id not in current.replicas:
+                    continue
+                isr = [r for r in current.isr if r != broker_id] or current.isr
+                leader = current.leader
+                if leader == broker_id:
+                    leader, isr = _elect(current.replicas, isr, live, self._unclean_enabled(topic.configs))
+                change = _partition_change(topic.topic_id, partition_id, current, leader=leader, isr=isr)
+                if change is not None:
+                    records.append(change)
+        return records
+
+    def _unfence_records(self, broker: BrokerRegistration) -> list[MetadataRecord]:
+        records: list[MetadataRecord] = [
+            BrokerRegistrationChangeRecord(
+                broker_id=broker.broker_id, broker_epoch=broker.broker_epoch, fenced=False, in_controlled_shutdown=None
+            )
+        ]
+        live = self._live_brokers() | {broker.broker_id}
+        for topic in self.metadata.topics.values():
+            records.extend(self._elect_leaderless(topic, topic.configs, live))
+        return records
+
+    def _elect_leaderless(
+        self, topic: TopicMetadata, configs: Mapping[str, str], live: Collection[int]
+    ) -> list[PartitionRecord]:
+        """Leaders for the offline partitions of `topic` that `live` brokers can now lead."""
+        unclean = self._unclean_enabled(configs)
+        changes = []
+        for partition_id, current in enumerate(topic.partitions):
+            if current.leader != NO_LEADER:
+                continue
+            leader, isr = _elect(current.replicas, current.isr, live, unclean)
+            change = _partition_change(topic.topic_id, partition_id, current, leader=leader, isr=isr)
+            if change is not None:
+                changes.append(change)
+        return changes
+
+    def _unclean_enabled(self, topic_configs: Mapping[str, str]) -> bool:
+        value = topic_configs.get(UNCLEAN_LEADER_ELECTION_ENABLE)
+        if value is None:
+            return self._config.unclean_leader_election_enable
+        return bool(parse_config_value(TOPIC_CONFIGS[UNCLEAN_LEADER_ELECTION_ENABLE], value))
+
+    # Partitions
+
+    def alter_partition(
+        self,
+        broker_id: int,
+        broker_epoch: int,
+        topic_id: uuid.UUID,
+        partition: int,
+        leader_epoch: int,
+        partition_epoch: int,
+        new_isr: Sequence[int],
+    ) -> PartitionRegistration:
+        """A leader's ISR change, compare-and-set against the registration it last saw; returns the
+        registration now in force. Only the partition epoch bumps: the leader is unchanged."""
+        broker = self.metadata.brokers.get(broker_id)
+        if broker is None or broker.broker_epoch != broker_epoch:
+            raise StaleBrokerEpochError(f"Broker {broker_id} epoch {broker_epoch} is not its current registration")
+        topic = self.metadata.topic_by_id(topic_id)
+        if topic is None:
+            raise UnknownTopicIdError(f"Topic id {topic_id} does not exist")
+        if not 0 <= partition < len(topic.partitions):
+            raise UnknownTopicError(f"Partition {topic.name}-{partition} does not exist")
+        current = topic.partitions[partition]
+        if leader_epoch != current.leader_epoch:
+            raise FencedLeaderEpochError(
+                f"Leader epoch {leader_epoch} of {topic.name}-{partition} is not the current {current.leader_epoch}"
+            )
+        if broker_id != current.leader:
+            raise NotLeaderOrFollowerError(f"Broker {broker_id} is not the leader of {topic.name}-{partition}")
+        if partition_epoch != current.partition_epoch:
+            raise InvalidUpdateVersionError(
+                f"Partition epoch {partition_epoch} of {topic.name}-{partition} is not the current "
+                f"{current.partition_epoch}"
+            )
+        isr = list(new_isr)
+        if len(set(isr)) != len(isr):
+            raise InvalidRequestError(f"The new ISR {isr} of {topic.name}-{partition} has duplicates")
+        if broker_id not in isr:
+            raise IneligibleReplicaError(f"The new ISR {isr} of {topic.name}-{partition} lacks its leader")
+        live = self._live_brokers()
+        ineligible = [r for r in isr if r not in current.replicas or r not in live]
+        if ineligible:
+            raise IneligibleReplicaError(
+                f"Replicas {ineligible} of the new ISR {isr} of {topic.name}-{partition} are not live replicas"
+            )
+        # The current ISR again (a retry whose response was lost) is no change: the registration comes back
+        # as it is, epochs and all.
+        change = _partition_change(topic_id, partition, current, leader=current.leader, isr=isr)
+        if change is not None:
+            self._commit([change])
+        return topic.partitions[partition]
+
+    # Topics
 
     def create_topic(
         self,
@@ -80,6 +364,8 @@ class Controller:
         validate_only: bool = False,
     ) -> TopicMetadata:
         validate_topic_name(name)
+        if name == METADATA_TOPIC:
+            raise InvalidTopicError(f"Topic name {name} is reserved for the metadata log")
         if name in self.metadata.topics:
             raise TopicExistsError(f"Topic '{name}' already exists.")
         colliding = [t for t in self.metadata.topics if t.replace(".", "_") == name.replace(".", "_")]
@@ -87,31 +373,19 @@ class Controller:
             raise InvalidTopicError(f"Topic '{name}' collides with existing topic: {colliding[0]}")
         if not 1 <= num_partitions <= MAX_PARTITIONS:
             raise InvalidPartitionsError(f"Number of partitions must be larger than 0 (got {num_partitions}).")
-        nodes = sorted(self._node_ids())
         if replication_factor < 1:
             raise InvalidReplicationFactorError("Replication factor must be larger than 0.")
-        if replication_factor > len(nodes):
-            raise InvalidReplicationFactorError(
-                f"Unable to replicate the partition {replication_factor} time(s): "
-                f"The target replication factor of {replication_factor} cannot be reached because only "
-                f"{len(nodes)} broker(s) are registered."
-            )
-        for key, value in configs.items():
-            try:
-                validate_topic_config(key, value)
-            except ValueError as e:
-                raise InvalidConfigError(str(e)) from None
-        topic = TopicMetadata(
-            name=name,
-            topic_id=uuid.uuid4(),
-            partitions=[_assign(p, replication_factor, nodes) for p in range(num_partitions)],
-            configs=dict(configs),
-        )
-        if not validate_only:
-            changed = copy.deepcopy(self.metadata)
-            changed.topics[name] = topic
-            self._commit(changed)
-        return topic
+        nodes = self._placement_nodes(replication_factor)
+        _validate_configs(configs)
+        topic_id = uuid.uuid4()
+        partitions = [_assign(p, replication_factor, nodes) for p in range(num_partitions)]
+        if validate_only:
+            return TopicMetadata(name=name, topic_id=topic_id, partitions=partitions, configs=dict(configs))
+        records: list[MetadataRecord] = [TopicRecord(name=name, topic_id=topic_id)]
+        records.extend(_partition_record(topic_id, p, registration) for p, registration in enumerate(partitions))
+        records.extend(ConfigRecord(name, key, value) for key, value in sorted(configs.items()))
+        self._commit(records)
+        return self.metadata.topics[name]
 
     def delete_topic(self, name: str, *, deletion_enabled: bool = True) -> TopicMetadata:
         if not deletion_enabled:
@@ -119,9 +393,7 @@ class Controller:
         topic = self.metadata.topics.get(name)
         if topic is None:
             raise UnknownTopicError(f"Topic '{name}' does not exist.")
-        changed = copy.deepcopy(self.metadata)
-        del changed.topics[name]
-        self._commit(changed)
+        self._commit([RemoveTopicRecord(topic.topic_id)])
         return topic
 
     def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> TopicMetadata:
@@ -137,14 +409,17 @@ class Controller:
             raise InvalidPartitionsError(f"Topic already has {current} partitions.")
         if total > MAX_PARTITIONS:
             raise InvalidPartitionsError(f"Too many partitions requested: {total}.")
-        nodes = sorted(self._node_ids())
         replication_factor = len(topic.partitions[0].replicas)
-        changed = copy.deepcopy(self.metadata)
-        grown = changed.topics[name]
-        grown.partitions.extend(_assign(p, replication_factor, nodes) for p in range(current, total))
-        if not validate_only:
-            self._commit(changed)
-        return grown
+        nodes = self._placement_nodes(replication_factor)
+        added = [_assign(p, replication_factor, nodes) for p in range(current, total)]
+        if validate_only:
+            return TopicMetadata(
+                name=name, topic_id=topic.topic_id, partitions=[*topic.partitions, *added], configs=dict(topic.configs)
+            )
+        self._commit(
+            [_partition_record(topic.topic_id, p, registration) for p, registration in enumerate(added, start=current)]
+        )
+        return self.metadata.topics[name]
 
     def alter_topic_configs(
         self, name: str, new_configs: Mapping[str, str], *, validate_only: bool = False
@@ -153,25 +428,80 @@ class Controller:
         topic = self.metadata.topics.get(name)
         if topic is None:
             raise UnknownTopicError(f"Topic '{name}' does not exist.")
-        for key, value in new_configs.items():
-            try:
-                validate_topic_config(key, value)
-            except ValueError as e:
-                raise InvalidConfigError(str(e)) from None
-        changed = copy.deepcopy(self.metadata)
-        changed.topics[name].configs = dict(new_configs)
-        if not validate_only:
-            self._commit(changed)
-        return changed.topics[name]
+        _validate_configs(new_configs)
+        if validate_only:
+            return TopicMetadata(
+                name=name, topic_id=topic.topic_id, partitions=list(topic.partitions), configs=dict(new_configs)
+            )
+        records: list[MetadataRecord] = [
+            ConfigRecord(name, key, value)
+            for key, value in sorted(new_configs.items())
+            if topic.configs.get(key) != value
+        ]
+        records.extend(ConfigRecord(name, key, None) for key in sorted(topic.configs) if key not in new_configs)
+        # Enabling unclean election is how an operator brings an offline partition back: do it at once.
+        records.extend(self._elect_leaderless(topic, new_configs, self._live_brokers()))
+        self._commit(records)
+        return topic
 
-    def allocate_producer_id_block(self) -> range:
-        """A block of producer ids no other broker or earlier run ever receives: the block is persisted as
-        taken before it is handed out, so a crash can only skip ids, never reuse them."""
-        changed = copy.deepcopy(self.metadata)
-        start = changed.next_producer_id
-        changed.next_producer_id = start + PRODUCER_ID_BLOCK_SIZE
-        self._commit(changed)
+    def allocate_producer_id_block(self, broker_id: int = -1) -> range:
+        """A block of producer ids no other broker or earlier run ever receives: the block is durably taken
+        before it is handed out, so a crash can only skip ids, never reuse them."""
+        start = self.metadata.next_producer_id
+        self._commit([ProducerIdsRecord(broker_id, start + PRODUCER_ID_BLOCK_SIZE)])
         return range(start, start + PRODUCER_ID_BLOCK_SIZE)
+
+    def _placement_nodes(self, replication_factor: int) -> list[int]:
+        nodes = sorted(self._live_brokers())
+        if replication_factor > len(nodes):
+            raise InvalidReplicationFactorError(
+                f"Unable to replicate the partition {replication_factor} time(s): "
+                f"The target replication factor of {replication_factor} cannot be reached because only "
+                f"{len(nodes)} broker(s) are registered."
+            )
+        return nodes
+
+
+def _elect(replicas: Sequence[int], isr: list[int], live: Collection[int], unclean: bool) -> tuple[int, list[int]]:
+    """(leader, ISR): the first replica in assignment order that is in the ISR and live; failing that, with
+    unclean election, the first live replica, which becomes the whole ISR (its log is the truth from now on)."""
+    for replica in replicas:
+        if replica in isr and replica in live:
+            return replica, isr
+    if unclean:
+        for replica in replicas:
+            if replica in live:
+                return replica, [replica]
+    return NO_LEADER, isr
+
+
+def _partition_change(
+    topic_id: uuid.UUID, partition_id: int, current: PartitionRegistration, *, leader: int, isr: list[int]
+) -> PartitionRecord | None:
+    """The record moving `current` to (leader, isr), with KRaft's epoch bumps; None if nothing changes."""
+    if leader == current.leader and isr == current.isr:
+        return None
+    return PartitionRecord(
+        topic_id=topic_id,
+        partition_id=partition_id,
+        replicas=tuple(current.replicas),
+        isr=tuple(isr),
+        leader=leader,
+        leader_epoch=current.leader_epoch + 1 if leader != current.leader else current.leader_epoch,
+        partition_epoch=current.partition_epoch + 1,
+    )
+
+
+def _partition_record(topic_id: uuid.UUID, partition_id: int, registration: PartitionRegistration) -> PartitionRecord:
+    return PartitionRecord(
+        topic_id=topic_id,
+        partition_id=partition_id,
+        replicas=tuple(registration.replicas),
+        isr=tuple(registration.isr),
+        leader=registration.leader,
+        leader_epoch=registration.leader_epoch,
+        partition_epoch=registration.partition_epoch,
+    )
 
 
 def _assign(partition: int, replication_factor: int, nodes: Sequence[int]) -> PartitionRegistration:
@@ -179,6 +509,14 @@ def _assign(partition: int, replication_factor: int, nodes: Sequence[int]) -> Pa
     StripedReplicaPlacer does for a single rack; the first replica is the preferred leader."""
     replicas = [nodes[(partition + i) % len(nodes)] for i in range(replication_factor)]
     return PartitionRegistration(replicas=replicas, isr=list(replicas), leader=replicas[0])
+
+
+def _validate_configs(configs: Mapping[str, str]) -> None:
+    for key, value in configs.items():
+        try:
+            validate_topic_config(key, value)
+        except ValueError as e:
+            raise InvalidConfigError(str(e)) from None
 
 
 def _new_cluster_id() -> str:

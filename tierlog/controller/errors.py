@@ -1,4 +1,4 @@
-"""Controller-side failures, each the mirror of a Kafka error the admin APIs return."""
+"""Controller-side failures, each the mirror of a Kafka error the admin and controller APIs return."""
 
 
 class ControllerError(Exception):
@@ -31,3 +31,39 @@ class InvalidConfigError(ControllerError):
 
 class TopicDeletionDisabledError(ControllerError):
     error_name = "TOPIC_DELETION_DISABLED"
+
+
+class UnknownTopicIdError(ControllerError):
+    error_name = "UNKNOWN_TOPIC_ID"
+
+
+class InvalidRequestError(ControllerError):
+    error_name = "INVALID_REQUEST"
+
+
+class InconsistentClusterIdError(ControllerError):
+    error_name = "INCONSISTENT_CLUSTER_ID"
+
+
+class BrokerIdNotRegisteredError(ControllerError):
+    error_name = "BROKER_ID_NOT_REGISTERED"
+
+
+class StaleBrokerEpochError(ControllerError):
+    error_name = "STALE_BROKER_EPOCH"
+
+
+class NotLeaderOrFollowerError(ControllerError):
+    error_name = "NOT_LEADER_OR_FOLLOWER"
+
+
+class FencedLeaderEpochError(ControllerError):
+    error_name = "FENCED_LEADER_EPOCH"
+
+
+class InvalidUpdateVersionError(ControllerError):
+    error_name = "INVALID_UPDATE_VERSION"
+
+
+class IneligibleReplicaError(ControllerError):
+    error_name = "INELIGIBLE_REPLICA"

@@ -1,18 +1,28 @@
-"""The cluster metadata image: topics, their ids, partition registrations and config overrides.
+"""The cluster metadata image: brokers, topics, their ids, partition registrations and config overrides.
 
-Names follow KRaft (`PartitionRegistration`): replicas, ISR, leader, leader epoch and a partition epoch
-that every change bumps, so later AlterPartition requests can be compare-and-set against it.
+The image is the fold of the metadata log: `ClusterMetadata.apply` is the only way it changes, and the
+controller and every broker call it with the same records, so their images agree at the same offset.
+Names follow KRaft (`BrokerRegistration`, `PartitionRegistration`): a partition's leader epoch bumps on every
+leader change and its partition epoch on every change, so AlterPartition can compare-and-set against it.
 """
 
 from __future__ import annotations
 
-import json
 import uuid
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
+from dataclasses import dataclass, field
 
-from tierlog.storage.checkpoints import atomic_write_text
+from tierlog.controller.records import (
+    BrokerRegistrationChangeRecord,
+    ClusterIdRecord,
+    ConfigRecord,
+    Endpoint,
+    MetadataRecord,
+    PartitionRecord,
+    ProducerIdsRecord,
+    RegisterBrokerRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+)
 
 NO_LEADER = -1
 
@@ -39,62 +49,116 @@ class TopicMetadata:
 
 
 @dataclass(slots=True)
+class BrokerRegistration:
+    broker_id: int
+    incarnation_id: str
+    # The offset of the RegisterBrokerRecord: requests carrying another epoch come from an older incarnation.
+    broker_epoch: int
+    endpoints: list[Endpoint]
+    rack: str | None
+    fenced: bool = True
+    in_controlled_shutdown: bool = False
+
+
+@dataclass(slots=True)
 class ClusterMetadata:
-    cluster_id: str
+    cluster_id: str = ""
     topics: dict[str, TopicMetadata] = field(default_factory=dict)
-    # Start of the next block of producer ids handed to a broker (KRaft's ProducerIdsRecord).
+    brokers: dict[int, BrokerRegistration] = field(default_factory=dict)
+    # Start of the next block of producer ids handed to a broker.
     next_producer_id: int = 0
+    # Offset of the last record applied; -1 before the first.
+    offset: int = -1
+    # Derived from `topics`, so it takes no part in equality.
+    _topics_by_id: dict[uuid.UUID, TopicMetadata] = field(default_factory=dict, init=False, repr=False, compare=False)
 
-    def to_json(self) -> str:
-        topics = [
-            {**asdict(t), "topic_id": str(t.topic_id)} for t in sorted(self.topics.values(), key=lambda t: t.name)
-        ]
-        document = {
-            "version": 0,
-            "cluster_id": self.cluster_id,
-            "next_producer_id": self.next_producer_id,
-            "topics": topics,
-        }
-        return json.dumps(document, indent=1) + "\n"
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicMetadata | None:
+        return self._topics_by_id.get(topic_id)
 
-    @classmethod
-    def from_json(cls, text: str) -> ClusterMetadata:
-        data: dict[str, Any] = json.loads(text)
-        topics = {}
-        for t in data["topics"]:
-            topics[t["name"]] = TopicMetadata(
-                name=t["name"],
-                topic_id=uuid.UUID(t["topic_id"]),
-                partitions=[PartitionRegistration(**p) for p in t["partitions"]],
-                configs=dict(t["configs"]),
-            )
-        return cls(cluster_id=data["cluster_id"], topics=topics, next_producer_id=data["next_producer_id"])
+    def unfenced_broker_ids(self) -> list[int]:
+        return sorted(broker_id for broker_id, broker in self.brokers.items() if not broker.fenced)
 
-
-class MetadataStore(Protocol):
-    """Durable home of the metadata image; a replicated metadata log can stand in for the file."""
-
-    def load(self) -> ClusterMetadata | None: ...
-
-    def save(self, metadata: ClusterMetadata) -> None: ...
-
-
-class FileMetadataStore:
-    """The whole image as one JSON document, replaced atomically on every change (metadata is small and
-    changes rarely, so rewriting it is cheaper than keeping a log of deltas)."""
-
-    FILE_NAME = "__tierlog_metadata.json"
-
-    def __init__(self, log_dir: Path) -> None:
-        self.path = log_dir / self.FILE_NAME
-
-    def load(self) -> ClusterMetadata | None:
-        if not self.path.exists():
+    def endpoint_of(self, broker_id: int, listener_name: str) -> Endpoint | None:
+        broker = self.brokers.get(broker_id)
+        if broker is None:
             return None
-        try:
-            return ClusterMetadata.from_json(self.path.read_text())
-        except (ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"{self.path} is not a valid tierlog metadata file: {e}") from None
+        return next((e for e in broker.endpoints if e.name == listener_name), None)
 
-    def save(self, metadata: ClusterMetadata) -> None:
-        atomic_write_text(self.path, metadata.to_json())
+    def apply(self, offset: int, record: MetadataRecord) -> None:
+        """Fold the record at `offset` into the image. A record that does not fit the image (an unknown
+        topic or broker) means the log and the image have diverged: ValueError, and the image is unchanged."""
+        if offset <= self.offset:
+            raise ValueError(f"metadata record at offset {offset} applied after offset {self.offset}")
+        if isinstance(record, ClusterIdRecord):
+            self.cluster_id = record.cluster_id
+        elif isinstance(record, RegisterBrokerRecord):
+            self.brokers[record.broker_id] = BrokerRegistration(
+                broker_id=record.broker_id,
+                incarnation_id=record.incarnation_id,
+                broker_epoch=record.broker_epoch,
+                endpoints=list(record.endpoints),
+                rack=record.rack,
+                fenced=record.fenced,
+            )
+        elif isinstance(record, BrokerRegistrationChangeRecord):
+            self._apply_broker_change(record)
+        elif isinstance(record, TopicRecord):
+            if record.name in self.topics or record.topic_id in self._topics_by_id:
+                raise ValueError(f"TopicRecord at offset {offset}: topic {record.name} or id {record.topic_id} exists")
+            topic = TopicMetadata(name=record.name, topic_id=record.topic_id, partitions=[])
+            self.topics[record.name] = topic
+            self._topics_by_id[record.topic_id] = topic
+        elif isinstance(record, PartitionRecord):
+            self._apply_partition(record)
+        elif isinstance(record, ConfigRecord):
+            topic = self.topics.get(record.resource_name)
+            if topic is None:
+                raise ValueError(f"ConfigRecord at offset {offset} for unknown topic {record.resource_name}")
+            if record.value is None:
+                topic.configs.pop(record.name, None)
+            else:
+                topic.configs[record.name] = record.value
+        elif isinstance(record, RemoveTopicRecord):
+            removed = self._topics_by_id.pop(record.topic_id, None)
+            if removed is None:
+                raise ValueError(f"RemoveTopicRecord at offset {offset} for unknown topic id {record.topic_id}")
+            del self.topics[removed.name]
+        elif isinstance(record, ProducerIdsRecord):
+            self.next_producer_id = record.next_producer_id
+        else:
+            raise ValueError(f"unknown metadata record at offset {offset}: {record!r}")
+        self.offset = offset
+
+    def _apply_broker_change(self, record: BrokerRegistrationChangeRecord) -> None:
+        broker = self.brokers.get(record.broker_id)
+        if broker is None or broker.broker_epoch != record.broker_epoch:
+            raise ValueError(
+                f"BrokerRegistrationChangeRecord for broker {record.broker_id} epoch {record.broker_epoch}, "
+                f"but its registration is {broker}"
+            )
+        if record.fenced is not None:
+            broker.fenced = record.fenced
+        if record.in_controlled_shutdown is not None:
+            broker.in_controlled_shutdown = record.in_controlled_shutdown
+
+    def _apply_partition(self, record: PartitionRecord) -> None:
+        topic = self._topics_by_id.get(record.topic_id)
+        if topic is None:
+            raise ValueError(f"PartitionRecord for unknown topic id {record.topic_id}")
+        # A new registration object on every change: whoever holds the previous one keeps a consistent view.
+        registration = PartitionRegistration(
+            replicas=list(record.replicas),
+            isr=list(record.isr),
+            leader=record.leader,
+            leader_epoch=record.leader_epoch,
+            partition_epoch=record.partition_epoch,
+        )
+        if record.partition_id < len(topic.partitions):
+            topic.partitions[record.partition_id] = registration
+        elif record.partition_id == len(topic.partitions):
+            topic.partitions.append(registration)
+        else:
+            raise ValueError(
+                f"PartitionRecord for {topic.name}-{record.partition_id}, but the topic has "
+                f"{len(topic.partitions)} partitions"
+            )

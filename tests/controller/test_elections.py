@@ -1,0 +1,98 @@
+"""Leader election when brokers are fenced and unfenced: the ISR first, in assignment order; outside the ISR
+only with unclean.leader.election.enable; otherwise offline (leader -1) with the last ISR member on record."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from controller_helpers import heartbeat, new_controller, state
+
+from tierlog.controller.controller import Controller
+
+
+def fence(controller: Controller, node: int) -> None:
+    heartbeat(controller, node, 0, want_fence=True)
+
+
+def offline_after_fencing_both(controller: Controller) -> None:
+    """events-0 on [1, 2]: 2 leaves the ISR, comes back unfenced but out of sync, then leader 1 is fenced."""
+    controller.create_topic("events", 1, 2, {})
+    fence(controller, 2)
+    assert state(controller) == (1, [1], 0, 1)
+    heartbeat(controller, 2, 0)
+    assert state(controller) == (1, [1], 0, 1), "unfencing does not put a broker back into the ISR"
+    fence(controller, 1)
+
+
+def test_the_first_live_isr_member_in_assignment_order_takes_over(tmp_path: Path) -> None:
+    controller = new_controller(tmp_path, nodes=(1, 2, 3))
+    topic = controller.create_topic("events", 1, 3, {})
+    broker_epoch = controller.metadata.brokers[1].broker_epoch
+    controller.alter_partition(1, broker_epoch, topic.topic_id, 0, 0, 0, [1, 3])
+    fence(controller, 1)
+    assert state(controller) == (3, [3], 1, 2)
+
+
+def test_fencing_a_follower_shrinks_the_isr_without_a_new_leader_epoch(tmp_path: Path) -> None:
+    controller = new_controller(tmp_path, nodes=(1, 2, 3))
+    controller.create_topic("events", 1, 3, {})
+    controller.create_topic("elsewhere", 1, 1, {})
+    fence(controller, 2)
+    assert state(controller, "events") == (1, [1, 3], 0, 1)
+    assert state(controller, "elsewhere") == (1, [1], 0, 0)
+
+
+def test_the_last_isr_member_fenced_leaves_the_partition_offline_with_its_isr(tmp_path: Path) -> None:
+    controller = new_controller(tmp_path, nodes=(1, 2))
+    offline_after_fencing_both(controller)
+    assert state(controller) == (-1, [1], 1, 2)
+
+
+def test_unfencing_the_last_isr_member_elects_it_again(tmp_path: Path) -> None:
+    controller = new_controller(tmp_path, nodes=(1, 2))
+    offline_after_fencing_both(controller)
+    heartbeat(controller, 1, 0)
+    assert state(controller) == (1, [1], 2, 3)
+
+
+def test_unclean_election_by_the_controller_default(tmp_path: Path) -> None:
+    controller = new_controller(tmp_path, nodes=(1, 2), unclean_leader_election_enable=True)
+    offline_after_fencing_both(controller)
+    assert state(controller) == (2, [2], 1, 2)
+
+
+def test_unclean_election_by_topic_override(tmp_path: Path) -> None:
+    controller = new_controller(tmp_path, nodes=(1, 2))
+    controller.create_topic("events", 1, 2, {"unclean.leader.election.enable": "true"})
+    fence(controller, 2)
+    heartbeat(controller, 2, 0)
+    fence(controller, 1)
+    assert state(controller) == (2, [2], 1, 2)
+
+
+def test_a_topic_override_can_refuse_unclean_election(tmp_path: Path) -> None:
+    controller = new_controller(tmp_path, nodes=(1, 2), unclean_leader_election_enable=True)
+    controller.create_topic("events", 1, 2, {"unclean.leader.election.enable": "false"})
+    fence(controller, 2)
+    heartbeat(controller, 2, 0)
+    fence(controller, 1)
+    assert state(controller) == (-1, [1], 1, 2)
+
+
+def test_an_unclean_replica_unfenced_later_is_elected_only_when_enabled(tmp_path: Path) -> None:
+    for unclean, expected in ((False, (-1, [2], 2, 2)), (True, (1, [1], 3, 3))):
+        directory = tmp_path / str(unclean)
+        controller = new_controller(directory, nodes=(1, 2), unclean_leader_election_enable=unclean)
+        controller.create_topic("events", 1, 2, {})
+        fence(controller, 1)
+        fence(controller, 2)
+        assert state(controller) == (-1, [2], 2, 2)
+        heartbeat(controller, 1, 0)
+        assert state(controller) == expected
+
+
+def test_enabling_unclean_election_on_an_offline_topic_elects_at_once(tmp_path: Path) -> None:
+    controller = new_controller(tmp_path, nodes=(1, 2))
+    offline_after_fencing_both(controller)
+    controller.alter_topic_configs("events", {"unclean.leader.election.enable": "true"})
+    assert state(controller) == (2, [2], 2, 3)
