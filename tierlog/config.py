@@ -49,6 +49,22 @@ BROKER_CONFIGS: dict[str, BrokerConfigDef] = {
         _d("log.flush.offset.checkpoint.interval.ms", "60000", "int", "Recovery point checkpoint period."),
         _d("log.flush.start.offset.checkpoint.interval.ms", "60000", "int", "Log start checkpoint period."),
         _d("replica.high.watermark.checkpoint.interval.ms", "5000", "long", "HW checkpoint period."),
+        _d("controller.quorum.voters", "", "list", "Controller voters as id@host:port; empty: this node."),
+        _d("controller.quorum.bootstrap.servers", "", "list", "Controller host:port list (KIP-853)."),
+        _d("controller.listener.names", "CONTROLLER", "list", "Listeners that serve only the controller."),
+        _d("inter.broker.listener.name", "", "string", "Listener brokers use to reach each other."),
+        _d("metadata.log.dir", "", "string", "Directory of __cluster_metadata-0; default: first of log.dirs."),
+        _d("broker.session.timeout.ms", "9000", "int", "A broker without a heartbeat this long is fenced."),
+        _d("broker.heartbeat.interval.ms", "2000", "int", "Period of broker heartbeats to the controller."),
+        _d("replica.lag.time.max.ms", "30000", "long", "A follower not caught up this long leaves the ISR."),
+        _d("replica.fetch.wait.max.ms", "500", "int", "Longest wait of a follower fetch at the leader."),
+        _d("replica.fetch.min.bytes", "1", "int", "Bytes a follower fetch waits for."),
+        _d("replica.fetch.max.bytes", "1048576", "int", "Bytes a follower fetches per partition."),
+        _d("replica.fetch.response.max.bytes", "10485760", "int", "Bytes a follower fetches per request."),
+        _d("replica.fetch.backoff.ms", "1000", "int", "Pause of a follower partition after a fetch error."),
+        _d("replica.socket.timeout.ms", "30000", "int", "Timeout of inter-broker requests."),
+        _d("unclean.leader.election.enable", "false", "boolean", "Elect an out-of-sync replica as last resort."),
+        _d("tierlog.http.listener", "", "string", "host:port of /metrics, /v1/partitions, /v1/trace; empty: off."),
     )
 }
 
@@ -153,10 +169,57 @@ class KafkaConfig:
             raise ConfigError("listeners is empty: set e.g. listeners=PLAINTEXT://127.0.0.1:9092")
         if not self.log_dirs:
             raise ConfigError("log.dirs is empty")
+        roles = self.process_roles
+        if not roles or roles - {"broker", "controller"}:
+            raise ConfigError(f"process.roles={self.get('process.roles')!r} must be broker, controller or both")
+        if "broker" not in roles:
+            raise ConfigError(
+                "process.roles=controller (a dedicated controller) is not supported yet: use broker,controller"
+            )
+        if not self.is_controller and self.controller_address is None:
+            raise ConfigError(
+                "process.roles=broker needs controller.quorum.voters or controller.quorum.bootstrap.servers"
+            )
 
     @property
     def node_id(self) -> int:
         return self.get_int("node.id")
+
+    @property
+    def is_controller(self) -> bool:
+        return "controller" in self.process_roles
+
+    @property
+    def process_roles(self) -> set[str]:
+        return {role.lower() for role in self.get_list("process.roles")}
+
+    @property
+    def controller_address(self) -> tuple[str, int] | None:
+        """Where the controller listens: `controller.quorum.bootstrap.servers`, else the first of
+        `controller.quorum.voters`; None when neither is set (this node is its own controller)."""
+        servers = self.get_list("controller.quorum.bootstrap.servers")
+        if not servers:
+            servers = [voter.partition("@")[2] for voter in self.get_list("controller.quorum.voters")]
+        if not servers:
+            return None
+        host, sep, port = servers[0].rpartition(":")
+        if not sep or not port.isdigit():
+            raise ConfigError(f"controller address {servers[0]!r} is not host:port")
+        return host or "127.0.0.1", int(port)
+
+    @property
+    def controller_listeners(self) -> list[Listener]:
+        names = {n.upper() for n in self.get_list("controller.listener.names")}
+        return [listener for listener in map(parse_listener, self.get_list("listeners")) if listener.name in names]
+
+    @property
+    def inter_broker_listener_name(self) -> str:
+        return self.get("inter.broker.listener.name").upper() or self.listeners[0].name
+
+    @property
+    def metadata_log_dir(self) -> Path:
+        configured = self.get("metadata.log.dir")
+        return Path(configured).expanduser() if configured else self.log_dirs[0]
 
     @property
     def listeners(self) -> list[Listener]:

@@ -61,7 +61,7 @@ _TABLE: tuple[ApiSupport, ...] = (
     ApiSupport(32, "DescribeConfigs", 1, 4, 4),
     ApiSupport(33, "AlterConfigs", 0, 2, 2),
     ApiSupport(44, "IncrementalAlterConfigs", 0, 1, 1),
-    # v2 adds IncludeFencedBrokers (KIP-1073); we have no broker fencing to report.
+    # v2 adds IncludeFencedBrokers (KIP-1073), which we do not report.
     ApiSupport(60, "DescribeCluster", 0, 1, 0),
     ApiSupport(21, "DeleteRecords", 0, 2, 2),
     # kio (and Kafka 4.0) start at v2; v4 is the newest.
@@ -70,6 +70,12 @@ _TABLE: tuple[ApiSupport, ...] = (
     ApiSupport(10, "FindCoordinator", 0, 4, 3),
     # v5 adds TRANSACTION_ABORTABLE (KIP-890) and v6 two-phase commit (KIP-939); we implement neither.
     ApiSupport(22, "InitProducerId", 0, 4, 2),
+    # Controller APIs, enabled only on a controller node. AlterPartition v2 names topics by id and v3 adds
+    # broker epochs to the new ISR; BrokerHeartbeat v2 adds offline log dir ids (JBOD), not served.
+    ApiSupport(56, "AlterPartition", 2, 3, 0),
+    ApiSupport(62, "BrokerRegistration", 0, 4, 0),
+    ApiSupport(63, "BrokerHeartbeat", 0, 1, 0),
+    ApiSupport(67, "AllocateProducerIds", 0, 0, 0),
 )
 
 SUPPORTED_APIS: Mapping[int, ApiSupport] = MappingProxyType({api.api_key: api for api in _TABLE})

@@ -1,24 +1,45 @@
 """The broker process: wires storage, replication, the controller and the API handlers to asyncio.
 
-This is the only place with timers: checkpoints, retention and purgatory deadlines are periodic calls into
-the core, which itself never reads the clock or sleeps.
+This is the only place with timers: checkpoints, retention, ISR checks, heartbeats and purgatory deadlines
+are periodic calls into the core, which itself never reads the clock or sleeps.
+
+Start-up follows Kafka's BrokerServer: (controller node: start the controller and its listener) ->
+register -> catch up with the metadata log -> load the logs the image names -> wait to be unfenced ->
+open the client listeners.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import signal
 from collections.abc import Callable
+from typing import Any
 
-from tierlog.config import KafkaConfig
-from tierlog.controller.controller import Controller
-from tierlog.controller.metadata import FileMetadataStore
+from tierlog.config import ConfigError, KafkaConfig, Listener, parse_properties
+from tierlog.controller.metadata import ClusterMetadata
+from tierlog.controller.records import Endpoint
+from tierlog.replication.fetcher import FetcherConfig, ReplicaFetcher
 from tierlog.replication.replica_manager import ReplicaManager
+from tierlog.server.clock import now_ms
 from tierlog.server.connection import serve_connection
-from tierlog.server.kafka_apis import KafkaApis, now_ms
-from tierlog.server.meta_properties import ensure_meta_properties
+from tierlog.server.controller_channel import (
+    ControllerChannel,
+    ControllerUnavailableError,
+    LocalControllerChannel,
+    RemoteControllerChannel,
+)
+from tierlog.server.controller_server import ControllerServer
+from tierlog.server.fetcher_thread import FetcherThread
+from tierlog.server.http_server import HttpResponse, HttpServer
+from tierlog.server.kafka_apis import KafkaApis
+from tierlog.server.lifecycle import BrokerLifecycleManager
+from tierlog.server.meta_properties import META_PROPERTIES, ensure_meta_properties
+from tierlog.server.metadata_loader import MetadataLoader
+from tierlog.server.metrics import MetricsRegistry, broker_metrics
+from tierlog.server.trace_log import TraceLog, trace_stream_route
 from tierlog.storage.log_manager import LogManager
 
 logger = logging.getLogger(__name__)
@@ -33,33 +54,84 @@ class Broker:
         self._servers: list[asyncio.Server] = []
         self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self._periodic: list[asyncio.Task[None]] = []
+        self._background: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
+        self._fetcher_threads: dict[int, FetcherThread] = {}
+        self._alter_partition_wakeup = asyncio.Event()
+        self._logs_loaded = False
+        self.controller_server: ControllerServer | None = None
+        self.http_server: HttpServer | None = None
+        self.trace_log = TraceLog(config.node_id)
 
     async def start(self) -> None:
         config = self.config
         for log_dir in config.log_dirs:
             log_dir.mkdir(parents=True, exist_ok=True)
-        first_dir = config.log_dirs[0]
-        self.controller = Controller(FileMetadataStore(first_dir), lambda: [config.node_id])
-        cluster_id = self.controller.metadata.cluster_id
-        for log_dir in config.log_dirs:
-            ensure_meta_properties(log_dir, config.node_id, cluster_id)
-        self.log_manager = LogManager(config.log_dirs, config.broker_log_defaults())
-        topics = self.controller.metadata.topics
-        self.log_manager.startup({name: topic.configs for name, topic in topics.items()}, now_ms())
-        self.replica_manager = ReplicaManager(config.node_id, self.log_manager)
-        self.replica_manager.apply_metadata(self.controller.metadata, now_ms())
-        self.apis = KafkaApis(config, self.controller, self.replica_manager, self._arm_purgatory_timer)
         max_request = config.get_int("socket.request.max.bytes")
-        for listener in config.listeners:
-            server = await asyncio.start_server(
-                lambda r, w: self._accept(r, w, max_request),
-                listener.host or None,
-                listener.port,
-                reuse_address=True,
-                limit=2**20,
+        self.log_manager = LogManager(config.log_dirs, config.broker_log_defaults())
+        self.replica_manager = ReplicaManager(
+            config.node_id,
+            self.log_manager,
+            replica_lag_time_max_ms=config.get_int("replica.lag.time.max.ms"),
+            fetcher_config=FetcherConfig(
+                replica_id=config.node_id,
+                max_wait_ms=config.get_int("replica.fetch.wait.max.ms"),
+                min_bytes=config.get_int("replica.fetch.min.bytes"),
+                max_bytes=config.get_int("replica.fetch.response.max.bytes"),
+                partition_max_bytes=config.get_int("replica.fetch.max.bytes"),
+                backoff_ms=config.get_int("replica.fetch.backoff.ms"),
+            ),
+            trace=self.trace_log.record,
+        )
+        channel: ControllerChannel
+        if config.is_controller:
+            self.controller_server = ControllerServer(config)
+            self.controller_server.start()
+            channel = LocalControllerChannel(self.controller_server)
+        else:
+            address = config.controller_address
+            assert address is not None  # KafkaConfig refuses a broker without one
+            channel = RemoteControllerChannel(
+                address[0],
+                address[1],
+                client_id=f"broker-{config.node_id}-controller",
+                request_timeout_ms=config.get_int("replica.socket.timeout.ms"),
             )
-            self._servers.append(server)
+        self.channel = channel
+        self.loader = MetadataLoader(config.node_id, channel, self._publish)
+        self.lifecycle = BrokerLifecycleManager(
+            config.node_id,
+            self._advertised_endpoints(),
+            None,
+            channel,
+            self.loader,
+            config.get_int("broker.heartbeat.interval.ms"),
+            self._cluster_id_on_disk(),
+        )
+        metrics_registry = MetricsRegistry()
+        self.metrics = broker_metrics(metrics_registry)
+        self._wire_metrics()
+        self.apis = KafkaApis(
+            config,
+            self.loader,
+            self.replica_manager,
+            self._arm_purgatory_timer,
+            channel,
+            self.controller_server,
+            self.metrics,
+            self._after_request,
+        )
+        if self.controller_server is not None:
+            # Other brokers register through this listener before this node's broker side is ready.
+            for listener in config.controller_listeners:
+                await self._listen(listener, max_request)
+        self._background.append(asyncio.create_task(self.loader.run(), name="metadata-loader"))
+        self._background.append(asyncio.create_task(self.lifecycle.run(), name="broker-lifecycle"))
+        self._background.append(asyncio.create_task(self._send_alter_partitions(), name="alter-partition"))
+        await self.lifecycle.unfenced.wait()
+        for listener in config.listeners:
+            await self._listen(listener, max_request)
+        await self._start_http(metrics_registry)
         self._every("replica.high.watermark.checkpoint.interval.ms", self.log_manager.checkpoint_high_watermarks)
         self._every("log.flush.offset.checkpoint.interval.ms", self.log_manager.checkpoint_recovery_points)
         self._every("log.flush.start.offset.checkpoint.interval.ms", self.log_manager.checkpoint_log_start_offsets)
@@ -67,19 +139,161 @@ class Broker:
         # Kafka flushes a rolled segment right after the roll (on its scheduler), which advances the recovery
         # point; flush.ms / flush.messages, checked here too, are off by default, as in Kafka.
         self._every_ms("flush-log", POST_ROLL_FLUSH_INTERVAL_MS, lambda: self.log_manager.flush_dirty_logs(now_ms()))
+        # Kafka's isr-expiration task runs every replica.lag.time.max.ms / 2.
+        self._every_ms("isr-expiration", max(1, config.get_int("replica.lag.time.max.ms") // 2), self._shrink_isrs)
         advertised = config.advertised_listener
         logger.info(
             "[Broker id=%d] started, serving %s:%d, cluster id %s, log dirs %s",
             config.node_id,
             advertised.host,
             advertised.port,
-            cluster_id,
+            self.loader.image.cluster_id,
             ", ".join(map(str, config.log_dirs)),
         )
 
-    @property
-    def bound_ports(self) -> list[int]:
-        return [sock.getsockname()[1] for server in self._servers for sock in server.sockets]
+    def _advertised_endpoints(self) -> list[Endpoint]:
+        advertised = self.config.advertised_listener
+        endpoints = [Endpoint(advertised.name, advertised.host, advertised.port)]
+        for listener in self.config.listeners:
+            if listener.name != advertised.name:
+                host = listener.host if listener.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
+                endpoints.append(Endpoint(listener.name, host, listener.port))
+        return endpoints
+
+    def _cluster_id_on_disk(self) -> str:
+        """The cluster id a previous run wrote to meta.properties, or "" for fresh directories."""
+        for log_dir in self.config.log_dirs:
+            path = log_dir / META_PROPERTIES
+            if path.exists():
+                return parse_properties(path.read_text()).get("cluster.id", "")
+        return ""
+
+    async def _listen(self, listener: Listener, max_request: int) -> None:
+        server = await asyncio.start_server(
+            lambda r, w: self._accept(r, w, max_request),
+            listener.host or None,
+            listener.port,
+            reuse_address=True,
+            limit=2**20,
+        )
+        self._servers.append(server)
+
+    async def _start_http(self, registry: MetricsRegistry) -> None:
+        address = self.config.get("tierlog.http.listener")
+        if not address:
+            return
+        host, sep, port = address.rpartition(":")
+        if not sep or not port.isdigit():
+            raise ConfigError(f"tierlog.http.listener={address!r} is not host:port")
+
+        async def metrics(query: dict[str, str]) -> HttpResponse:
+            return HttpResponse(200, "text/plain; version=0.0.4; charset=utf-8", registry.render().encode())
+
+        async def partitions(query: dict[str, str]) -> HttpResponse:
+            document = {"broker_id": self.config.node_id, "partitions": self.replica_manager.describe_partitions()}
+            return HttpResponse(200, "application/json", json.dumps(document).encode())
+
+        self.http_server = HttpServer(
+            {"/metrics": metrics, "/v1/partitions": partitions, "/v1/trace": trace_stream_route(self.trace_log)}
+        )
+        bound = await self.http_server.start(host or "127.0.0.1", int(port))
+        logger.info("[Broker id=%d] HTTP (metrics, partitions, trace) on %s:%d", self.config.node_id, host, bound)
+
+    def _wire_metrics(self) -> None:
+        rm = self.replica_manager
+        self.metrics.under_replicated_partitions.callback(lambda: rm.under_replicated_partitions())
+        self.metrics.isr_shrinks_total.callback(lambda: rm.isr_shrinks)
+        self.metrics.isr_expands_total.callback(lambda: rm.isr_expands)
+
+        def per_partition(value: Callable[[Any], int]) -> Callable[[], list[tuple[dict[str, str], float]]]:
+            return lambda: [
+                ({"topic": tp.topic, "partition": str(tp.partition)}, float(value(p)))
+                for tp, p in list(rm.partitions.items())
+            ]
+
+        self.metrics.partition_high_watermark.callback(per_partition(lambda p: p.log.high_watermark))
+        self.metrics.partition_log_end_offset.callback(per_partition(lambda p: p.log.log_end_offset))
+        self.metrics.partition_hw_lag.callback(per_partition(lambda p: p.log.log_end_offset - p.log.high_watermark))
+
+    # Metadata
+
+    def _publish(self, image: ClusterMetadata) -> None:
+        now = now_ms()
+        if not self._logs_loaded:
+            for log_dir in self.config.log_dirs:
+                ensure_meta_properties(log_dir, self.config.node_id, image.cluster_id)
+            self.log_manager.startup({name: topic.configs for name, topic in image.topics.items()}, now)
+            self._logs_loaded = True
+        self.replica_manager.apply_metadata(image, now)
+        self._reconcile_fetchers()
+        self._after_request()
+
+    def _reconcile_fetchers(self) -> None:
+        wanted: dict[int, ReplicaFetcher] = dict(self.replica_manager.fetchers)
+        for leader_id, thread in list(self._fetcher_threads.items()):
+            if wanted.get(leader_id) is not thread.fetcher:
+                del self._fetcher_threads[leader_id]
+                self._background.append(asyncio.create_task(thread.stop()))
+        for leader_id, fetcher in wanted.items():
+            thread = self._fetcher_threads.get(leader_id)
+            if thread is None:
+                thread = FetcherThread(
+                    fetcher,
+                    self._leader_endpoint,
+                    self._after_request,
+                    client_id=f"broker-{self.config.node_id}-fetcher-{leader_id}",
+                    request_timeout_ms=self.config.get_int("replica.socket.timeout.ms"),
+                )
+                self._fetcher_threads[leader_id] = thread
+                thread.start()
+            thread.wakeup.set()
+
+    def _leader_endpoint(self, broker_id: int) -> Endpoint | None:
+        return self.loader.image.endpoint_of(broker_id, self.config.inter_broker_listener_name)
+
+    # ISR changes (AlterPartition)
+
+    def _after_request(self) -> None:
+        """Something may have queued an ISR change: let the sender look."""
+        self._alter_partition_wakeup.set()
+
+    def _shrink_isrs(self) -> None:
+        self.replica_manager.maybe_shrink_isr(now_ms())
+        self._after_request()
+
+    async def _send_alter_partitions(self) -> None:
+        while True:
+            await self._alter_partition_wakeup.wait()
+            self._alter_partition_wakeup.clear()
+            proposals = self.replica_manager.take_alter_partition_proposals()
+            for proposal in proposals:
+                try:
+                    result = await self.channel.alter_partition(
+                        self.config.node_id, self.lifecycle.broker_epoch, proposal
+                    )
+                    registration, error = result.registration, result.error
+                except ControllerUnavailableError as e:
+                    registration, error = None, "REQUEST_TIMED_OUT"
+                    logger.info(
+                        "[Broker id=%d] AlterPartition for %s failed: %s",
+                        self.config.node_id,
+                        proposal.topic_partition,
+                        e,
+                    )
+                if error is not None:
+                    logger.info(
+                        "[Broker id=%d] AlterPartition %s ISR %s refused: %s",
+                        self.config.node_id,
+                        proposal.topic_partition,
+                        proposal.new_isr,
+                        error,
+                    )
+                self.replica_manager.on_alter_partition_response(
+                    proposal.topic_partition, registration, error, now_ms()
+                )
+                self._arm_next_deadline()
+
+    # Connections and timers
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_request: int) -> None:
         task = asyncio.current_task()
@@ -89,6 +303,10 @@ class Broker:
             await serve_connection(reader, writer, self.apis, max_request)
         finally:
             del self._connections[task]
+
+    @property
+    def bound_ports(self) -> list[int]:
+        return [sock.getsockname()[1] for server in self._servers for sock in server.sockets]
 
     def _every(self, interval_config: str, action: Callable[[], object]) -> None:
         self._every_ms(interval_config, self.config.get_int(interval_config), action)
@@ -112,8 +330,16 @@ class Broker:
         delay = max(0.0, (deadline_ms - now_ms()) / 1000)
         loop.call_later(delay, self._expire_delayed_operations)
 
+    def _arm_next_deadline(self) -> None:
+        for purgatory in (self.replica_manager.fetch_purgatory, self.replica_manager.produce_purgatory):
+            deadline = purgatory.next_deadline_ms()
+            if deadline is not None:
+                self._arm_purgatory_timer(deadline)
+
     def _expire_delayed_operations(self) -> None:
-        self.replica_manager.fetch_purgatory.expire(now_ms())
+        now = now_ms()
+        self.replica_manager.fetch_purgatory.expire(now)
+        self.replica_manager.produce_purgatory.expire(now)
 
     async def serve_until_stopped(self) -> None:
         await self._stopped.wait()
@@ -122,16 +348,21 @@ class Broker:
         self._stopped.set()
 
     async def stop(self) -> None:
-        """Controlled shutdown: stop accepting, end connections, then flush and checkpoint everything and
-        leave the clean-shutdown marker so the next start skips recovery."""
+        """Controlled shutdown: hand leaderships to other replicas, stop accepting, end connections, then
+        flush and checkpoint everything and leave the clean-shutdown marker so the next start skips recovery."""
+        await self.lifecycle.controlled_shutdown()
         for server in self._servers:
             server.close()
-        for task in self._periodic:
+        for task in self._periodic + self._background:
             task.cancel()
-        await asyncio.gather(*self._periodic, return_exceptions=True)
-        # Answer every parked fetch now, then end each connection by closing its socket: the connection's
+        await asyncio.gather(*self._periodic, *self._background, return_exceptions=True)
+        await asyncio.gather(*(thread.stop() for thread in self._fetcher_threads.values()), return_exceptions=True)
+        self._fetcher_threads.clear()
+        if self.http_server is not None:
+            await self.http_server.stop()
+        # Answer every parked request now, then end each connection by closing its socket: the connection's
         # loop sees the end of its stream and returns, with no half-written response and no cancellation.
-        self.replica_manager.fetch_purgatory.expire(2**63 - 1)
+        self._expire_delayed_operations_at_end()
         await asyncio.sleep(0)
         for writer in self._connections.values():
             writer.close()
@@ -142,19 +373,35 @@ class Broker:
         for server in self._servers:
             with contextlib.suppress(Exception):
                 await server.wait_closed()
-        self.log_manager.shutdown()
+        await self.channel.close()
+        if self._logs_loaded:
+            self.log_manager.shutdown()
+        if self.controller_server is not None:
+            await self.controller_server.stop()
         logger.info("[Broker id=%d] shut down cleanly", self.config.node_id)
+
+    def _expire_delayed_operations_at_end(self) -> None:
+        self.replica_manager.fetch_purgatory.expire(2**63 - 1)
+        self.replica_manager.produce_purgatory.expire(2**63 - 1)
 
 
 async def _run(config: KafkaConfig) -> None:
     broker = Broker(config)
-    await broker.start()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, broker.request_stop)
+    starting = asyncio.create_task(broker.start())
+    stopped = asyncio.create_task(broker.serve_until_stopped())
     try:
-        await broker.serve_until_stopped()
+        await asyncio.wait({starting, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        if starting.done():
+            starting.result()
+            await stopped
+        else:
+            starting.cancel()
+            await asyncio.gather(starting, return_exceptions=True)
     finally:
+        stopped.cancel()
         await broker.stop()
 
 

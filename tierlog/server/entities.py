@@ -58,6 +58,12 @@ def response_schema(api_key: int, version: int) -> ResponseSchema:
     return ResponseSchema(load_payload_module(api_key, version, EntityType.response))
 
 
+@functools.cache
+def request_schema(api_key: int, version: int) -> ResponseSchema:
+    """The same builder over a request module, for the requests the broker itself sends."""
+    return ResponseSchema(load_payload_module(api_key, version, EntityType.request))
+
+
 def timestamp_or_none(timestamp_ms: int) -> datetime.datetime | None:
     if timestamp_ms < 0:
         return None

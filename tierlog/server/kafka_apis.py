@@ -8,6 +8,7 @@ are dropped).
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 import time
 import uuid
@@ -18,24 +19,33 @@ from tierlog.common import TopicPartition
 from tierlog.config import KafkaConfig
 from tierlog.controller.controller import Controller, validate_topic_name
 from tierlog.controller.errors import ControllerError, InvalidConfigError
-from tierlog.controller.metadata import TopicMetadata
+from tierlog.controller.metadata import ClusterMetadata, TopicMetadata
+from tierlog.controller.metadata_log import METADATA_TOPIC
 from tierlog.protocol.api_versions import supported_api_versions
 from tierlog.protocol.codec import Request
 from tierlog.protocol.errors import error_code
 from tierlog.records.record_batch import batch_size_at
+from tierlog.replication.partition import LogReadResult
 from tierlog.replication.replica_manager import (
+    AppendResult,
     FetchParams,
     FetchPartitionResult,
     PartitionFetchInfo,
     ReplicaManager,
     error_name_of,
 )
+from tierlog.server.clock import now_ms
+from tierlog.server.controller_channel import ControllerChannel, ControllerUnavailableError
+from tierlog.server.controller_server import CONTROLLER_APIS, ControllerServer
 from tierlog.server.entities import (
     NO_THROTTLE,
     ResponseSchema,
+    request_schema,
     response_schema,
     timestamp_or_none,
 )
+from tierlog.server.metadata_loader import MetadataLoader
+from tierlog.server.metrics import BrokerMetrics
 from tierlog.storage.log_config import TOPIC_CONFIGS
 
 logger = logging.getLogger(__name__)
@@ -81,8 +91,8 @@ CONFIG_TYPES = {
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
+# How long an admin request waits for this broker's metadata to show the change the controller made.
+METADATA_PROPAGATION_TIMEOUT_S = 5.0
 
 
 Handler = Callable[[Request], Awaitable[Any]]
@@ -92,13 +102,22 @@ class KafkaApis:
     def __init__(
         self,
         config: KafkaConfig,
-        controller: Controller,
+        loader: MetadataLoader,
         replica_manager: ReplicaManager,
         arm_timer: Callable[[int], None],
+        channel: ControllerChannel,
+        controller_server: ControllerServer | None,
+        metrics: BrokerMetrics | None = None,
+        after_request: Callable[[], None] = lambda: None,
     ) -> None:
         self.config = config
-        self.controller = controller
+        self.loader = loader
         self.replica_manager = replica_manager
+        self.channel = channel
+        # Set on the controller's own node: admin requests are decided here rather than forwarded.
+        self.controller_server = controller_server
+        self._metrics = metrics
+        self._after_request = after_request
         # The shell arms a timer for a delayed operation's deadline (epoch ms) so the purgatory expires it.
         self._arm_timer = arm_timer
         self.node_id = config.node_id
@@ -121,18 +140,58 @@ class KafkaApis:
             API_FIND_COORDINATOR: self.handle_find_coordinator,
             API_INIT_PRODUCER_ID: self.handle_init_producer_id,
         }
+        if controller_server is not None:
+            for key in CONTROLLER_APIS:
+                self.handlers[key] = controller_server.handle
         self._producer_ids: Iterator[int] = iter(())
+
+    @property
+    def image(self) -> ClusterMetadata:
+        return self.loader.image
+
+    @property
+    def controller(self) -> Controller:
+        assert self.controller_server is not None
+        return self.controller_server.controller
 
     async def handle(self, request: Request) -> Any:
         """The response entity, or None when the request gets no response (acks=0 produce)."""
-        return await self.handlers[request.api_key](request)
+        started = time.perf_counter()
+        try:
+            return await self.handlers[request.api_key](request)
+        finally:
+            self._after_request()
+            if self._metrics is not None:
+                self._metrics.observe_request(request.api_key, time.perf_counter() - started)
 
     @staticmethod
     def _schema(request: Request) -> ResponseSchema:
         return response_schema(request.api_key, request.api_version)
 
-    def _apply_metadata(self) -> None:
-        self.replica_manager.apply_metadata(self.controller.metadata, now_ms())
+    async def _sync_metadata(self) -> None:
+        """After the controller changed something: wait (bounded) until this broker's image shows it, so a
+        client that creates a topic and then produces finds it here."""
+        if self.controller_server is not None:
+            self.controller_server.committed()
+            target = self.controller_server.metadata_log.end_offset - 1
+        else:
+            try:
+                _, end_offset = await self.channel.fetch_metadata(self.node_id, self.image.offset + 1, 0)
+            except ControllerUnavailableError:
+                return
+            target = end_offset - 1
+        await self.loader.wait_until_offset(target, METADATA_PROPAGATION_TIMEOUT_S)
+
+    async def _forward(self, request: Request) -> Any:
+        """Kafka's ForwardingManager: an admin request on a broker that is not the controller is decided by
+        the controller; the broker answers once its own metadata shows the result."""
+        try:
+            response = await self.channel.forward(request.body)
+        except ControllerUnavailableError as e:
+            logger.warning("forwarding %s to the controller failed: %s", type(request.body).__name__, e)
+            raise
+        await self._sync_metadata()
+        return response
 
     # ApiVersions, Metadata, DescribeCluster
 
@@ -151,28 +210,42 @@ class KafkaApis:
             zk_migration_ready=False,
         )
 
-    def _broker_entry(self, s: ResponseSchema, builder: str) -> Any:
-        listener = self.config.advertised_listener
-        return getattr(s, builder)(
-            node_id=self.node_id, broker_id=self.node_id, host=listener.host, port=listener.port, rack=None
-        )
+    def _broker_entries(self, s: ResponseSchema, builder: str) -> tuple[Any, ...]:
+        """Every unfenced broker, at its endpoint for the listener clients use (Kafka answers with the
+        listener the request came in on; every client listener here shares the advertised one's name)."""
+        listener_name = self.config.advertised_listener.name
+        entries = []
+        for broker_id in sorted(self.image.unfenced_broker_ids()):
+            endpoint = self.image.endpoint_of(broker_id, listener_name)
+            if endpoint is not None:
+                entries.append(
+                    getattr(s, builder)(
+                        node_id=broker_id, broker_id=broker_id, host=endpoint.host, port=endpoint.port, rack=None
+                    )
+                )
+        return tuple(entries)
+
+    def _controller_id(self) -> int:
+        # Clients cannot reach a KRaft controller; like Kafka, name a live broker instead.
+        unfenced = sorted(self.image.unfenced_broker_ids())
+        return unfenced[0] if unfenced else -1
 
     async def handle_metadata(self, request: Request) -> Any:
         s = self._schema(request)
         body = request.body
         requested = body.topics
         if requested is None or (request.api_version == 0 and not requested):
-            names = sorted(self.controller.metadata.topics)
+            names = sorted(self.image.topics)
         else:
             names = [t.name for t in requested if t.name is not None]
             names += [name for t in requested if t.name is None and (name := self._topic_name(t.topic_id)) is not None]
         allow_auto_create = getattr(body, "allow_auto_topic_creation", True)
         topics = []
         for name in names:
-            topic = self.controller.topic(name)
+            topic = self.image.topics.get(name)
             error = None
             if topic is None and allow_auto_create and self.config.get_bool("auto.create.topics.enable"):
-                topic, error = self._auto_create(name)
+                topic, error = await self._auto_create(name)
             if topic is None:
                 error = error or check_topic_name(name) or "UNKNOWN_TOPIC_OR_PARTITION"
                 topics.append(
@@ -184,45 +257,64 @@ class KafkaApis:
             topics.append(self._topic_metadata(s, topic))
         return s.MetadataResponse(
             throttle_time=NO_THROTTLE,
-            brokers=(self._broker_entry(s, "MetadataResponseBroker"),),
-            cluster_id=self.controller.metadata.cluster_id,
-            controller_id=self.node_id,
+            brokers=self._broker_entries(s, "MetadataResponseBroker"),
+            cluster_id=self.image.cluster_id,
+            controller_id=self._controller_id(),
             topics=tuple(topics),
         )
 
-    def _auto_create(self, name: str) -> tuple[TopicMetadata | None, str | None]:
-        try:
-            topic = self.controller.create_topic(
-                name,
-                self.config.get_int("num.partitions"),
-                self.config.get_int("default.replication.factor"),
-                {},
-            )
-        except ControllerError as e:
-            return None, e.error_name
+    async def _auto_create(self, name: str) -> tuple[TopicMetadata | None, str | None]:
+        """Kafka's AutoTopicCreationManager: a CreateTopics with the broker defaults, decided by the controller."""
+        error = check_topic_name(name)
+        if error is not None:
+            return None, error
+        s = request_schema(API_CREATE_TOPICS, 7)
+        body = s.CreateTopicsRequest(
+            topics=(
+                s.CreatableTopic(
+                    name=name,
+                    num_partitions=self.config.get_int("num.partitions"),
+                    replication_factor=self.config.get_int("default.replication.factor"),
+                    assignments=(),
+                    configs=(),
+                ),
+            ),
+            timeout=datetime.timedelta(seconds=30),
+            validate_only=False,
+        )
+        request = Request(API_CREATE_TOPICS, 7, 0, "auto-create", body, 0)
+        response = await self.handle_create_topics(request)
+        result = response.topics[0]
+        if result.error_code not in (error_code(None), error_code("TOPIC_ALREADY_EXISTS")):
+            return None, result.error_code.name.upper()
+        topic = self.image.topics.get(name)
+        if topic is None:
+            # Created, but not yet in this broker's metadata: the client retries, as with Kafka.
+            return None, "LEADER_NOT_AVAILABLE"
         logger.info("auto-created topic %s with %d partitions", name, len(topic.partitions))
-        self._apply_metadata()
         return topic, None
 
-    @staticmethod
-    def _topic_metadata(s: ResponseSchema, topic: TopicMetadata) -> Any:
-        return s.MetadataResponseTopic(
-            error_code=error_code(None),
-            name=topic.name,
-            topic_id=topic.topic_id,
-            is_internal=topic.is_internal,
-            partitions=tuple(
+    def _topic_metadata(self, s: ResponseSchema, topic: TopicMetadata) -> Any:
+        partitions = []
+        for index, p in enumerate(topic.partitions):
+            offline = [r for r in p.replicas if r not in self.image.unfenced_broker_ids()]
+            partitions.append(
                 s.MetadataResponsePartition(
-                    error_code=error_code(None),
+                    error_code=error_code("LEADER_NOT_AVAILABLE" if p.leader < 0 else None),
                     partition_index=index,
                     leader_id=p.leader,
                     leader_epoch=p.leader_epoch,
                     replica_nodes=tuple(p.replicas),
                     isr_nodes=tuple(p.isr),
-                    offline_replicas=(),
+                    offline_replicas=tuple(offline),
                 )
-                for index, p in enumerate(topic.partitions)
-            ),
+            )
+        return s.MetadataResponseTopic(
+            error_code=error_code(None),
+            name=topic.name,
+            topic_id=topic.topic_id,
+            is_internal=topic.is_internal,
+            partitions=tuple(partitions),
         )
 
     async def handle_describe_cluster(self, request: Request) -> Any:
@@ -232,9 +324,9 @@ class KafkaApis:
             error_code=error_code(None),
             error_message=None,
             endpoint_type=1,
-            cluster_id=self.controller.metadata.cluster_id,
-            controller_id=self.node_id,
-            brokers=(self._broker_entry(s, "DescribeClusterBroker"),),
+            cluster_id=self.image.cluster_id,
+            controller_id=self._controller_id(),
+            brokers=self._broker_entries(s, "DescribeClusterBroker"),
             cluster_authorized_operations=-(2**31),
         )
 
@@ -275,11 +367,16 @@ class KafkaApis:
             )
         producer_id = next(self._producer_ids, None)
         if producer_id is None:
-            self._producer_ids = iter(self.controller.allocate_producer_id_block())
+            block = await self.channel.allocate_producer_ids(self.node_id, self._broker_epoch())
+            self._producer_ids = iter(block)
             producer_id = next(self._producer_ids)
         return s.InitProducerIdResponse(
             throttle_time=NO_THROTTLE, error_code=error_code(None), producer_id=producer_id, producer_epoch=0
         )
+
+    def _broker_epoch(self) -> int:
+        registration = self.image.brokers.get(self.node_id)
+        return registration.broker_epoch if registration is not None else -1
 
     # Produce and Fetch
 
@@ -299,10 +396,10 @@ class KafkaApis:
         if body.transactional_id is not None:
             early_errors.update(dict.fromkeys(entries, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"))
             entries.clear()
+        results: dict[TopicPartition, AppendResult] = {}
         try:
-            results = self.replica_manager.append_records(entries, body.acks, now_ms())
+            results = await self._append(entries, body.acks, int(body.timeout.total_seconds() * 1000))
         except Exception as error:
-            results = {}
             early_errors.update(dict.fromkeys(entries, error_name_of(error)))
         if body.acks == 0:
             return None
@@ -340,8 +437,26 @@ class KafkaApis:
             throttle_time=NO_THROTTLE,
         )
 
+    async def _append(
+        self, entries: dict[TopicPartition, bytearray], acks: int, timeout_ms: int
+    ) -> dict[TopicPartition, AppendResult]:
+        """Append, then wait (acks=all) in the produce purgatory until the HW passes every batch."""
+        loop = asyncio.get_running_loop()
+        answered: asyncio.Future[dict[TopicPartition, AppendResult]] = loop.create_future()
+
+        def respond(results: dict[TopicPartition, AppendResult]) -> None:
+            if not answered.done():
+                answered.set_result(results)
+
+        delayed = self.replica_manager.append_records(entries, acks, timeout_ms, now_ms(), respond)
+        if delayed is not None:
+            self._arm_timer(delayed.deadline_ms)
+        return await answered
+
     async def handle_fetch(self, request: Request) -> Any:
         body = request.body
+        if self.controller_server is not None and self.controller_server.is_metadata_fetch(request):
+            return await self._fetch_metadata_log(request)
         uses_topic_ids = request.api_version >= 13
         infos: list[tuple[TopicPartition, PartitionFetchInfo]] = []
         unknown_ids: list[tuple[uuid.UUID, int]] = []
@@ -355,7 +470,11 @@ class KafkaApis:
                     (
                         TopicPartition(name, p.partition),
                         PartitionFetchInfo(
-                            p.fetch_offset, p.partition_max_bytes, getattr(p, "current_leader_epoch", -1)
+                            p.fetch_offset,
+                            p.partition_max_bytes,
+                            getattr(p, "current_leader_epoch", -1),
+                            getattr(p, "last_fetched_epoch", -1),
+                            getattr(p, "log_start_offset", -1),
                         ),
                     )
                 )
@@ -397,6 +516,10 @@ class KafkaApis:
                     high_watermark=read.high_watermark if read else -1,
                     last_stable_offset=read.last_stable_offset if read else -1,
                     log_start_offset=read.log_start_offset if read else -1,
+                    diverging_epoch=s.EpochEndOffset(
+                        epoch=read.diverging_epoch[0] if read and read.diverging_epoch else -1,
+                        end_offset=read.diverging_epoch[1] if read and read.diverging_epoch else -1,
+                    ),
                     aborted_transactions=None,
                     preferred_read_replica=-1,
                     records=read.records if read and read.records is not None else b"",
@@ -426,12 +549,30 @@ class KafkaApis:
             throttle_time=NO_THROTTLE, error_code=error_code(None), session_id=0, responses=tuple(responses)
         )
 
+    async def _fetch_metadata_log(self, request: Request) -> Any:
+        """A broker following the controller's metadata log (KRaft brokers fetch it like any partition)."""
+        assert self.controller_server is not None
+        fetch_partition = request.body.topics[0].partitions[0]
+        data, end_offset = await self.controller_server.read_metadata_log(
+            fetch_partition.fetch_offset,
+            fetch_partition.partition_max_bytes,
+            int(request.body.max_wait.total_seconds() * 1000),
+        )
+        read = LogReadResult(
+            records=data,
+            high_watermark=end_offset,
+            last_stable_offset=end_offset,
+            log_start_offset=0,
+            log_end_offset=end_offset,
+        )
+        return self._fetch_response(request, [FetchPartitionResult(TopicPartition(METADATA_TOPIC, 0), None, read)], [])
+
     def _topic_name(self, topic_id: uuid.UUID | None) -> str | None:
-        topic = self.controller.topic_by_id(topic_id) if topic_id is not None else None
+        topic = self.image.topic_by_id(topic_id) if topic_id is not None else None
         return topic.name if topic is not None else None
 
     def _topic_id(self, name: str) -> uuid.UUID:
-        topic = self.controller.topic(name)
+        topic = self.image.topics.get(name)
         return topic.topic_id if topic is not None else uuid.UUID(int=0)
 
     async def handle_list_offsets(self, request: Request) -> Any:
@@ -507,7 +648,9 @@ class KafkaApis:
             partitions = []
             for p in topic.partitions:
                 try:
-                    low = self.replica_manager.delete_records(TopicPartition(topic.name, p.partition_index), p.offset)
+                    low = self.replica_manager.delete_records(
+                        TopicPartition(topic.name, p.partition_index), p.offset, now_ms()
+                    )
                     error = None
                 except Exception as e:
                     low, error = -1, error_name_of(e)
@@ -522,6 +665,8 @@ class KafkaApis:
     # Topic administration
 
     async def handle_create_topics(self, request: Request) -> Any:
+        if self.controller_server is None:
+            return await self._forward(request)
         s = self._schema(request)
         body = request.body
         results = []
@@ -572,10 +717,12 @@ class KafkaApis:
                 )
             )
         if not body.validate_only:
-            self._apply_metadata()
+            await self._sync_metadata()
         return s.CreateTopicsResponse(throttle_time=NO_THROTTLE, topics=tuple(results))
 
     async def handle_delete_topics(self, request: Request) -> Any:
+        if self.controller_server is None:
+            return await self._forward(request)
         s = self._schema(request)
         body = request.body
         if hasattr(body, "topics"):  # v6+ names a topic or gives its id
@@ -604,10 +751,12 @@ class KafkaApis:
                     name=name, topic_id=topic_id, error_code=error_code(error), error_message=message
                 )
             )
-        self._apply_metadata()
+        await self._sync_metadata()
         return s.DeleteTopicsResponse(throttle_time=NO_THROTTLE, responses=tuple(results))
 
     async def handle_create_partitions(self, request: Request) -> Any:
+        if self.controller_server is None:
+            return await self._forward(request)
         s = self._schema(request)
         body = request.body
         results = []
@@ -621,7 +770,7 @@ class KafkaApis:
                 s.CreatePartitionsTopicResult(name=t.name, error_code=error_code(error), error_message=message)
             )
         if not body.validate_only:
-            self._apply_metadata()
+            await self._sync_metadata()
         return s.CreatePartitionsResponse(throttle_time=NO_THROTTLE, results=tuple(results))
 
     # Configs
@@ -656,7 +805,7 @@ class KafkaApis:
             entries: list[Any] = []
             error, message = None, None
             if resource.resource_type == RESOURCE_TOPIC:
-                topic = self.controller.topic(resource.resource_name)
+                topic = self.image.topics.get(resource.resource_name)
                 if topic is None:
                     error, message = (
                         "UNKNOWN_TOPIC_OR_PARTITION",
@@ -738,7 +887,9 @@ class KafkaApis:
             return e.error_name, str(e)
         return None, None
 
-    def _alter_configs(self, request: Request, new_configs: Callable[[Any, dict[str, str]], dict[str, str]]) -> Any:
+    async def _alter_configs(
+        self, request: Request, new_configs: Callable[[Any, dict[str, str]], dict[str, str]]
+    ) -> Any:
         """AlterConfigs and IncrementalAlterConfigs differ only in how a resource's overrides are computed."""
         s = self._schema(request)
         body = request.body
@@ -759,18 +910,22 @@ class KafkaApis:
                 )
             )
         if not body.validate_only:
-            self._apply_metadata()
+            await self._sync_metadata()
         return responses
 
     async def handle_incremental_alter_configs(self, request: Request) -> Any:
-        responses = self._alter_configs(request, _apply_config_operations)
+        if self.controller_server is None:
+            return await self._forward(request)
+        responses = await self._alter_configs(request, _apply_config_operations)
         return self._schema(request).IncrementalAlterConfigsResponse(
             throttle_time=NO_THROTTLE, responses=tuple(responses)
         )
 
     async def handle_alter_configs(self, request: Request) -> Any:
         """The legacy API replaces every override of the resource with the ones given."""
-        responses = self._alter_configs(
+        if self.controller_server is None:
+            return await self._forward(request)
+        responses = await self._alter_configs(
             request, lambda resource, _current: {c.name: c.value for c in resource.configs if c.value is not None}
         )
         return self._schema(request).AlterConfigsResponse(throttle_time=NO_THROTTLE, responses=tuple(responses))

@@ -34,6 +34,10 @@ DELETE_DIR_SUFFIX = "-delete"
 STRAY_DIR_SUFFIX = "-stray"
 
 
+# Opened by the controller (tierlog.controller.metadata_log), never by the LogManager.
+METADATA_LOG_DIR_NAME = "__cluster_metadata-0"
+
+
 class LogManager:
     def __init__(self, log_dirs: Sequence[Path], broker_log_defaults: Mapping[str, str]) -> None:
         self.log_dirs = [Path(d) for d in log_dirs]
@@ -60,6 +64,8 @@ class LogManager:
                 if child.name.endswith(DELETE_DIR_SUFFIX):
                     shutil.rmtree(child)
                     continue
+                if child.name == METADATA_LOG_DIR_NAME:
+                    continue  # the controller's metadata log shares the first log dir, as in Kafka
                 try:
                     tp = TopicPartition.parse_dir_name(child.name)
                 except ValueError:

@@ -1,0 +1,310 @@
+"""How a broker talks to the controller: in-process on the controller's own node, over the Kafka protocol
+from every other node. Both offer the same calls, so the broker is written once.
+
+Remote calls use two connections, because a connection serves one request at a time and the metadata
+fetch long-polls: one for the metadata log, one for every other RPC.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from tierlog.controller.controller import HeartbeatResult
+from tierlog.controller.metadata import PartitionRegistration
+from tierlog.controller.metadata_log import METADATA_TOPIC, decode_metadata_batches
+from tierlog.controller.records import Endpoint, MetadataRecord
+from tierlog.protocol.errors import error_code
+from tierlog.replication.partition import AlterPartitionProposal
+from tierlog.replication.replica_manager import error_name_of
+from tierlog.server.clock import now_ms
+from tierlog.server.controller_server import ControllerServer
+from tierlog.server.entities import request_schema
+from tierlog.server.kafka_client import KafkaConnection, KafkaConnectionError
+
+logger = logging.getLogger(__name__)
+
+METADATA_FETCH_MAX_BYTES = 8 * 1024 * 1024
+
+
+class ControllerUnavailableError(Exception):
+    """The controller could not be reached or did not answer in time; the caller retries."""
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionResult:
+    registration: PartitionRegistration | None
+    error: str | None
+
+
+class ControllerChannel(Protocol):
+    async def register_broker(
+        self, broker_id: int, incarnation_id: uuid.UUID, cluster_id: str, endpoints: list[Endpoint], rack: str | None
+    ) -> int: ...
+
+    async def heartbeat(
+        self, broker_id: int, broker_epoch: int, current_metadata_offset: int, want_fence: bool, want_shut_down: bool
+    ) -> HeartbeatResult: ...
+
+    async def alter_partition(
+        self, broker_id: int, broker_epoch: int, proposal: AlterPartitionProposal
+    ) -> AlterPartitionResult: ...
+
+    async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> range: ...
+
+    async def fetch_metadata(
+        self, broker_id: int, offset: int, max_wait_ms: int
+    ) -> tuple[list[tuple[int, MetadataRecord]], int]:
+        """Records from `offset` (waiting up to max_wait_ms for some) and the log's end offset."""
+        ...
+
+    async def forward(self, body: Any) -> Any:
+        """An admin request (a kio request entity) this broker cannot decide, answered by the controller."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class RegistrationError(Exception):
+    def __init__(self, error_name: str) -> None:
+        super().__init__(f"the controller refused the registration: {error_name}")
+        self.error_name = error_name
+
+
+class LocalControllerChannel:
+    """The controller runs in this process: calls go straight to it."""
+
+    def __init__(self, server: ControllerServer) -> None:
+        self._server = server
+
+    async def register_broker(
+        self, broker_id: int, incarnation_id: uuid.UUID, cluster_id: str, endpoints: list[Endpoint], rack: str | None
+    ) -> int:
+        try:
+            return self._server.controller.register_broker(
+                broker_id, str(incarnation_id), cluster_id, endpoints, rack, now_ms()
+            )
+        except Exception as e:
+            raise RegistrationError(error_name_of(e)) from e
+        finally:
+            self._server.committed()
+
+    async def heartbeat(
+        self, broker_id: int, broker_epoch: int, current_metadata_offset: int, want_fence: bool, want_shut_down: bool
+    ) -> HeartbeatResult:
+        try:
+            return self._server.controller.heartbeat(
+                broker_id, broker_epoch, current_metadata_offset, want_fence, want_shut_down, now_ms()
+            )
+        finally:
+            self._server.committed()
+
+    async def alter_partition(
+        self, broker_id: int, broker_epoch: int, proposal: AlterPartitionProposal
+    ) -> AlterPartitionResult:
+        try:
+            registration = self._server.controller.alter_partition(
+                broker_id,
+                broker_epoch,
+                proposal.topic_id,
+                proposal.topic_partition.partition,
+                proposal.leader_epoch,
+                proposal.partition_epoch,
+                list(proposal.new_isr),
+            )
+        except Exception as e:
+            return AlterPartitionResult(None, error_name_of(e))
+        finally:
+            self._server.committed()
+        return AlterPartitionResult(registration, None)
+
+    async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> range:
+        try:
+            return self._server.controller.allocate_producer_id_block(broker_id)
+        finally:
+            self._server.committed()
+
+    async def fetch_metadata(
+        self, broker_id: int, offset: int, max_wait_ms: int
+    ) -> tuple[list[tuple[int, MetadataRecord]], int]:
+        return await self._server.fetch_records(offset, max_wait_ms)
+
+    async def forward(self, body: Any) -> Any:
+        raise AssertionError("the controller's own node decides admin requests itself")
+
+    async def close(self) -> None:
+        return None
+
+
+class RemoteControllerChannel:
+    """The controller is another node, reached with Kafka's controller APIs."""
+
+    def __init__(self, host: str, port: int, *, client_id: str, request_timeout_ms: int) -> None:
+        self._address = (host, port)
+        self._client_id = client_id
+        self._timeout_s = request_timeout_ms / 1000
+        self._rpc: KafkaConnection | None = None
+        self._fetch: KafkaConnection | None = None
+        self._rpc_lock = asyncio.Lock()
+
+    async def _send(self, which: str, request: Any, timeout_s: float) -> Any:
+        connection = getattr(self, which)
+        try:
+            if connection is None:
+                host, port = self._address
+                connection = await KafkaConnection.open(
+                    host, port, client_id=self._client_id, timeout_s=min(self._timeout_s, 5.0)
+                )
+                setattr(self, which, connection)
+            return await connection.send(request, timeout_s=timeout_s)
+        except KafkaConnectionError as e:
+            setattr(self, which, None)
+            if connection is not None:
+                await connection.close()
+            raise ControllerUnavailableError(f"controller {self._address[0]}:{self._address[1]}: {e}") from e
+
+    async def _rpc_call(self, request: Any) -> Any:
+        async with self._rpc_lock:
+            return await self._send("_rpc", request, self._timeout_s)
+
+    async def register_broker(
+        self, broker_id: int, incarnation_id: uuid.UUID, cluster_id: str, endpoints: list[Endpoint], rack: str | None
+    ) -> int:
+        s = request_schema(62, 4)
+        request = s.BrokerRegistrationRequest(
+            broker_id=broker_id,
+            cluster_id=cluster_id,
+            incarnation_id=incarnation_id,
+            listeners=tuple(s.Listener(name=e.name, host=e.host, port=e.port, security_protocol=0) for e in endpoints),
+            features=(),
+            rack=rack,
+            is_migrating_zk_broker=False,
+            log_dirs=(),
+            previous_broker_epoch=-1,
+        )
+        response = await self._rpc_call(request)
+        if response.error_code != error_code(None):
+            raise RegistrationError(response.error_code.name.upper())
+        return int(response.broker_epoch)
+
+    async def heartbeat(
+        self, broker_id: int, broker_epoch: int, current_metadata_offset: int, want_fence: bool, want_shut_down: bool
+    ) -> HeartbeatResult:
+        s = request_schema(63, 1)
+        response = await self._rpc_call(
+            s.BrokerHeartbeatRequest(
+                broker_id=broker_id,
+                broker_epoch=broker_epoch,
+                current_metadata_offset=current_metadata_offset,
+                want_fence=want_fence,
+                want_shut_down=want_shut_down,
+                offline_log_dirs=(),
+            )
+        )
+        if response.error_code != error_code(None):
+            raise ControllerUnavailableError(f"heartbeat refused: {response.error_code.name.upper()}")
+        return HeartbeatResult(
+            is_caught_up=response.is_caught_up,
+            is_fenced=response.is_fenced,
+            should_shut_down=response.should_shut_down,
+        )
+
+    async def alter_partition(
+        self, broker_id: int, broker_epoch: int, proposal: AlterPartitionProposal
+    ) -> AlterPartitionResult:
+        s = request_schema(56, 3)
+        request = s.AlterPartitionRequest(
+            broker_id=broker_id,
+            broker_epoch=broker_epoch,
+            topics=(
+                s.TopicData(
+                    topic_id=proposal.topic_id,
+                    partitions=(
+                        s.PartitionData(
+                            partition_index=proposal.topic_partition.partition,
+                            leader_epoch=proposal.leader_epoch,
+                            new_isr_with_epochs=tuple(
+                                s.BrokerState(broker_id=b, broker_epoch=-1) for b in proposal.new_isr
+                            ),
+                            leader_recovery_state=0,
+                            partition_epoch=proposal.partition_epoch,
+                        ),
+                    ),
+                ),
+            ),
+        )
+        response = await self._rpc_call(request)
+        if response.error_code != error_code(None):
+            return AlterPartitionResult(None, response.error_code.name.upper())
+        p = response.topics[0].partitions[0]
+        if p.error_code != error_code(None):
+            return AlterPartitionResult(None, p.error_code.name.upper())
+        # The response carries no replica list: the registration is only read for ISR and epochs.
+        return AlterPartitionResult(
+            PartitionRegistration(
+                replicas=[],
+                isr=list(p.isr),
+                leader=p.leader_id,
+                leader_epoch=p.leader_epoch,
+                partition_epoch=p.partition_epoch,
+            ),
+            None,
+        )
+
+    async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> range:
+        s = request_schema(67, 0)
+        response = await self._rpc_call(s.AllocateProducerIdsRequest(broker_id=broker_id, broker_epoch=broker_epoch))
+        if response.error_code != error_code(None):
+            raise ControllerUnavailableError(f"producer ids refused: {response.error_code.name.upper()}")
+        return range(response.producer_id_start, response.producer_id_start + response.producer_id_len)
+
+    async def fetch_metadata(
+        self, broker_id: int, offset: int, max_wait_ms: int
+    ) -> tuple[list[tuple[int, MetadataRecord]], int]:
+        s = request_schema(1, 12)
+        request = s.FetchRequest(
+            replica_id=broker_id,
+            max_wait=datetime.timedelta(milliseconds=max_wait_ms),
+            min_bytes=1,
+            max_bytes=METADATA_FETCH_MAX_BYTES,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=(
+                s.FetchTopic(
+                    topic=METADATA_TOPIC,
+                    partitions=(
+                        s.FetchPartition(
+                            partition=0,
+                            current_leader_epoch=-1,
+                            fetch_offset=offset,
+                            last_fetched_epoch=-1,
+                            log_start_offset=-1,
+                            partition_max_bytes=METADATA_FETCH_MAX_BYTES,
+                        ),
+                    ),
+                ),
+            ),
+            forgotten_topics_data=(),
+            rack_id="",
+        )
+        response = await self._send("_fetch", request, self._timeout_s + max_wait_ms / 1000)
+        partition = response.responses[0].partitions[0]
+        if partition.error_code != error_code(None):
+            raise ControllerUnavailableError(f"metadata fetch failed: {partition.error_code.name.upper()}")
+        records = decode_metadata_batches(bytes(partition.records or b""))
+        return [(o, r) for o, r in records if o >= offset], int(partition.high_watermark)
+
+    async def forward(self, body: Any) -> Any:
+        return await self._rpc_call(body)
+
+    async def close(self) -> None:
+        for which in ("_rpc", "_fetch"):
+            connection = getattr(self, which)
+            setattr(self, which, None)
+            if connection is not None:
+                await connection.close()

@@ -1,0 +1,203 @@
+"""Kafka's ReplicaFetcherThread as an asyncio task: moves bytes between a leader broker and the
+deterministic `ReplicaFetcher` that decides what to fetch, what to truncate and what to append.
+
+One task per leader broker; all of this broker's follower partitions led by it share its Fetch requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from tierlog.common import TopicPartition
+from tierlog.controller.records import Endpoint
+from tierlog.protocol.errors import error_code
+from tierlog.replication.fetcher import FetchRequestData, FetchResponsePartition, ReplicaFetcher
+from tierlog.server.clock import now_ms
+from tierlog.server.entities import request_schema
+from tierlog.server.kafka_client import KafkaConnection, KafkaConnectionError
+
+logger = logging.getLogger(__name__)
+
+FETCH_VERSION = 12  # topic names, LastFetchedEpoch and DivergingEpoch (KIP-595/KIP-320)
+LIST_OFFSETS_VERSION = 7
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+IDLE_POLL_S = 0.1
+_NO_ERROR = error_code(None)
+
+
+class FetcherThread:
+    def __init__(
+        self,
+        fetcher: ReplicaFetcher,
+        leader_endpoint: Callable[[int], Endpoint | None],
+        after_response: Callable[[], None],
+        *,
+        client_id: str,
+        request_timeout_ms: int,
+    ) -> None:
+        self.fetcher = fetcher
+        self._leader_endpoint = leader_endpoint
+        self._after_response = after_response
+        self._client_id = client_id
+        self._timeout_s = request_timeout_ms / 1000
+        self._connection: KafkaConnection | None = None
+        self._address: tuple[str, int] | None = None
+        self.wakeup = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._run(), name=f"replica-fetcher-{self.fetcher.source_broker_id}")
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+        await self._disconnect()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self._do_work()
+            except asyncio.CancelledError:
+                raise
+            except KafkaConnectionError as e:
+                logger.info("[ReplicaFetcher leader=%d] %s", self.fetcher.source_broker_id, e)
+                self.fetcher.on_fetch_failed(now_ms())
+                await self._disconnect()
+            except Exception:
+                logger.exception("[ReplicaFetcher leader=%d] unexpected error", self.fetcher.source_broker_id)
+                self.fetcher.on_fetch_failed(now_ms())
+                await self._disconnect()
+
+    async def _do_work(self) -> None:
+        for tp in self.fetcher.offset_lookups():
+            await self._reset_offsets(tp)
+        request = self.fetcher.build_fetch_request(now_ms())
+        if request is None:
+            await self._idle()
+            return
+        connection = await self._connect()
+        response = await connection.send(
+            self._fetch_request(request), timeout_s=self._timeout_s + request.max_wait_ms / 1000
+        )
+        if response.error_code != _NO_ERROR:
+            raise KafkaConnectionError(f"fetch failed: {response.error_code.name}")
+        self.fetcher.process_fetch_response(_response_partitions(response), now_ms())
+        self._after_response()
+
+    async def _idle(self) -> None:
+        wake_at = self.fetcher.next_wakeup_ms()
+        delay = IDLE_POLL_S if wake_at is None else max(0.0, min(IDLE_POLL_S, (wake_at - now_ms()) / 1000))
+        self.wakeup.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(delay):
+                await self.wakeup.wait()
+
+    async def _connect(self) -> KafkaConnection:
+        endpoint = self._leader_endpoint(self.fetcher.source_broker_id)
+        if endpoint is None:
+            raise KafkaConnectionError(f"no endpoint known for broker {self.fetcher.source_broker_id}")
+        address = (endpoint.host, endpoint.port)
+        if self._connection is not None and address != self._address:
+            await self._disconnect()
+        if self._connection is None:
+            self._connection = await KafkaConnection.open(
+                endpoint.host, endpoint.port, client_id=self._client_id, timeout_s=min(self._timeout_s, 5.0)
+            )
+            self._address = address
+        return self._connection
+
+    async def _disconnect(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            await connection.close()
+
+    def _fetch_request(self, data: FetchRequestData) -> Any:
+        s = request_schema(1, FETCH_VERSION)
+        by_topic: dict[str, list[Any]] = {}
+        for p in data.partitions:
+            by_topic.setdefault(p.topic_partition.topic, []).append(
+                s.FetchPartition(
+                    partition=p.topic_partition.partition,
+                    current_leader_epoch=p.current_leader_epoch,
+                    fetch_offset=p.fetch_offset,
+                    last_fetched_epoch=p.last_fetched_epoch,
+                    log_start_offset=p.log_start_offset,
+                    partition_max_bytes=p.partition_max_bytes,
+                )
+            )
+        return s.FetchRequest(
+            replica_id=data.replica_id,
+            max_wait=datetime.timedelta(milliseconds=data.max_wait_ms),
+            min_bytes=data.min_bytes,
+            max_bytes=data.max_bytes,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=tuple(s.FetchTopic(topic=name, partitions=tuple(parts)) for name, parts in by_topic.items()),
+            forgotten_topics_data=(),
+            rack_id="",
+        )
+
+    async def _reset_offsets(self, tp: TopicPartition) -> None:
+        """OFFSET_OUT_OF_RANGE: ask the leader for its log start and end (ListOffsets as a replica, so the
+        end is its LEO, not its HW) and let the fetcher decide where to restart."""
+        s = request_schema(2, LIST_OFFSETS_VERSION)
+        connection = await self._connect()
+        offsets = []
+        for timestamp in (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP):
+            request = s.ListOffsetsRequest(
+                replica_id=self.fetcher.config.replica_id,
+                isolation_level=0,
+                topics=(
+                    s.ListOffsetsTopic(
+                        name=tp.topic,
+                        partitions=(
+                            s.ListOffsetsPartition(
+                                partition_index=tp.partition, current_leader_epoch=-1, timestamp=timestamp
+                            ),
+                        ),
+                    ),
+                ),
+            )
+            response = await connection.send(request, timeout_s=self._timeout_s)
+            partition = response.topics[0].partitions[0]
+            if partition.error_code != _NO_ERROR:
+                logger.info(
+                    "[ReplicaFetcher leader=%d] %s: ListOffsets failed with %s",
+                    self.fetcher.source_broker_id,
+                    tp,
+                    partition.error_code.name,
+                )
+                self.fetcher.on_fetch_failed(now_ms())
+                return
+            offsets.append(int(partition.offset))
+        self.fetcher.on_leader_offsets(tp, offsets[0], offsets[1], now_ms())
+
+
+def _response_partitions(response: Any) -> list[FetchResponsePartition]:
+    partitions = []
+    for topic in response.responses:
+        for p in topic.partitions:
+            diverging = p.diverging_epoch
+            partitions.append(
+                FetchResponsePartition(
+                    topic_partition=TopicPartition(topic.topic, p.partition_index),
+                    error=None if p.error_code == _NO_ERROR else p.error_code.name.upper(),
+                    high_watermark=int(p.high_watermark),
+                    log_start_offset=int(p.log_start_offset),
+                    diverging_epoch=(
+                        (int(diverging.epoch), int(diverging.end_offset))
+                        if diverging is not None and diverging.epoch >= 0
+                        else None
+                    ),
+                    records=p.records,
+                )
+            )
+    return partitions
