@@ -13,6 +13,7 @@ from tierlog.controller.errors import (
     InconsistentClusterIdError,
     InvalidConfigError,
     InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     InvalidTopicError,
     TopicDeletionDisabledError,
@@ -225,3 +226,19 @@ def test_restart_replays_to_the_same_image(tmp_path: Path) -> None:
     assert restarted.metadata.unfenced_broker_ids() == [1, 2]
     assert restarted.topic_by_id(events.topic_id) == events
     assert state(restarted, "events", 1) == (2, [2, 1], 0, 1)
+
+
+def test_create_topic_honours_a_manual_replica_assignment(tmp_path: Path) -> None:
+    controller = new_controller(tmp_path, nodes=(1, 2, 3))
+    topic = controller.create_topic("placed", 2, 2, {}, assignments=[[2, 3], [3, 2]])
+    assert [(p.replicas, p.isr, p.leader) for p in topic.partitions] == [([2, 3], [2, 3], 2), ([3, 2], [3, 2], 3)]
+
+
+@pytest.mark.parametrize("assignments", [[[4]], [[2, 2]], [[]], [[1, 2], [3]]])
+def test_manual_assignments_naming_unknown_or_duplicated_brokers_are_refused(
+    tmp_path: Path, assignments: list[list[int]]
+) -> None:
+    controller = new_controller(tmp_path, nodes=(1, 2, 3))
+    with pytest.raises(InvalidReplicaAssignmentError):
+        controller.create_topic("placed", len(assignments), len(assignments[0]) or 1, {}, assignments=assignments)
+    assert controller.topic("placed") is None

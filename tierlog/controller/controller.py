@@ -22,6 +22,7 @@ from tierlog.controller.errors import (
     IneligibleReplicaError,
     InvalidConfigError,
     InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     InvalidRequestError,
     InvalidTopicError,
@@ -362,7 +363,10 @@ class Controller:
         configs: Mapping[str, str],
         *,
         validate_only: bool = False,
+        assignments: Sequence[Sequence[int]] | None = None,
     ) -> TopicMetadata:
+        """`assignments` (CreateTopics' manual replica assignment) lists each partition's replicas, preferred
+        leader first; without it replicas are placed round-robin over the live brokers."""
         validate_topic_name(name)
         if name == METADATA_TOPIC:
             raise InvalidTopicError(f"Topic name {name} is reserved for the metadata log")
@@ -375,10 +379,13 @@ class Controller:
             raise InvalidPartitionsError(f"Number of partitions must be larger than 0 (got {num_partitions}).")
         if replication_factor < 1:
             raise InvalidReplicationFactorError("Replication factor must be larger than 0.")
-        nodes = self._placement_nodes(replication_factor)
         _validate_configs(configs)
         topic_id = uuid.uuid4()
-        partitions = [_assign(p, replication_factor, nodes) for p in range(num_partitions)]
+        if assignments:
+            partitions = self._manual_assignment(assignments)
+        else:
+            nodes = self._placement_nodes(replication_factor)
+            partitions = [_assign(p, replication_factor, nodes) for p in range(num_partitions)]
         if validate_only:
             return TopicMetadata(name=name, topic_id=topic_id, partitions=partitions, configs=dict(configs))
         records: list[MetadataRecord] = [TopicRecord(name=name, topic_id=topic_id)]
@@ -450,6 +457,25 @@ class Controller:
         start = self.metadata.next_producer_id
         self._commit([ProducerIdsRecord(broker_id, start + PRODUCER_ID_BLOCK_SIZE)])
         return range(start, start + PRODUCER_ID_BLOCK_SIZE)
+
+    def _manual_assignment(self, assignments: Sequence[Sequence[int]]) -> list[PartitionRegistration]:
+        live = set(self._live_brokers())
+        partitions = []
+        for index, replicas in enumerate(assignments):
+            if not replicas or len(set(replicas)) != len(replicas):
+                raise InvalidReplicaAssignmentError(
+                    f"Partition {index} has an empty or duplicated replica list {list(replicas)}."
+                )
+            if len(replicas) != len(assignments[0]):
+                raise InvalidReplicaAssignmentError("All partitions must have the same number of replicas.")
+            missing = [r for r in replicas if r not in live]
+            if missing:
+                raise InvalidReplicaAssignmentError(
+                    f"The manual partition assignment includes broker(s) {missing} that are not registered "
+                    f"and unfenced."
+                )
+            partitions.append(PartitionRegistration(replicas=list(replicas), isr=list(replicas), leader=replicas[0]))
+        return partitions
 
     def _placement_nodes(self, replication_factor: int) -> list[int]:
         nodes = sorted(self._live_brokers())

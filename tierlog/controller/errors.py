@@ -25,6 +25,10 @@ class InvalidReplicationFactorError(ControllerError):
     error_name = "INVALID_REPLICATION_FACTOR"
 
 
+class InvalidReplicaAssignmentError(ControllerError):
+    error_name = "INVALID_REPLICA_ASSIGNMENT"
+
+
 class InvalidConfigError(ControllerError):
     error_name = "INVALID_CONFIG"
 

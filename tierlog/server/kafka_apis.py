@@ -18,7 +18,7 @@ from typing import Any
 from tierlog.common import TopicPartition
 from tierlog.config import KafkaConfig
 from tierlog.controller.controller import Controller, validate_topic_name
-from tierlog.controller.errors import ControllerError, InvalidConfigError
+from tierlog.controller.errors import ControllerError, InvalidConfigError, InvalidReplicaAssignmentError
 from tierlog.controller.metadata import ClusterMetadata, TopicMetadata
 from tierlog.controller.metadata_log import METADATA_TOPIC
 from tierlog.protocol.api_versions import supported_api_versions
@@ -681,9 +681,17 @@ class KafkaApis:
             if replication_factor == -1:
                 replication_factor = self.config.get_int("default.replication.factor")
             configs = {c.name: c.value for c in t.configs if c.value is not None}
+            assignments = [list(a.broker_ids) for a in sorted(t.assignments, key=lambda a: a.partition_index)]
             try:
+                if assignments and [a.partition_index for a in t.assignments] != list(range(len(assignments))):
+                    raise InvalidReplicaAssignmentError("Partitions of a manual assignment must be numbered from 0.")
                 topic = self.controller.create_topic(
-                    t.name, num_partitions, replication_factor, configs, validate_only=body.validate_only
+                    t.name,
+                    num_partitions,
+                    replication_factor,
+                    configs,
+                    validate_only=body.validate_only,
+                    assignments=assignments or None,
                 )
             except ControllerError as e:
                 results.append(
