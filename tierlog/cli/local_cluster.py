@@ -1,9 +1,10 @@
-"""Brokers run as local processes on 127.0.0.1: for `tierlog demo`, the tests and the benchmarks.
+"""Brokers run as local processes on 127.0.0.1: for `tierlog demo`, `tierlog cluster`, the tests and the
+benchmarks.
 
-Each `BrokerProcess` is one `python -m tierlog broker` with its own node id, port and data directory, so
-several of them side by side form the local cluster that `tierlog cluster up` will start. Every wait is
-bounded; a broker that does not come up raises `BrokerStartError` with the tail of its log, which is
-where the reason is.
+Each `BrokerProcess` is one `python -m tierlog broker` with its own node id, port and data directory; a
+`LocalCluster` is several of them side by side, node 1 being broker and controller and the others reaching
+it, as `tierlog cluster up` starts them. Every wait is bounded; a broker that does not come up raises
+`BrokerStartError` with the tail of its log, which is where the reason is.
 """
 
 from __future__ import annotations
@@ -15,27 +16,50 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import NamedTuple, Self
 
 from tierlog.protocol.api_versions import API_VERSIONS_KEY
 
 _HOST = "127.0.0.1"
 _POLL_INTERVAL_S = 0.05
+_METADATA_KEY = 3
+# A probe of a paused broker must not eat the whole wait: each request gets at most this long.
+_PROBE_TIMEOUT_S = 1.0
 
 
 class BrokerStartError(RuntimeError):
-    """The broker process exited or did not answer in time; the message ends with its log's tail."""
+    """The broker process exited or did not answer in time; the message ends with its log's tail.
+
+    `reason` is the message without the tail, for callers that show the log differently."""
+
+    def __init__(self, reason: str, node_id: int, log_file: Path, log_tail: str) -> None:
+        suffix = f"; last lines of {log_file}:\n{log_tail}" if log_tail else f"; {log_file} is empty"
+        super().__init__(reason + suffix)
+        self.reason = reason
+        self.node_id = node_id
+        self.log_file = log_file
+        self.log_tail = log_tail
 
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((_HOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free ports: all sockets stay bound until every port is chosen, so the OS cannot hand
+    out the same port twice."""
+    with ExitStack() as stack:
+        ports = []
+        for _ in range(count):
+            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind((_HOST, 0))
+            ports.append(sock.getsockname()[1])
+        return ports
 
 
 def api_versions_answered(host: str, port: int, timeout_s: float) -> bool:
@@ -60,6 +84,45 @@ def api_versions_answered(host: str, port: int, timeout_s: float) -> bool:
     return size >= 6 and got_correlation_id == correlation_id and error_code == 0
 
 
+def metadata_broker_ids(host: str, port: int, timeout_s: float) -> set[int] | None:
+    """The node ids a Metadata v1 answer from `host:port` lists (fenced brokers are left out), or None when
+    it does not answer in time.
+
+    v1 with an empty topic list asks for brokers only, and its answer starts with them, so as for
+    ApiVersions a few struct calls read it without a client library (librdkafka would cache and retry)."""
+    correlation_id = 0x7E1B
+    client_id = b"tierlog-probe"
+    body = struct.pack(">hhih", _METADATA_KEY, 1, correlation_id, len(client_id)) + client_id + struct.pack(">i", 0)
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            sock.sendall(struct.pack(">i", len(body)) + body)
+            size_bytes = _recv_exactly(sock, 4)
+            if size_bytes is None:
+                return None
+            (size,) = struct.unpack(">i", size_bytes)
+            response = _recv_exactly(sock, size)
+    except OSError:
+        return None
+    if response is None:
+        return None
+    try:
+        got_correlation_id, count = struct.unpack_from(">ii", response, 0)
+        if got_correlation_id != correlation_id:
+            return None
+        ids: set[int] = set()
+        pos = 8
+        for _ in range(count):
+            # node_id int32, host string, port int32, rack nullable string
+            node_id, host_length = struct.unpack_from(">ih", response, pos)
+            pos += 6 + host_length + 4
+            (rack_length,) = struct.unpack_from(">h", response, pos)
+            pos += 2 + max(rack_length, 0)
+            ids.add(node_id)
+    except struct.error:
+        return None
+    return ids
+
+
 def _recv_exactly(sock: socket.socket, n: int) -> bytes | None:
     data = b""
     while len(data) < n:
@@ -75,7 +138,8 @@ class BrokerProcess:
 
     Its stdout and stderr go to `log_file` (default: `broker-<node_id>.log` next to `log_dir`, so the
     log survives when a test wipes the data directory). The port is chosen once, so a restarted broker
-    comes back at the same `bootstrap` address and clients reconnect to it.
+    comes back at the same `bootstrap` address and clients reconnect to it. A `detached` broker runs in a
+    session of its own, so it outlives the command that started it and the terminal's Ctrl-C.
 
         with BrokerProcess(tmp_path / "broker-1") as broker:   # started and ready
             produce_to(broker.bootstrap)
@@ -89,12 +153,14 @@ class BrokerProcess:
         port: int | None = None,
         overrides: Mapping[str, str] | None = None,
         log_file: Path | None = None,
+        detached: bool = False,
     ) -> None:
         self.log_dir = log_dir
         self.node_id = node_id
         self.port = port if port is not None else free_port()
         self.overrides = dict(overrides or {})
         self.log_file = log_file if log_file is not None else log_dir.parent / f"broker-{node_id}.log"
+        self.detached = detached
         self._process: subprocess.Popen[bytes] | None = None
         self._paused = False
 
@@ -109,6 +175,10 @@ class BrokerProcess:
     @property
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
+
+    @property
+    def paused(self) -> bool:
+        return self._paused and self.running
 
     def command(self) -> list[str]:
         settings = {
@@ -137,44 +207,59 @@ class BrokerProcess:
                 stdout=log_handle,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                start_new_session=self.detached,
             )
         self._paused = False
 
     def wait_ready(self, timeout_s: float = 30.0) -> None:
         """Return once the port accepts connections and answers ApiVersions; raise `BrokerStartError`
         if the process exits first or `timeout_s` passes."""
-        process = self._require_process()
         deadline = time.monotonic() + timeout_s
         while True:
-            code = process.poll()
-            if code is not None:
-                raise BrokerStartError(f"broker {self.node_id} exited with code {code}{self._tail_suffix()}")
+            self.check_alive()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise BrokerStartError(
-                    f"broker {self.node_id} did not answer ApiVersions on {self.bootstrap} "
-                    f"within {timeout_s:.0f}s{self._tail_suffix()}"
+                raise self.start_error(
+                    f"broker {self.node_id} did not answer ApiVersions on {self.bootstrap} within {timeout_s:.0f}s"
                 )
-            if api_versions_answered(_HOST, self.port, timeout_s=min(1.0, remaining)):
+            if api_versions_answered(_HOST, self.port, timeout_s=min(_PROBE_TIMEOUT_S, remaining)):
                 return
             time.sleep(min(_POLL_INTERVAL_S, max(0.0, deadline - time.monotonic())))
+
+    def check_alive(self) -> None:
+        """Raise `BrokerStartError` (with the log's tail) if the process has exited."""
+        code = self._require_process().poll()
+        if code is not None:
+            raise self.start_error(f"broker {self.node_id} exited with code {code}")
+
+    def start_error(self, reason: str) -> BrokerStartError:
+        return BrokerStartError(reason, self.node_id, self.log_file, self.log_tail())
 
     def stop(self, timeout_s: float = 15.0) -> int | None:
         """Controlled shutdown (SIGTERM); SIGKILL if it has not exited after `timeout_s`.
 
         Returns the exit code (None if it was never started)."""
+        self.terminate()
+        return self.wait_stopped(timeout_s)
+
+    def terminate(self) -> None:
+        """Ask for a controlled shutdown (SIGTERM) without waiting; `wait_stopped` waits."""
+        if self._process is None or self._process.poll() is not None:
+            return
+        if self._paused:
+            # A stopped process only acts on SIGTERM once it runs again.
+            self.resume()
+        self._process.send_signal(signal.SIGTERM)
+
+    def wait_stopped(self, timeout_s: float = 15.0) -> int | None:
+        """Wait for the exit; SIGKILL after `timeout_s`. Returns the exit code (None if never started)."""
         if self._process is None:
             return None
-        if self._process.poll() is None:
-            if self._paused:
-                # A stopped process only acts on SIGTERM once it runs again.
-                self.resume()
-            self._process.send_signal(signal.SIGTERM)
-            try:
-                self._process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait(timeout_s)
+        try:
+            self._process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait(timeout_s)
         return self._process.returncode
 
     def kill(self, sig: int = signal.SIGKILL, timeout_s: float = 15.0) -> None:
@@ -228,6 +313,238 @@ class BrokerProcess:
             raise RuntimeError(f"broker {self.node_id} was never started")
         return self._process
 
-    def _tail_suffix(self) -> str:
-        tail = self.log_tail()
-        return f"; last lines of {self.log_file}:\n{tail}" if tail else f"; {self.log_file} is empty"
+
+CONTROLLER_NODE_ID = 1
+CONTROLLER_LISTENER = "CONTROLLER"
+# Set per node by LocalCluster: an override of one of them would point the nodes at the wrong addresses.
+_NODE_SETTINGS = frozenset(
+    {
+        "process.roles",
+        "node.id",
+        "listeners",
+        "controller.listener.names",
+        "controller.quorum.voters",
+        "controller.quorum.bootstrap.servers",
+        "tierlog.http.listener",
+        "log.dirs",
+    }
+)
+
+
+class StartProgress(NamedTuple):
+    """How far `LocalCluster.start` is: brokers answering ApiVersions, brokers every answering broker's
+    Metadata lists (registered and unfenced), out of `total`."""
+
+    answering: int
+    registered: int
+    total: int
+
+
+class LocalCluster:
+    """`brokers` broker processes on 127.0.0.1 forming one cluster: node 1 is broker and controller (KRaft
+    combined mode), nodes 2..N are brokers that reach its CONTROLLER listener. Node i keeps its data in
+    `base_dir/broker-i` and its log in `base_dir/broker-i.log`; every node serves HTTP (metrics, partitions,
+    trace) at `http_address(i)`. `overrides` go to every node.
+
+    All ports are chosen once, so a restarted broker comes back at the same addresses.
+
+        with LocalCluster(tmp_path, brokers=3, overrides={"default.replication.factor": "3"}) as cluster:
+            produce_to(cluster.bootstrap)
+            cluster.kill(2)
+            cluster.wait_for_brokers(2, timeout_s=30)
+    """
+
+    def __init__(
+        self,
+        base_dir: Path,
+        brokers: int = 3,
+        overrides: Mapping[str, str] | None = None,
+        *,
+        detached: bool = False,
+    ) -> None:
+        if brokers < 1:
+            raise ValueError(f"a cluster needs at least one broker, not {brokers}")
+        clashing = sorted(_NODE_SETTINGS & set(overrides or {}))
+        if clashing:
+            raise ValueError(f"{', '.join(clashing)} is set per node by the cluster and cannot be overridden")
+        self.base_dir = base_dir
+        self.overrides = dict(overrides or {})
+        ports = free_ports(2 * brokers + 1)
+        self.controller_port = ports[0]
+        node_ids = range(1, brokers + 1)
+        self._kafka_ports = {node_id: ports[node_id] for node_id in node_ids}
+        self._http_ports = {node_id: ports[brokers + node_id] for node_id in node_ids}
+        self._brokers = {
+            node_id: BrokerProcess(
+                base_dir / f"broker-{node_id}",
+                node_id=node_id,
+                port=self._kafka_ports[node_id],
+                overrides={**self.overrides, **self._node_settings(node_id)},
+                log_file=base_dir / f"broker-{node_id}.log",
+                detached=detached,
+            )
+            for node_id in node_ids
+        }
+
+    def _node_settings(self, node_id: int) -> dict[str, str]:
+        controller = f"{_HOST}:{self.controller_port}"
+        is_controller = node_id == CONTROLLER_NODE_ID
+        listeners = [f"PLAINTEXT://{_HOST}:{self._kafka_ports[node_id]}"]
+        if is_controller:
+            listeners.append(f"{CONTROLLER_LISTENER}://{controller}")
+        return {
+            "process.roles": "broker,controller" if is_controller else "broker",
+            "node.id": str(node_id),
+            "listeners": ",".join(listeners),
+            "controller.listener.names": CONTROLLER_LISTENER,
+            "controller.quorum.voters": f"{CONTROLLER_NODE_ID}@{controller}",
+            "tierlog.http.listener": self.http_address(node_id),
+        }
+
+    @property
+    def node_ids(self) -> list[int]:
+        return list(self._brokers)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(broker.bootstrap for broker in self._brokers.values())
+
+    @property
+    def controller_address(self) -> str:
+        return f"{_HOST}:{self.controller_port}"
+
+    def broker(self, node_id: int) -> BrokerProcess:
+        try:
+            return self._brokers[node_id]
+        except KeyError:
+            raise KeyError(f"no broker {node_id} in this cluster (nodes {self.node_ids})") from None
+
+    def http_address(self, node_id: int) -> str:
+        return f"{_HOST}:{self._http_ports[node_id]}"
+
+    def start(self, timeout_s: float = 60.0, progress: Callable[[StartProgress], None] | None = None) -> None:
+        """Start every broker that is not running and wait until each answers ApiVersions and each one's
+        Metadata lists all of them. On failure every broker is stopped and `BrokerStartError` names the
+        first broker that is missing, with its log's tail."""
+        try:
+            self.launch()
+            self._wait_started(timeout_s, progress)
+        except BaseException:
+            self.stop()
+            raise
+
+    def launch(self) -> None:
+        """Spawn every broker that is not running, without waiting (`start` waits): the pids are known at
+        once, for a caller that must record them before it waits."""
+        for broker in self._brokers.values():
+            if not broker.running:
+                broker.start()
+
+    def _wait_started(self, timeout_s: float, progress: Callable[[StartProgress], None] | None) -> None:
+        everyone = set(self._brokers)
+        deadline = time.monotonic() + timeout_s
+        answering: set[int] = set()
+        while True:
+            for broker in self._brokers.values():
+                broker.check_alive()
+            for node_id in sorted(everyone - answering):
+                probe_s = min(_PROBE_TIMEOUT_S, max(0.01, deadline - time.monotonic()))
+                if api_versions_answered(_HOST, self._brokers[node_id].port, probe_s):
+                    answering.add(node_id)
+            registered = self._listed_by_all(answering)
+            if progress is not None:
+                progress(StartProgress(len(answering), len(registered & everyone), len(everyone)))
+            if answering == everyone and registered >= everyone:
+                return
+            if time.monotonic() >= deadline:
+                missing = min(everyone - answering or everyone - registered)
+                broker = self._brokers[missing]
+                if missing not in answering:
+                    reason = f"did not answer ApiVersions on {broker.bootstrap}"
+                else:
+                    reason = "is not in the cluster's metadata (not registered, or still fenced)"
+                raise broker.start_error(f"broker {missing} {reason} within {timeout_s:.0f}s")
+            time.sleep(_POLL_INTERVAL_S)
+
+    def _listed_by_all(self, node_ids: set[int]) -> set[int]:
+        """The brokers the Metadata answer of every broker in `node_ids` lists (none if one does not answer)."""
+        listed: set[int] | None = None
+        for node_id in sorted(node_ids):
+            ids = metadata_broker_ids(_HOST, self._brokers[node_id].port, _PROBE_TIMEOUT_S)
+            if ids is None:
+                return set()
+            listed = ids if listed is None else listed & ids
+        return listed or set()
+
+    def metadata_views(self) -> dict[int, set[int] | None]:
+        """node id -> the brokers its Metadata answer lists (None: no answer), for every running broker
+        that is not paused."""
+        return {
+            node_id: metadata_broker_ids(_HOST, broker.port, _PROBE_TIMEOUT_S)
+            for node_id, broker in self._brokers.items()
+            if broker.running and not broker.paused
+        }
+
+    def wait_for_brokers(self, n: int, timeout_s: float = 30.0) -> None:
+        """Wait until the Metadata of every running, unpaused broker lists exactly `n` brokers (a killed
+        broker drops out once the controller fences it, after `broker.session.timeout.ms`); TimeoutError
+        with what each one listed otherwise."""
+        self._wait_for_metadata(lambda ids: len(ids) == n, f"{n} brokers", timeout_s)
+
+    def _wait_for_metadata(self, condition: Callable[[set[int]], bool], what: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            views = self.metadata_views()
+            if views and all(ids is not None and condition(ids) for ids in views.values()):
+                return
+            if time.monotonic() >= deadline:
+                seen = "; ".join(
+                    f"broker {node_id}: {'no answer' if ids is None else sorted(ids)}" for node_id, ids in views.items()
+                )
+                raise TimeoutError(f"metadata did not list {what} within {timeout_s:.0f}s ({seen or 'no broker runs'})")
+            time.sleep(_POLL_INTERVAL_S)
+
+    def kill(self, node_id: int) -> None:
+        """SIGKILL: a crash; the controller fences the broker once its session times out."""
+        self.broker(node_id).kill(signal.SIGKILL)
+
+    def pause(self, node_id: int) -> None:
+        self.broker(node_id).pause()
+
+    def resume(self, node_id: int) -> None:
+        self.broker(node_id).resume()
+
+    def restart(self, node_id: int, timeout_s: float = 60.0) -> None:
+        """Controlled shutdown (if running), start on the same addresses and data, and wait until it answers
+        and every running broker's Metadata lists it again."""
+        broker = self.broker(node_id)
+        deadline = time.monotonic() + timeout_s
+        broker.stop(timeout_s)
+        broker.start()
+        broker.wait_ready(max(0.1, deadline - time.monotonic()))
+        try:
+            self._wait_for_metadata(
+                lambda ids: node_id in ids, f"broker {node_id}", max(0.1, deadline - time.monotonic())
+            )
+        except TimeoutError as e:
+            raise broker.start_error(str(e)) from None
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """Controlled shutdown of every broker, each SIGKILLed if it takes longer than `timeout_s`. The
+        brokers go first and together, the controller node last: their controlled shutdown asks it."""
+        controller = self._brokers[CONTROLLER_NODE_ID]
+        others = [broker for broker in self._brokers.values() if broker is not controller]
+        for group in (others, [controller]):
+            for broker in group:
+                broker.terminate()
+            for broker in group:
+                broker.wait_stopped(timeout_s)
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

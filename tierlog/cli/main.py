@@ -9,11 +9,13 @@ from pathlib import Path
 import click
 
 from tierlog.cli.clients import parse_key_values
+from tierlog.cli.cluster import cluster
 from tierlog.cli.consume import consume
 from tierlog.cli.demo import demo
 from tierlog.cli.dump_log import dump_log
 from tierlog.cli.produce import produce
 from tierlog.cli.topic import topic
+from tierlog.cli.trace import trace
 from tierlog.config import ConfigError, KafkaConfig
 
 
@@ -78,6 +80,8 @@ cli.add_command(topic)
 cli.add_command(produce)
 cli.add_command(consume)
 cli.add_command(demo)
+cli.add_command(cluster)
+cli.add_command(trace)
 
 
 def main() -> None:

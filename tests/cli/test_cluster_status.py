@@ -1,0 +1,277 @@
+"""`tierlog cluster status|up|down` without brokers: merging canned /v1/partitions answers, the tables, the
+cluster file, and stopping recorded processes."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_helpers import FakeBrokerHttp
+from click.testing import CliRunner
+from rich.console import Console
+
+from tierlog.cli.cluster import (
+    CLUSTER_FILE,
+    BrokerReport,
+    ClusterInfo,
+    NodeInfo,
+    broker_alive,
+    merge_partition_reports,
+    status_table,
+)
+from tierlog.cli.local_cluster import free_port
+from tierlog.cli.main import cli
+
+
+def partition(
+    role: str,
+    leo: int,
+    *,
+    leader: int = 1,
+    leader_epoch: int = 0,
+    partition_epoch: int = 0,
+    isr: list[int] | None = None,
+    hw: int = 0,
+    remote: dict[str, int] | None = None,
+    topic: str = "orders",
+    number: int = 0,
+) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "topic": topic,
+        "partition": number,
+        "role": role,
+        "leader": leader,
+        "leader_epoch": leader_epoch,
+        "partition_epoch": partition_epoch,
+        "replicas": [1, 2, 3],
+        "isr": isr if isr is not None else [1, 2, 3],
+        "maximal_isr": isr if isr is not None else [1, 2, 3],
+        "high_watermark": hw,
+        "log_start_offset": 0,
+        "log_end_offset": leo,
+    }
+    if remote is not None:
+        entry["remote_replicas"] = {b: {"log_end_offset": o, "last_caught_up_time_ms": 0} for b, o in remote.items()}
+    return entry
+
+
+def render(table: Any) -> list[list[str]]:
+    console = Console(file=io.StringIO(), width=200, record=True)
+    console.print(table)
+    return [line.split() for line in console.export_text().splitlines()]
+
+
+# Broker 3 lags (LEO 3, out of the ISR); broker 2 follows; broker 1 leads with HW 4.
+REPORTS = [
+    BrokerReport(1, "h1", [partition("leader", 5, isr=[1, 2], hw=4, remote={"2": 4, "3": 3})]),
+    BrokerReport(2, "h2", [partition("follower", 4, isr=[1, 2], hw=4)]),
+    BrokerReport(3, "h3", [partition("follower", 3, isr=[1, 2, 3], hw=2)]),
+]
+
+
+def test_the_leaders_view_is_authoritative_and_each_replica_reports_its_own_leo() -> None:
+    [status] = merge_partition_reports(REPORTS)
+    assert (status.topic, status.partition, status.leader, status.view_of) == ("orders", 0, 1, 1)
+    assert status.isr == [1, 2]
+    assert status.high_watermark == 4
+    assert status.log_end_offsets == {1: 5, 2: 4, 3: 3}
+    assert status.remote_log_end_offsets == {2: 4, 3: 3}
+
+
+def test_a_broker_that_is_down_leaves_its_replicas_leo_unknown() -> None:
+    reports = [REPORTS[0], REPORTS[1], BrokerReport(3, "h3", None, "cannot reach h3")]
+    [status] = merge_partition_reports(reports)
+    assert status.log_end_offsets == {1: 5, 2: 4, 3: None}
+    rows = render(status_table(reports, [status]))
+    assert rows[0] == ["TOPIC", "PARTITION", "LEADER", "EPOCH", "ISR", "HW", "LEO@1", "LEO@2", "LEO@3"]
+    assert rows[1] == ["orders", "0", "1", "0", "1,2", "4", "5", "4", "down"]
+
+
+def test_a_deposed_leader_loses_to_the_newer_view_of_a_follower() -> None:
+    # Broker 1 led epoch 0 and has not heard that broker 2 (not answering now) leads epoch 1 without it.
+    reports = [
+        BrokerReport(1, "h1", [partition("leader", 7, isr=[1, 2, 3], hw=5, remote={"2": 5, "3": 5})]),
+        BrokerReport(2, "h2", None, "cannot reach h2"),
+        BrokerReport(3, "h3", [partition("follower", 6, leader=2, leader_epoch=1, partition_epoch=1, isr=[2, 3])]),
+    ]
+    [status] = merge_partition_reports(reports)
+    assert (status.leader, status.leader_epoch, status.isr, status.view_of) == (2, 1, [2, 3], 3)
+    assert status.log_end_offsets == {1: 7, 2: None, 3: 6}
+    assert status.remote_log_end_offsets == {}  # only a leader's view has them
+
+
+def test_a_broker_outside_the_replicas_that_reports_the_partition_shows_its_leo() -> None:
+    stray = {**partition("follower", 2, isr=[1, 2]), "replicas": [1, 2]}
+    reports = [
+        BrokerReport(1, "h1", [{**partition("leader", 5, isr=[1, 2], hw=4), "replicas": [1, 2]}]),
+        BrokerReport(2, "h2", None, "cannot reach h2"),
+        BrokerReport(3, "h3", [stray]),
+    ]
+    [status] = merge_partition_reports(reports)
+    assert status.log_end_offsets == {1: 5, 2: None, 3: 2}
+
+
+def test_partitions_are_sorted_and_replicas_elsewhere_are_blank() -> None:
+    def single_replica(topic: str, number: int, broker: int) -> dict[str, Any]:
+        entry = partition("leader", 1, leader=broker, isr=[broker], hw=1, topic=topic, number=number)
+        return {**entry, "replicas": [broker]}
+
+    reports = [
+        BrokerReport(1, "h1", [single_replica("b", 0, 1), single_replica("a", 1, 1)]),
+        BrokerReport(2, "h2", [single_replica("a", 0, 2)]),
+    ]
+    statuses = merge_partition_reports(reports)
+    assert [(s.topic, s.partition) for s in statuses] == [("a", 0), ("a", 1), ("b", 0)]
+    assert render(status_table(reports, statuses))[1:] == [
+        ["a", "0", "2", "0", "2", "1", "1"],
+        ["a", "1", "1", "0", "1", "1", "1"],
+        ["b", "0", "1", "0", "1", "1", "1"],
+    ]
+
+
+def test_cluster_info_round_trips_through_json() -> None:
+    info = ClusterInfo(
+        bootstrap="127.0.0.1:1,127.0.0.1:2",
+        controller="127.0.0.1:3",
+        nodes=[NodeInfo(1, 100, "broker,controller", "127.0.0.1:1", "127.0.0.1:4", "/d/broker-1", "/d/broker-1.log")],
+    )
+    assert ClusterInfo.from_json(info.to_json()) == info
+    assert json.loads(info.to_json())["version"] == 1
+
+
+@pytest.fixture
+def dead_pid() -> int:
+    process = subprocess.Popen(["true"])
+    process.wait()
+    return process.pid
+
+
+def write_cluster(directory: Path, nodes: list[NodeInfo]) -> None:
+    info = ClusterInfo(bootstrap=",".join(n.kafka for n in nodes), controller="127.0.0.1:1", nodes=nodes)
+    (directory / CLUSTER_FILE).write_text(info.to_json())
+
+
+def node(node_id: int, pid: int, http: str, directory: Path) -> NodeInfo:
+    return NodeInfo(
+        node_id=node_id,
+        pid=pid,
+        roles="broker,controller" if node_id == 1 else "broker",
+        kafka=f"127.0.0.1:{9000 + node_id}",
+        http=http,
+        data_dir=str(directory / f"broker-{node_id}"),
+        log_file=str(directory / f"broker-{node_id}.log"),
+    )
+
+
+def test_status_merges_what_every_broker_answers(tmp_path: Path, dead_pid: int) -> None:
+    reports = {r.node_id: r for r in REPORTS}
+    with (
+        FakeBrokerHttp(partitions={"broker_id": 1, "partitions": reports[1].partitions}) as b1,
+        FakeBrokerHttp(partitions={"broker_id": 2, "partitions": reports[2].partitions}) as b2,
+    ):
+        gone = f"127.0.0.1:{free_port()}"
+        write_cluster(
+            tmp_path,
+            [
+                node(1, dead_pid, b1.address, tmp_path),
+                node(2, dead_pid, b2.address, tmp_path),
+                node(3, dead_pid, gone, tmp_path),
+            ],
+        )
+        table = CliRunner().invoke(cli, ["cluster", "status", "--dir", str(tmp_path)])
+        as_json = CliRunner().invoke(cli, ["cluster", "status", "--dir", str(tmp_path), "--json"])
+    assert table.exit_code == 0, table.output
+    assert re.search(r"^\s*3\s+broker\s+\d+\s+127\.0\.0\.1:9003\s+\S+\s+down \(process gone\)\s*$", table.stdout, re.M)
+    assert re.search(r"^orders\s+0\s+1\s+0\s+1,2\s+4\s+5\s+4\s+down\s*$", table.stdout, re.M)
+
+    assert as_json.exit_code == 0, as_json.output
+    document = json.loads(as_json.stdout)
+    assert [(b["node_id"], b["up"]) for b in document["brokers"]] == [(1, True), (2, True), (3, False)]
+    assert document["brokers"][2]["error"].startswith(f"cannot reach {gone}")
+    [merged] = document["partitions"]
+    assert merged["log_end_offsets"] == {"1": 5, "2": 4, "3": None}
+    assert merged["isr"] == [1, 2]
+    assert merged["high_watermark"] == 4
+
+
+def test_status_fails_in_one_line_when_no_broker_answers(tmp_path: Path, dead_pid: int) -> None:
+    write_cluster(tmp_path, [node(1, dead_pid, f"127.0.0.1:{free_port()}", tmp_path)])
+    result = CliRunner().invoke(cli, ["cluster", "status", "--dir", str(tmp_path), "--timeout", "1"])
+    assert result.exit_code == 1
+    assert result.stderr.strip() == (
+        f"Error: no broker of the cluster in {tmp_path} answers: start it with `tierlog cluster up`"
+    )
+
+
+def test_status_and_down_without_a_cluster_say_how_to_start_one(tmp_path: Path) -> None:
+    for command in ("status", "down"):
+        result = CliRunner().invoke(cli, ["cluster", command, "--dir", str(tmp_path)])
+        assert result.exit_code == 1
+        assert result.stderr.strip() == (
+            f"Error: no cluster in {tmp_path} (no cluster.json): start one with `tierlog cluster up`"
+        )
+
+
+@pytest.fixture
+def fake_brokers() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Processes that look like brokers to `broker_alive` ("tierlog" in their command line): the first
+    ends on SIGTERM, the second ignores it."""
+    sleeper = "import signal, sys, time; sys.argv[1] == 'stubborn' and signal.signal(signal.SIGTERM, signal.SIG_IGN)"
+    script = f"{sleeper}; print('ready', flush=True); time.sleep(60)"
+    processes = [
+        subprocess.Popen([sys.executable, "-c", script, kind, "tierlog"], stdout=subprocess.PIPE)
+        for kind in ("polite", "stubborn")
+    ]
+    try:
+        for process in processes:
+            assert process.stdout is not None and process.stdout.readline() == b"ready\n"
+        yield processes
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait(5)
+
+
+def test_up_refuses_while_a_cluster_runs_and_down_stops_it(
+    tmp_path: Path, fake_brokers: list[subprocess.Popen[bytes]], dead_pid: int
+) -> None:
+    polite, stubborn = fake_brokers
+    assert broker_alive(polite.pid) and not broker_alive(dead_pid)
+    http = f"127.0.0.1:{free_port()}"
+    write_cluster(
+        tmp_path,
+        [node(1, polite.pid, http, tmp_path), node(2, stubborn.pid, http, tmp_path), node(3, dead_pid, http, tmp_path)],
+    )
+
+    refused = CliRunner().invoke(cli, ["cluster", "up", "--dir", str(tmp_path)])
+    assert refused.exit_code == 1
+    assert refused.stderr.strip() == (
+        f"Error: a cluster is already running in {tmp_path} (pids {polite.pid},{stubborn.pid}): "
+        f"stop it with `tierlog cluster down --dir {tmp_path}`"
+    )
+
+    started = time.monotonic()
+    down = CliRunner().invoke(cli, ["cluster", "down", "--dir", str(tmp_path), "--timeout", "1"])
+    assert down.exit_code == 0, down.output
+    assert time.monotonic() - started < 10
+    assert re.search(rf"^\s*1\s+{polite.pid}\s+stopped\s*$", down.stdout, re.M)
+    assert re.search(rf"^\s*2\s+{stubborn.pid}\s+killed\s*$", down.stdout, re.M)
+    assert re.search(rf"^\s*3\s+{dead_pid}\s+not running\s*$", down.stdout, re.M)
+    # `down` reaped them (they are this test's children), so their exit codes are gone.
+    assert not broker_alive(polite.pid) and not broker_alive(stubborn.pid)
+    assert not (tmp_path / CLUSTER_FILE).exists()
+
+
+def test_up_rejects_overrides_of_per_node_settings(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["cluster", "up", "--dir", str(tmp_path), "--override", "node.id=7"])
+    assert result.exit_code == 2
+    assert "node.id is set per node by the cluster and cannot be overridden" in result.stderr
+    assert not (tmp_path / CLUSTER_FILE).exists()

@@ -1,0 +1,594 @@
+"""`tierlog cluster up|status|down`: a local multi-broker cluster for trying replication, as `rpk container`.
+
+`up` starts the brokers detached and records them in `<dir>/cluster.json`; `status` and `down` (and
+`tierlog trace --dir`) find them there. `status` asks every broker's HTTP listener for its partitions and
+merges the answers: the leader's view of a partition is the authoritative one (ISR, HW, remote LEOs),
+while each replica's LEO comes from that replica's own report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from tierlog.cli.clients import CliError, output_console, parse_key_values
+from tierlog.cli.local_cluster import CONTROLLER_NODE_ID, BrokerStartError, LocalCluster, StartProgress
+
+DEFAULT_DIR = Path("/tmp/tierlog-cluster")
+CLUSTER_FILE = "cluster.json"
+_FILE_VERSION = 1
+_STOP_POLL_S = 0.05
+# The status line of an HTTP answer and each header line; a broker never sends more.
+_MAX_HEAD_LINES = 100
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+# --- cluster.json -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    node_id: int
+    pid: int
+    roles: str
+    kafka: str  # host:port of the PLAINTEXT listener
+    http: str
+    data_dir: str
+    log_file: str
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    """What `cluster up` started: everything `status`, `down` and `trace` need to find the brokers."""
+
+    bootstrap: str
+    controller: str
+    nodes: list[NodeInfo]
+
+    @classmethod
+    def of(cls, cluster: LocalCluster) -> ClusterInfo:
+        nodes = []
+        for node_id in cluster.node_ids:
+            broker = cluster.broker(node_id)
+            if broker.pid is None:
+                raise RuntimeError(f"broker {node_id} was never started")
+            nodes.append(
+                NodeInfo(
+                    node_id=node_id,
+                    pid=broker.pid,
+                    roles="broker,controller" if node_id == CONTROLLER_NODE_ID else "broker",
+                    kafka=broker.bootstrap,
+                    http=cluster.http_address(node_id),
+                    data_dir=str(broker.log_dir),
+                    log_file=str(broker.log_file),
+                )
+            )
+        return cls(bootstrap=cluster.bootstrap, controller=cluster.controller_address, nodes=nodes)
+
+    def to_json(self) -> str:
+        return json.dumps({"version": _FILE_VERSION, **asdict(self)}, indent=2) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> ClusterInfo:
+        document = json.loads(text)
+        if document.get("version") != _FILE_VERSION:
+            raise ValueError(f"unknown version {document.get('version')!r}")
+        return cls(
+            bootstrap=document["bootstrap"],
+            controller=document["controller"],
+            nodes=[NodeInfo(**node) for node in document["nodes"]],
+        )
+
+
+def cluster_file(directory: Path) -> Path:
+    return directory / CLUSTER_FILE
+
+
+def read_cluster_info(directory: Path) -> ClusterInfo:
+    """The cluster recorded in `directory`, or a one-line CliError saying how to start one."""
+    path = cluster_file(directory)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise CliError(f"no cluster in {directory} (no {CLUSTER_FILE}): start one with `tierlog cluster up`") from None
+    except OSError as e:
+        raise CliError(f"cannot read {path}: {e.strerror}") from None
+    try:
+        return ClusterInfo.from_json(text)
+    except (ValueError, KeyError, TypeError) as e:
+        raise CliError(f"{path} is not a cluster file written by `tierlog cluster up` ({e})") from None
+
+
+def broker_alive(pid: int) -> bool:
+    """True while `pid` is a live tierlog process. A zombie is not, nor is a pid the OS has since given to
+    another program: `down` must never signal a stranger."""
+    try:
+        reaped, _ = os.waitpid(pid, os.WNOHANG)
+        if reaped == pid:
+            return False
+    except ChildProcessError:
+        pass  # not our child: the usual case, as the `cluster up` that started it has exited
+    proc = Path("/proc")
+    if proc.is_dir():
+        try:
+            # The state follows the parenthesised command name, which may itself contain spaces.
+            state = (proc / str(pid) / "stat").read_text().rpartition(")")[2].split()[0]
+            cmdline = (proc / str(pid) / "cmdline").read_bytes()
+        except (OSError, IndexError):
+            return False
+        return state != "Z" and b"tierlog" in cmdline
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+# --- HTTP (the brokers' tierlog.http.listener) -------------------------------------------------------------
+
+
+class HttpError(Exception):
+    """A broker's HTTP listener could not be reached or did not answer 200; the message is one line."""
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, sep, port = address.strip().rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"{address!r} is not of the form host:port")
+    return host, int(port)
+
+
+@asynccontextmanager
+async def http_get(address: str, path: str, timeout_s: float) -> AsyncIterator[AsyncIterator[bytes]]:
+    """GET `path` from `address`; the context is the body, read as it arrives (chunked, sized, or up to
+    the close), and the connection is closed on leaving it.
+
+    Connecting and the answer's head are bounded by `timeout_s` (HttpError, as for an answer other than
+    200); the body is not, since a trace stream never ends: the caller bounds it. A connection lost
+    mid-body raises asyncio.IncompleteReadError or ConnectionError."""
+    host, port = split_address(address)
+    try:
+        async with asyncio.timeout(timeout_s):
+            reader, writer = await asyncio.open_connection(host, port)
+    except TimeoutError:
+        raise HttpError(f"{address} did not accept a connection within {timeout_s:g}s") from None
+    except OSError as e:
+        raise HttpError(f"cannot reach {address}: {e.strerror or e}") from None
+    try:
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n".encode())
+        try:
+            async with asyncio.timeout(timeout_s):
+                await writer.drain()
+                status, reason, headers = await _read_head(reader)
+        except TimeoutError:
+            raise HttpError(f"{address} did not answer GET {path} within {timeout_s:g}s") from None
+        except (OSError, asyncio.IncompleteReadError) as e:
+            raise HttpError(f"{address} closed the connection before answering GET {path} ({e})") from None
+        if status != 200:
+            raise HttpError(f"{address} answered GET {path} with HTTP {status} {reason}")
+        yield _body(reader, headers)
+    finally:
+        writer.close()
+
+
+async def _body(reader: asyncio.StreamReader, headers: Mapping[str, str]) -> AsyncIterator[bytes]:
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        async for chunk in _chunked_body(reader):
+            yield chunk
+    elif "content-length" in headers:
+        yield await reader.readexactly(int(headers["content-length"]))
+    else:
+        while chunk := await reader.read(65536):
+            yield chunk
+
+
+async def _read_head(reader: asyncio.StreamReader) -> tuple[int, str, dict[str, str]]:
+    status_line = (await reader.readline()).decode("latin-1").strip()
+    version, _, rest = status_line.partition(" ")
+    code, _, reason = rest.partition(" ")
+    if not version.startswith("HTTP/") or not code.isdigit():
+        raise HttpError(f"not an HTTP answer: {status_line[:80]!r}")
+    headers: dict[str, str] = {}
+    for _ in range(_MAX_HEAD_LINES):
+        line = (await reader.readline()).decode("latin-1").strip()
+        if not line:
+            return int(code), reason, headers
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    raise HttpError(f"more than {_MAX_HEAD_LINES} header lines")
+
+
+async def _chunked_body(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
+    while True:
+        size_line = await reader.readline()
+        if not size_line:
+            raise asyncio.IncompleteReadError(b"", None)
+        try:
+            size = int(size_line.split(b";")[0].strip(), 16)
+        except ValueError:
+            raise HttpError(f"not a chunk size: {size_line[:40]!r}") from None
+        if size == 0:
+            return
+        chunk = await reader.readexactly(size)
+        await reader.readexactly(2)  # the CRLF after each chunk
+        yield chunk
+
+
+async def http_get_json(address: str, path: str, timeout_s: float) -> Any:
+    """The JSON document at `path`, the whole exchange bounded by `timeout_s`; HttpError otherwise."""
+    try:
+        async with asyncio.timeout(timeout_s), http_get(address, path, timeout_s) as body:
+            document = b"".join([chunk async for chunk in body])
+    except TimeoutError:
+        raise HttpError(f"{address} did not send GET {path} within {timeout_s:g}s") from None
+    except (OSError, asyncio.IncompleteReadError) as e:
+        raise HttpError(f"{address} broke off GET {path} ({e})") from None
+    try:
+        return json.loads(document)
+    except ValueError:
+        raise HttpError(f"{address} answered GET {path} with something that is not JSON") from None
+
+
+# --- status: merging every broker's /v1/partitions ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BrokerReport:
+    """One broker's answer to GET /v1/partitions, or why there is none."""
+
+    node_id: int
+    http: str
+    partitions: list[dict[str, Any]] | None
+    error: str | None = None
+
+    @property
+    def up(self) -> bool:
+        return self.partitions is not None
+
+
+@dataclass(frozen=True)
+class PartitionStatus:
+    """A partition as the cluster sees it. `view_of` is the broker whose report gave leader, epochs, ISR
+    and HW: the leader's, or the most recent follower's when no leader reported. `log_end_offsets` has one
+    entry per replica and per other broker that reported the partition, each from that broker's own report
+    (None: a replica that did not report it)."""
+
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    replicas: list[int]
+    isr: list[int]
+    high_watermark: int
+    log_start_offset: int
+    view_of: int
+    log_end_offsets: dict[int, int | None]
+    remote_log_end_offsets: dict[int, int] = field(default_factory=dict)
+
+
+def merge_partition_reports(reports: Sequence[BrokerReport]) -> list[PartitionStatus]:
+    """One PartitionStatus per partition any broker reported, sorted by topic and partition."""
+    views: dict[tuple[str, int], dict[int, dict[str, Any]]] = {}
+    for report in reports:
+        for entry in report.partitions or []:
+            views.setdefault((entry["topic"], entry["partition"]), {})[report.node_id] = entry
+    merged = []
+    for (topic, partition), by_broker in sorted(views.items()):
+        # The newest view wins: a deposed leader that has not heard of its successor still says "leader",
+        # with an older epoch than the followers already know.
+        view_of, view = max(
+            by_broker.items(),
+            key=lambda item: (item[1]["leader_epoch"], item[1]["partition_epoch"], item[1]["role"] == "leader"),
+        )
+        replicas = list(view["replicas"])
+        # A broker that reports the partition without being among the view's replicas (a stale one, or a
+        # view that lists none) still has a log whose LEO is worth seeing.
+        holders = replicas + sorted(set(by_broker) - set(replicas))
+        log_end_offsets: dict[int, int | None] = {
+            broker: by_broker[broker]["log_end_offset"] if broker in by_broker else None for broker in holders
+        }
+        remote = (view.get("remote_replicas") or {}) if view["role"] == "leader" else {}
+        merged.append(
+            PartitionStatus(
+                topic=topic,
+                partition=partition,
+                leader=view["leader"],
+                leader_epoch=view["leader_epoch"],
+                partition_epoch=view["partition_epoch"],
+                replicas=replicas,
+                isr=list(view["isr"]),
+                high_watermark=view["high_watermark"],
+                log_start_offset=view["log_start_offset"],
+                view_of=view_of,
+                log_end_offsets=log_end_offsets,
+                remote_log_end_offsets={int(b): state["log_end_offset"] for b, state in remote.items()},
+            )
+        )
+    return merged
+
+
+def status_document(reports: Sequence[BrokerReport], statuses: Sequence[PartitionStatus]) -> dict[str, Any]:
+    """What `cluster status --json` prints (JSON object keys are strings, so broker ids become "1", "2")."""
+    return {
+        "brokers": [
+            {"node_id": r.node_id, "http": r.http, "up": r.up, "error": r.error}
+            for r in sorted(reports, key=lambda r: r.node_id)
+        ],
+        "partitions": [asdict(status) for status in statuses],
+    }
+
+
+def _ids(ids: Sequence[int]) -> str:
+    return ",".join(map(str, ids))
+
+
+def status_table(reports: Sequence[BrokerReport], statuses: Sequence[PartitionStatus]) -> Table:
+    """TOPIC PARTITION LEADER EPOCH ISR HW, then one LEO column per broker: blank where the broker holds no
+    replica, yellow for a replica outside the ISR, red "down" where the broker did not answer."""
+    up = {r.node_id: r.up for r in reports}
+    table = Table(box=None, pad_edge=False)
+    for name in ("TOPIC", "PARTITION", "LEADER", "EPOCH", "ISR", "HW"):
+        table.add_column(name, justify="right" if name in ("PARTITION", "LEADER", "EPOCH", "HW") else "left")
+    for node_id in sorted(up):
+        table.add_column(f"LEO@{node_id}", justify="right")
+    for status in statuses:
+        leader = Text(str(status.leader)) if status.leader >= 0 else Text("none", style="red")
+        cells: list[Text | str] = [
+            status.topic,
+            str(status.partition),
+            leader,
+            str(status.leader_epoch),
+            _ids(status.isr),
+            str(status.high_watermark),
+        ]
+        for node_id in sorted(up):
+            if node_id not in status.log_end_offsets:
+                cells.append("")
+            elif not up[node_id]:
+                cells.append(Text("down", style="red"))
+            else:
+                leo = status.log_end_offsets[node_id]
+                cells.append(Text("?" if leo is None else str(leo), style="" if node_id in status.isr else "yellow"))
+        table.add_row(*cells)
+    return table
+
+
+def broker_state(report: BrokerReport, process_alive: bool) -> Text:
+    if report.up:
+        return Text("up", style="green")
+    if not process_alive:
+        return Text("down (process gone)", style="red")
+    return Text(f"down ({report.error})", style="red")
+
+
+def broker_table(info: ClusterInfo, states: Mapping[int, Text]) -> Table:
+    table = Table(box=None, pad_edge=False)
+    for name in ("NODE", "ROLES", "PID", "KAFKA", "HTTP", "STATE"):
+        table.add_column(name, justify="right" if name in ("NODE", "PID") else "left")
+    for node in info.nodes:
+        table.add_row(str(node.node_id), node.roles, str(node.pid), node.kafka, node.http, states[node.node_id])
+    return table
+
+
+async def gather_reports(addresses: Mapping[int, str], timeout_s: float) -> list[BrokerReport]:
+    """Every broker's /v1/partitions, asked concurrently, each bounded by `timeout_s`."""
+
+    async def one(node_id: int, address: str) -> BrokerReport:
+        try:
+            document = await http_get_json(address, "/v1/partitions", timeout_s)
+            return BrokerReport(node_id, address, list(document["partitions"]))
+        except HttpError as e:
+            return BrokerReport(node_id, address, None, str(e))
+        except (KeyError, TypeError):
+            return BrokerReport(node_id, address, None, "its /v1/partitions has no partitions list")
+
+    return list(await asyncio.gather(*(one(node_id, address) for node_id, address in addresses.items())))
+
+
+# --- stopping recorded processes ---------------------------------------------------------------------------
+
+
+def stop_processes(pids: Sequence[int], timeout_s: float) -> dict[int, str]:
+    """SIGTERM every live pid at once, wait up to `timeout_s`, SIGKILL the rest. pid -> what happened:
+    "stopped", "killed" or "not running"."""
+    outcome: dict[int, str] = {}
+    for pid in pids:
+        if not broker_alive(pid):
+            outcome[pid] = "not running"
+            continue
+        try:
+            # SIGCONT first: a paused (SIGSTOPped) broker acts on SIGTERM only once it runs again.
+            os.kill(pid, signal.SIGCONT)
+            os.kill(pid, signal.SIGTERM)
+            outcome[pid] = "stopped"
+        except ProcessLookupError:
+            outcome[pid] = "not running"
+    deadline = time.monotonic() + timeout_s
+    while any(outcome[pid] == "stopped" and broker_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(_STOP_POLL_S)
+    for pid in pids:
+        if outcome[pid] == "stopped" and broker_alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+                outcome[pid] = "killed"
+    kill_deadline = time.monotonic() + 5.0
+    while any(outcome[pid] == "killed" and broker_alive(pid) for pid in pids) and time.monotonic() < kill_deadline:
+        time.sleep(_STOP_POLL_S)
+    return outcome
+
+
+# --- the commands ------------------------------------------------------------------------------------------
+
+
+def _dir_option(command: F) -> F:
+    return click.option(
+        "--dir",
+        "directory",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=DEFAULT_DIR,
+        show_default=True,
+        help="Directory of the cluster: data, broker logs and cluster.json.",
+    )(command)
+
+
+@click.group()
+def cluster() -> None:
+    """Run a local multi-broker cluster: up, status, down."""
+
+
+@cluster.command()
+@click.option("-n", "--brokers", type=click.IntRange(min=1), default=3, show_default=True, help="Number of brokers.")
+@_dir_option
+@click.option(
+    "--override",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A server.properties value for every broker (repeatable), e.g. default.replication.factor=3.",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=1),
+    default=60.0,
+    show_default=True,
+    help="Seconds to wait for every broker to register.",
+)
+def up(brokers: int, directory: Path, overrides: tuple[str, ...], timeout_s: float) -> None:
+    """Start BROKERS brokers in the background (node 1 is also the controller) and wait until all serve."""
+    path = cluster_file(directory)
+    if path.exists():
+        running = [node for node in read_cluster_info(directory).nodes if broker_alive(node.pid)]
+        if running:
+            raise CliError(
+                f"a cluster is already running in {directory} (pids {_ids([n.pid for n in running])}): "
+                f"stop it with `tierlog cluster down --dir {directory}`"
+            )
+    try:
+        local = LocalCluster(directory, brokers, dict(parse_key_values(overrides, "--override")), detached=True)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--override") from None
+
+    console = output_console()
+    directory.mkdir(parents=True, exist_ok=True)
+    # Recorded before the wait, so `cluster down` finds the brokers even if this command is interrupted.
+    local.launch()
+    path.write_text(ClusterInfo.of(local).to_json())
+    progress = Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    )
+    try:
+        with progress:
+            answering = progress.add_task("brokers answering", total=brokers)
+            registered = progress.add_task("brokers registered", total=brokers)
+
+            def show(state: StartProgress) -> None:
+                progress.update(answering, completed=state.answering)
+                progress.update(registered, completed=state.registered)
+
+            local.start(timeout_s, show)
+    except BrokerStartError as e:
+        path.unlink(missing_ok=True)
+        Console(stderr=True).print(Text(f"last lines of {e.log_file}:\n{e.log_tail}", style="dim"))
+        raise CliError(f"{e.reason} (its log: {e.log_file}); the cluster was stopped") from None
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+
+    info = ClusterInfo.of(local)
+    console.print(broker_table(info, {n.node_id: Text("up", style="green") for n in info.nodes}))
+    console.print(f"\n{brokers} brokers are up; data and logs in {directory}")
+    console.print(f"bootstrap: [bold]{info.bootstrap}[/bold]")
+    console.print(
+        f"next: tierlog topic create NAME -r {min(3, brokers)} -b {info.bootstrap}; "
+        f"tierlog cluster status --dir {directory}"
+    )
+
+
+@cluster.command()
+@_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Print the merged partition states as JSON.")
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0.1),
+    default=3.0,
+    show_default=True,
+    help="Seconds to wait for each broker's answer.",
+)
+def status(directory: Path, as_json: bool, timeout_s: float) -> None:
+    """Brokers, and per partition: leader, epoch, ISR, HW and every replica's LEO."""
+    info = read_cluster_info(directory)
+    reports = asyncio.run(gather_reports({n.node_id: n.http for n in info.nodes}, timeout_s))
+    statuses = merge_partition_reports(reports)
+    if as_json:
+        click.echo(json.dumps(status_document(reports, statuses), indent=2))
+        return
+    console = output_console()
+    by_id = {r.node_id: r for r in reports}
+    console.print(
+        broker_table(info, {n.node_id: broker_state(by_id[n.node_id], broker_alive(n.pid)) for n in info.nodes})
+    )
+    console.print()
+    if not any(r.up for r in reports):
+        raise CliError(f"no broker of the cluster in {directory} answers: start it with `tierlog cluster up`")
+    if statuses:
+        console.print(status_table(reports, statuses))
+    else:
+        console.print(f"no partitions yet: tierlog topic create NAME -r 3 -b {info.bootstrap}")
+
+
+@cluster.command()
+@_dir_option
+@click.option("--purge", is_flag=True, help="Also delete the brokers' data directories and logs.")
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0.1),
+    default=15.0,
+    show_default=True,
+    help="Seconds a broker gets for its controlled shutdown before it is killed.",
+)
+def down(directory: Path, purge: bool, timeout_s: float) -> None:
+    """Stop the cluster's brokers (SIGTERM, then SIGKILL after --timeout); its data stays unless --purge."""
+    info = read_cluster_info(directory)
+    # Brokers first: their controlled shutdown asks the controller, which must still be there.
+    brokers = [n for n in info.nodes if n.node_id != CONTROLLER_NODE_ID]
+    controllers = [n for n in info.nodes if n.node_id == CONTROLLER_NODE_ID]
+    outcome = stop_processes([n.pid for n in brokers], timeout_s)
+    outcome.update(stop_processes([n.pid for n in controllers], timeout_s))
+    cluster_file(directory).unlink(missing_ok=True)
+    console = output_console()
+    table = Table(box=None, pad_edge=False)
+    table.add_column("NODE", justify="right")
+    table.add_column("PID", justify="right")
+    table.add_column("STATUS")
+    for node in info.nodes:
+        text = outcome[node.pid]
+        table.add_row(str(node.node_id), str(node.pid), Text(text, style="yellow" if text == "killed" else ""))
+    console.print(table)
+    if purge:
+        for node in info.nodes:
+            shutil.rmtree(node.data_dir, ignore_errors=True)
+            Path(node.log_file).unlink(missing_ok=True)
+        console.print(f"deleted the data and logs in {directory}")
+    else:
+        console.print(f"data and logs kept in {directory} (`tierlog cluster down --purge` deletes them)")
