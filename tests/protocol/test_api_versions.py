@@ -34,6 +34,10 @@ def test_table_is_the_agreed_one() -> None:
         "OffsetForLeaderEpoch": (2, 4),
         "FindCoordinator": (0, 4),
         "InitProducerId": (0, 4),
+        "AlterPartition": (2, 3),
+        "BrokerRegistration": (0, 4),
+        "BrokerHeartbeat": (0, 1),
+        "AllocateProducerIds": (0, 0),
     }
 
 
