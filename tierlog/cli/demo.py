@@ -1,5 +1,6 @@
-"""`tierlog demo`: the README's main job. A local broker, a topic, 10,000 events through real clients,
-verified on the way back, and a look at the segment files they landed in.
+"""`tierlog demo`: the README's main job. A local 3-broker cluster, a replicated topic, 10,000 events
+through real clients, a leader killed with SIGKILL on the way, every event verified on the way back, and a
+look at the segment files they landed in.
 
 The demo is a list of steps sharing one `DemoRun`; later issues add steps (three brokers, tiered storage,
 a Spark pipeline) without touching the ones here. Every step works against the run's deadline, so a
@@ -8,6 +9,7 @@ broker that hangs turns into a clear failure, never into a demo that waits forev
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import shutil
@@ -30,13 +32,19 @@ from rich.table import Table
 from rich.text import Text
 
 from tierlog.cli.clients import CliError, client_config, kafka_error_message
+from tierlog.cli.cluster import gather_reports, merge_partition_reports, status_table
 from tierlog.cli.dump_log import dump_log
-from tierlog.cli.local_cluster import BrokerProcess, BrokerStartError
+from tierlog.cli.local_cluster import BrokerStartError, LocalCluster
 from tierlog.cli.produce import produce_bounded
 from tierlog.records.record_batch import iter_batches
 
 TOPIC = "demo-events"
 PARTITIONS = 3
+BROKERS = 3
+REPLICATION_FACTOR = 3
+MIN_INSYNC_REPLICAS = 2
+# A killed broker is fenced after broker.session.timeout.ms (Kafka's 9 s); 3 s keeps the demo brisk.
+CLUSTER_OVERRIDES = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
 USERS = 100
 EVENT_TYPES = ("page_view", "add_to_cart", "purchase", "search")
 SOURCE_HEADER = ("source", b"tierlog-demo")
@@ -72,13 +80,14 @@ class PartitionStats:
 
 @dataclass
 class DemoRun:
-    """What the steps share: where the data lives, the broker, the deadline, and what was measured."""
+    """What the steps share: where the data lives, the cluster, the deadline, and what was measured."""
 
     console: Console
     root: Path
     events: int
     deadline: float
-    broker: BrokerProcess | None = None
+    cluster: LocalCluster | None = None
+    killed: int | None = None
     partitions: dict[int, PartitionStats] = field(default_factory=dict)
 
     def remaining(self) -> float:
@@ -87,36 +96,49 @@ class DemoRun:
             raise DemoError("the demo ran out of time (raise --timeout if this machine is slow)")
         return left
 
-    def started_broker(self) -> BrokerProcess:
-        if self.broker is None:
-            raise DemoError("no broker was started")
-        return self.broker
+    def started_cluster(self) -> LocalCluster:
+        if self.cluster is None:
+            raise DemoError("no cluster was started")
+        return self.cluster
 
     def partition_dir(self, partition: int) -> Path:
-        return self.started_broker().log_dir / f"{TOPIC}-{partition}"
+        return self.started_cluster().broker(1).log_dir / f"{TOPIC}-{partition}"
 
 
-def start_broker(run: DemoRun) -> None:
-    run.broker = BrokerProcess(run.root / "broker-1", node_id=1)
-    run.broker.start()
-    try:
-        run.broker.wait_ready(min(30.0, run.remaining()))
-    except BrokerStartError as e:
-        raise DemoError(str(e)) from None
-    run.console.print(
-        f"broker 1 (pid {run.broker.pid}) serves [bold]{run.broker.bootstrap}[/bold], "
-        f"data in {run.broker.log_dir}, log in {run.broker.log_file}"
-    )
+def start_cluster(run: DemoRun) -> None:
+    run.cluster = LocalCluster(run.root, brokers=BROKERS, overrides=CLUSTER_OVERRIDES)
+    with _progress(run.console) as progress:
+        task = progress.add_task(f"starting {BROKERS} brokers (registered with the controller)", total=BROKERS)
+        try:
+            run.cluster.start(
+                min(60.0, run.remaining()), progress=lambda p: progress.update(task, completed=p.registered)
+            )
+        except BrokerStartError as e:
+            raise DemoError(str(e)) from None
+    for node_id in run.cluster.node_ids:
+        broker = run.cluster.broker(node_id)
+        role = "broker + controller" if node_id == 1 else "broker"
+        run.console.print(
+            f"node {node_id} ({role}, pid {broker.pid}) serves {broker.bootstrap}, data in {broker.log_dir}"
+        )
+    run.console.print(f"bootstrap servers: [bold]{run.cluster.bootstrap}[/bold]")
 
 
 def create_topic(run: DemoRun) -> None:
-    bootstrap = run.started_broker().bootstrap
+    bootstrap = run.started_cluster().bootstrap
     admin = AdminClient(client_config(bootstrap))
     timeout_s = min(15.0, run.remaining())
     # compression.type=producer is Kafka's default, spelled out because the demo shows it on disk: the
     # log keeps each batch in the codec the producer chose.
     future = admin.create_topics(
-        [NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=1, config={"compression.type": "producer"})],
+        [
+            NewTopic(
+                TOPIC,
+                num_partitions=PARTITIONS,
+                replication_factor=REPLICATION_FACTOR,
+                config={"compression.type": "producer", "min.insync.replicas": str(MIN_INSYNC_REPLICAS)},
+            )
+        ],
         request_timeout=timeout_s,
         operation_timeout=timeout_s,
     )[TOPIC]
@@ -135,11 +157,14 @@ def create_topic(run: DemoRun) -> None:
     except FutureTimeout:
         raise DemoError(f"creating topic {TOPIC!r}: the broker did not answer within {timeout_s:.0f}s") from None
     described = ", ".join(f"{p}→broker {leaders[p]}" for p in sorted(leaders))
-    run.console.print(f"topic [bold]{TOPIC}[/bold]: {PARTITIONS} partitions, leaders {described}")
+    run.console.print(
+        f"topic [bold]{TOPIC}[/bold]: {PARTITIONS} partitions x {REPLICATION_FACTOR} replicas "
+        f"(min.insync.replicas={MIN_INSYNC_REPLICAS}), leaders {described}"
+    )
 
 
 def produce_events(run: DemoRun) -> None:
-    bootstrap = run.started_broker().bootstrap
+    bootstrap = run.started_cluster().bootstrap
     timeout_s = run.remaining()
     producer = Producer(
         client_config(
@@ -186,7 +211,7 @@ def produce_events(run: DemoRun) -> None:
 def consume_and_verify(run: DemoRun) -> None:
     """Read everything back from the beginning and check each event: key, value, headers, no duplicates,
     and per-key order (one key lands in one partition, where offsets keep the order it was sent in)."""
-    bootstrap = run.started_broker().bootstrap
+    bootstrap = run.started_cluster().bootstrap
     consumer = Consumer(
         client_config(
             bootstrap, **{"group.id": "tierlog-demo", "enable.auto.commit": False, "enable.auto.offset.store": False}
@@ -293,13 +318,65 @@ def show_summary(run: DemoRun) -> None:
     run.console.print(table)
 
 
-def stop_broker(run: DemoRun) -> None:
-    broker = run.started_broker()
-    code = broker.stop(min(15.0, run.remaining()))
-    if code != 0:
-        raise DemoError(f"broker 1 exited with code {code} instead of shutting down cleanly; see {broker.log_file}")
+def show_replication(run: DemoRun) -> None:
+    """Every broker's own view of its replicas (GET /v1/partitions), as `tierlog cluster status` shows it."""
+    cluster = run.started_cluster()
+    addresses = {n: cluster.http_address(n) for n in cluster.node_ids}
+    reports = asyncio.run(gather_reports(addresses, min(5.0, run.remaining())))
+    run.console.print(status_table(reports, merge_partition_reports(reports)))
+
+
+def _leaders(run: DemoRun) -> dict[int, tuple[int, list[int]]]:
+    admin = AdminClient(client_config(run.started_cluster().bootstrap))
+    metadata = admin.list_topics(topic=TOPIC, timeout=min(5.0, run.remaining())).topics[TOPIC]
+    return {p.id: (p.leader, list(p.isrs)) for p in metadata.partitions.values()}
+
+
+def kill_a_leader(run: DemoRun) -> None:
+    """SIGKILL the leader of a partition (not node 1, whose controller the survivors need): the controller
+    fences it when its heartbeats stop and elects the next in-sync replica, with a new leader epoch."""
+    cluster = run.started_cluster()
+    before = _leaders(run)
+    partition, (victim, _) = next((p, v) for p, v in sorted(before.items()) if v[0] != 1)
+    cluster.kill(victim)
+    run.killed = victim
+    run.console.print(f"kill -9 broker {victim}, leader of {TOPIC}-{partition}")
+    started = time.monotonic()
+    while True:
+        after = _leaders(run)
+        if all(leader not in (victim, -1) and victim not in isr for leader, isr in after.values()):
+            break
+        time.sleep(min(0.2, run.remaining()))
+    seconds = time.monotonic() - started
+    for p in sorted(after):
+        (old, _), (new, isr) = before[p], after[p]
+        moved = f"leader {old} -> {new}" if old != new else f"leader {new}"
+        run.console.print(f"  {TOPIC}-{p}: {moved}, ISR {isr}")
+    run.console.print(f"new leaders elected {seconds:.1f}s after the kill (broker.session.timeout.ms=3000)")
+
+
+def restart_killed_broker(run: DemoRun) -> None:
+    cluster = run.started_cluster()
+    victim = run.killed
+    if victim is None:
+        raise DemoError("no broker was killed")
+    try:
+        cluster.restart(victim, min(30.0, run.remaining()))
+    except BrokerStartError as e:
+        raise DemoError(str(e)) from None
+    while not all(victim in isr for _, isr in _leaders(run).values()):
+        time.sleep(min(0.2, run.remaining()))
+    run.console.print(f"broker {victim} restarted, truncated by leader epoch, caught up and is back in every ISR")
+    show_replication(run)
+
+
+def stop_cluster(run: DemoRun) -> None:
+    cluster = run.started_cluster()
+    cluster.stop()
+    broker = cluster.broker(1)
     marker = broker.log_dir / ".kafka_cleanshutdown"
-    run.console.print(f"broker 1 shut down cleanly (exit code 0{', wrote ' + marker.name if marker.exists() else ''})")
+    state = "wrote " + marker.name if marker.exists() else "no clean-shutdown marker"
+    run.console.print(f"{BROKERS} brokers shut down cleanly ({state})")
 
 
 def show_segment(run: DemoRun) -> None:
@@ -316,12 +393,15 @@ def show_segment(run: DemoRun) -> None:
 
 
 STEPS: tuple[tuple[str, Callable[[DemoRun], None]], ...] = (
-    ("Start a broker", start_broker),
+    (f"Start a local cluster of {BROKERS} brokers", start_cluster),
     (f"Create topic {TOPIC}", create_topic),
-    ("Produce events with keys, headers and lz4 compression", produce_events),
-    ("Consume them back and verify every one", consume_and_verify),
+    ("Produce events with keys, headers and lz4 compression (acks=all)", produce_events),
+    ("Replication: leader, epoch, ISR, HW and every replica's LEO", show_replication),
+    ("Kill a leader with SIGKILL", kill_a_leader),
+    ("Consume them back from the survivors and verify every one", consume_and_verify),
+    ("Restart it: it rejoins the ISR", restart_killed_broker),
     # The files are read after a clean shutdown: complete, closed, and what a restart would recover.
-    ("Stop the broker", stop_broker),
+    ("Stop the cluster", stop_cluster),
     ("What is on disk", show_summary),
     ("Look inside a segment (dump-log)", show_segment),
 )
@@ -353,10 +433,11 @@ def _rate(count: int, seconds: float) -> str:
     "--timeout", "timeout_s", type=click.FloatRange(min=1), default=120, show_default=True, help="Seconds in all."
 )
 def demo(events: int, data_dir: Path | None, keep: bool, timeout_s: float) -> None:
-    """Run a local broker and 10,000 events through it.
+    """Run a local 3-broker cluster and 10,000 events through it.
 
-    Starts a broker on a free port, produces events with keys, headers and lz4, consumes and verifies
-    every one, shows what is on disk, and stops the broker."""
+    Starts three brokers on free ports, creates a topic with 3 replicas, produces events with keys, headers
+    and lz4 (acks=all), kills a leader, consumes and verifies every one from the survivors, restarts the
+    killed broker, shows what is on disk, and stops the cluster."""
     console = Console()
     if data_dir is not None and data_dir.exists() and any(data_dir.iterdir()):
         raise click.BadParameter(f"{data_dir} is not empty; give an empty or new directory", param_hint="--data-dir")
@@ -371,8 +452,8 @@ def demo(events: int, data_dir: Path | None, keep: bool, timeout_s: float) -> No
         failed = True
         console.print(f"[red bold]demo failed:[/red bold] {e}", highlight=False)
     finally:
-        if run.broker is not None and run.broker.running:
-            run.broker.stop()
+        if run.cluster is not None:
+            run.cluster.stop()
         if data_dir is None and not keep and not failed:
             shutil.rmtree(root, ignore_errors=True)
         else:
