@@ -23,3 +23,4 @@ lint: setup
 
 bench: setup
 	$(BIN)/python bench/throughput.py
+	$(BIN)/python bench/replication.py
