@@ -497,6 +497,9 @@ class KafkaApis:
                 answered.set_result(results)
 
         delayed = self.replica_manager.fetch_messages(params, infos, now_ms(), respond)
+        # A follower's fetch may have proposed an ISR expansion: send it now, not when this fetch is answered
+        # (up to replica.fetch.wait.max.ms later), as Kafka's AlterPartitionManager does.
+        self._after_request()
         if delayed is not None:
             self._arm_timer(delayed.deadline_ms)
         results = await answered
