@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from tierlog.cli.cluster import (
     merge_partition_reports,
     read_cluster_info,
 )
-from tierlog.cli.local_cluster import BrokerStartError, LocalCluster, api_versions_answered
+from tierlog.cli.local_cluster import BrokerStartError, LocalCluster, api_versions_answered, wait_until
 from tierlog.cli.main import cli
 
 # Fast failure detection, so a killed broker is fenced within seconds; RF 3 with min ISR 2 as in production.
@@ -75,16 +75,7 @@ def reports(addresses: dict[int, str]) -> list[BrokerReport]:
     return asyncio.run(gather_reports(addresses, timeout_s=3))
 
 
-def wait_for(condition: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    """Poll until `condition()` is truthy and return it; fail naming `what` after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.1)
+wait_for = wait_until
 
 
 def replicated(addresses: dict[int, str], topic: str, offset_end: int) -> dict[str, Any] | None:

@@ -17,7 +17,6 @@ import json
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from typing import Any
 from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tierlog.cli.local_cluster import LocalCluster
+from tierlog.cli.local_cluster import LocalCluster, wait_until
 from tierlog.records.codec import decode_batches
 
 TOPIC = "failover"
@@ -143,17 +142,7 @@ def views(cluster: LocalCluster) -> dict[int, dict[int, dict[str, Any]] | None]:
     return {n: partitions_of(cluster, n) if cluster.broker(n).running else None for n in BROKERS}
 
 
-def wait_for(condition: Callable[[], Any], timeout_s: float, what: Callable[[], str] | str) -> Any:
-    """Poll until `condition()` is truthy and return it; fail naming `what` (and the state) after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            described = what() if callable(what) else what
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {described}")
-        time.sleep(0.1)
+wait_for = wait_until
 
 
 def metadata_leader(bootstrap: str, partition: int) -> int:

@@ -28,7 +28,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tierlog.cli.local_cluster import LocalCluster
+from tierlog.cli.local_cluster import LocalCluster, wait_until
 from tierlog.records.codec import decode_batches
 
 T = TypeVar("T")
@@ -74,18 +74,8 @@ def _kill_leftover_brokers() -> None:
 def wait_for(
     condition: Callable[[], T | None], timeout_s: float, what: str, detail: Callable[[], str] | None = None
 ) -> T:
-    """Poll until `condition()` returns something truthy and return it; fail naming `what` (and what
-    `detail()` says about the state then) after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"timed out after {timeout_s}s waiting for {what}" + (f"; {detail()}" if detail else "")
-            )
-        time.sleep(0.05)
+    """`wait_until`, with what `detail()` says about the state when it gives up."""
+    return wait_until(condition, timeout_s, lambda: what + (f"; {detail()}" if detail else ""))
 
 
 # --- the brokers' HTTP endpoints ---------------------------------------------------------------------------
@@ -108,6 +98,23 @@ def partition_status(cluster: LocalCluster, node_id: int, topic: str) -> dict[st
             status: dict[str, Any] = partition
             return status
     return None
+
+
+def wait_for_follower_to_lead(cluster: LocalCluster, topic: str, old_epoch: int) -> dict[str, Any]:
+    """The old follower's own status once it leads `topic`-0 in an epoch above `old_epoch`."""
+
+    def follower_leads() -> dict[str, Any] | None:
+        status = partition_status(cluster, FOLLOWER, topic)
+        return (
+            status if status is not None and status["role"] == "leader" and status["leader_epoch"] > old_epoch else None
+        )
+
+    return wait_for(
+        follower_leads,
+        FAILOVER_S,
+        f"broker {FOLLOWER} leading {topic}-0 in an epoch above {old_epoch}",
+        lambda: statuses(cluster, topic),
+    )
 
 
 def statuses(cluster: LocalCluster, topic: str) -> str:
@@ -552,18 +559,7 @@ def test_seed_002_hw_data_loss_story_keeps_the_acknowledged_message(
 
     cluster.kill(LEADER)
 
-    def follower_leads() -> dict[str, Any] | None:
-        status = partition_status(cluster, FOLLOWER, topic)
-        return (
-            status if status is not None and status["role"] == "leader" and status["leader_epoch"] > old_epoch else None
-        )
-
-    new_leader = wait_for(
-        follower_leads,
-        FAILOVER_S,
-        f"broker {FOLLOWER} leading {topic}-0 in an epoch above {old_epoch}",
-        lambda: statuses(cluster, topic),
-    )
+    new_leader = wait_for_follower_to_lead(cluster, topic, old_epoch)
     assert new_leader["log_end_offset"] == 1, new_leader
     wait_for(
         lambda: (partition_status(cluster, FOLLOWER, topic) or {}).get("high_watermark") == 1,
@@ -614,18 +610,7 @@ def test_seed_002_divergence_story_ends_with_identical_logs(
     paused_s = time.monotonic() - paused_at
     assert paused_s < SESSION_TIMEOUT_MS / 1000 - 0.5, f"the follower was frozen {paused_s:.1f}s: it may be fenced"
 
-    def follower_leads() -> dict[str, Any] | None:
-        status = partition_status(cluster, FOLLOWER, topic)
-        return (
-            status if status is not None and status["role"] == "leader" and status["leader_epoch"] > old_epoch else None
-        )
-
-    new_leader = wait_for(
-        follower_leads,
-        FAILOVER_S,
-        f"broker {FOLLOWER} leading {topic}-0 in an epoch above {old_epoch}",
-        lambda: statuses(cluster, topic),
-    )
+    new_leader = wait_for_follower_to_lead(cluster, topic, old_epoch)
     assert new_leader["log_end_offset"] == 1, f"m1 reached the follower after all, no divergence to heal: {new_leader}"
 
     # The new leader takes m2 at offset 1, where the old leader holds m1: two logs, same offset, other data.

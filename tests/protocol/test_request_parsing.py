@@ -306,3 +306,24 @@ def test_produce_records_are_copied_once() -> None:
         tracemalloc.stop()
     assert request.body.topic_data[0].partition_data[0].records == records
     assert peak < 1.2 * len(records)
+
+
+@pytest.mark.parametrize(
+    ("api_key", "version", "array_length"),
+    [
+        (3, 12, bytes.fromhex("d1cd81b31b")),  # Metadata v12 topics: compact array of ~7 billion entries
+        (3, 1, struct.pack(">i", 2**31 - 1)),  # Metadata v1 topics: int32 length
+        (56, 3, bytes.fromhex("ffffffff07")),  # AlterPartition v3 topics
+    ],
+)
+def test_a_forged_array_length_is_an_invalid_request_not_an_allocation(
+    api_key: int, version: int, array_length: bytes
+) -> None:
+    # kio's native entity reader sized the array by this claim and aborted the process (Rust OOM): one
+    # malformed frame from any client killed the broker. Found by fuzzing mutated frames.
+    header = struct.pack(">hhih", api_key, version, 7, 4) + b"fuzz"
+    if version >= (12 if api_key == 3 else 0):
+        header += b"\x00"  # request header v2: no tagged fields
+    body = (struct.pack(">i", 1) if api_key == 56 else b"") + struct.pack(">q", 1) * (api_key == 56) + array_length
+    with pytest.raises(InvalidRequest):
+        parse_request(header + body + bytes(16))

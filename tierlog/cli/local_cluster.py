@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from pathlib import Path
 from types import TracebackType
-from typing import NamedTuple, Self
+from typing import NamedTuple, Self, TypeVar
 
 from tierlog.protocol.api_versions import API_VERSIONS_KEY
 
@@ -43,6 +43,25 @@ class BrokerStartError(RuntimeError):
         self.node_id = node_id
         self.log_file = log_file
         self.log_tail = log_tail
+
+
+T = TypeVar("T")
+
+
+def wait_until(
+    condition: Callable[[], T | None], timeout_s: float, what: str | Callable[[], str], interval_s: float = 0.05
+) -> T:
+    """Poll until `condition()` returns something truthy and return it; after `timeout_s` raise TimeoutError
+    naming `what` (a callable is asked then, so the message can describe the state at that moment)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            described = what() if callable(what) else what
+            raise TimeoutError(f"timed out after {timeout_s}s waiting for {described}")
+        time.sleep(interval_s)
 
 
 def free_port() -> int:

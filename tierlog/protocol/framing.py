@@ -59,4 +59,3 @@ async def read_frame(reader: asyncio.StreamReader, max_bytes: int) -> bytes | No
         return await reader.readexactly(size)
     except asyncio.IncompleteReadError as exc:
         raise TruncatedFrame(SIZE_PREFIX_BYTES + size, SIZE_PREFIX_BYTES + len(exc.partial)) from None
-

@@ -1,11 +1,12 @@
-"""A reader for kio entities that skips tagged fields it does not know, as KIP-482 requires.
+"""The request body reader: kio entities read field by field, skipping unknown tagged fields (KIP-482)
+and refusing any length the buffer cannot hold.
 
-kio 0.6.5's native entity reader raises KeyError on an unknown tag. Rather than patch kio, the codec
-parses with the native reader first and, only when it hits that KeyError, re-reads the body here: this
-walks the entity's dataclass fields like kio's writer does, reads every primitive (and primitive array)
-with kio's own native field readers and assembles structs and struct arrays itself, so only the
-structure walk is Python. Unknown tags are skipped by their declared size; known tags are read inside
-exactly that size.
+kio 0.6.5's native entity reader raises KeyError on an unknown tag and sizes arrays by the length a frame
+claims before reading them, so a few forged bytes make it allocate tens of gigabytes and abort the
+process. This reader walks the entity's dataclass fields like kio's writer does, reads every primitive
+with kio's own native field readers, bounds every array length by the bytes left before reading it, and
+assembles structs and struct arrays itself, so only the structure walk is Python. Unknown tags are
+skipped by their declared size; known tags are read inside exactly that size.
 
 Every reader returns `(value, bytes consumed)`, the convention of kio's native readers.
 """
@@ -119,9 +120,12 @@ def tolerant_entity_reader(entity_type: type[Any]) -> Reader:
 
 def _field_reader(entity_type: type[Any], field: Field[Any], flexible: bool, *, is_tag: bool) -> Reader:
     field_class = classify_field(field)
-    if isinstance(field_class, PrimitiveField | PrimitiveTupleField):
+    if isinstance(field_class, PrimitiveField):
         native: Reader = get_field_reader(entity_type, field, False, is_tag)
         return native
+    if isinstance(field_class, PrimitiveTupleField):
+        read_native = get_field_reader(entity_type, field, False, is_tag)
+        return _bounded_primitive_array_reader(read_native, flexible, field.name)
     item_reader = tolerant_entity_reader(field_class.type_)
     # Tagged fields are optional by their presence, never by a null marker (as in kio's writer).
     nullable = not is_tag and is_optional(field)
@@ -129,6 +133,27 @@ def _field_reader(entity_type: type[Any], field: Field[Any], flexible: bool, *, 
         return _nullable_struct_reader(item_reader) if nullable else item_reader
     assert isinstance(field_class, EntityTupleField)
     return _array_reader(item_reader, flexible=flexible, nullable=nullable, name=field.name)
+
+
+def _bounded_primitive_array_reader(read_native: Reader, flexible: bool, name: str) -> Reader:
+    """kio's native reader allocates whatever length an array claims before reading it: a few bytes claiming
+    billions of items abort the process. Refuse lengths the buffer cannot hold (every item is >= 1 byte)."""
+
+    def read_array(buffer: memoryview, offset: int) -> tuple[Any, int]:
+        if flexible:
+            length, position = read_uvarint(buffer, offset)
+            count = length - 1
+        else:
+            if offset + 4 > len(buffer):
+                raise MalformedEntity(f"buffer ends inside the length of {name}")
+            (count,) = _INT32.unpack_from(buffer, offset)
+            position = 4
+        if count > len(buffer) - offset - position:
+            raise MalformedEntity(f"array {name} claims {count} items, {len(buffer) - offset - position} bytes remain")
+        value: tuple[Any, int] = read_native(buffer, offset)
+        return value
+
+    return read_array
 
 
 def _nullable_struct_reader(read_struct: Reader) -> Reader:
