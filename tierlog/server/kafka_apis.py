@@ -67,6 +67,15 @@ API_CREATE_PARTITIONS = 37
 API_INCREMENTAL_ALTER_CONFIGS = 44
 API_DESCRIBE_CLUSTER = 60
 
+# Admin requests the controller decides (a broker that is not the controller forwards them).
+FORWARDED_APIS = (
+    API_CREATE_TOPICS,
+    API_DELETE_TOPICS,
+    API_CREATE_PARTITIONS,
+    API_ALTER_CONFIGS,
+    API_INCREMENTAL_ALTER_CONFIGS,
+)
+
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 
@@ -143,6 +152,10 @@ class KafkaApis:
         if controller_server is not None:
             for key in CONTROLLER_APIS:
                 self.handlers[key] = controller_server.handle
+        else:
+            # Kafka's ForwardingManager: only the controller decides these; other brokers relay them.
+            for key in FORWARDED_APIS:
+                self.handlers[key] = self._forward
         self._producer_ids: Iterator[int] = iter(())
 
     @property
@@ -183,8 +196,7 @@ class KafkaApis:
         await self.loader.wait_until_offset(target, METADATA_PROPAGATION_TIMEOUT_S)
 
     async def _forward(self, request: Request) -> Any:
-        """Kafka's ForwardingManager: an admin request on a broker that is not the controller is decided by
-        the controller; the broker answers once its own metadata shows the result."""
+        """An admin request decided by the controller; answered once this broker's metadata shows the result."""
         try:
             response = await self.channel.forward(request.body)
         except ControllerUnavailableError as e:
@@ -283,7 +295,7 @@ class KafkaApis:
             validate_only=False,
         )
         request = Request(API_CREATE_TOPICS, 7, 0, "auto-create", body, 0)
-        response = await self.handle_create_topics(request)
+        response = await self.handlers[API_CREATE_TOPICS](request)
         result = response.topics[0]
         if result.error_code not in (error_code(None), error_code("TOPIC_ALREADY_EXISTS")):
             return None, result.error_code.name.upper()
@@ -668,8 +680,6 @@ class KafkaApis:
     # Topic administration
 
     async def handle_create_topics(self, request: Request) -> Any:
-        if self.controller_server is None:
-            return await self._forward(request)
         s = self._schema(request)
         body = request.body
         results = []
@@ -732,8 +742,6 @@ class KafkaApis:
         return s.CreateTopicsResponse(throttle_time=NO_THROTTLE, topics=tuple(results))
 
     async def handle_delete_topics(self, request: Request) -> Any:
-        if self.controller_server is None:
-            return await self._forward(request)
         s = self._schema(request)
         body = request.body
         if hasattr(body, "topics"):  # v6+ names a topic or gives its id
@@ -766,8 +774,6 @@ class KafkaApis:
         return s.DeleteTopicsResponse(throttle_time=NO_THROTTLE, responses=tuple(results))
 
     async def handle_create_partitions(self, request: Request) -> Any:
-        if self.controller_server is None:
-            return await self._forward(request)
         s = self._schema(request)
         body = request.body
         results = []
@@ -925,8 +931,6 @@ class KafkaApis:
         return responses
 
     async def handle_incremental_alter_configs(self, request: Request) -> Any:
-        if self.controller_server is None:
-            return await self._forward(request)
         responses = await self._alter_configs(request, _apply_config_operations)
         return self._schema(request).IncrementalAlterConfigsResponse(
             throttle_time=NO_THROTTLE, responses=tuple(responses)
@@ -934,8 +938,6 @@ class KafkaApis:
 
     async def handle_alter_configs(self, request: Request) -> Any:
         """The legacy API replaces every override of the resource with the ones given."""
-        if self.controller_server is None:
-            return await self._forward(request)
         responses = await self._alter_configs(
             request, lambda resource, _current: {c.name: c.value for c in resource.configs if c.value is not None}
         )
