@@ -773,7 +773,7 @@ def test_isr_expansion_reaches_the_controller_while_the_follower_fetch_waits(sta
             f"the controller to commit the expansion (proposed: {proposed})",
             lambda: statuses(cluster, topic),
         )
-    except AssertionError as error:
+    except TimeoutError as error:
         wait_for(
             lambda: FOLLOWER in (partition_status(cluster, LEADER, topic) or {}).get("isr", []),
             fetch_wait_ms / 1000 + CONVERGE_S,
