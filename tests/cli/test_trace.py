@@ -162,6 +162,17 @@ def test_trace_skips_lines_that_are_not_events() -> None:
     assert [cells(line)[2] for line in result.stdout.splitlines()] == ["attribute", "Leader LEO"]
 
 
+def test_trace_says_how_many_events_a_broker_dropped() -> None:
+    # A broker tells a reader that fell behind how many events it lost, where they would have been.
+    lines = [json.dumps(SEED_000_LEADER[0]), json.dumps({"dropped": 3, "broker_id": 1}), json.dumps(SEED_000_LEADER[1])]
+    with FakeBrokerHttp(trace_lines=lines) as broker:
+        result = CliRunner().invoke(cli, ["trace", "orders", "0", "--http", broker.address, "--no-follow"])
+    assert result.exit_code == 0, result.output
+    assert f"{broker.address} dropped 3 trace events" in result.stderr
+    assert "not a trace event" not in result.stderr
+    assert [cells(line)[2] for line in result.stdout.splitlines()] == ["attribute", "Leader LEO", "Leader HW"]
+
+
 def test_trace_fails_in_one_line_when_no_broker_answers() -> None:
     address = f"127.0.0.1:{free_port()}"
     result = CliRunner().invoke(cli, ["trace", "orders", "0", "--http", address, "--no-follow", "--timeout", "2"])

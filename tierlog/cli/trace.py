@@ -229,6 +229,17 @@ async def read_stream(
         stream.settled = stream.done = True
 
 
+def _dropped_count(line: bytes) -> int | None:
+    """n for the `{"dropped": n, "broker_id": b}` line a broker sends where a slow reader lost events."""
+    if b'"dropped"' not in line:
+        return None
+    try:
+        raw = json.loads(line)
+        return int(raw["dropped"]) if isinstance(raw, dict) else None
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 async def _read_events(
     body: AsyncIterator[bytes], stream: Stream, queue: asyncio.Queue[TraceEvent], notice: Callable[[str], None]
 ) -> None:
@@ -239,6 +250,10 @@ async def _read_events(
             raise HttpError(f"{stream.address} sent a line longer than {_MAX_LINE_BYTES} bytes")
         for line in lines:
             if not line.strip():
+                continue
+            dropped = _dropped_count(line)
+            if dropped is not None:
+                notice(f"{stream.address} dropped {dropped} trace events: this reader fell behind its stream")
                 continue
             try:
                 await queue.put(parse_event(line))
