@@ -22,6 +22,7 @@ from tierlog.controller.errors import (
 )
 from tierlog.controller.metadata_log import DiskMetadataLog
 from tierlog.controller.records import ClusterIdRecord, ConfigRecord, PartitionRecord, RemoveTopicRecord, TopicRecord
+from tierlog.storage.checkpoints import kafka_uuid_from_str
 
 
 def records_after(controller: Controller, offset: int) -> list[object]:
@@ -188,7 +189,7 @@ def test_producer_id_blocks_never_repeat_across_restarts(tmp_path: Path) -> None
 def test_a_new_log_starts_with_the_cluster_id(tmp_path: Path) -> None:
     controller = open_controller(tmp_path)
     cluster_id = controller.metadata.cluster_id
-    assert len(cluster_id) == 22
+    kafka_uuid_from_str(cluster_id)  # Kafka's Uuid string form, as `kafka-storage random-uuid` prints
     assert controller.metadata_log.records_from(0) == [(0, ClusterIdRecord(cluster_id))]
     assert restart(controller, tmp_path).metadata.cluster_id == cluster_id
 

@@ -9,7 +9,6 @@ a timer (`next_session_deadline_ms` says when).
 
 from __future__ import annotations
 
-import base64
 import re
 import uuid
 from collections.abc import Collection, Mapping, Sequence
@@ -54,6 +53,7 @@ from tierlog.controller.records import (
     RemoveTopicRecord,
     TopicRecord,
 )
+from tierlog.storage.checkpoints import kafka_uuid_to_str
 from tierlog.storage.log_config import TOPIC_CONFIGS, parse_config_value, validate_topic_config
 
 MAX_TOPIC_NAME_LENGTH = 249
@@ -105,7 +105,8 @@ class Controller:
         for offset, record in metadata_log.records_from(0):
             self.metadata.apply(offset, record)
         if metadata_log.end_offset == 0:
-            self._commit([ClusterIdRecord(cluster_id or _new_cluster_id())])
+            # Kafka's cluster ids are random Uuids in their string form (base64url, 22 characters).
+            self._commit([ClusterIdRecord(cluster_id or kafka_uuid_to_str(uuid.uuid4()))])
         elif cluster_id and cluster_id != self.metadata.cluster_id:
             raise InconsistentClusterIdError(
                 f"The metadata log belongs to cluster {self.metadata.cluster_id}, not {cluster_id}"
@@ -543,8 +544,3 @@ def _validate_configs(configs: Mapping[str, str]) -> None:
             validate_topic_config(key, value)
         except ValueError as e:
             raise InvalidConfigError(str(e)) from None
-
-
-def _new_cluster_id() -> str:
-    # Kafka's cluster ids are random UUIDs in URL-safe base64 without padding (22 characters).
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
