@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from typing import get_args
 
 import pytest
 
@@ -40,6 +41,10 @@ EVERY_RECORD_TYPE: list[MetadataRecord] = [
     RemoveTopicRecord(TOPIC_ID),
     ProducerIdsRecord(-1, 2000),
 ]
+
+
+def test_the_round_trip_cases_cover_every_record_type() -> None:
+    assert {type(r) for r in EVERY_RECORD_TYPE} == set(get_args(MetadataRecord))
 
 
 @pytest.mark.parametrize("record", EVERY_RECORD_TYPE, ids=lambda r: type(r).__name__)
