@@ -61,13 +61,12 @@ class DiskMetadataLog:
             # little for a log this small and truncates a tail torn by a crash.
             recovery_point=0,
             log_start_offset=0,
+            # Unused: with one controller every fsynced record is committed, so reads go to the log end.
             high_watermark=0,
             had_clean_shutdown=False,
             # Dates only a segment created before the first append; rolls are decided by batch timestamps.
             now_ms=0,
         )
-        # Everything that survived recovery was fsynced, hence committed.
-        self._log.update_high_watermark(self._log.log_end_offset)
 
     @property
     def end_offset(self) -> int:
@@ -77,7 +76,6 @@ class DiskMetadataLog:
         batch = bytearray(build_batch([(None, encode_record(record), [], now_ms) for record in records]))
         info = self._log.append_as_leader(batch, CONTROLLER_EPOCH, now_ms)
         self._log.flush()
-        self._log.update_high_watermark(self._log.log_end_offset)
         return info.first_offset
 
     def records_from(self, start_offset: int) -> list[tuple[int, MetadataRecord]]:
