@@ -460,7 +460,7 @@ class Controller:
         return range(start, start + PRODUCER_ID_BLOCK_SIZE)
 
     def _manual_assignment(self, assignments: Sequence[Sequence[int]]) -> list[PartitionRegistration]:
-        live = set(self._live_brokers())
+        live = self._live_brokers()
         partitions = []
         for index, replicas in enumerate(assignments):
             if not replicas or len(set(replicas)) != len(replicas):
@@ -508,15 +508,14 @@ def _partition_change(
     """The record moving `current` to (leader, isr), with KRaft's epoch bumps; None if nothing changes."""
     if leader == current.leader and isr == current.isr:
         return None
-    return PartitionRecord(
-        topic_id=topic_id,
-        partition_id=partition_id,
-        replicas=tuple(current.replicas),
-        isr=tuple(isr),
+    changed = PartitionRegistration(
+        replicas=current.replicas,
+        isr=isr,
         leader=leader,
         leader_epoch=current.leader_epoch + 1 if leader != current.leader else current.leader_epoch,
         partition_epoch=current.partition_epoch + 1,
     )
+    return _partition_record(topic_id, partition_id, changed)
 
 
 def _partition_record(topic_id: uuid.UUID, partition_id: int, registration: PartitionRegistration) -> PartitionRecord:
