@@ -37,17 +37,17 @@ class CliError(click.ClickException):
     """A failure told to a person in one line (click prints `Error: <message>` and exits with 1)."""
 
 
+def timeout_option(default: float, help: str, minimum: float = 0.1) -> Callable[[F], F]:
+    """`--timeout SECONDS`, passed to the command as `timeout_s`; every command's bound is spelt so."""
+    return click.option(
+        "--timeout", "timeout_s", type=click.FloatRange(min=minimum), default=default, show_default=True, help=help
+    )
+
+
 def client_options(command: F) -> F:
     """`-b/--bootstrap-server` (also $TIERLOG_BOOTSTRAP) and `--timeout`, as flags of the command itself
     so they go anywhere on the line, as in rpk."""
-    command = click.option(
-        "--timeout",
-        "timeout_s",
-        type=click.FloatRange(min=0.1),
-        default=DEFAULT_TIMEOUT_S,
-        show_default=True,
-        help="Seconds to wait for the broker before giving up.",
-    )(command)
+    command = timeout_option(DEFAULT_TIMEOUT_S, "Seconds to wait for the broker before giving up.")(command)
     return click.option(
         "-b",
         "--bootstrap-server",

@@ -27,7 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from tierlog.cli.clients import CliError, output_console, parse_key_values
+from tierlog.cli.clients import CliError, output_console, parse_key_values, timeout_option
 from tierlog.cli.local_cluster import CONTROLLER_NODE_ID, BrokerStartError, LocalCluster, StartProgress
 
 DEFAULT_DIR = Path("/tmp/tierlog-cluster")
@@ -438,15 +438,16 @@ def stop_processes(pids: Sequence[int], timeout_s: float) -> dict[int, str]:
 # --- the commands ------------------------------------------------------------------------------------------
 
 
-def _dir_option(command: F) -> F:
+def dir_option(help: str = "Directory of the cluster: data, broker logs and cluster.json.") -> Callable[[F], F]:
+    """`--dir`, the directory `cluster up` records its cluster in, passed to the command as `directory`."""
     return click.option(
         "--dir",
         "directory",
         type=click.Path(file_okay=False, path_type=Path),
         default=DEFAULT_DIR,
         show_default=True,
-        help="Directory of the cluster: data, broker logs and cluster.json.",
-    )(command)
+        help=help,
+    )
 
 
 @click.group()
@@ -456,7 +457,7 @@ def cluster() -> None:
 
 @cluster.command()
 @click.option("-n", "--brokers", type=click.IntRange(min=1), default=3, show_default=True, help="Number of brokers.")
-@_dir_option
+@dir_option()
 @click.option(
     "--override",
     "overrides",
@@ -464,14 +465,7 @@ def cluster() -> None:
     metavar="KEY=VALUE",
     help="A server.properties value for every broker (repeatable), e.g. default.replication.factor=3.",
 )
-@click.option(
-    "--timeout",
-    "timeout_s",
-    type=click.FloatRange(min=1),
-    default=60.0,
-    show_default=True,
-    help="Seconds to wait for every broker to register.",
-)
+@timeout_option(60.0, "Seconds to wait for every broker to register.", minimum=1)
 def up(brokers: int, directory: Path, overrides: tuple[str, ...], timeout_s: float) -> None:
     """Start BROKERS brokers in the background (node 1 is also the controller) and wait until all serve."""
     path = cluster_file(directory)
@@ -524,16 +518,9 @@ def up(brokers: int, directory: Path, overrides: tuple[str, ...], timeout_s: flo
 
 
 @cluster.command()
-@_dir_option
+@dir_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the merged partition states as JSON.")
-@click.option(
-    "--timeout",
-    "timeout_s",
-    type=click.FloatRange(min=0.1),
-    default=3.0,
-    show_default=True,
-    help="Seconds to wait for each broker's answer.",
-)
+@timeout_option(3.0, "Seconds to wait for each broker's answer.")
 def status(directory: Path, as_json: bool, timeout_s: float) -> None:
     """Brokers, and per partition: leader, epoch, ISR, HW and every replica's LEO."""
     info = read_cluster_info(directory)
@@ -557,16 +544,9 @@ def status(directory: Path, as_json: bool, timeout_s: float) -> None:
 
 
 @cluster.command()
-@_dir_option
+@dir_option()
 @click.option("--purge", is_flag=True, help="Also delete the brokers' data directories and logs.")
-@click.option(
-    "--timeout",
-    "timeout_s",
-    type=click.FloatRange(min=0.1),
-    default=15.0,
-    show_default=True,
-    help="Seconds a broker gets for its controlled shutdown before it is killed.",
-)
+@timeout_option(15.0, "Seconds a broker gets for its controlled shutdown before it is killed.")
 def down(directory: Path, purge: bool, timeout_s: float) -> None:
     """Stop the cluster's brokers (SIGTERM, then SIGKILL after --timeout); its data stays unless --purge."""
     info = read_cluster_info(directory)

@@ -31,7 +31,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from tierlog.cli.clients import CliError, client_config, kafka_error_message
+from tierlog.cli.clients import CliError, client_config, kafka_error_message, timeout_option
 from tierlog.cli.cluster import gather_reports, merge_partition_reports, status_table
 from tierlog.cli.dump_log import dump_log
 from tierlog.cli.local_cluster import BrokerStartError, LocalCluster
@@ -429,9 +429,7 @@ def _rate(count: int, seconds: float) -> str:
     help="Keep the broker's data and log here (must be empty or absent); default: a temporary directory.",
 )
 @click.option("--keep", is_flag=True, help="Keep the temporary data directory afterwards.")
-@click.option(
-    "--timeout", "timeout_s", type=click.FloatRange(min=1), default=120, show_default=True, help="Seconds in all."
-)
+@timeout_option(120, "Seconds in all.", minimum=1)
 def demo(events: int, data_dir: Path | None, keep: bool, timeout_s: float) -> None:
     """Run a local 3-broker cluster and 10,000 events through it.
 

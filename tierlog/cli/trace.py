@@ -22,8 +22,8 @@ import click
 from rich.console import Console
 from rich.text import Text
 
-from tierlog.cli.clients import DEFAULT_TIMEOUT_S, CliError, output_console
-from tierlog.cli.cluster import DEFAULT_DIR, HttpError, http_get, read_cluster_info, split_address
+from tierlog.cli.clients import DEFAULT_TIMEOUT_S, CliError, output_console, timeout_option
+from tierlog.cli.cluster import HttpError, dir_option, http_get, read_cluster_info, split_address
 
 # An event waits this long after it arrived before it is printed, so that an earlier event of another
 # broker that arrives a little later (its stream is read by another task) still goes before it.
@@ -312,14 +312,7 @@ async def run_trace(
 @click.command()
 @click.argument("topic")
 @click.argument("partition", type=click.IntRange(min=0))
-@click.option(
-    "--dir",
-    "directory",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=DEFAULT_DIR,
-    show_default=True,
-    help="Directory of a `tierlog cluster up` cluster: trace all its brokers.",
-)
+@dir_option("Directory of a `tierlog cluster up` cluster: trace all its brokers.")
 @click.option(
     "--http",
     "http_addresses",
@@ -333,14 +326,7 @@ async def run_trace(
     show_default=True,
     help="Keep printing live events until Ctrl-C, or stop once the backlogs are printed.",
 )
-@click.option(
-    "--timeout",
-    "timeout_s",
-    type=click.FloatRange(min=0.1),
-    default=DEFAULT_TIMEOUT_S,
-    show_default=True,
-    help="Seconds to wait for a broker to answer.",
-)
+@timeout_option(DEFAULT_TIMEOUT_S, "Seconds to wait for a broker to answer.")
 def trace(
     topic: str, partition: int, directory: Path, http_addresses: tuple[str, ...], follow: bool, timeout_s: float
 ) -> None:
