@@ -28,6 +28,17 @@ def test_the_first_live_isr_member_in_assignment_order_takes_over(tmp_path: Path
     controller = new_controller(tmp_path, nodes=(1, 2, 3))
     topic = controller.create_topic("events", 1, 3, {})
     broker_epoch = controller.metadata.brokers[1].broker_epoch
+    # The ISR in another order than the replicas [1, 2, 3]: the election must follow the replicas.
+    controller.alter_partition(1, broker_epoch, topic.topic_id, 0, 0, 0, [1, 3])
+    controller.alter_partition(1, broker_epoch, topic.topic_id, 0, 0, 1, [1, 3, 2])
+    fence(controller, 1)
+    assert state(controller) == (2, [3, 2], 1, 3)
+
+
+def test_a_replica_outside_the_isr_is_passed_over(tmp_path: Path) -> None:
+    controller = new_controller(tmp_path, nodes=(1, 2, 3))
+    topic = controller.create_topic("events", 1, 3, {})
+    broker_epoch = controller.metadata.brokers[1].broker_epoch
     controller.alter_partition(1, broker_epoch, topic.topic_id, 0, 0, 0, [1, 3])
     fence(controller, 1)
     assert state(controller) == (3, [3], 1, 2)
