@@ -5,11 +5,11 @@ is carried from a follower's ReplicaFetcher to the leader's ReplicaManager.fetch
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from tierlog.common import TopicPartition
-from tierlog.controller.metadata import PartitionRegistration, TopicMetadata
+from tierlog.controller.metadata import BrokerRegistration, ClusterMetadata, PartitionRegistration, TopicMetadata
 from tierlog.records.codec import build_batch
 from tierlog.replication.fetcher import FetchResponsePartition, ReplicaFetcher
 from tierlog.replication.replica_manager import (
@@ -30,28 +30,20 @@ TP = TopicPartition(TOPIC, 0)
 TOPIC_ID = uuid.UUID("6d2bd2a4-5a47-4d0c-9d8c-3f1f6e0b9a11")
 
 
-@dataclass(slots=True)
-class Broker:
-    """The broker fields of the metadata image that replication reads."""
-
-    fenced: bool = False
-    in_controlled_shutdown: bool = False
-
-
-@dataclass(slots=True)
-class Image:
-    """A hand-built metadata image (ClusterMetadata's shape: topics and brokers)."""
-
-    topics: dict[str, TopicMetadata] = field(default_factory=dict)
-    brokers: dict[int, Broker] = field(default_factory=dict)
+def live_broker(broker_id: int) -> BrokerRegistration:
+    """A registered, unfenced broker (the controller's image after its first heartbeat)."""
+    return BrokerRegistration(broker_id, f"incarnation-{broker_id}", 0, [], None, fenced=False)
 
 
 def batch(*values: bytes, timestamp: int = NOW) -> bytearray:
     return bytearray(build_batch([(None, v, [], timestamp) for v in values]))
 
 
-def single_topic_image(registration: PartitionRegistration, configs: dict[str, str] | None = None) -> Image:
-    return Image({TOPIC: TopicMetadata(TOPIC, TOPIC_ID, [registration], dict(configs or {}))})
+def single_topic_image(registration: PartitionRegistration, configs: dict[str, str] | None = None) -> ClusterMetadata:
+    return ClusterMetadata(
+        topics={TOPIC: TopicMetadata(TOPIC, TOPIC_ID, [registration], dict(configs or {}))},
+        brokers={b: live_broker(b) for b in registration.replicas},
+    )
 
 
 @dataclass(slots=True)
@@ -101,7 +93,7 @@ class Cluster:
         self.now = NOW
         self.events: list[TraceEvent] = []
         self.configs = dict(configs or {})
-        self.brokers = {b: Broker() for b in broker_ids}
+        self.brokers = {b: live_broker(b) for b in broker_ids}
         self.managers: dict[int, ReplicaManager] = {}
         for broker_id in broker_ids:
             self.start(broker_id)
@@ -124,9 +116,10 @@ class Cluster:
         del self.managers[broker_id]
         self.brokers[broker_id].fenced = True
 
-    def image(self) -> Image:
-        return Image(
-            {TOPIC: TopicMetadata(TOPIC, TOPIC_ID, [self.registration], dict(self.configs))}, dict(self.brokers)
+    def image(self) -> ClusterMetadata:
+        return ClusterMetadata(
+            topics={TOPIC: TopicMetadata(TOPIC, TOPIC_ID, [self.registration], dict(self.configs))},
+            brokers=dict(self.brokers),
         )
 
     def publish(self) -> None:

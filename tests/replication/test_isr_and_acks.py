@@ -95,16 +95,26 @@ def test_follower_behind_the_start_of_the_leader_epoch_cannot_rejoin(tmp_path: P
     assert cluster.log(1).high_watermark == 3
 
 
-def test_fenced_broker_is_not_proposed_into_the_isr(tmp_path: Path) -> None:
+def test_only_a_registered_unfenced_broker_not_shutting_down_is_proposed_into_the_isr(tmp_path: Path) -> None:
     cluster = Cluster(tmp_path, [1, 2], isr=[1])
-    cluster.brokers[2].in_controlled_shutdown = True
+    broker = cluster.brokers.pop(2)
+    cluster.publish()
+    partition = cluster.managers[1].get_partition(TP)
+    cluster.fetch(2)  # unknown to the metadata image
+    assert partition.maximal_isr == [1]
+    cluster.brokers[2] = broker
+    broker.fenced = True
     cluster.publish()
     cluster.fetch(2)
-    assert cluster.managers[1].get_partition(TP).maximal_isr == [1]
-    cluster.brokers[2].in_controlled_shutdown = False
+    assert partition.maximal_isr == [1]
+    broker.fenced, broker.in_controlled_shutdown = False, True
     cluster.publish()
     cluster.fetch(2)
-    assert cluster.managers[1].get_partition(TP).maximal_isr == [1, 2]
+    assert partition.maximal_isr == [1]
+    broker.in_controlled_shutdown = False
+    cluster.publish()
+    cluster.fetch(2)
+    assert partition.maximal_isr == [1, 2]
 
 
 def test_refused_alter_partition_is_dropped_and_proposed_again(tmp_path: Path) -> None:
@@ -146,7 +156,7 @@ def test_not_enough_replicas_after_append_when_the_hw_passes_with_too_small_an_i
     log_manager = LogManager([tmp_path], {})
     log_manager.startup({}, NOW)
     log = log_manager.get_or_create_log(TP, TOPIC_ID, {"min.insync.replicas": "2"}, NOW)
-    partition = Partition(TP, TOPIC_ID, log, 1)
+    partition = Partition(TP, TOPIC_ID, log, 1, is_replica_eligible=lambda broker_id: True)
     partition.make_leader(PartitionRegistration([1], [1], 1), NOW)
     partition.append_records_to_leader(batch(b"a"), 1, NOW)
     # One replica: the HW rule needs min(2, 1) members, so HW moves, but the ISR is below the minimum.

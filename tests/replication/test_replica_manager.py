@@ -7,10 +7,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-from replication_helpers import NOW, Image, batch, single_topic_image
+from replication_helpers import NOW, batch, single_topic_image
 
 from tierlog.common import TopicPartition
-from tierlog.controller.metadata import PartitionRegistration
+from tierlog.controller.metadata import ClusterMetadata, PartitionRegistration
 from tierlog.records.codec import build_batch, decode_batches
 from tierlog.replication.errors import FencedLeaderEpochError, UnknownLeaderEpochError
 from tierlog.replication.replica_manager import (
@@ -162,7 +162,7 @@ def test_deleting_a_topic_answers_its_waiting_fetches_and_removes_its_log(
     _, replica_manager = cluster
     answers, _ = fetch(replica_manager, 0)
     log_dir = replica_manager.get_partition(TP).log.dir
-    replica_manager.apply_metadata(Image(), NOW)
+    replica_manager.apply_metadata(ClusterMetadata(), NOW)
     assert answers[0][0].error == "UNKNOWN_TOPIC_OR_PARTITION"
     assert not log_dir.exists()
 
@@ -220,7 +220,7 @@ def test_partitions_unknown_to_the_metadata_are_set_aside_not_deleted(tmp_path: 
     restarted = LogManager([tmp_path], {})
     restarted.startup({}, NOW)
     replica_manager = ReplicaManager(1, restarted)
-    replica_manager.apply_metadata(Image(), NOW)
+    replica_manager.apply_metadata(ClusterMetadata(), NOW)
     assert restarted.get_log(orphan) is None
     (stray,) = tmp_path.glob("orphan-0.*-stray")
     assert b"keep me" in (stray / "00000000000000000000.log").read_bytes()

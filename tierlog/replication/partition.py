@@ -100,10 +100,6 @@ class AlterPartitionProposal:
     new_isr: list[int]
 
 
-def _always_eligible(broker_id: int) -> bool:
-    return True
-
-
 class Partition:
     def __init__(
         self,
@@ -112,7 +108,7 @@ class Partition:
         log: Log,
         local_broker_id: int,
         *,
-        is_replica_eligible: Callable[[int], bool] = _always_eligible,
+        is_replica_eligible: Callable[[int], bool],
         replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS,
         trace: TraceSink = ignore_trace,
     ) -> None:

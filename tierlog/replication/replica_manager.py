@@ -12,10 +12,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from tierlog.common import TopicPartition
-from tierlog.controller.metadata import PartitionRegistration, TopicMetadata
+from tierlog.controller.metadata import BrokerRegistration, ClusterMetadata, PartitionRegistration
 from tierlog.records.record_batch import InvalidRecordError
 from tierlog.replication.errors import InvalidRequiredAcksError, UnknownTopicOrPartitionError
 from tierlog.replication.fetcher import FetcherConfig, ReplicaFetcher
@@ -34,26 +33,6 @@ from tierlog.storage.log_manager import LogManager
 
 CONSUMER_REPLICA_ID = -1
 logger = logging.getLogger(__name__)
-
-
-class BrokerState(Protocol):
-    """What the ReplicaManager reads of a broker registration."""
-
-    @property
-    def fenced(self) -> bool: ...
-
-    @property
-    def in_controlled_shutdown(self) -> bool: ...
-
-
-class MetadataImage(Protocol):
-    """What the ReplicaManager reads of the controller's metadata image (ClusterMetadata)."""
-
-    @property
-    def topics(self) -> Mapping[str, TopicMetadata]: ...
-
-    @property
-    def brokers(self) -> Mapping[int, BrokerState]: ...
 
 
 def error_name_of(error: Exception) -> str:
@@ -209,12 +188,12 @@ class ReplicaManager:
         self.produce_purgatory: DelayedOperationPurgatory[DelayedProduce] = DelayedOperationPurgatory("Produce")
         self.isr_shrinks = 0
         self.isr_expands = 0
+        # Brokers that may join an ISR (SPEC.md §3): registered, unfenced, not shutting down.
         self._eligible_brokers: set[int] = set()
-        self._every_replica_eligible = True
 
     # Metadata
 
-    def apply_metadata(self, metadata: MetadataImage, now_ms: int) -> None:
+    def apply_metadata(self, metadata: ClusterMetadata, now_ms: int) -> None:
         """Make the local replicas match the image: open or create the logs of partitions assigned to us,
         take up leadership or follow (starting, moving or stopping fetchers), delete the logs of partitions
         deleted since, and set aside (never delete) logs the metadata has never heard of."""
@@ -254,10 +233,7 @@ class ReplicaManager:
         for leader_id in [leader_id for leader_id, fetcher in self.fetchers.items() if not fetcher.partitions]:
             del self.fetchers[leader_id]
 
-    def _update_eligibility(self, brokers: Mapping[int, BrokerState]) -> None:
-        # Until the controller publishes broker registrations the image has none; every replica then counts
-        # as eligible, as before brokers were tracked.
-        self._every_replica_eligible = not brokers
+    def _update_eligibility(self, brokers: Mapping[int, BrokerRegistration]) -> None:
         self._eligible_brokers = {
             broker_id
             for broker_id, broker in brokers.items()
@@ -266,7 +242,7 @@ class ReplicaManager:
 
     def _is_replica_eligible(self, broker_id: int) -> bool:
         """Only a live, unfenced broker that is not shutting down may join an ISR (SPEC.md §3)."""
-        return self._every_replica_eligible or broker_id in self._eligible_brokers
+        return broker_id in self._eligible_brokers
 
     def _apply_role(self, partition: Partition, registration: PartitionRegistration, now_ms: int) -> None:
         tp = partition.topic_partition
