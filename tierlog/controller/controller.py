@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from tierlog.controller.errors import (
     BrokerIdNotRegisteredError,
@@ -83,8 +83,6 @@ class ControllerConfig:
     session_timeout_ms: int = 9000
     # unclean.leader.election.enable, the default for topics without an override.
     unclean_leader_election_enable: bool = False
-    # The broker's properties, whose `log.*` synonyms are the defaults of topic configs.
-    default_topic_configs: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
