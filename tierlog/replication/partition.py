@@ -262,22 +262,27 @@ class Partition:
         if len(self.isr) < min(log.config.min_insync_replicas, len(self.replicas)):
             return False
         leader_end_offset = log.log_end_offset
-        new_hw = leader_end_offset
-        terms = [f"{trace.LEADER_LEO}={leader_end_offset}"]
         maximal_isr = self.maximal_isr
-        for broker_id, state in self.remote_replicas.items():
-            # A caught-up replica about to join the ISR is waited for too, so it never joins behind the HW.
-            if broker_id in maximal_isr or (
+        # A caught-up replica about to join the ISR is waited for too, so it never joins behind the HW.
+        counted = [
+            (broker_id, state.log_end_offset)
+            for broker_id, state in self.remote_replicas.items()
+            if broker_id in maximal_isr
+            or (
                 state.is_caught_up(leader_end_offset, now_ms, self.replica_lag_time_max_ms)
                 and self.is_replica_eligible(broker_id)
-            ):
-                terms.append(f"{trace.remote_leo(broker_id)}={state.log_end_offset}")
-                new_hw = min(new_hw, state.log_end_offset)
+            )
+        ]
+        new_hw = min([leader_end_offset, *(leo for _, leo in counted)])
         old_hw = log.high_watermark
         if new_hw <= old_hw:
             return False
         log.update_high_watermark(new_hw)
-        self._emit(trace.LEADER_HW, phase, old_hw, new_hw, f"min({', '.join(terms)})={new_hw}", now_ms)
+        # Runs on every append and follower fetch: the explanation is formatted only when the HW moved.
+        terms = ", ".join(
+            [f"{trace.LEADER_LEO}={leader_end_offset}", *(f"{trace.remote_leo(b)}={o}" for b, o in counted)]
+        )
+        self._emit(trace.LEADER_HW, phase, old_hw, new_hw, f"min({terms})={new_hw}", now_ms)
         return True
 
     def check_enough_replicas_reached(self, required_offset: int) -> tuple[bool, str | None]:
@@ -406,9 +411,15 @@ class Partition:
         state.log_start_offset = follower_log_start_offset
         old_leo, state.log_end_offset = state.log_end_offset, fetch_offset
         phase = trace.fetch_from(replica_id)
-        self._emit(
-            trace.remote_leo(replica_id), phase, old_leo, fetch_offset, f"fetch offset {fetch_offset}", fetch_time_ms
-        )
+        if fetch_offset != old_leo:  # an idle follower refetches the same offset: no event to format
+            self._emit(
+                trace.remote_leo(replica_id),
+                phase,
+                old_leo,
+                fetch_offset,
+                f"fetch offset {fetch_offset}",
+                fetch_time_ms,
+            )
         self._maybe_expand_isr(replica_id, state)
         return self.maybe_increment_leader_hw(fetch_time_ms, phase)
 
@@ -560,22 +571,18 @@ class Partition:
         leo = log.log_end_offset
         candidate = min(leader_high_watermark, leo)
         new_hw = log.update_high_watermark(candidate)
-        why = f"min({trace.LEADER_HW}={leader_high_watermark}, {trace.FOLLOWER_LEO}={leo})={candidate}"
-        if new_hw != candidate:
-            why += f", at least {trace.LOG_START}={log.log_start_offset}"
-        self._emit(trace.FOLLOWER_HW, trace.FETCH_RESPONSE, old_hw, new_hw, why, now_ms)
+        # Runs on every fetch response: explanations are formatted only for values that changed.
+        if new_hw != old_hw:
+            why = f"min({trace.LEADER_HW}={leader_high_watermark}, {trace.FOLLOWER_LEO}={leo})={candidate}"
+            if new_hw != candidate:
+                why += f", at least {trace.LOG_START}={log.log_start_offset}"
+            self._emit(trace.FOLLOWER_HW, trace.FETCH_RESPONSE, old_hw, new_hw, why, now_ms)
         old_start = log.log_start_offset
         # The leader's log start never exceeds what we fetched from it; the bound keeps the log's own rule
         # (log start <= HW) should a response ever say otherwise.
-        log.maybe_increment_log_start_offset(min(leader_log_start_offset, new_hw))
-        self._emit(
-            trace.LOG_START,
-            trace.FETCH_RESPONSE,
-            old_start,
-            log.log_start_offset,
-            f"leader's log start {leader_log_start_offset}",
-            now_ms,
-        )
+        if log.maybe_increment_log_start_offset(min(leader_log_start_offset, new_hw)):
+            why = f"leader's log start {leader_log_start_offset}"
+            self._emit(trace.LOG_START, trace.FETCH_RESPONSE, old_start, log.log_start_offset, why, now_ms)
 
     def truncate_to(self, offset: int, now_ms: int, why: str) -> None:
         """Remove every offset >= `offset` (the fetcher decided where, SPEC.md §2)."""

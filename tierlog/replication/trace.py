@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 
 from tierlog.common import TopicPartition
 
@@ -31,11 +32,14 @@ ALTER_PARTITION = "AlterPartition"
 DELETE_RECORDS = "DeleteRecords"
 
 
+# Both are looked up on every follower fetch: formatted once per broker id.
+@cache
 def remote_leo(broker_id: int) -> str:
     """The leader's copy of a follower's LEO (seed 000's "Remote LEO")."""
     return f"Remote LEO (broker {broker_id})"
 
 
+@cache
 def fetch_from(broker_id: int) -> str:
     """The phase of a leader handling a FETCH from a follower."""
     return f"FETCH from broker {broker_id}"
