@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from replication_helpers import NOW, batch, single_topic_image
@@ -123,6 +124,23 @@ def test_fetch_waits_in_purgatory_until_an_append_wakes_it(cluster: Cluster) -> 
     assert len(answers) == 1
     assert answers[0][0].read is not None and answers[0][0].read.size > 0
     assert replica_manager.fetch_purgatory.expire(NOW + 10_000) == 0
+
+
+def test_parked_fetch_is_read_once_then_again_on_each_append(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, replica_manager = cluster
+    partition = replica_manager.get_partition(TP)
+    reads: list[int] = []
+    read_records = partition.read_records
+
+    def counting_read(fetch_offset: int, *args: Any, **kwargs: Any) -> Any:
+        reads.append(fetch_offset)
+        return read_records(fetch_offset, *args, **kwargs)
+
+    monkeypatch.setattr(partition, "read_records", counting_read)
+    answers, delayed = fetch(replica_manager, 0, min_bytes=1 << 20)
+    assert delayed is not None and reads == [0]
+    append(replica_manager, batch(b"a"), 1)
+    assert answers == [] and reads == [0, 0]
 
 
 def test_fetch_without_enough_bytes_answers_empty_at_its_deadline(cluster: Cluster) -> None:

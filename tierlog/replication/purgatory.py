@@ -50,10 +50,15 @@ class DelayedOperationPurgatory(Generic[Op]):
         """Complete at once if possible, else watch every key until completion or the deadline."""
         if operation.try_complete():
             return True
+        self.watch(operation, keys)
+        return False
+
+    def watch(self, operation: Op, keys: Iterable[Hashable]) -> None:
+        """Watch every key until completion or the deadline, without trying first: for a caller that has
+        just found the operation unsatisfiable and would only repeat that work."""
         for key in keys:
             self._watchers.setdefault(key, []).append(operation)
         heapq.heappush(self._deadlines, (operation.deadline_ms, next(self._sequence), operation))
-        return False
 
     def check_and_complete(self, key: Hashable) -> int:
         """Something changed for `key`: try every operation watching it. Returns how many completed."""

@@ -366,8 +366,9 @@ class ReplicaManager:
             respond(results)
             return None
         delayed = DelayedFetch(now_ms + params.max_wait_ms, self, params, infos, respond)
-        if self.fetch_purgatory.try_complete_else_watch(delayed, [tp for tp, _ in infos]):
-            return None
+        # Just read and found unanswerable (recording a follower's position does not change what it reads):
+        # watch without reading every partition again.
+        self.fetch_purgatory.watch(delayed, [tp for tp, _ in infos])
         return delayed
 
     def _update_follower_fetch_states(
