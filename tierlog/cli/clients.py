@@ -16,6 +16,7 @@ import click
 from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, TopicMetadata
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tierlog.cli.local_cluster import api_versions_answered
 
@@ -150,3 +151,10 @@ def output_console() -> Console:
     if not console.is_terminal:
         console = Console(width=_UNWRAPPED_WIDTH)
     return console
+
+
+def progress_bar(console: Console) -> Progress:
+    """A rich progress display for counted work: description, bar, done/total, time elapsed."""
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    )

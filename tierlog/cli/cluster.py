@@ -23,11 +23,10 @@ from typing import Any, TypeVar
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from tierlog.cli.clients import CliError, output_console, parse_key_values, timeout_option
+from tierlog.cli.clients import CliError, output_console, parse_key_values, progress_bar, timeout_option
 from tierlog.cli.local_cluster import CONTROLLER_NODE_ID, BrokerStartError, LocalCluster, StartProgress
 
 DEFAULT_DIR = Path("/tmp/tierlog-cluster")
@@ -486,9 +485,7 @@ def up(brokers: int, directory: Path, overrides: tuple[str, ...], timeout_s: flo
     # Recorded before the wait, so `cluster down` finds the brokers even if this command is interrupted.
     local.launch()
     path.write_text(ClusterInfo.of(local).to_json())
-    progress = Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
-    )
+    progress = progress_bar(console)
     try:
         with progress:
             answering = progress.add_task("brokers answering", total=brokers)

@@ -27,14 +27,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from rich import box
 from rich.console import Console
 from rich.panel import Panel
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from tierlog.cli.clients import CliError, client_config, kafka_error_message, timeout_option
+from tierlog.cli.clients import CliError, client_config, kafka_error_message, progress_bar, timeout_option
 from tierlog.cli.cluster import gather_reports, merge_partition_reports, status_table
 from tierlog.cli.dump_log import dump_log
-from tierlog.cli.local_cluster import BrokerStartError, LocalCluster
+from tierlog.cli.local_cluster import CONTROLLER_NODE_ID, BrokerStartError, LocalCluster
 from tierlog.cli.produce import produce_bounded
 from tierlog.records.record_batch import iter_batches
 
@@ -102,12 +101,12 @@ class DemoRun:
         return self.cluster
 
     def partition_dir(self, partition: int) -> Path:
-        return self.started_cluster().broker(1).log_dir / f"{TOPIC}-{partition}"
+        return self.started_cluster().broker(CONTROLLER_NODE_ID).log_dir / f"{TOPIC}-{partition}"
 
 
 def start_cluster(run: DemoRun) -> None:
     run.cluster = LocalCluster(run.root, brokers=BROKERS, overrides=CLUSTER_OVERRIDES)
-    with _progress(run.console) as progress:
+    with progress_bar(run.console) as progress:
         task = progress.add_task(f"starting {BROKERS} brokers (registered with the controller)", total=BROKERS)
         try:
             run.cluster.start(
@@ -117,7 +116,7 @@ def start_cluster(run: DemoRun) -> None:
             raise DemoError(str(e)) from None
     for node_id in run.cluster.node_ids:
         broker = run.cluster.broker(node_id)
-        role = "broker + controller" if node_id == 1 else "broker"
+        role = "broker + controller" if node_id == CONTROLLER_NODE_ID else "broker"
         run.console.print(
             f"node {node_id} ({role}, pid {broker.pid}) serves {broker.bootstrap}, data in {broker.log_dir}"
         )
@@ -175,7 +174,7 @@ def produce_events(run: DemoRun) -> None:
     )
     errors: list[str] = []
     started = time.monotonic()
-    with _progress(run.console) as progress:
+    with progress_bar(run.console) as progress:
         task = progress.add_task(f"producing to {TOPIC} (lz4, acks=all)", total=run.events)
 
         def on_delivery(error: KafkaError | None, message: Message) -> None:
@@ -223,7 +222,7 @@ def consume_and_verify(run: DemoRun) -> None:
     started = time.monotonic()
     try:
         consumer.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-        with _progress(run.console) as progress:
+        with progress_bar(run.console) as progress:
             task = progress.add_task(f"consuming {TOPIC} from the beginning", total=run.events)
             while len(seen) < run.events:
                 if time.monotonic() >= run.deadline:
@@ -337,7 +336,7 @@ def kill_a_leader(run: DemoRun) -> None:
     fences it when its heartbeats stop and elects the next in-sync replica, with a new leader epoch."""
     cluster = run.started_cluster()
     before = _leaders(run)
-    partition, (victim, _) = next((p, v) for p, v in sorted(before.items()) if v[0] != 1)
+    partition, (victim, _) = next((p, v) for p, v in sorted(before.items()) if v[0] != CONTROLLER_NODE_ID)
     cluster.kill(victim)
     run.killed = victim
     run.console.print(f"kill -9 broker {victim}, leader of {TOPIC}-{partition}")
@@ -373,7 +372,7 @@ def restart_killed_broker(run: DemoRun) -> None:
 def stop_cluster(run: DemoRun) -> None:
     cluster = run.started_cluster()
     cluster.stop()
-    broker = cluster.broker(1)
+    broker = cluster.broker(CONTROLLER_NODE_ID)
     marker = broker.log_dir / ".kafka_cleanshutdown"
     state = "wrote " + marker.name if marker.exists() else "no clean-shutdown marker"
     run.console.print(f"{BROKERS} brokers shut down cleanly ({state})")
@@ -405,16 +404,6 @@ STEPS: tuple[tuple[str, Callable[[DemoRun], None]], ...] = (
     ("What is on disk", show_summary),
     ("Look inside a segment (dump-log)", show_segment),
 )
-
-
-def _progress(console: Console) -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-    )
 
 
 def _rate(count: int, seconds: float) -> str:
