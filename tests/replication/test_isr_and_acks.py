@@ -95,6 +95,24 @@ def test_follower_behind_the_start_of_the_leader_epoch_cannot_rejoin(tmp_path: P
     assert cluster.log(1).high_watermark == 3
 
 
+def test_new_leader_epoch_does_not_wait_for_a_follower_outside_the_isr_that_stopped_fetching(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, [1, 2, 3])
+    cluster.publish()
+    cluster.produce(1, b"m0", acks=1)
+    for follower in (2, 3, 2, 3):
+        cluster.fetch(follower)
+    assert cluster.log(1).high_watermark == 1
+    # Broker 3 stops fetching (still registered and unfenced); the leader starts a new epoch without it.
+    cluster.elect(1, [1, 2])
+    partition = cluster.managers[1].get_partition(TP)
+    assert {b: s.log_end_offset for b, s in partition.remote_replicas.items()} == {2: -1, 3: -1}
+    cluster.produce(1, b"m1", acks=1)
+    cluster.fetch(2)
+    cluster.fetch(2)
+    # Only the ISR member holds the HW: broker 3's LEO is unknown, and it was not caught up in this epoch.
+    assert cluster.log(1).high_watermark == 2
+
+
 def test_only_a_registered_unfenced_broker_not_shutting_down_is_proposed_into_the_isr(tmp_path: Path) -> None:
     cluster = Cluster(tmp_path, [1, 2], isr=[1])
     broker = cluster.brokers.pop(2)

@@ -168,12 +168,7 @@ class Partition:
             why = f"controller committed partition epoch {registration.partition_epoch}"
             self._adopt_assignment(registration, trace.ALTER_PARTITION, why, now_ms)
             self._clear_proposal()
-            previous = self.remote_replicas
-            self.remote_replicas = {
-                b: previous.get(b) or self._new_replica_state(b, now_ms)
-                for b in self.replicas
-                if b != self.local_broker_id
-            }
+            self._reset_remote_replicas(keep=self.remote_replicas, now_ms=now_ms)
             self.maybe_increment_leader_hw(now_ms, trace.ALTER_PARTITION)
             return False
         log = self.log
@@ -188,17 +183,11 @@ class Partition:
         log.leader_epoch_cache.assign(self.leader_epoch, leo)
         self._leader_epoch_start_offset = leo
         self._clear_proposal()
-        # Kafka's resetReplicaState: a new leader counts ISR members as caught up now, so none is shrunk at
-        # once; the same leader in a new epoch keeps what it knew of their catching up.
         previous = self.remote_replicas if was_leader else {}
-        self.remote_replicas = {}
-        for broker_id in self.replicas:
-            if broker_id == self.local_broker_id:
-                continue
+        self._reset_remote_replicas(keep={}, now_ms=now_ms)
+        for broker_id in self.remote_replicas:
             old = previous.get(broker_id)
-            state = self._new_replica_state(broker_id, now_ms)
             if old is not None:
-                state.last_caught_up_time_ms = old.last_caught_up_time_ms
                 self._emit(
                     trace.remote_leo(broker_id),
                     trace.BECOME_LEADER,
@@ -207,12 +196,18 @@ class Partition:
                     f"unknown in leader epoch {self.leader_epoch} until broker {broker_id} fetches",
                     now_ms,
                 )
-            self.remote_replicas[broker_id] = state
         self.maybe_increment_leader_hw(now_ms, trace.BECOME_LEADER)
         return True
 
-    def _new_replica_state(self, broker_id: int, now_ms: int) -> ReplicaState:
-        return ReplicaState(last_caught_up_time_ms=now_ms if broker_id in self.isr else 0)
+    def _reset_remote_replicas(self, keep: dict[int, ReplicaState], now_ms: int) -> None:
+        """One state per follower, kept from `keep` or new (Kafka's resetReplicaState): LEO unknown until it
+        fetches; caught up now if in the ISR (none is shrunk at once), else never (so a follower that does not
+        fetch is not waited for by the HW rule, where its unknown LEO would stop the HW)."""
+        self.remote_replicas = {
+            b: keep.get(b) or ReplicaState(last_caught_up_time_ms=now_ms if b in self.isr else 0)
+            for b in self.replicas
+            if b != self.local_broker_id
+        }
 
     def make_follower(self, registration: PartitionRegistration, now_ms: int) -> bool:
         """Adopt a registration naming another broker (or nobody) leader. True when the fetcher must
