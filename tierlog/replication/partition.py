@@ -281,12 +281,13 @@ class Partition:
         return True
 
     def check_enough_replicas_reached(self, required_offset: int) -> tuple[bool, str | None]:
-        """Kafka's checkEnoughReplicasReachOffset for a waiting acks=all produce: (done, error)."""
+        """Kafka's checkEnoughReplicasReachOffset for a waiting acks=all produce: (done, error). SPEC.md §1
+        judges the maximal ISR here (the committed one only gates the append and the HW)."""
         if not self.is_leader:
             return True, "NOT_LEADER_OR_FOLLOWER"
         if self.log.high_watermark < required_offset:
             return False, None
-        if len(self.isr) < self.log.config.min_insync_replicas:
+        if len(self.maximal_isr) < self.log.config.min_insync_replicas:
             return True, "NOT_ENOUGH_REPLICAS_AFTER_APPEND"
         return True, None
 
