@@ -79,6 +79,25 @@ def test_follower_that_catches_up_rejoins_and_counts_for_the_hw_at_once(tmp_path
     assert cluster.log(1).high_watermark == cluster.log(2).high_watermark == 4
 
 
+def test_alter_partition_answer_over_the_wire_leaves_the_replica_set_alone(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, [1, 2], isr=[1])
+    cluster.publish()
+    leader = cluster.managers[1]
+    partition = leader.get_partition(TP)
+    cluster.fetch(2)
+    (proposal,) = leader.take_alter_partition_proposals()
+    # The AlterPartition response carries ISR and epochs only (RemoteControllerChannel leaves replicas empty).
+    r = cluster.registration
+    answer = PartitionRegistration([], proposal.new_isr, r.leader, r.leader_epoch, r.partition_epoch + 1)
+    leader.on_alter_partition_response(TP, answer, None, cluster.now)
+    assert (partition.replicas, partition.isr, partition.partition_epoch) == ([1, 2], [1, 2], 1)
+    assert set(partition.remote_replicas) == {2}
+    cluster.produce(1, b"m0", acks=1)
+    cluster.fetch(2)
+    cluster.fetch(2)
+    assert cluster.log(1).high_watermark == 1
+
+
 def test_follower_behind_the_start_of_the_leader_epoch_cannot_rejoin(tmp_path: Path) -> None:
     cluster = caught_up_pair(tmp_path, configs={"min.insync.replicas": "2"})
     cluster.produce(1, b"m1", b"m2", acks=1)

@@ -237,8 +237,11 @@ class Partition:
         return changed
 
     def _adopt_assignment(self, registration: PartitionRegistration, phase: str, why: str, now_ms: int) -> None:
-        old_isr = self.isr
         self.replicas = list(registration.replicas)
+        self._adopt_isr(registration, phase, why, now_ms)
+
+    def _adopt_isr(self, registration: PartitionRegistration, phase: str, why: str, now_ms: int) -> None:
+        old_isr = self.isr
         self.isr = list(registration.isr)
         self.partition_epoch = registration.partition_epoch
         self._emit(trace.ISR, phase, old_isr, self.isr, why, now_ms)
@@ -472,7 +475,8 @@ class Partition:
     ) -> bool:
         """The controller's answer to the proposal in flight; True if the HW moved.
 
-        Committed: adopt the new ISR and partition epoch. Refused: the ISR stays as committed and the change
+        Committed: adopt the new ISR and partition epoch, nothing else (AlterPartition never changes the
+        replica set, and its wire response does not carry one). Refused: the ISR stays as committed and the change
         is proposed again when still due, except after errors saying the controller has a newer state,
         which wait for that state to arrive as metadata."""
         if not self.is_leader:
@@ -490,7 +494,7 @@ class Partition:
             return False
         old, new = set(self.isr), set(registration.isr)
         phase = trace.ISR_SHRINK if new < old else trace.ISR_EXPAND if new > old else trace.ALTER_PARTITION
-        self._adopt_assignment(
+        self._adopt_isr(
             registration, phase, f"controller committed partition epoch {registration.partition_epoch}", now_ms
         )
         # An unsent proposal was computed against the old partition epoch; it is recomputed when still due.
