@@ -126,8 +126,8 @@ def test_fetch_waits_in_purgatory_until_an_append_wakes_it(cluster: Cluster) -> 
     assert replica_manager.fetch_purgatory.expire(NOW + 10_000) == 0
 
 
-def test_parked_fetch_is_read_once_then_again_on_each_append(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
-    _, replica_manager = cluster
+def count_reads(replica_manager: ReplicaManager, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The fetch offsets `TP`'s leader reads from, call by call."""
     partition = replica_manager.get_partition(TP)
     reads: list[int] = []
     read_records = partition.read_records
@@ -137,10 +137,29 @@ def test_parked_fetch_is_read_once_then_again_on_each_append(cluster: Cluster, m
         return read_records(fetch_offset, *args, **kwargs)
 
     monkeypatch.setattr(partition, "read_records", counting_read)
+    return reads
+
+
+def test_parked_fetch_is_read_once_then_again_on_each_append(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, replica_manager = cluster
+    reads = count_reads(replica_manager, monkeypatch)
     answers, delayed = fetch(replica_manager, 0, min_bytes=1 << 20)
     assert delayed is not None and reads == [0]
     append(replica_manager, batch(b"a"), 1)
     assert answers == [] and reads == [0, 0]
+
+
+def test_metadata_that_leaves_a_partition_unchanged_does_not_reread_its_parked_fetches(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registration, replica_manager = cluster
+    reads = count_reads(replica_manager, monkeypatch)
+    answers, _ = fetch(replica_manager, 0, epoch=0)
+    replica_manager.apply_metadata(single_topic_image(registration), NOW)
+    assert answers == [] and reads == [0]
+    registration.leader_epoch += 1
+    replica_manager.apply_metadata(single_topic_image(registration), NOW)
+    assert answers[0][0].error == "FENCED_LEADER_EPOCH"
 
 
 def test_fetch_without_enough_bytes_answers_empty_at_its_deadline(cluster: Cluster) -> None:

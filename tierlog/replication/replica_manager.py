@@ -221,10 +221,12 @@ class ReplicaManager:
                         trace=self._trace,
                     )
                     self.partitions[tp] = partition
+                before = (partition.leader_id, partition.leader_epoch, partition.partition_epoch)
                 self._apply_role(partition, registration, now_ms)
-                # A leader that became follower answers its waiting produces NOT_LEADER_OR_FOLLOWER, and a
-                # committed ISR change may have moved the HW.
-                self._complete_delayed_requests(tp)
+                # A leader that became follower answers its waiting requests NOT_LEADER_OR_FOLLOWER, and a
+                # committed ISR change may have moved the HW; an unchanged partition has nothing to wake.
+                if (partition.leader_id, partition.leader_epoch, partition.partition_epoch) != before:
+                    self._complete_delayed_requests(tp)
         for tp in set(self.partitions) - wanted:
             self._remove_partition(tp)
         for tp in {log.topic_partition for log in self.log_manager.all_logs()} - wanted:
