@@ -195,3 +195,14 @@ class Cluster:
 
     def trace(self) -> list[tuple[str, str, int | list[int], int | list[int]]]:
         return [(e.attribute, e.phase, e.old, e.new) for e in self.events]
+
+
+def caught_up_pair(root: Path, first: bytes = b"m0", *, configs: dict[str, str] | None = None) -> Cluster:
+    """Leader 1 and follower 2 in the ISR; `first` is committed on both (LEO = HW = 1 on each)."""
+    cluster = Cluster(root, [1, 2], configs=configs)
+    cluster.publish()
+    cluster.produce(1, first, acks=1)
+    cluster.fetch(2)
+    cluster.fetch(2)
+    assert [(cluster.log(b).log_end_offset, cluster.log(b).high_watermark) for b in (1, 2)] == [(1, 1), (1, 1)]
+    return cluster

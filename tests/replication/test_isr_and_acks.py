@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from replication_helpers import NOW, TOPIC_ID, TP, Cluster, batch, single_topic_image
+from replication_helpers import NOW, TOPIC_ID, TP, Cluster, batch, caught_up_pair, single_topic_image
 
 from tierlog.common import TopicPartition
 from tierlog.controller.metadata import PartitionRegistration
@@ -15,17 +15,6 @@ from tierlog.replication.trace import ISR_EXPAND, ISR_SHRINK
 from tierlog.storage.log_manager import LogManager
 
 LAG = 30_000
-
-
-def caught_up_pair(tmp_path: Path, **kwargs: object) -> Cluster:
-    """Leader 1 and follower 2 in the ISR, the follower fetching at the leader's LEO 1 and HW 1."""
-    cluster = Cluster(tmp_path, [1, 2], **kwargs)  # type: ignore[arg-type]
-    cluster.publish()
-    cluster.produce(1, b"m0", acks=1)
-    cluster.fetch(2)
-    cluster.fetch(2)
-    assert cluster.log(1).high_watermark == 1
-    return cluster
 
 
 def test_lagging_follower_is_shrunk_out_only_once_the_controller_commits(tmp_path: Path) -> None:

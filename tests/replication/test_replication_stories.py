@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from replication_helpers import NOW, TOPIC_ID, TP, Cluster, batch
+from replication_helpers import NOW, TOPIC_ID, TP, Cluster, batch, caught_up_pair
 
 from tierlog.common import TopicPartition
 from tierlog.records.codec import build_batch, decode_batches
@@ -61,11 +61,7 @@ def test_seed_000_two_round_hw_propagation(tmp_path: Path) -> None:
 
 def test_seed_002_hw_data_loss_story_cannot_lose_the_acknowledged_message(tmp_path: Path) -> None:
     # B (1) leads, A (2) follows; m1 is committed everywhere.
-    cluster = Cluster(tmp_path, [1, 2])
-    cluster.publish()
-    cluster.produce(1, b"m1", acks=1)
-    cluster.fetch(2)
-    cluster.fetch(2)
+    cluster = caught_up_pair(tmp_path, b"m1")
     # m2: A fetches it (LEO 2, HW still 1), its next fetch moves the leader's HW and acknowledges m2 ...
     produced, _ = cluster.produce(1, b"m2", acks=-1)
     cluster.fetch(2)
@@ -94,11 +90,7 @@ def test_seed_002_hw_data_loss_story_cannot_lose_the_acknowledged_message(tmp_pa
 
 def test_seed_002_divergence_story_ends_with_identical_logs(tmp_path: Path) -> None:
     # A (1) leads, B (2) follows; m1 is committed everywhere.
-    cluster = Cluster(tmp_path, [1, 2])
-    cluster.publish()
-    cluster.produce(1, b"m1", acks=1)
-    cluster.fetch(2)
-    cluster.fetch(2)
+    cluster = caught_up_pair(tmp_path, b"m1")
     # A takes m2 (acks=1) and loses power together with B before B fetched it.
     cluster.produce(1, b"m2", acks=1)
     cluster.crash(1)
