@@ -75,6 +75,12 @@ class RegistrationError(Exception):
         self.error_name = error_name
 
 
+class HeartbeatRefusedError(Exception):
+    def __init__(self, error_name: str) -> None:
+        super().__init__(f"the controller refused the heartbeat: {error_name}")
+        self.error_name = error_name
+
+
 class LocalControllerChannel:
     """The controller runs in this process: calls go straight to it."""
 
@@ -90,8 +96,6 @@ class LocalControllerChannel:
             )
         except Exception as e:
             raise RegistrationError(error_name_of(e)) from e
-        finally:
-            self._server.committed()
 
     async def heartbeat(
         self, broker_id: int, broker_epoch: int, current_metadata_offset: int, want_fence: bool, want_shut_down: bool
@@ -100,8 +104,8 @@ class LocalControllerChannel:
             return self._server.controller.heartbeat(
                 broker_id, broker_epoch, current_metadata_offset, want_fence, want_shut_down, now_ms()
             )
-        finally:
-            self._server.committed()
+        except Exception as e:
+            raise HeartbeatRefusedError(error_name_of(e)) from e
 
     async def alter_partition(
         self, broker_id: int, broker_epoch: int, proposal: AlterPartitionProposal
@@ -118,15 +122,10 @@ class LocalControllerChannel:
             )
         except Exception as e:
             return AlterPartitionResult(None, error_name_of(e))
-        finally:
-            self._server.committed()
         return AlterPartitionResult(registration, None)
 
     async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> range:
-        try:
-            return self._server.controller.allocate_producer_id_block(broker_id)
-        finally:
-            self._server.committed()
+        return self._server.controller.allocate_producer_id_block(broker_id)
 
     async def fetch_metadata(
         self, broker_id: int, offset: int, max_wait_ms: int
@@ -206,7 +205,7 @@ class RemoteControllerChannel:
             )
         )
         if response.error_code != error_code(None):
-            raise ControllerUnavailableError(f"heartbeat refused: {response.error_code.name.upper()}")
+            raise HeartbeatRefusedError(response.error_code.name.upper())
         return HeartbeatResult(
             is_caught_up=response.is_caught_up,
             is_fenced=response.is_fenced,
@@ -292,7 +291,11 @@ class RemoteControllerChannel:
             forgotten_topics_data=(),
             rack_id="",
         )
-        response = await self._send("_fetch", request, self._timeout_s + max_wait_ms / 1000)
+        if max_wait_ms > 0:
+            response = await self._send("_fetch", request, self._timeout_s + max_wait_ms / 1000)
+        else:
+            # A quick look (how far has the controller written?) must not queue behind a parked long poll.
+            response = await self._rpc_call(request)
         partition = response.responses[0].partitions[0]
         if partition.error_code != error_code(None):
             raise ControllerUnavailableError(f"metadata fetch failed: {partition.error_code.name.upper()}")

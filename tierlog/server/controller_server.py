@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from tierlog.config import KafkaConfig
@@ -32,9 +34,19 @@ API_BROKER_HEARTBEAT = 63
 API_ALLOCATE_PRODUCER_IDS = 67
 CONTROLLER_APIS = (API_ALTER_PARTITION, API_BROKER_REGISTRATION, API_BROKER_HEARTBEAT, API_ALLOCATE_PRODUCER_IDS)
 
-# How often the session timer looks for brokers whose heartbeats stopped; the timeout itself is
-# broker.session.timeout.ms, this only bounds how late past it a broker is fenced.
-SESSION_CHECK_INTERVAL_S = 0.25
+
+class _WakingMetadataLog(DiskMetadataLog):
+    """The metadata log that wakes the fetches parked on it whenever it grows: every controller operation
+    appends through here, so no caller has to remember to announce it."""
+
+    def __init__(self, log_dir: Path, on_append: Callable[[], None]) -> None:
+        super().__init__(log_dir)
+        self._on_append = on_append
+
+    def append(self, records: Sequence[MetadataRecord], now_ms: int) -> int:
+        first_offset = super().append(records, now_ms)
+        self._on_append()
+        return first_offset
 
 
 class ControllerServer:
@@ -44,13 +56,12 @@ class ControllerServer:
         self._session_task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        self.metadata_log = DiskMetadataLog(self.config.metadata_log_dir)
+        self.metadata_log = _WakingMetadataLog(self.config.metadata_log_dir, self._wake_fetches)
         self.controller = Controller(
             self.metadata_log,
             ControllerConfig(
                 session_timeout_ms=self.config.get_int("broker.session.timeout.ms"),
                 unclean_leader_election_enable=self.config.get_bool("unclean.leader.election.enable"),
-                default_topic_configs=self.config.broker_log_defaults(),
             ),
             now_ms(),
         )
@@ -69,17 +80,18 @@ class ControllerServer:
         self._wake_fetches()
         self.metadata_log.close()
 
-    def committed(self) -> None:
-        """Call after every controller operation: wakes the metadata fetches waiting for new records."""
-        self._wake_fetches()
-
     def _wake_fetches(self) -> None:
         self._grown.set()
         self._grown = asyncio.Event()
 
     async def _expire_sessions(self) -> None:
+        """Fence brokers when their sessions run out. Heartbeats only push deadlines later and a new session
+        ends a whole timeout from now, so sleeping until the earliest deadline known now misses none."""
+        timeout_ms = self.config.get_int("broker.session.timeout.ms")
         while True:
-            await asyncio.sleep(SESSION_CHECK_INTERVAL_S)
+            deadline = self.controller.next_session_deadline_ms()
+            delay_ms = timeout_ms if deadline is None else deadline - now_ms()
+            await asyncio.sleep(max(delay_ms, 1) / 1000)
             try:
                 fenced = self.controller.fence_stale_brokers(now_ms())
             except Exception:
@@ -89,7 +101,6 @@ class ControllerServer:
                 logger.info(
                     "[Controller id=%d] fenced brokers %s: no heartbeat within the session", self.config.node_id, fenced
                 )
-                self.committed()
 
     # The metadata log, for brokers on this node (in-process) and elsewhere (Fetch).
 
@@ -122,10 +133,7 @@ class ControllerServer:
             API_ALTER_PARTITION: self._alter_partition,
             API_ALLOCATE_PRODUCER_IDS: self._allocate_producer_ids,
         }[request.api_key]
-        try:
-            return handler(request)
-        finally:
-            self.committed()
+        return handler(request)
 
     def _broker_registration(self, request: Request) -> Any:
         s = response_schema(request.api_key, request.api_version)

@@ -184,16 +184,11 @@ class KafkaApis:
     async def _sync_metadata(self) -> None:
         """After the controller changed something: wait (bounded) until this broker's image shows it, so a
         client that creates a topic and then produces finds it here."""
-        if self.controller_server is not None:
-            self.controller_server.committed()
-            target = self.controller_server.metadata_log.end_offset - 1
-        else:
-            try:
-                _, end_offset = await self.channel.fetch_metadata(self.node_id, self.image.offset + 1, 0)
-            except ControllerUnavailableError:
-                return
-            target = end_offset - 1
-        await self.loader.wait_until_offset(target, METADATA_PROPAGATION_TIMEOUT_S)
+        try:
+            _, end_offset = await self.channel.fetch_metadata(self.node_id, self.image.offset + 1, 0)
+        except ControllerUnavailableError:
+            return
+        await self.loader.wait_until_offset(end_offset - 1, METADATA_PROPAGATION_TIMEOUT_S)
 
     async def _forward(self, request: Request) -> Any:
         """An admin request decided by the controller; answered once this broker's metadata shows the result."""
@@ -252,6 +247,7 @@ class KafkaApis:
             names = [t.name for t in requested if t.name is not None]
             names += [name for t in requested if t.name is None and (name := self._topic_name(t.topic_id)) is not None]
         allow_auto_create = getattr(body, "allow_auto_topic_creation", True)
+        live_brokers = set(self.image.unfenced_broker_ids())
         topics = []
         for name in names:
             topic = self.image.topics.get(name)
@@ -266,7 +262,7 @@ class KafkaApis:
                     )
                 )
                 continue
-            topics.append(self._topic_metadata(s, topic))
+            topics.append(self._topic_metadata(s, topic, live_brokers))
         return s.MetadataResponse(
             throttle_time=NO_THROTTLE,
             brokers=self._broker_entries(s, "MetadataResponseBroker"),
@@ -306,10 +302,11 @@ class KafkaApis:
         logger.info("auto-created topic %s with %d partitions", name, len(topic.partitions))
         return topic, None
 
-    def _topic_metadata(self, s: ResponseSchema, topic: TopicMetadata) -> Any:
+    @staticmethod
+    def _topic_metadata(s: ResponseSchema, topic: TopicMetadata, live_brokers: set[int]) -> Any:
         partitions = []
         for index, p in enumerate(topic.partitions):
-            offline = [r for r in p.replicas if r not in self.image.unfenced_broker_ids()]
+            offline = [r for r in p.replicas if r not in live_brokers]
             partitions.append(
                 s.MetadataResponsePartition(
                     error_code=error_code("LEADER_NOT_AVAILABLE" if p.leader < 0 else None),

@@ -13,7 +13,12 @@ import logging
 import uuid
 
 from tierlog.controller.records import Endpoint
-from tierlog.server.controller_channel import ControllerChannel, ControllerUnavailableError, RegistrationError
+from tierlog.server.controller_channel import (
+    ControllerChannel,
+    ControllerUnavailableError,
+    HeartbeatRefusedError,
+    RegistrationError,
+)
 from tierlog.server.metadata_loader import MetadataLoader
 
 logger = logging.getLogger(__name__)
@@ -60,14 +65,14 @@ class BrokerLifecycleManager:
                 logger.debug("[Broker id=%d] heartbeat failed: %s", self.broker_id, e)
                 await asyncio.sleep(RETRY_BACKOFF_S)
                 continue
-            except Exception as e:
-                if getattr(e, "error_name", None) in _REREGISTER or any(name in str(e) for name in _REREGISTER):
-                    logger.warning(
-                        "[Broker id=%d] the controller lost our registration (%s): registering again", self.broker_id, e
-                    )
+            except HeartbeatRefusedError as e:
+                if e.error_name in _REREGISTER:
+                    logger.warning("[Broker id=%d] %s: registering again", self.broker_id, e)
                     self.broker_epoch = -1
-                    continue
-                raise
+                else:
+                    logger.warning("[Broker id=%d] %s; retrying", self.broker_id, e)
+                    await asyncio.sleep(RETRY_BACKOFF_S)
+                continue
             if result.is_fenced != self.fenced:
                 self.fenced = result.is_fenced
                 logger.info(
