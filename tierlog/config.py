@@ -115,6 +115,14 @@ def parse_listener(uri: str) -> Listener:
     return Listener(name.upper(), parts.hostname or "", parts.port)
 
 
+def parse_host_port(name: str, address: str) -> tuple[str, int]:
+    """`host:port` (an empty host means 127.0.0.1)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ConfigError(f"{name} {address!r} is not host:port")
+    return host or "127.0.0.1", int(port)
+
+
 class KafkaConfig:
     """Broker settings: the explicit properties laid over the embedded defaults."""
 
@@ -176,6 +184,7 @@ class KafkaConfig:
             raise ConfigError(
                 "process.roles=controller (a dedicated controller) is not supported yet: use broker,controller"
             )
+        self.http_listener  # noqa: B018 (refuses a malformed address at start-up, not after the broker came up)
         if not self.is_controller and self.controller_address is None:
             raise ConfigError(
                 "process.roles=broker needs controller.quorum.voters or controller.quorum.bootstrap.servers"
@@ -202,10 +211,13 @@ class KafkaConfig:
             servers = [voter.partition("@")[2] for voter in self.get_list("controller.quorum.voters")]
         if not servers:
             return None
-        host, sep, port = servers[0].rpartition(":")
-        if not sep or not port.isdigit():
-            raise ConfigError(f"controller address {servers[0]!r} is not host:port")
-        return host or "127.0.0.1", int(port)
+        return parse_host_port("controller address", servers[0])
+
+    @property
+    def http_listener(self) -> tuple[str, int] | None:
+        """`tierlog.http.listener` (host:port) for /metrics, /v1/partitions and /v1/trace; None when off."""
+        address = self.get("tierlog.http.listener")
+        return parse_host_port("tierlog.http.listener", address) if address else None
 
     @property
     def controller_listeners(self) -> list[Listener]:
@@ -232,14 +244,18 @@ class KafkaConfig:
         return [listener for listener in listeners if listener.name not in controller_names]
 
     @property
+    def advertised_listeners(self) -> list[Listener]:
+        """What the broker registers and Metadata tells clients: `advertised.listeners`, else `listeners`, with
+        a wildcard host replaced by 127.0.0.1 (a client cannot connect to 0.0.0.0)."""
+        advertised = [parse_listener(uri) for uri in self.get_list("advertised.listeners")] or self.listeners
+        return [
+            Listener(listener.name, "127.0.0.1", listener.port) if listener.host in ("", "0.0.0.0", "::") else listener
+            for listener in advertised
+        ]
+
+    @property
     def advertised_listener(self) -> Listener:
-        """What Metadata tells clients: the first advertised listener, else the first listener with a
-        wildcard host replaced by 127.0.0.1 (a client cannot connect to 0.0.0.0)."""
-        advertised = [parse_listener(uri) for uri in self.get_list("advertised.listeners")]
-        chosen = advertised[0] if advertised else self.listeners[0]
-        if chosen.host in ("", "0.0.0.0", "::"):
-            return Listener(chosen.name, "127.0.0.1", chosen.port)
-        return chosen
+        return self.advertised_listeners[0]
 
     @property
     def log_dirs(self) -> list[Path]:

@@ -19,7 +19,7 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
-from tierlog.config import ConfigError, KafkaConfig, Listener, parse_properties
+from tierlog.config import KafkaConfig, Listener
 from tierlog.controller.metadata import ClusterMetadata
 from tierlog.controller.records import Endpoint
 from tierlog.replication.fetcher import FetcherConfig, ReplicaFetcher
@@ -37,8 +37,9 @@ from tierlog.server.fetcher_thread import FetcherThread
 from tierlog.server.http_server import HttpResponse, HttpServer
 from tierlog.server.kafka_apis import KafkaApis
 from tierlog.server.lifecycle import BrokerLifecycleManager
-from tierlog.server.meta_properties import META_PROPERTIES, ensure_meta_properties
+from tierlog.server.meta_properties import cluster_id_on_disk, ensure_meta_properties
 from tierlog.server.metadata_loader import MetadataLoader
+from tierlog.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from tierlog.server.metrics import MetricsRegistry, broker_metrics
 from tierlog.server.trace_log import TraceLog, trace_stream_route
 from tierlog.storage.log_manager import LogManager
@@ -58,6 +59,8 @@ class Broker:
         self._background: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
         self._fetcher_threads: dict[int, FetcherThread] = {}
+        # Fetcher tasks of leaders that changed, still winding down (kept so they are not garbage-collected).
+        self._stopping_fetchers: set[asyncio.Task[None]] = set()
         self._alter_partition_wakeup = asyncio.Event()
         self._logs_loaded = False
         self.controller_server: ControllerServer | None = None
@@ -107,7 +110,7 @@ class Broker:
             channel,
             self.loader,
             config.get_int("broker.heartbeat.interval.ms"),
-            self._cluster_id_on_disk(),
+            cluster_id_on_disk(config.log_dirs),
         )
         metrics_registry = MetricsRegistry()
         self.metrics = broker_metrics(metrics_registry)
@@ -153,21 +156,7 @@ class Broker:
         )
 
     def _advertised_endpoints(self) -> list[Endpoint]:
-        advertised = self.config.advertised_listener
-        endpoints = [Endpoint(advertised.name, advertised.host, advertised.port)]
-        for listener in self.config.listeners:
-            if listener.name != advertised.name:
-                host = listener.host if listener.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
-                endpoints.append(Endpoint(listener.name, host, listener.port))
-        return endpoints
-
-    def _cluster_id_on_disk(self) -> str:
-        """The cluster id a previous run wrote to meta.properties, or "" for fresh directories."""
-        for log_dir in self.config.log_dirs:
-            path = log_dir / META_PROPERTIES
-            if path.exists():
-                return parse_properties(path.read_text()).get("cluster.id", "")
-        return ""
+        return [Endpoint(listener.name, listener.host, listener.port) for listener in self.config.advertised_listeners]
 
     async def _listen(self, listener: Listener, max_request: int) -> None:
         server = await asyncio.start_server(
@@ -180,15 +169,13 @@ class Broker:
         self._servers.append(server)
 
     async def _start_http(self, registry: MetricsRegistry) -> None:
-        address = self.config.get("tierlog.http.listener")
-        if not address:
+        address = self.config.http_listener
+        if address is None:
             return
-        host, sep, port = address.rpartition(":")
-        if not sep or not port.isdigit():
-            raise ConfigError(f"tierlog.http.listener={address!r} is not host:port")
+        host, port = address
 
         async def metrics(query: dict[str, str]) -> HttpResponse:
-            return HttpResponse(200, "text/plain; version=0.0.4; charset=utf-8", registry.render().encode())
+            return HttpResponse(200, METRICS_CONTENT_TYPE, registry.render().encode())
 
         async def partitions(query: dict[str, str]) -> HttpResponse:
             document = {"broker_id": self.config.node_id, "partitions": self.replica_manager.describe_partitions()}
@@ -197,7 +184,7 @@ class Broker:
         self.http_server = HttpServer(
             {"/metrics": metrics, "/v1/partitions": partitions, "/v1/trace": trace_stream_route(self.trace_log)}
         )
-        bound = await self.http_server.start(host or "127.0.0.1", int(port))
+        bound = await self.http_server.start(host, port)
         logger.info("[Broker id=%d] HTTP (metrics, partitions, trace) on %s:%d", self.config.node_id, host, bound)
 
     def _wire_metrics(self) -> None:
@@ -234,14 +221,14 @@ class Broker:
         for leader_id, thread in list(self._fetcher_threads.items()):
             if wanted.get(leader_id) is not thread.fetcher:
                 del self._fetcher_threads[leader_id]
-                self._background.append(asyncio.create_task(thread.stop()))
+                self._stopping_fetchers.add(task := asyncio.create_task(thread.stop()))
+                task.add_done_callback(self._stopping_fetchers.discard)
         for leader_id, fetcher in wanted.items():
             thread = self._fetcher_threads.get(leader_id)
             if thread is None:
                 thread = FetcherThread(
                     fetcher,
                     self._leader_endpoint,
-                    self._after_request,
                     client_id=f"broker-{self.config.node_id}-fetcher-{leader_id}",
                     request_timeout_ms=self.config.get_int("replica.socket.timeout.ms"),
                 )
@@ -296,7 +283,6 @@ class Broker:
                 self.replica_manager.on_alter_partition_response(
                     proposal.topic_partition, registration, error, now_ms()
                 )
-                self._arm_next_deadline()
 
     # Connections and timers
 
@@ -335,14 +321,8 @@ class Broker:
         delay = max(0.0, (deadline_ms - now_ms()) / 1000)
         loop.call_later(delay, self._expire_delayed_operations)
 
-    def _arm_next_deadline(self) -> None:
-        for purgatory in (self.replica_manager.fetch_purgatory, self.replica_manager.produce_purgatory):
-            deadline = purgatory.next_deadline_ms()
-            if deadline is not None:
-                self._arm_purgatory_timer(deadline)
-
-    def _expire_delayed_operations(self) -> None:
-        now = now_ms()
+    def _expire_delayed_operations(self, now: int | None = None) -> None:
+        now = now_ms() if now is None else now
         self.replica_manager.fetch_purgatory.expire(now)
         self.replica_manager.produce_purgatory.expire(now)
 
@@ -361,13 +341,17 @@ class Broker:
         for task in self._periodic + self._background:
             task.cancel()
         await asyncio.gather(*self._periodic, *self._background, return_exceptions=True)
-        await asyncio.gather(*(thread.stop() for thread in self._fetcher_threads.values()), return_exceptions=True)
+        await asyncio.gather(
+            *(thread.stop() for thread in self._fetcher_threads.values()),
+            *self._stopping_fetchers,
+            return_exceptions=True,
+        )
         self._fetcher_threads.clear()
         if self.http_server is not None:
             await self.http_server.stop()
         # Answer every parked request now, then end each connection by closing its socket: the connection's
         # loop sees the end of its stream and returns, with no half-written response and no cancellation.
-        self._expire_delayed_operations_at_end()
+        self._expire_delayed_operations(2**63 - 1)
         await asyncio.sleep(0)
         for writer in self._connections.values():
             writer.close()
@@ -384,10 +368,6 @@ class Broker:
         if self.controller_server is not None:
             await self.controller_server.stop()
         logger.info("[Broker id=%d] shut down cleanly", self.config.node_id)
-
-    def _expire_delayed_operations_at_end(self) -> None:
-        self.replica_manager.fetch_purgatory.expire(2**63 - 1)
-        self.replica_manager.produce_purgatory.expire(2**63 - 1)
 
 
 async def _run(config: KafkaConfig) -> None:

@@ -36,14 +36,12 @@ class FetcherThread:
         self,
         fetcher: ReplicaFetcher,
         leader_endpoint: Callable[[int], Endpoint | None],
-        after_response: Callable[[], None],
         *,
         client_id: str,
         request_timeout_ms: int,
     ) -> None:
         self.fetcher = fetcher
         self._leader_endpoint = leader_endpoint
-        self._after_response = after_response
         self._client_id = client_id
         self._timeout_s = request_timeout_ms / 1000
         self._connection: KafkaConnection | None = None
@@ -89,7 +87,6 @@ class FetcherThread:
         if response.error_code != _NO_ERROR:
             raise KafkaConnectionError(f"fetch failed: {response.error_code.name}")
         self.fetcher.process_fetch_response(_response_partitions(response), now_ms())
-        self._after_response()
 
     async def _idle(self) -> None:
         wake_at = self.fetcher.next_wakeup_ms()

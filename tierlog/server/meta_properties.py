@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 from tierlog.config import ConfigError, parse_properties
 from tierlog.storage.checkpoints import atomic_write_text, kafka_uuid_to_str
 
 META_PROPERTIES = "meta.properties"
+
+
+def cluster_id_on_disk(log_dirs: Sequence[Path]) -> str:
+    """The cluster id an earlier run wrote to meta.properties, or "" for fresh directories."""
+    for log_dir in log_dirs:
+        path = log_dir / META_PROPERTIES
+        if path.exists():
+            return parse_properties(path.read_text()).get("cluster.id", "")
+    return ""
 
 
 def ensure_meta_properties(log_dir: Path, node_id: int, cluster_id: str) -> None:

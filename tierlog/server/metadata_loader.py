@@ -28,15 +28,14 @@ class MetadataLoader:
         self._channel = channel
         self._publish = publish
         # Offset the image must reach before the first publish (the broker's registration record).
-        self.publish_from_offset: int | None = None
-        self.published = False
-        self.high_watermark = 0
+        self._publish_from_offset: int | None = None
+        self._high_watermark = 0
         self._changed = asyncio.Condition()
 
     async def run(self) -> None:
         while True:
             try:
-                records, self.high_watermark = await self._channel.fetch_metadata(
+                records, self._high_watermark = await self._channel.fetch_metadata(
                     self.broker_id, self.image.offset + 1, METADATA_FETCH_WAIT_MS
                 )
             except ControllerUnavailableError as e:
@@ -51,17 +50,16 @@ class MetadataLoader:
                 self._changed.notify_all()
 
     def _maybe_publish(self) -> None:
-        caught_up = self.image.offset + 1 >= self.high_watermark
-        if not caught_up or self.publish_from_offset is None or self.image.offset < self.publish_from_offset:
+        caught_up = self.image.offset + 1 >= self._high_watermark
+        if not caught_up or self._publish_from_offset is None or self.image.offset < self._publish_from_offset:
             return
         try:
             self._publish(self.image)
         except Exception:
             logger.exception("[Broker id=%d] applying metadata at offset %d failed", self.broker_id, self.image.offset)
-        self.published = True
 
     def allow_publishing_from(self, offset: int) -> None:
-        self.publish_from_offset = offset
+        self._publish_from_offset = offset
         self._maybe_publish()
 
     async def wait_until_offset(self, offset: int, timeout_s: float) -> bool:
