@@ -137,23 +137,31 @@ def _field_reader(entity_type: type[Any], field: Field[Any], flexible: bool, *, 
 
 def _bounded_primitive_array_reader(read_native: Reader, flexible: bool, name: str) -> Reader:
     """kio's native reader allocates whatever length an array claims before reading it: a few bytes claiming
-    billions of items abort the process. Refuse lengths the buffer cannot hold (every item is >= 1 byte)."""
+    billions of items abort the process. Check the length here first, then let kio read the items."""
 
     def read_array(buffer: memoryview, offset: int) -> tuple[Any, int]:
-        if flexible:
-            length, position = read_uvarint(buffer, offset)
-            count = length - 1
-        else:
-            if offset + 4 > len(buffer):
-                raise MalformedEntity(f"buffer ends inside the length of {name}")
-            (count,) = _INT32.unpack_from(buffer, offset)
-            position = 4
-        if count > len(buffer) - offset - position:
-            raise MalformedEntity(f"array {name} claims {count} items, {len(buffer) - offset - position} bytes remain")
+        _read_array_length(buffer, offset, flexible, name)
         value: tuple[Any, int] = read_native(buffer, offset)
         return value
 
     return read_array
+
+
+def _read_array_length(buffer: memoryview, offset: int, flexible: bool, name: str) -> tuple[int, int]:
+    """(item count, bytes of the length field); -1 is null. A count the rest of the buffer cannot hold (every
+    item takes at least one byte) is refused before anything is allocated for it."""
+    if flexible:
+        length, size = read_uvarint(buffer, offset)
+        count = length - 1
+    else:
+        if offset + 4 > len(buffer):
+            raise MalformedEntity(f"buffer ends inside the length of {name}")
+        (count,) = _INT32.unpack_from(buffer, offset)
+        size = 4
+    remaining = len(buffer) - offset - size
+    if count > remaining:
+        raise MalformedEntity(f"array {name} claims {count} items, {remaining} bytes remain")
+    return count, size
 
 
 def _nullable_struct_reader(read_struct: Reader) -> Reader:
@@ -172,22 +180,12 @@ def _nullable_struct_reader(read_struct: Reader) -> Reader:
 
 def _array_reader(read_item: Reader, *, flexible: bool, nullable: bool, name: str) -> Reader:
     def read_array(buffer: memoryview, offset: int) -> tuple[Any, int]:
-        if flexible:
-            length, position = read_uvarint(buffer, offset)
-            count = length - 1
-        else:
-            if offset + 4 > len(buffer):
-                raise MalformedEntity(f"buffer ends inside the length of {name}")
-            (count,) = _INT32.unpack_from(buffer, offset)
-            position = 4
-        position += offset
+        count, size = _read_array_length(buffer, offset, flexible, name)
+        position = offset + size
         if count < 0:
             if nullable and count == -1:
-                return None, position - offset
+                return None, size
             raise MalformedEntity(f"invalid length {count} for array {name}")
-        # Every struct takes at least one byte: refuse a length the buffer cannot hold before looping.
-        if count > len(buffer) - position:
-            raise MalformedEntity(f"array {name} claims {count} items, {len(buffer) - position} bytes remain")
         items = []
         for _ in range(count):
             item, consumed = read_item(buffer, position)
