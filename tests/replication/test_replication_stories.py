@@ -229,13 +229,18 @@ def test_stale_response_for_a_moved_fetch_offset_is_ignored(tmp_path: Path) -> N
 
 
 def test_response_for_a_partition_not_followed_is_dropped(tmp_path: Path) -> None:
-    cluster = Cluster(tmp_path, [1, 2])
+    cluster = Cluster(tmp_path, [1, 2, 3])
     cluster.publish()
-    fetcher = cluster.managers[2].fetchers[1]
-    missing = TopicPartition("other", 0)
-    # A response for a partition the fetcher does not follow is dropped.
-    fetcher.process_fetch_response([FetchResponsePartition(missing, None, 5, 0, None, None)], cluster.now)
-    assert set(fetcher.partitions) == {TP}
+    cluster.produce(1, b"a", acks=1)
+    in_flight = cluster.send_fetch(2)
+    # Leadership moves to broker 3 while broker 1's answer (with records) is on its way back.
+    cluster.elect(3, [1, 2, 3])
+    assert TP not in in_flight.fetcher.partitions
+    in_flight.deliver()
+    assert cluster.log(2).log_end_offset == 0
+    # A partition this broker does not host at all is dropped too.
+    missing = FetchResponsePartition(TopicPartition("other", 0), None, 5, 0, None, b"not a batch")
+    in_flight.fetcher.process_fetch_response([missing], cluster.now)
 
 
 def test_leader_that_cannot_place_our_epoch_sends_the_follower_back_to_its_hw(tmp_path: Path) -> None:
