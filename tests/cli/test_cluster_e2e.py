@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tierlog.cli.cluster import (
@@ -56,26 +55,8 @@ def create_topic(bootstrap: str, name: str) -> None:
     futures[name].result(timeout=CLIENT_TIMEOUT_S)
 
 
-def produce_one(bootstrap: str, topic: str, value: bytes) -> int:
-    """Produce one record with acks=all; its offset."""
-    delivered: list[tuple[KafkaError | None, int]] = []
-
-    def on_delivery(error: KafkaError | None, message: Message) -> None:
-        delivered.append((error, message.offset() or 0))
-
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "message.timeout.ms": 30_000})
-    producer.produce(topic, value=value, on_delivery=on_delivery)
-    assert producer.flush(CLIENT_TIMEOUT_S) == 0, "the record was not acknowledged in time"
-    [(error, offset)] = delivered
-    assert error is None, error
-    return offset
-
-
 def reports(addresses: dict[int, str]) -> list[BrokerReport]:
     return asyncio.run(gather_reports(addresses, timeout_s=3))
-
-
-wait_for = wait_until
 
 
 def replicated(addresses: dict[int, str], topic: str, offset_end: int) -> dict[str, Any] | None:
@@ -203,7 +184,7 @@ def partition_status(cluster: CliCluster, topic: str) -> dict[str, Any] | None:
     return next((p for p in status_json(cluster)["partitions"] if p["topic"] == topic), None)
 
 
-def test_cluster_up_status_down(cli_cluster: CliCluster) -> None:
+def test_cluster_up_status_down(cli_cluster: CliCluster, kafka: Any) -> None:
     up = cli_cluster.up()
     assert up.returncode == 0, up.stdout + up.stderr
     info = read_cluster_info(cli_cluster.directory)
@@ -218,7 +199,7 @@ def test_cluster_up_status_down(cli_cluster: CliCluster) -> None:
     assert "a cluster is already running in" in again.stderr
 
     create_topic(info.bootstrap, "orders")
-    assert produce_one(info.bootstrap, "orders", b"first") == 0
+    assert kafka.produce(info.bootstrap, "orders", [{"value": b"first"}]) == [(0, 0)]  # acks=all
 
     def replicated_orders() -> dict[str, Any] | None:
         status = partition_status(cli_cluster, "orders")
@@ -226,7 +207,7 @@ def test_cluster_up_status_down(cli_cluster: CliCluster) -> None:
             return None
         return status if status["log_end_offsets"] == {"1": 1, "2": 1, "3": 1} else None
 
-    orders = wait_for(replicated_orders, CONVERGE_S, "orders-0 replicated to all three brokers")
+    orders = wait_until(replicated_orders, CONVERGE_S, "orders-0 replicated to all three brokers")
     assert sorted(orders["replicas"]) == [1, 2, 3]
     table = cli_cluster.run("cluster", "status")
     assert table.exit_code == 0, table.output
@@ -238,7 +219,7 @@ def test_cluster_up_status_down(cli_cluster: CliCluster) -> None:
     # A broker that crashed is shown as down, in the broker list and in its LEO column.
     doomed = next(n for n in info.nodes if n.node_id == 3)
     os.kill(doomed.pid, signal.SIGKILL)
-    wait_for(lambda: not broker_alive(doomed.pid), 10, "broker 3 to die")
+    wait_until(lambda: not broker_alive(doomed.pid), 10, "broker 3 to die")
     table = cli_cluster.run("cluster", "status")
     assert table.exit_code == 0, table.output
     assert re.search(r"^\s*3\s+broker\s+\d+\s+\S+\s+\S+\s+down \(process gone\)\s*$", table.stdout, re.M)
@@ -256,7 +237,7 @@ def test_cluster_up_status_down(cli_cluster: CliCluster) -> None:
     # The data outlives `down`: a new cluster in the same directory (on new ports) still has the record.
     up = cli_cluster.up()
     assert up.returncode == 0, up.stdout + up.stderr
-    orders = wait_for(replicated_orders, CONVERGE_S, "orders-0 back on all three brokers")
+    orders = wait_until(replicated_orders, CONVERGE_S, "orders-0 back on all three brokers")
     assert sorted(orders["replicas"]) == [1, 2, 3]
     restarted = read_cluster_info(cli_cluster.directory)
     purged = cli_cluster.run("cluster", "down", "--purge")
@@ -270,15 +251,15 @@ def test_cluster_up_status_down(cli_cluster: CliCluster) -> None:
 # --- tierlog trace ----------------------------------------------------------------------------------------
 
 
-def test_trace_shows_one_record_replicating_as_in_seed_000(tmp_path: Path) -> None:
+def test_trace_shows_one_record_replicating_as_in_seed_000(tmp_path: Path, kafka: Any) -> None:
     with LocalCluster(tmp_path, brokers=3, overrides=OVERRIDES) as cluster:
         try:
             http = {node_id: cluster.http_address(node_id) for node_id in cluster.node_ids}
             create_topic(cluster.bootstrap, "seed-000")
-            assert produce_one(cluster.bootstrap, "seed-000", b"one message") == 0
+            assert kafka.produce(cluster.bootstrap, "seed-000", [{"value": b"one message"}]) == [(0, 0)]  # acks=all
             # acks=all returns once the leader's HW passed the record; the followers learn the new HW on
             # their next fetch.
-            state = wait_for(lambda: replicated(http, "seed-000", 1), CONVERGE_S, "HW 1 on every replica")
+            state = wait_until(lambda: replicated(http, "seed-000", 1), CONVERGE_S, "HW 1 on every replica")
             leader = state["leader"]
             followers = [n for n in cluster.node_ids if n != leader]
 

@@ -13,14 +13,13 @@ failing run shows what each broker said.
 from __future__ import annotations
 
 import itertools
-import json
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cluster_helpers import metadata_partition, partition_states, print_log_tails
 from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -59,7 +58,6 @@ LEADER_S = 30.0
 CONVERGE_S = 60.0
 FLUSH_S = 60.0
 SETTLE_S = 2.0
-HTTP_TIMEOUT_S = 2.0
 
 
 @dataclass
@@ -127,42 +125,19 @@ class ProducerThread(threading.Thread):
             self.error = e
 
 
-def partitions_of(cluster: LocalCluster, node_id: int) -> dict[int, dict[str, Any]] | None:
-    """Broker `node_id`'s own view of TOPIC's partitions (GET /v1/partitions), or None if it does not answer."""
-    url = f"http://{cluster.http_address(node_id)}/v1/partitions"
-    try:
-        with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT_S) as answer:
-            document = json.load(answer)
-    except (OSError, ValueError):
-        return None
-    return {p["partition"]: p for p in document["partitions"] if p["topic"] == TOPIC}
-
-
 def views(cluster: LocalCluster) -> dict[int, dict[int, dict[str, Any]] | None]:
-    return {n: partitions_of(cluster, n) if cluster.broker(n).running else None for n in BROKERS}
-
-
-wait_for = wait_until
-
-
-def metadata_leader(bootstrap: str, partition: int) -> int:
-    """The leader that Metadata names for TOPIC-`partition` (-1 if none); a fresh client, so nothing is cached."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    try:
-        topic = admin.list_topics(topic=TOPIC, timeout=5).topics.get(TOPIC)
-    except Exception:  # a broker just killed may be asked first; the caller polls again
-        return -1
-    if topic is None or topic.error is not None or partition not in topic.partitions:
-        return -1
-    return int(topic.partitions[partition].leader)
+    """node -> its own view of TOPIC's partitions (GET /v1/partitions); None for a broker that does not answer."""
+    return {n: partition_states(cluster, n, TOPIC) if cluster.broker(n).running else None for n in BROKERS}
 
 
 def confirmed_leader(cluster: LocalCluster, partition: int) -> tuple[int, int] | None:
     """(leader, leader epoch) once Metadata names a leader that itself reports being leader with the full ISR."""
-    leader = metadata_leader(cluster.bootstrap, partition)
+    # A broker just killed may be asked first and not answer: the caller polls again.
+    named = metadata_partition(cluster.bootstrap, TOPIC, partition, timeout_s=5)
+    leader = -1 if named is None else named.leader
     if leader not in BROKERS or not cluster.broker(leader).running:
         return None
-    own = partitions_of(cluster, leader)
+    own = partition_states(cluster, leader, TOPIC)
     state = (own or {}).get(partition)
     if state is None or state["role"] != "leader" or sorted(state["isr"]) != list(BROKERS):
         return None
@@ -260,7 +235,7 @@ def test_leader_killed_again_and_again_loses_no_acknowledged_record(tmp_path: Pa
         new_topic.config = {"min.insync.replicas": "2"}
         admin.create_topics([new_topic], request_timeout=15)[TOPIC].result(timeout=30)
         for partition in PARTITIONS:
-            wait_for(
+            wait_until(
                 lambda p=partition: confirmed_leader(cluster, p),
                 LEADER_S,
                 lambda: f"a leader with the full ISR for every partition ({describe(views(cluster))})",
@@ -269,10 +244,10 @@ def test_leader_killed_again_and_again_loses_no_acknowledged_record(tmp_path: Pa
         producer = ProducerThread(cluster.bootstrap)
         producer.start()
         acks = producer.acks
-        wait_for(lambda: len(acks.acked) >= 200, 30, lambda: f"200 acknowledgements (have {len(acks.acked)})")
+        wait_until(lambda: len(acks.acked) >= 200, 30, lambda: f"200 acknowledgements (have {len(acks.acked)})")
 
         for round_no, (partition, down_s) in enumerate(ROUNDS, 1):
-            leader, epoch_before = wait_for(
+            leader, epoch_before = wait_until(
                 lambda p=partition: confirmed_leader(cluster, p),
                 LEADER_S,
                 lambda p=partition, r=round_no: f"round {r}: a confirmed leader of p{p} ({describe(views(cluster))})",
@@ -281,7 +256,7 @@ def test_leader_killed_again_and_again_loses_no_acknowledged_record(tmp_path: Pa
             cluster.kill(leader)
             time.sleep(down_s)
             cluster.restart(leader, timeout_s=RESTART_S)
-            epochs = wait_for(
+            epochs = wait_until(
                 lambda n=leader: rejoined(cluster, n),
                 REJOIN_S,
                 lambda n=leader, r=round_no: f"round {r}: broker {n} back in every ISR ({describe(views(cluster))})",
@@ -306,7 +281,7 @@ def test_leader_killed_again_and_again_loses_no_acknowledged_record(tmp_path: Pa
         assert not producer.is_alive(), f"the producer did not stop and flush within {FLUSH_S + 10}s"
         if producer.error is not None:
             raise producer.error
-        final = wait_for(
+        final = wait_until(
             lambda: converged(cluster),
             CONVERGE_S,
             lambda: f"every replica at LEO == HW with the full ISR ({describe(views(cluster))})",
@@ -347,8 +322,7 @@ def test_leader_killed_again_and_again_loses_no_acknowledged_record(tmp_path: Pa
             producer.stopping.set()
             producer.join(FLUSH_S + 10)
         cluster.stop()
-        for node in BROKERS:
-            print(f"\n---- last lines of {cluster.broker(node).log_file} ----\n{cluster.broker(node).log_tail(40)}")
+        print_log_tails(cluster)
 
     # (b) after a clean stop every replica's log holds the same batches, byte for byte, up to the HW, and
     # (c) no offset holds two different records: each replica's records equal the acknowledged ones.

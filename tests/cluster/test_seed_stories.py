@@ -18,14 +18,14 @@ import signal
 import socket
 import threading
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from cluster_helpers import HTTP_TIMEOUT_S, http_get, metadata_partition, partition_states, print_log_tails
+from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tierlog.cli.local_cluster import LocalCluster, wait_until
@@ -41,7 +41,6 @@ CLIENT_TIMEOUT_S = 20.0
 SESSION_TIMEOUT_MS = 2500
 FAILOVER_S = 20.0
 CONVERGE_S = 20.0
-HTTP_TIMEOUT_S = 2.0
 
 # Fast fencing of crashed brokers, and HW checkpoints every 100 ms so a test can read the HW on disk without
 # waiting the default 5 s.
@@ -81,23 +80,9 @@ def wait_for(
 # --- the brokers' HTTP endpoints ---------------------------------------------------------------------------
 
 
-def http_get(address: str, path: str) -> bytes:
-    with urllib.request.urlopen(f"http://{address}{path}", timeout=HTTP_TIMEOUT_S) as response:
-        body: bytes = response.read()
-        return body
-
-
 def partition_status(cluster: LocalCluster, node_id: int, topic: str) -> dict[str, Any] | None:
     """What broker `node_id` says of `topic`-0 on /v1/partitions; None if it does not answer or hosts no replica."""
-    try:
-        document = json.loads(http_get(cluster.http_address(node_id), "/v1/partitions"))
-    except OSError:
-        return None
-    for partition in document["partitions"]:
-        if partition["topic"] == topic and partition["partition"] == 0:
-            status: dict[str, Any] = partition
-            return status
-    return None
+    return (partition_states(cluster, node_id, topic) or {}).get(0)
 
 
 def wait_for_follower_to_lead(cluster: LocalCluster, topic: str, old_epoch: int) -> dict[str, Any]:
@@ -282,51 +267,15 @@ def produce_acked(bootstrap: str, topic: str, value: bytes, acks: str) -> int:
     return offset
 
 
-def consume_all(bootstrap: str, topic: str) -> list[tuple[int, bytes | None]]:
+def records(kafka: Any, bootstrap: str, topic: str) -> list[tuple[int, bytes | None]]:
     """(offset, value) of every record of `topic`-0 below the high watermark, asked of `bootstrap`."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"unused-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "error",
-            "enable.partition.eof": True,
-        }
-    )
-    try:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=CLIENT_TIMEOUT_S, cached=False)
-        records: list[tuple[int, bytes | None]] = []
-        if high <= low:
-            return records
-        consumer.assign([TopicPartition(topic, 0, low)])
-        deadline = time.monotonic() + CLIENT_TIMEOUT_S
-        while True:
-            assert time.monotonic() < deadline, f"consumed {records} of {topic}, not up to HW {high} in time"
-            message = consumer.poll(0.2)
-            if message is None:
-                continue
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF and message.offset() >= high:
-                    return records
-                if error.code() != KafkaError._PARTITION_EOF:
-                    raise KafkaException(error)
-                continue
-            records.append((message.offset(), message.value()))
-    finally:
-        consumer.close()
+    return [(r.offset, r.value) for r in kafka.consume_all(bootstrap, topic)]
 
 
 def metadata_isr(cluster: LocalCluster, topic: str, node_id: int) -> list[int] | None:
     """The ISR of `topic`-0 in a Metadata answer of broker `node_id` (None if it did not answer in time)."""
-    admin = AdminClient({"bootstrap.servers": cluster.broker(node_id).bootstrap})
-    try:
-        meta = admin.list_topics(topic=topic, timeout=3).topics.get(topic)
-    except KafkaException:
-        return None
-    if meta is None or meta.error is not None or 0 not in meta.partitions:
-        return None
-    return sorted(meta.partitions[0].isrs)
+    partition = metadata_partition(cluster.broker(node_id).bootstrap, topic, 0, timeout_s=3)
+    return None if partition is None else sorted(partition.isrs)
 
 
 # --- files --------------------------------------------------------------------------------------------------
@@ -380,9 +329,7 @@ def start_cluster(tmp_path: Path) -> Iterator[ClusterFactory]:
                 cluster.stop(timeout_s=10)
                 _LIVE_CLUSTERS.discard(cluster)
             finally:
-                for node_id in cluster.node_ids:
-                    broker = cluster.broker(node_id)
-                    print(f"\n---- last lines of {broker.log_file} ----\n{broker.log_tail(40)}")
+                print_log_tails(cluster)
 
 
 @pytest.fixture
@@ -487,7 +434,7 @@ FOLLOWER_FETCH_WAIT_MS = 6000
 
 
 def test_seed_002_hw_data_loss_story_keeps_the_acknowledged_message(
-    start_cluster: ClusterFactory, trace_streams: Callable[[LocalCluster, int, str], TraceStream]
+    start_cluster: ClusterFactory, trace_streams: Callable[[LocalCluster, int, str], TraceStream], kafka: Any
 ) -> None:
     # A follower FETCH with nothing new waits 6 s at the leader, so after the second FETCH round of m1 (the one
     # that lets the leader's HW and the acks=all answer pass m1) the follower holds m1 with HW 0 for 6 s: the
@@ -567,7 +514,7 @@ def test_seed_002_hw_data_loss_story_keeps_the_acknowledged_message(
         "the new leader's HW to cover m1",
         lambda: statuses(cluster, topic),
     )
-    assert consume_all(cluster.broker(FOLLOWER).bootstrap, topic) == [(0, b"m1")]
+    assert records(kafka, cluster.broker(FOLLOWER).bootstrap, topic) == [(0, b"m1")]
     assert restarted.error is None, restarted.error
     truncations = [e for e in restarted.snapshot() if e.get("phase") == "truncate"]
     assert not truncations, f"broker {FOLLOWER} truncated:\n{table(truncations)}"
@@ -577,7 +524,7 @@ def test_seed_002_hw_data_loss_story_keeps_the_acknowledged_message(
 
 
 def test_seed_002_divergence_story_ends_with_identical_logs(
-    start_cluster: ClusterFactory, trace_streams: Callable[[LocalCluster, int, str], TraceStream]
+    start_cluster: ClusterFactory, trace_streams: Callable[[LocalCluster, int, str], TraceStream], kafka: Any
 ) -> None:
     # Short follower fetch waits, so a FETCH parked at the leader when the follower is frozen expires (its
     # empty answer waits in the frozen follower's socket) before m1 arrives: m1 must stay on the leader alone.
@@ -667,7 +614,7 @@ def test_seed_002_divergence_story_ends_with_identical_logs(
         (1, new_leader["leader_epoch"], [(1, b"m2")]),
     ], batches
     assert old_leader_files == new_leader_files
-    assert consume_all(cluster.bootstrap, topic) == [(0, b"m0"), (1, b"m2")]
+    assert records(kafka, cluster.bootstrap, topic) == [(0, b"m0"), (1, b"m2")]
     assert old_leader_trace.error is None, old_leader_trace.error
 
 
@@ -675,7 +622,7 @@ def test_seed_002_divergence_story_ends_with_identical_logs(
 
 
 def test_slow_follower_leaves_isr_and_rejoins_and_acks_all_is_refused_below_min_isr(
-    start_cluster: ClusterFactory,
+    start_cluster: ClusterFactory, kafka: Any
 ) -> None:
     # The session outlasts the pause, so the controller never fences the frozen broker: the shrink can only
     # come from the leader's own lag check (every replica.lag.time.max.ms / 2).
@@ -725,7 +672,7 @@ def test_slow_follower_leaves_isr_and_rejoins_and_acks_all_is_refused_below_min_
         lambda: f"{[metadata_isr(cluster, topic, n) for n in cluster.node_ids]}",
     )
     assert produce_acked(leader_bootstrap, topic, b"after", acks="all") == 4
-    assert [value for _, value in consume_all(leader_bootstrap, topic)] == [
+    assert [value for _, value in records(kafka, leader_bootstrap, topic)] == [
         b"before",
         b"while-frozen-0",
         b"while-frozen-1",
