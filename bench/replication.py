@@ -21,7 +21,6 @@ Writes `bench/results/replication.json` (machine, parameters, results) and `benc
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -30,18 +29,17 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from common import TIMEOUT_S, argument_parser, machine_info, paired_bars, produce_flat_out, write_report
 from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from throughput import machine_info  # bench/ is on sys.path when run as a script: the same machine facts
 
 from tierlog.cli.local_cluster import LocalCluster
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
-TIMEOUT_S = 120.0
 BROKERS = 3
 # (replication factor, acks, min.insync.replicas of the topic): the replicated case and the baseline.
 CONFIGURATIONS = ((3, "all", 2), (3, "1", 2), (1, "1", 1))
@@ -123,18 +121,8 @@ def produce_saturated(bootstrap: str, topic: str, acks: str, size: int, seconds:
     producer = Producer(producer_config(bootstrap, acks, linger_ms=5, queue=queue))
     payload = os.urandom(size)
     deliveries = Deliveries()
-    sent = 0
     started = time.perf_counter()
-    stop_at = started + seconds
-    while time.perf_counter() < stop_at:
-        for _ in range(1000):
-            try:
-                producer.produce(topic, payload, on_delivery=deliveries)
-                sent += 1
-            except BufferError:
-                # The queue is full: serve delivery reports until there is room.
-                producer.poll(0.005)
-        producer.poll(0)
+    sent = produce_flat_out(producer, topic, payload, deliveries, seconds)
     return finish(producer, deliveries, sent, size, started)
 
 
@@ -183,18 +171,13 @@ def create_topic(cluster: LocalCluster, topic: str, partitions: int, rf: int, mi
     return leaders
 
 
-def plot(results: list[dict[str, Any]], path: Path, title: str) -> None:
-    import matplotlib
+LATENCY_COLORS = (("p50", "tab:green"), ("p99", "tab:red"))
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    labels = [f"RF={r['replication_factor']}\nacks={r['acks']}" for r in results]
-    x = range(len(results))
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.8))
-
+def draw_configurations(axes: Sequence[Any], results: list[dict[str, Any]]) -> None:
+    """Saturated throughput, then the p50 and p99 produce latency of the paced and the saturated phase."""
     throughput = [r["saturated"]["mb_per_s"] for r in results]
-    bars = axes[0].bar(x, throughput, 0.6, color="tab:blue")
+    bars = axes[0].bar(range(len(results)), throughput, 0.6, color="tab:blue")
     axes[0].bar_label(
         bars,
         labels=[
@@ -207,34 +190,20 @@ def plot(results: list[dict[str, Any]], path: Path, title: str) -> None:
     axes[0].set_ylabel("MB/s (10^6 payload bytes)")
 
     for ax, phase, what in ((axes[1], "paced", "paced"), (axes[2], "saturated", "saturated, incl. client queueing")):
-        width = 0.38
-        for shift, quantile, color in ((-width / 2, "p50", "tab:green"), (width / 2, "p99", "tab:red")):
-            values = [r[phase]["latency_ms"][quantile] for r in results]
-            bars = ax.bar([i + shift for i in x], values, width, label=quantile, color=color)
-            ax.bar_label(bars, labels=[f"{v:,.1f}" for v in values], fontsize=8, padding=2)
+        series = [(q, [r[phase]["latency_ms"][q] for r in results], color) for q, color in LATENCY_COLORS]
+        paired_bars(ax, series, "{:,.1f}")
         ax.set_title(f"produce latency, {what} (ms)")
         ax.set_ylabel("ms, produce() to delivery report")
-        ax.legend()
-
-    for ax in axes:
-        ax.set_xticks(list(x), labels)
-        ax.grid(axis="y", alpha=0.3)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="about 2 s per phase, for a smoke run")
+    parser = argument_parser(__doc__, "replication", "about 2 s per phase, for a smoke run")
     parser.add_argument("--seconds", type=float, default=10.0, help="saturated phase length per configuration")
     parser.add_argument("--paced-seconds", type=float, default=8.0, help="paced phase length per configuration")
     parser.add_argument("--rate", type=float, default=200.0, help="messages/s of the paced phase")
     parser.add_argument("--size", type=int, default=1024, help="message size in bytes")
     parser.add_argument("--partitions", type=int, default=3, help="partitions per topic (leaders spread out)")
     parser.add_argument("--queue", type=int, default=20_000, help="queue.buffering.max.messages, saturated")
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="directory for replication.json/.png")
     args = parser.parse_args()
     seconds = 2.0 if args.quick else args.seconds
     paced_seconds = 2.0 if args.quick else args.paced_seconds
@@ -275,7 +244,6 @@ def main() -> None:
     if any(code not in (0, None) for code in exit_codes.values()):
         print(f"warning: broker exit codes {exit_codes}", file=sys.stderr)
 
-    args.out.mkdir(parents=True, exist_ok=True)
     report = {
         "benchmark": "tierlog replicated produce throughput and latency, confluent-kafka client, 3 local brokers",
         "machine": machine_info(),
@@ -301,14 +269,20 @@ def main() -> None:
         },
         "results": results,
     }
-    (args.out / "replication.json").write_text(json.dumps(report, indent=2) + "\n")
     machine = report["machine"]
-    title = (
-        f"tierlog replication, {BROKERS} brokers on one host ({machine['cpu']}, {machine['cpu_count']} CPUs), "
-        f"{args.size} B messages, {args.partitions} partitions"
+    write_report(
+        args.out,
+        "replication",
+        report,
+        title=(
+            f"tierlog replication, {BROKERS} brokers on one host ({machine['cpu']}, {machine['cpu_count']} CPUs), "
+            f"{args.size} B messages, {args.partitions} partitions"
+        ),
+        labels=[f"RF={r['replication_factor']}\nacks={r['acks']}" for r in results],
+        panels=3,
+        figsize=(15, 4.8),
+        draw=lambda axes: draw_configurations(axes, results),
     )
-    plot(results, args.out / "replication.png", title)
-    print(f"wrote {args.out / 'replication.json'} and {args.out / 'replication.png'}")
 
 
 if __name__ == "__main__":

@@ -13,27 +13,21 @@ Writes `bench/results/throughput.json` (machine, parameters, results) and `bench
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import confluent_kafka
+from common import TIMEOUT_S, argument_parser, machine_info, paired_bars, produce_flat_out, write_report
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tierlog.cli.local_cluster import BrokerProcess
-
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
-TIMEOUT_S = 120.0
 
 
 @dataclass
@@ -104,17 +98,8 @@ def produce(bootstrap: str, topic: str, size: int, seconds: float, max_messages:
         if err is not None:
             failures.append(err)
 
-    sent = 0
     started = time.perf_counter()
-    stop_at = started + seconds
-    while (max_messages is None or sent < max_messages) and (max_messages is not None or time.perf_counter() < stop_at):
-        for _ in range(1000):
-            try:
-                producer.produce(topic, payload, on_delivery=on_delivery)
-                sent += 1
-            except BufferError:
-                producer.poll(0.005)
-        producer.poll(0)
+    sent = produce_flat_out(producer, topic, payload, on_delivery, seconds, max_messages)
     remaining = producer.flush(TIMEOUT_S)
     elapsed = time.perf_counter() - started
     if remaining or failures:
@@ -160,64 +145,24 @@ def consume(bootstrap: str, topic: str, partitions: int, expected: int, size: in
     return Phase(received, payload_bytes, elapsed)
 
 
-def machine_info() -> dict[str, Any]:
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False, cwd=Path(__file__).parent
-    ).stdout.strip()
-    return {
-        "platform": platform.platform(),
-        "python": sys.version.split()[0],
-        "cpu": cpu,
-        "cpu_count": os.cpu_count(),
-        "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
-        "confluent_kafka": confluent_kafka.__version__,
-        "librdkafka": confluent_kafka.libversion()[0],
-        "tierlog_commit": commit,
-    }
+PHASE_COLORS = (("produce", "#3b7dd8"), ("consume", "#e07b39"))
 
 
-def plot(results: list[dict[str, Any]], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    labels = [f"{r['message_bytes']} B\n{r['partitions']} partition(s)" for r in results]
-    x = range(len(results))
-    width = 0.38
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+def draw_phases(axes: Sequence[Any], results: list[dict[str, Any]]) -> None:
+    """Produce and consume side by side, in MB/s and in messages/s."""
     for ax, metric, unit in ((axes[0], "mb_per_s", "MB/s"), (axes[1], "msgs_per_s", "messages/s")):
-        for shift, phase, color in ((-width / 2, "produce", "#3b7dd8"), (width / 2, "consume", "#e07b39")):
-            values = [r[phase][metric] for r in results]
-            bars = ax.bar([i + shift for i in x], values, width, label=phase, color=color)
-            ax.bar_label(bars, labels=[f"{v:,.0f}" for v in values], fontsize=8, padding=2)
-        ax.set_xticks(list(x), labels)
+        series = [(phase, [r[phase][metric] for r in results], color) for phase, color in PHASE_COLORS]
+        paired_bars(ax, series, "{:,.0f}")
         ax.set_ylabel(unit)
         ax.set_title(unit)
-        ax.legend()
-        ax.grid(axis="y", alpha=0.3)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="about 1.5 s of producing per configuration")
+    parser = argument_parser(__doc__, "throughput", "about 1.5 s of producing per configuration")
     parser.add_argument("--seconds", type=float, default=6.0, help="produce for this long per configuration")
     parser.add_argument("--messages", type=int, default=None, help="produce exactly this many instead")
     parser.add_argument("--sizes", default="1024,100", help="message sizes in bytes, comma-separated")
     parser.add_argument("--partitions", default="1,8", help="partition counts, comma-separated")
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="directory for throughput.json/.png")
     parser.add_argument("--cprofile", type=Path, default=None, help="run the broker under cProfile, write here")
     args = parser.parse_args()
     seconds = 1.5 if args.quick else args.seconds
@@ -261,7 +206,6 @@ def main() -> None:
     if exit_code not in (0, None):
         print(f"warning: the broker exited with code {exit_code}", file=sys.stderr)
 
-    args.out.mkdir(parents=True, exist_ok=True)
     report = {
         "benchmark": "tierlog produce/consume throughput, confluent-kafka client, one local broker",
         "machine": machine_info(),
@@ -277,10 +221,16 @@ def main() -> None:
         },
         "results": results,
     }
-    (args.out / "throughput.json").write_text(json.dumps(report, indent=2) + "\n")
-    title = f"tierlog throughput ({report['machine']['cpu']}, {report['machine']['cpu_count']} CPUs)"
-    plot(results, args.out / "throughput.png", title)
-    print(f"wrote {args.out / 'throughput.json'} and {args.out / 'throughput.png'}")
+    write_report(
+        args.out,
+        "throughput",
+        report,
+        title=f"tierlog throughput ({report['machine']['cpu']}, {report['machine']['cpu_count']} CPUs)",
+        labels=[f"{r['message_bytes']} B\n{r['partitions']} partition(s)" for r in results],
+        panels=2,
+        figsize=(12, 4.8),
+        draw=lambda axes: draw_phases(axes, results),
+    )
 
 
 if __name__ == "__main__":

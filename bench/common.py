@@ -1,0 +1,121 @@
+"""What the benchmarks share: the command line's --quick and --out, the machine facts every report records,
+producing flat out, and writing the JSON report with its bar chart.
+
+bench/ is on sys.path when a benchmark runs as a script (`python bench/throughput.py`), so they import this
+as `common`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+from confluent_kafka import Producer
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+TIMEOUT_S = 120.0
+
+
+def argument_parser(doc: str | None, name: str, quick_help: str) -> argparse.ArgumentParser:
+    """A parser with `--quick` and `--out` (default bench/results, where `name`.json and `name`.png go)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help=f"directory for {name}.json/.png")
+    return parser
+
+
+def machine_info() -> dict[str, Any]:
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False, cwd=Path(__file__).parent
+    ).stdout.strip()
+    return {
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+        "confluent_kafka": confluent_kafka.__version__,
+        "librdkafka": confluent_kafka.libversion()[0],
+        "tierlog_commit": commit,
+    }
+
+
+def produce_flat_out(
+    producer: Producer,
+    topic: str,
+    payload: bytes,
+    on_delivery: Callable[..., None],
+    seconds: float,
+    max_messages: int | None = None,
+) -> int:
+    """Produce `payload` as fast as the client takes it, for `seconds` or, if given, exactly `max_messages`;
+    returns how many were handed to the client. A full client queue is served (poll) until there is room."""
+    sent = 0
+    stop_at = time.perf_counter() + seconds
+    while sent < max_messages if max_messages is not None else time.perf_counter() < stop_at:
+        for _ in range(1000 if max_messages is None else min(1000, max_messages - sent)):
+            try:
+                producer.produce(topic, payload, on_delivery=on_delivery)
+                sent += 1
+            except BufferError:
+                producer.poll(0.005)
+        producer.poll(0)
+    return sent
+
+
+def paired_bars(ax: Any, series: Sequence[tuple[str, Sequence[float], str]], value_format: str) -> None:
+    """Two bars per x position side by side, (label, values, color) each, every bar labelled with its value."""
+    width = 0.38
+    for shift, (label, values, color) in zip((-width / 2, width / 2), series, strict=True):
+        bars = ax.bar([i + shift for i in range(len(values))], values, width, label=label, color=color)
+        ax.bar_label(bars, labels=[value_format.format(v) for v in values], fontsize=8, padding=2)
+    ax.legend()
+
+
+def write_report(
+    out: Path,
+    name: str,
+    report: dict[str, Any],
+    *,
+    title: str,
+    labels: Sequence[str],
+    panels: int,
+    figsize: tuple[float, float],
+    draw: Callable[[Sequence[Any]], None],
+) -> None:
+    """`out`/`name`.json (the report) and `out`/`name`.png: a row of `panels` bar charts, drawn by `draw(axes)`,
+    sharing the x positions `labels`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
+    fig, axes = plt.subplots(1, panels, figsize=figsize)
+    draw(axes)
+    for ax in axes:
+        ax.set_xticks(list(range(len(labels))), labels)
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(out / f"{name}.png", dpi=120)
+    plt.close(fig)
+    print(f"wrote {out / f'{name}.json'} and {out / f'{name}.png'}")
