@@ -7,11 +7,15 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from tierlog.common import TopicPartition
 from tierlog.controller.metadata import BrokerRegistration, ClusterMetadata, PartitionRegistration, TopicMetadata
 from tierlog.records.codec import build_batch
 from tierlog.replication.fetcher import FetchResponsePartition, ReplicaFetcher
+from tierlog.replication.partition import Partition
 from tierlog.replication.replica_manager import (
     AppendResult,
     DelayedProduce,
@@ -206,3 +210,16 @@ def caught_up_pair(root: Path, first: bytes = b"m0", *, configs: dict[str, str] 
     cluster.fetch(2)
     assert [(cluster.log(b).log_end_offset, cluster.log(b).high_watermark) for b in (1, 2)] == [(1, 1), (1, 1)]
     return cluster
+
+
+def count_reads(partition: Partition, monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """(replica id, fetch offset) of every read of the leader's `partition`, call by call."""
+    reads: list[tuple[int, int]] = []
+    read_records = partition.read_records
+
+    def counting_read(fetch_offset: int, *args: Any, **kwargs: Any) -> Any:
+        reads.append((kwargs.get("replica_id", -1), fetch_offset))
+        return read_records(fetch_offset, *args, **kwargs)
+
+    monkeypatch.setattr(partition, "read_records", counting_read)
+    return reads

@@ -5,12 +5,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from replication_helpers import NOW, TOPIC_ID, TP, Cluster, batch, caught_up_pair, single_topic_image
+import pytest
+from replication_helpers import NOW, TOPIC_ID, TP, Cluster, batch, caught_up_pair, count_reads, single_topic_image
 
 from tierlog.common import TopicPartition
 from tierlog.controller.metadata import PartitionRegistration
 from tierlog.replication.partition import Partition
-from tierlog.replication.replica_manager import AppendResult, ReplicaManager
+from tierlog.replication.replica_manager import (
+    AppendResult,
+    FetchParams,
+    FetchPartitionResult,
+    PartitionFetchInfo,
+    ReplicaManager,
+)
 from tierlog.replication.trace import ISR_EXPAND, ISR_SHRINK
 from tierlog.storage.log_manager import LogManager
 
@@ -201,6 +208,24 @@ def test_acks_all_produce_completes_when_the_follower_moves_the_hw(tmp_path: Pat
     assert result.error is None and result.info is not None and result.info.first_offset == 1
     cluster.advance(60_000)
     assert len(answers) == 1
+
+
+def test_consumer_fetch_waits_for_the_hw_and_is_not_reread_for_appends_below_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = caught_up_pair(tmp_path)
+    leader = cluster.managers[1]
+    reads = count_reads(leader.get_partition(TP), monkeypatch)
+    answers: list[list[FetchPartitionResult]] = []
+    params = FetchParams(replica_id=-1, max_wait_ms=500, min_bytes=1, max_bytes=1 << 20, isolation_level=0)
+    assert leader.fetch_messages(params, [(TP, PartitionFetchInfo(1, 1 << 20))], cluster.now, answers.append)
+    cluster.produce(1, b"m1", acks=1)
+    assert answers == [] and reads == [(-1, 1)]  # above the HW: nothing a consumer may read yet
+    cluster.fetch(2)
+    cluster.fetch(2)  # the follower's second fetch moves the HW to 2
+    ((result,),) = answers
+    assert result.read is not None and result.read.size > 0 and result.read.high_watermark == 2
+    assert [offset for replica_id, offset in reads if replica_id == -1] == [1, 1]
 
 
 def test_acks_all_produce_times_out_without_the_follower(tmp_path: Path) -> None:

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
-from replication_helpers import NOW, batch, single_topic_image
+from replication_helpers import NOW, batch, count_reads, single_topic_image
 
 from tierlog.common import TopicPartition
 from tierlog.controller.metadata import ClusterMetadata, PartitionRegistration
@@ -126,37 +125,23 @@ def test_fetch_waits_in_purgatory_until_an_append_wakes_it(cluster: Cluster) -> 
     assert replica_manager.fetch_purgatory.expire(NOW + 10_000) == 0
 
 
-def count_reads(replica_manager: ReplicaManager, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The fetch offsets `TP`'s leader reads from, call by call."""
-    partition = replica_manager.get_partition(TP)
-    reads: list[int] = []
-    read_records = partition.read_records
-
-    def counting_read(fetch_offset: int, *args: Any, **kwargs: Any) -> Any:
-        reads.append(fetch_offset)
-        return read_records(fetch_offset, *args, **kwargs)
-
-    monkeypatch.setattr(partition, "read_records", counting_read)
-    return reads
-
-
 def test_parked_fetch_is_read_once_then_again_on_each_append(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
     _, replica_manager = cluster
-    reads = count_reads(replica_manager, monkeypatch)
+    reads = count_reads(replica_manager.get_partition(TP), monkeypatch)
     answers, delayed = fetch(replica_manager, 0, min_bytes=1 << 20)
-    assert delayed is not None and reads == [0]
+    assert delayed is not None and reads == [(-1, 0)]
     append(replica_manager, batch(b"a"), 1)
-    assert answers == [] and reads == [0, 0]
+    assert answers == [] and reads == [(-1, 0), (-1, 0)]
 
 
 def test_metadata_that_leaves_a_partition_unchanged_does_not_reread_its_parked_fetches(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     registration, replica_manager = cluster
-    reads = count_reads(replica_manager, monkeypatch)
+    reads = count_reads(replica_manager.get_partition(TP), monkeypatch)
     answers, _ = fetch(replica_manager, 0, epoch=0)
     replica_manager.apply_metadata(single_topic_image(registration), NOW)
-    assert answers == [] and reads == [0]
+    assert answers == [] and reads == [(-1, 0)]
     registration.leader_epoch += 1
     replica_manager.apply_metadata(single_topic_image(registration), NOW)
     assert answers[0][0].error == "FENCED_LEADER_EPOCH"

@@ -88,7 +88,11 @@ FetchResponder = Callable[[list[FetchPartitionResult]], None]
 
 class DelayedFetch(DelayedOperation):
     """A fetch waiting for `min_bytes` (or an error, or a diverging epoch) on any of its partitions, or for
-    its deadline. Its re-reads never update a follower's fetch state: the fetch was recorded when it came."""
+    its deadline. Its re-reads never update a follower's fetch state: the fetch was recorded when it came.
+
+    Created right after a read found it unanswerable. A wake-up re-reads only if something that read depends
+    on moved (Kafka's tryComplete compares offsets instead of reading): an append wakes a consumer's fetch,
+    but a consumer reads only below the HW, which a replicated partition's append does not move."""
 
     def __init__(
         self,
@@ -104,8 +108,28 @@ class DelayedFetch(DelayedOperation):
         self._infos = infos
         self._respond = respond
         self._results: list[FetchPartitionResult] | None = None
+        self._positions_read = self._positions()
+
+    def _positions(self) -> list[tuple[object, ...] | None]:
+        """Per partition, everything its read depends on: which replica and role, epochs (fencing, diverging,
+        replica set), the readable end (LEO for a follower, HW for a consumer) and the log start."""
+        from_follower = self._params.replica_id >= 0
+        positions: list[tuple[object, ...] | None] = []
+        for tp, _ in self._infos:
+            p = self._replica_manager.partitions.get(tp)
+            if p is None:
+                positions.append(None)
+                continue
+            log = p.log
+            end = log.log_end_offset if from_follower else log.high_watermark
+            positions.append((p, p.leader_id, p.leader_epoch, p.partition_epoch, end, log.log_start_offset))
+        return positions
 
     def try_complete(self) -> bool:
+        positions = self._positions()
+        if positions == self._positions_read:
+            return False
+        self._positions_read = positions
         results = self._replica_manager.read_from_local_log(self._params, self._infos)
         if _can_answer(results, self._params.min_bytes):
             self._results = results
