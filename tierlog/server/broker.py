@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import logging
 import signal
@@ -260,10 +259,6 @@ class Broker:
                         self.config.node_id, self.lifecycle.broker_epoch, proposal
                     )
                     registration, error = result.registration, result.error
-                    partition = self.replica_manager.partitions.get(proposal.topic_partition)
-                    if registration is not None and partition is not None:
-                        # AlterPartition never changes the replica set, and its response does not carry it.
-                        registration = dataclasses.replace(registration, replicas=list(partition.replicas))
                 except ControllerUnavailableError as e:
                     registration, error = None, "REQUEST_TIMED_OUT"
                     logger.info(
