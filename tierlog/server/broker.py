@@ -65,12 +65,7 @@ class Broker:
         self.controller_server: ControllerServer | None = None
         self.http_server: HttpServer | None = None
         self.trace_log = TraceLog(config.node_id)
-
-    async def start(self) -> None:
-        config = self.config
-        for log_dir in config.log_dirs:
-            log_dir.mkdir(parents=True, exist_ok=True)
-        max_request = config.get_int("socket.request.max.bytes")
+        # Everything is built here, without I/O, so stop() can clean up after a start that failed half-way.
         self.log_manager = LogManager(config.log_dirs, config.broker_log_defaults())
         self.replica_manager = ReplicaManager(
             config.node_id,
@@ -86,45 +81,50 @@ class Broker:
             ),
             trace=self.trace_log.record,
         )
-        channel: ControllerChannel
+        self.channel: ControllerChannel
         if config.is_controller:
             self.controller_server = ControllerServer(config)
-            self.controller_server.start()
-            channel = LocalControllerChannel(self.controller_server)
+            self.channel = LocalControllerChannel(self.controller_server)
         else:
             address = config.controller_address
             assert address is not None  # KafkaConfig refuses a broker without one
-            channel = RemoteControllerChannel(
+            self.channel = RemoteControllerChannel(
                 address[0],
                 address[1],
                 client_id=f"broker-{config.node_id}-controller",
                 request_timeout_ms=config.get_int("replica.socket.timeout.ms"),
             )
-        self.channel = channel
-        self.loader = MetadataLoader(config.node_id, channel, self._publish)
+        self.loader = MetadataLoader(config.node_id, self.channel, self._publish)
         self.lifecycle = BrokerLifecycleManager(
             config.node_id,
             self._advertised_endpoints(),
             None,
-            channel,
+            self.channel,
             self.loader,
             config.get_int("broker.heartbeat.interval.ms"),
             cluster_id_on_disk(config.log_dirs),
         )
-        metrics_registry = MetricsRegistry()
-        self.metrics = broker_metrics(metrics_registry)
+        self._metrics_registry = MetricsRegistry()
+        self.metrics = broker_metrics(self._metrics_registry)
         self._wire_metrics()
         self.apis = KafkaApis(
             config,
             self.loader,
             self.replica_manager,
             self._arm_purgatory_timer,
-            channel,
+            self.channel,
             self.controller_server,
             self.metrics,
             self._after_request,
         )
+
+    async def start(self) -> None:
+        config = self.config
+        for log_dir in config.log_dirs:
+            log_dir.mkdir(parents=True, exist_ok=True)
+        max_request = config.get_int("socket.request.max.bytes")
         if self.controller_server is not None:
+            self.controller_server.start()
             # Other brokers register through this listener before this node's broker side is ready.
             for listener in config.controller_listeners:
                 await self._listen(listener, max_request)
@@ -134,7 +134,7 @@ class Broker:
         await self.lifecycle.unfenced.wait()
         for listener in config.listeners:
             await self._listen(listener, max_request)
-        await self._start_http(metrics_registry)
+        await self._start_http(self._metrics_registry)
         self._every("replica.high.watermark.checkpoint.interval.ms", self.log_manager.checkpoint_high_watermarks)
         self._every("log.flush.offset.checkpoint.interval.ms", self.log_manager.checkpoint_recovery_points)
         self._every("log.flush.start.offset.checkpoint.interval.ms", self.log_manager.checkpoint_log_start_offsets)

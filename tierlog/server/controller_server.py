@@ -74,9 +74,10 @@ class ControllerServer:
         )
 
     async def stop(self) -> None:
-        if self._session_task is not None:
-            self._session_task.cancel()
-            await asyncio.gather(self._session_task, return_exceptions=True)
+        if self._session_task is None:
+            return  # never started (the broker failed before)
+        self._session_task.cancel()
+        await asyncio.gather(self._session_task, return_exceptions=True)
         self._wake_fetches()
         self.metadata_log.close()
 
