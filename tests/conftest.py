@@ -28,7 +28,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tierlog.cli.local_cluster import BrokerProcess
+from tierlog.cli.local_cluster import BrokerProcess, wait_until
 from tierlog.cli.produce import produce_bounded
 
 # How long a broker may take to answer its first ApiVersions, and to shut down.
@@ -121,15 +121,6 @@ def shared_broker(module_broker_factory: BrokerFactory) -> BrokerProcess:
     """One broker for a module of tests that each work on topics of their own: far cheaper than a broker
     per test. Tests that restart, kill or damage a broker use `broker` instead."""
     return module_broker_factory()
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float, what: str, interval_s: float = 0.05) -> None:
-    """Poll `condition` until it holds; fail naming `what` after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(interval_s)
 
 
 @pytest.fixture
