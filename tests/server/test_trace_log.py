@@ -7,12 +7,12 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from tierlog.common import TopicPartition
+from tierlog.replication.trace import TraceEvent
 from tierlog.server.http_server import HttpResponse, HttpServer, StreamingResponse
 from tierlog.server.trace_log import NDJSON_CONTENT_TYPE, TraceLog, trace_stream_route
 
@@ -21,22 +21,8 @@ TEST_DEADLINE_S = 20.0
 WAIT_S = 5.0
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
-    """The shape of replication.trace.TraceEvent."""
-
-    topic_partition: TopicPartition
-    broker_id: int
-    attribute: str
-    phase: str
-    old: int | list[int]
-    new: int | list[int]
-    why: str
-    time_ms: int
-
-
-def event(topic: str, partition: int, new: int, *, attribute: str = "Leader LEO") -> Event:
-    return Event(
+def event(topic: str, partition: int, new: int, *, attribute: str = "Leader LEO") -> TraceEvent:
+    return TraceEvent(
         TopicPartition(topic, partition), 1, attribute, "PRODUCE", new - 1, new, f"append to {new}", 1000 + new
     )
 
@@ -56,7 +42,8 @@ async def take(events: AsyncGenerator[dict[str, Any], None], count: int) -> list
 def test_record_numbers_events_and_flattens_them_into_the_wire_shape() -> None:
     log = TraceLog(broker_id=1)
     log.record(event("orders", 0, 5))
-    log.record(Event(TopicPartition("orders", 0), 1, "ISR", "ISR shrink", [1, 2, 3], [1, 2], "broker 3 lagged", 77))
+    shrink = TraceEvent(TopicPartition("orders", 0), 1, "ISR", "ISR shrink", [1, 2, 3], [1, 2], "broker 3 lagged", 77)
+    log.record(shrink)
 
     async def scenario() -> list[dict[str, Any]]:
         events = log.subscribe("orders", 0)

@@ -14,38 +14,19 @@ import json
 from collections import deque
 from collections.abc import AsyncGenerator, Mapping
 from http import HTTPStatus
-from typing import Any, Protocol
+from typing import Any
 
 from tierlog.common import TopicPartition
+from tierlog.replication.trace import TraceEvent
 from tierlog.server.http_server import Handler, HttpResponse, StreamingResponse, text_response
 
-__all__ = ["NDJSON_CONTENT_TYPE", "TraceEventLike", "TraceLog", "trace_stream_route"]
+__all__ = ["NDJSON_CONTENT_TYPE", "TraceLog", "trace_stream_route"]
 
 NDJSON_CONTENT_TYPE = "application/x-ndjson"
 # Events one subscriber may have waiting: the backlog of a busy partition streams out in well under a
 # second, so a subscriber this far behind is stalled, not slow.
 DEFAULT_SUBSCRIBER_QUEUE = 10_000
 
-
-class TraceEventLike(Protocol):
-    """The shape of replication.trace.TraceEvent, all this module reads of it."""
-
-    @property
-    def topic_partition(self) -> TopicPartition: ...
-    @property
-    def broker_id(self) -> int: ...
-    @property
-    def attribute(self) -> str: ...
-    @property
-    def phase(self) -> str: ...
-    @property
-    def old(self) -> int | list[int]: ...
-    @property
-    def new(self) -> int | list[int]: ...
-    @property
-    def why(self) -> str: ...
-    @property
-    def time_ms(self) -> int: ...
 
 
 class _Subscription:
@@ -80,7 +61,7 @@ class TraceLog:
         self._next_seq = 0
         self._subscribers: dict[TopicPartition, set[_Subscription]] = {}
 
-    def record(self, event: TraceEventLike) -> None:
+    def record(self, event: TraceEvent) -> None:
         """Number and keep `event`, and hand it to the partition's subscribers; never blocks."""
         topic_partition = event.topic_partition
         entry: dict[str, Any] = {
