@@ -65,6 +65,17 @@ BROKER_CONFIGS: dict[str, BrokerConfigDef] = {
         _d("replica.socket.timeout.ms", "30000", "int", "Timeout of inter-broker requests."),
         _d("unclean.leader.election.enable", "false", "boolean", "Elect an out-of-sync replica as last resort."),
         _d("tierlog.http.listener", "", "string", "host:port of /metrics, /v1/partitions, /v1/trace; empty: off."),
+        # Tiered storage (KIP-405), Kafka's names and defaults.
+        _d("remote.log.storage.system.enable", "false", "boolean", "Enable the remote tier on this broker."),
+        _d("remote.log.storage.manager.class.name", "", "string", "RemoteStorageManager; empty: fsspec's."),
+        _d("remote.log.storage.manager.impl.prefix", "rsm.config.", "string", "Prefix of RSM settings."),
+        _d("remote.log.metadata.manager.impl.prefix", "rlmm.config.", "string", "Prefix of RLMM settings."),
+        _d("remote.log.manager.task.interval.ms", "30000", "long", "Period of the copy and expiration tasks."),
+        _d("remote.log.manager.copier.thread.pool.size", "10", "int", "Threads copying segments."),
+        _d("remote.log.reader.threads", "10", "int", "Threads reading the remote tier for fetches."),
+        _d("remote.fetch.max.wait.ms", "500", "int", "Longest wait of a fetch served from the remote tier."),
+        _d("remote.log.index.file.cache.total.size.bytes", "1073741824", "long", "Bound of the index cache."),
+        _d("remote.log.metadata.initialization.retry.interval.ms", "100", "long", "RLMM start-up retry."),
     )
 }
 
@@ -260,6 +271,16 @@ class KafkaConfig:
     @property
     def log_dirs(self) -> list[Path]:
         return [Path(d).expanduser() for d in self.get_list("log.dirs")]
+
+    @property
+    def remote_storage_system_enable(self) -> bool:
+        return self.get_bool("remote.log.storage.system.enable")
+
+    def prefixed(self, prefix_config: str) -> dict[str, str]:
+        """The properties under the prefix named by `prefix_config` (e.g. rsm.config.*), prefix stripped:
+        the settings Kafka hands to a remote storage or metadata manager plugin."""
+        prefix = self.get(prefix_config)
+        return {k[len(prefix) :]: v for k, v in self.originals.items() if k.startswith(prefix)}
 
     def broker_log_defaults(self) -> dict[str, str]:
         """Every explicit property: LogConfig picks the `log.*` and other broker synonyms it knows."""

@@ -2,7 +2,8 @@
 with the answer (append, adopt HW, truncate on a diverging epoch, back off on errors).
 
 The shell (server/fetcher_thread.py) only moves bytes: it sends `build_fetch_request()`, hands the response
-to `process_fetch_response()`, resolves `offset_lookups()` with ListOffsets and reports lost connections.
+to `process_fetch_response()`, resolves `offset_lookups()` with ListOffsets, resolves `remote_aux_state_builds()`
+with ListOffsets, OffsetForLeaderEpoch and the remote tier (SPEC.md §4), and reports lost connections.
 
 Truncation follows SPEC.md §2 (Kafka's truncation on fetch, KIP-595): the follower sends the epoch of its
 last fetched batch; a leader on which that epoch ended earlier answers DivergingEpoch (E, off) instead of
@@ -24,10 +25,13 @@ from tierlog.storage.leader_epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_
 
 logger = logging.getLogger(__name__)
 
-FetchStateName = Literal["truncating", "fetching"]
+FetchStateName = Literal["truncating", "fetching", "building_remote_log_aux_state"]
 FETCHING: FetchStateName = "fetching"
 # Waiting for the leader's log start and end (after OFFSET_OUT_OF_RANGE) before fetching again.
 TRUNCATING: FetchStateName = "truncating"
+# KIP-405's BuildingRemoteLogAuxState (after OFFSET_MOVED_TO_TIERED_STORAGE): the offsets we need exist
+# only in the remote tier, so the epoch history up to the leader's local log start comes from there.
+BUILDING_REMOTE_LOG_AUX_STATE: FetchStateName = "building_remote_log_aux_state"
 
 # The partition's leadership moved or is moving: new metadata will re-add it.
 _WAIT_FOR_METADATA_ERRORS = frozenset(
@@ -171,6 +175,8 @@ class ReplicaFetcher:
                     state.delayed_until_ms = now_ms + self.config.backoff_ms
             elif response.error == "OFFSET_OUT_OF_RANGE":
                 state.state = TRUNCATING
+            elif response.error == "OFFSET_MOVED_TO_TIERED_STORAGE":
+                state.state = BUILDING_REMOTE_LOG_AUX_STATE
             else:
                 if response.error not in _WAIT_FOR_METADATA_ERRORS:
                     logger.warning(
@@ -251,6 +257,48 @@ class ReplicaFetcher:
         state.fetch_offset = log.log_end_offset
         state.last_fetched_epoch = log.latest_epoch
         state.state = FETCHING
+
+    def remote_aux_state_builds(self) -> list[TopicPartition]:
+        """Partitions whose next offset lives only in the leader's remote tier and that may try now: the shell
+        finds the leader's local log start (L, e), the remote segment holding L - 1 and its epoch history,
+        and calls on_remote_log_aux_state (or on_remote_log_aux_state_failed)."""
+        return [tp for tp, state in self.partitions.items() if state.state == BUILDING_REMOTE_LOG_AUX_STATE]
+
+    def is_delayed(self, tp: TopicPartition, now_ms: int) -> bool:
+        state = self.partitions.get(tp)
+        return state is not None and state.delayed_until_ms > now_ms
+
+    def on_remote_log_aux_state(
+        self,
+        tp: TopicPartition,
+        next_offset: int,
+        leader_log_start_offset: int,
+        epochs: Sequence[tuple[int, int]],
+        now_ms: int,
+    ) -> None:
+        """Seed 001's BuildingRemoteLogAuxState, completed: restart the local log empty at `next_offset` (the
+        end of the remote segment holding the leader's local log start - 1, plus one) with the leader's log
+        start, adopt the leader's epoch history up to there, and fetch from `next_offset`."""
+        state = self.partitions.get(tp)
+        partition = self._partition_of(tp)
+        if state is None or partition is None or state.state != BUILDING_REMOTE_LOG_AUX_STATE:
+            return
+        partition.build_remote_log_aux_state(next_offset, leader_log_start_offset, epochs, now_ms)
+        log = partition.log
+        state.fetch_offset = log.log_end_offset
+        state.last_fetched_epoch = log.latest_epoch
+        state.state = FETCHING
+
+    def on_remote_log_aux_state_failed(self, tp: TopicPartition, reason: str, now_ms: int) -> None:
+        """The remote state could not be built yet (metadata not replicated here yet, remote tier down): try
+        again after the backoff, still in BuildingRemoteLogAuxState."""
+        state = self.partitions.get(tp)
+        if state is None:
+            return
+        logger.info(
+            "[ReplicaFetcher leader=%d] %s: cannot build remote log state yet: %s", self.source_broker_id, tp, reason
+        )
+        state.delayed_until_ms = now_ms + self.config.backoff_ms
 
     def on_fetch_failed(self, now_ms: int) -> None:
         """The request failed as a whole (connection lost, timeout): back off every partition."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tierlog.common import TopicPartition
@@ -32,7 +32,7 @@ from tierlog.replication.errors import (
     UnknownLeaderEpochError,
 )
 from tierlog.replication.trace import TraceEvent, TraceSink, ignore_trace
-from tierlog.storage.errors import PolicyViolationError, UnexpectedAppendOffsetError
+from tierlog.storage.errors import OffsetMovedToTieredStorageError, PolicyViolationError, UnexpectedAppendOffsetError
 from tierlog.storage.file_records import FileSlice
 from tierlog.storage.log import LATEST_TIMESTAMP, MAX_TIMESTAMP, Log, LogAppendInfo
 
@@ -60,10 +60,23 @@ class LogReadResult:
     # (epoch, end offset) when a follower's last fetched epoch ended earlier on the leader (KIP-595's
     # DivergingEpoch): the follower must truncate before it may fetch.
     diverging_epoch: tuple[int, int] | None = None
+    # Set instead of records when a consumer's offset lives only in the remote tier: the shell reads it
+    # from there (Kafka's RemoteStorageFetchInfo).
+    remote_fetch: RemoteFetchInfo | None = None
 
     @property
     def size(self) -> int:
         return self.records.size if self.records is not None else 0
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteFetchInfo:
+    fetch_offset: int
+    max_bytes: int
+    min_one_message: bool
+    # The epoch of the fetch offset in this leader's history: remote segments are looked up by (epoch,
+    # offset), so a copy from another lineage is never served.
+    leader_epoch: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,7 +390,21 @@ class Partition:
         max_offset: int | None = None
         if replica_id < 0:
             max_offset = last_stable_offset if isolation_level == READ_COMMITTED else high_watermark
-        data = log.read(fetch_offset, max_bytes, max_offset, min_one_message)
+        try:
+            data = log.read(fetch_offset, max_bytes, max_offset, min_one_message)
+        except OffsetMovedToTieredStorageError:
+            if replica_id >= 0:
+                raise  # followers replicate only local data and rebuild the rest (SPEC.md §4)
+            return LogReadResult(
+                records=None,
+                high_watermark=high_watermark,
+                last_stable_offset=last_stable_offset,
+                log_start_offset=log.log_start_offset,
+                log_end_offset=log.log_end_offset,
+                remote_fetch=RemoteFetchInfo(
+                    fetch_offset, max_bytes, min_one_message, log.leader_epoch_cache.epoch_for_offset(fetch_offset)
+                ),
+            )
         return LogReadResult(
             records=data.records,
             high_watermark=high_watermark,
@@ -598,12 +625,32 @@ class Partition:
         log.truncate_fully_and_start_at(offset)
         self._trace_truncation(before, f"leader's log start {offset} is past our LEO {before[0]}", now_ms)
 
-    def _trace_truncation(self, before: tuple[int, int, int], why: str, now_ms: int) -> None:
+    def build_remote_log_aux_state(
+        self, next_offset: int, leader_log_start_offset: int, epochs: Sequence[tuple[int, int]], now_ms: int
+    ) -> None:
+        """Seed 001's BuildingRemoteLogAuxState: the offsets below `next_offset` exist only in the leader's
+        remote tier, so restart our log empty there, starting (as the leader's does) at its log start, with
+        the leader's epoch history as of `next_offset` taken from the remote segment's checkpoint."""
+        log = self.log
+        before = (log.log_end_offset, log.high_watermark, log.log_start_offset)
+        log.truncate_fully_and_start_at(next_offset, log_start_offset=leader_log_start_offset)
+        cache = log.leader_epoch_cache
+        for epoch, start_offset in epochs:
+            if start_offset < next_offset:
+                cache.assign(epoch, start_offset)
+        cache.truncate_from_start(log.log_start_offset)
+        log.update_highest_offset_in_remote_storage(next_offset - 1)
+        why = f"offsets below {next_offset} are only in the remote tier"
+        self._trace_truncation(before, why, now_ms, phase=trace.BUILD_REMOTE_AUX_STATE)
+
+    def _trace_truncation(
+        self, before: tuple[int, int, int], why: str, now_ms: int, phase: str = trace.TRUNCATE
+    ) -> None:
         log = self.log
         old_leo, old_hw, old_start = before
-        self._emit(trace.FOLLOWER_LEO, trace.TRUNCATE, old_leo, log.log_end_offset, why, now_ms)
-        self._emit(trace.FOLLOWER_HW, trace.TRUNCATE, old_hw, log.high_watermark, why, now_ms)
-        self._emit(trace.LOG_START, trace.TRUNCATE, old_start, log.log_start_offset, why, now_ms)
+        self._emit(trace.FOLLOWER_LEO, phase, old_leo, log.log_end_offset, why, now_ms)
+        self._emit(trace.FOLLOWER_HW, phase, old_hw, log.high_watermark, why, now_ms)
+        self._emit(trace.LOG_START, phase, old_start, log.log_start_offset, why, now_ms)
 
     # Status
 
@@ -622,6 +669,9 @@ class Partition:
             "high_watermark": log.high_watermark,
             "log_start_offset": log.log_start_offset,
             "log_end_offset": log.log_end_offset,
+            "local_log_start_offset": log.local_log_start_offset,
+            "highest_offset_in_remote_storage": log.highest_offset_in_remote_storage,
+            "local_size_bytes": log.size_in_bytes,
         }
         if self.is_leader:
             status["remote_replicas"] = {

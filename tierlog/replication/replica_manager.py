@@ -369,7 +369,7 @@ class ReplicaManager:
             except Exception as error:
                 results.append(FetchPartitionResult(tp, error_name_of(error), None))
                 continue
-            if read.size > 0:
+            if read.size > 0 or read.remote_fetch is not None:
                 min_one_message = False
                 remaining -= read.size
             results.append(FetchPartitionResult(tp, None, read))
@@ -388,7 +388,9 @@ class ReplicaManager:
         results = self.read_from_local_log(params, infos)
         if params.replica_id >= 0:
             self._update_follower_fetch_states(params.replica_id, infos, results, now_ms)
-        if params.max_wait_ms <= 0 or not infos or _can_answer(results, params.min_bytes):
+        # A remote read is waited for by the shell (bounded by remote.fetch.max.wait.ms), never here.
+        needs_remote = any(r.read is not None and r.read.remote_fetch is not None for r in results)
+        if params.max_wait_ms <= 0 or not infos or needs_remote or _can_answer(results, params.min_bytes):
             respond(results)
             return None
         delayed = DelayedFetch(now_ms + params.max_wait_ms, self, params, infos, respond)

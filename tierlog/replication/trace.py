@@ -20,6 +20,8 @@ FOLLOWER_HW = "Follower HW"
 ISR = "ISR"
 LEADER_EPOCH = "Leader epoch"
 LOG_START = "Log start"
+LOCAL_LOG_START = "Local log start"
+REMOTE_END = "Remote end"
 
 PRODUCE = "PRODUCE"
 FETCH_RESPONSE = "FETCH response"
@@ -30,6 +32,10 @@ ISR_SHRINK = "ISR shrink"
 ISR_EXPAND = "ISR expand"
 ALTER_PARTITION = "AlterPartition"
 DELETE_RECORDS = "DeleteRecords"
+BUILD_REMOTE_AUX_STATE = "BuildingRemoteLogAuxState"
+REMOTE_COPY = "remote copy"
+REMOTE_EXPIRE = "remote retention"
+LOCAL_RETENTION = "local retention"
 
 
 # Both are looked up on every follower fetch: formatted once per broker id.

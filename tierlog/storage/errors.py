@@ -80,3 +80,10 @@ class LogSegmentOffsetOverflowError(StorageError):
 
 class CorruptIndexError(StorageError):
     """Kafka's CorruptIndexException: an index file that cannot describe its log; recovery rebuilds it."""
+
+
+class OffsetMovedToTieredStorageError(OffsetOutOfRangeError):
+    """The offset is within the log but below the local log start: it lives only in the remote tier.
+    Consumers are served from there; followers get this error and rebuild their state (SPEC.md §4)."""
+
+    error_name = "OFFSET_MOVED_TO_TIERED_STORAGE"

@@ -2,7 +2,9 @@
 
 Invariants kept here, as in Kafka:
 - segments are sorted by base offset, never empty, and the last one (the active segment) takes appends;
-- log start offset <= high watermark <= log end offset (LEO), and the recovery point <= LEO;
+- log start offset <= local log start offset <= high watermark <= log end offset (LEO), and the recovery
+  point <= LEO; the two starts differ only when tiered storage holds the offsets between them (KIP-405:
+  Rx = log start, Lx = local log start, and the highest offset in remote storage Ry stays below the HW);
 - every batch below the recovery point has been fsynced, so recovery after a crash starts there;
 - a segment removed from the log lingers as `*.deleted` for file.delete.delay.ms, so a FileSlice handed to
   a fetch response stays readable while it is sent.
@@ -37,6 +39,7 @@ from tierlog.storage.errors import (
     CorruptIndexError,
     InvalidTimestampError,
     KafkaStorageError,
+    OffsetMovedToTieredStorageError,
     OffsetOutOfRangeError,
     OffsetsOutOfOrderError,
     RecordBatchTooLargeError,
@@ -95,6 +98,7 @@ class Log:
         recovery_point: int,
         high_watermark: int,
         now_ms: int,
+        remote_log_enabled: bool = False,
     ) -> None:
         self._dir = directory
         self._config = config
@@ -103,9 +107,19 @@ class Log:
         self._base_offsets = [segment.base_offset for segment in segments]
         self._leader_epoch_cache = leader_epoch_cache
         self._next_offset = segments[-1].read_next_offset()
-        self._log_start_offset = max(log_start_offset, segments[0].base_offset)
-        self._recovery_point = min(max(recovery_point, self._log_start_offset), self._next_offset)
-        self._high_watermark = min(max(high_watermark, self._log_start_offset), self._next_offset)
+        self._remote_log_enabled = remote_log_enabled
+        self._local_log_start_offset = max(log_start_offset, segments[0].base_offset)
+        # With a remote tier the log starts where the remote tier starts, below the first local segment.
+        self._log_start_offset = (
+            min(log_start_offset, self._local_log_start_offset)
+            if remote_log_enabled
+            else (self._local_log_start_offset)
+        )
+        # Ry: the highest offset copied to the remote tier in this log's lineage; the RemoteLogManager (leader)
+        # or the remote log metadata (follower) moves it. -1 until known.
+        self._highest_offset_in_remote_storage = -1
+        self._recovery_point = min(max(recovery_point, self._local_log_start_offset), self._next_offset)
+        self._high_watermark = min(max(high_watermark, self._local_log_start_offset), self._next_offset)
         self._now_ms = now_ms
         self._last_flush_ms = now_ms
         # Kafka flushes the previous segment on a scheduler thread right after a roll; here the shell's
@@ -131,6 +145,7 @@ class Log:
         high_watermark: int,
         had_clean_shutdown: bool,
         now_ms: int,
+        remote_log_enabled: bool = False,
     ) -> Log:
         """Load a partition directory: drop leftovers of interrupted operations, rebuild missing or corrupt
         indexes and, after an unclean shutdown, validate every batch from the recovery point on."""
@@ -160,6 +175,7 @@ class Log:
             recovery_point=log_end_offset if had_clean_shutdown else recovery_point,
             high_watermark=high_watermark,
             now_ms=now_ms,
+            remote_log_enabled=remote_log_enabled,
         )
 
     # State
@@ -179,6 +195,18 @@ class Log:
     @property
     def log_start_offset(self) -> int:
         return self._log_start_offset
+
+    @property
+    def local_log_start_offset(self) -> int:
+        return self._local_log_start_offset
+
+    @property
+    def remote_log_enabled(self) -> bool:
+        return self._remote_log_enabled
+
+    @property
+    def highest_offset_in_remote_storage(self) -> int:
+        return self._highest_offset_in_remote_storage
 
     @property
     def log_end_offset(self) -> int:
@@ -212,9 +240,23 @@ class Log:
     def size_in_bytes(self) -> int:
         return sum(segment.size for segment in self._segments)
 
-    def update_config(self, config: LogConfig) -> None:
+    def update_config(self, config: LogConfig, remote_log_enabled: bool) -> None:
         """Takes effect for later appends and retention; existing segments keep their index settings."""
         self._config = config
+        self._remote_log_enabled = remote_log_enabled
+
+    def update_highest_offset_in_remote_storage(self, offset: int) -> None:
+        """Record that the remote tier holds this log's offsets up to `offset` (inclusive). Never moves
+        back: a segment deleted by remote retention was below it anyway."""
+        if offset <= self._highest_offset_in_remote_storage:
+            return
+        if offset >= self._high_watermark:
+            # Ly >= Ry: only segments below the LSO (here the HW) are ever copied.
+            raise KafkaStorageError(
+                f"Highest offset in remote storage {offset} of {self._topic_partition} would reach the high "
+                f"watermark {self._high_watermark}"
+            )
+        self._highest_offset_in_remote_storage = offset
 
     # Append
 
@@ -428,10 +470,15 @@ class Log:
         with `min_one_message`), none holding an offset at or past `max_offset` (exclusive; the HW for
         consumers, None for no bound). A batch that starts below `start_offset` comes whole; clients skip."""
         log_end_offset = self._next_offset
-        if not self._log_start_offset <= start_offset <= log_end_offset:
+        if self._log_start_offset <= start_offset < self._local_log_start_offset:
+            raise OffsetMovedToTieredStorageError(
+                f"Offset {start_offset} of partition {self._topic_partition} is in the remote tier: the local "
+                f"log starts at {self._local_log_start_offset} and the log at {self._log_start_offset}."
+            )
+        if not self._local_log_start_offset <= start_offset <= log_end_offset:
             raise OffsetOutOfRangeError(
                 f"Received request for offset {start_offset} for partition {self._topic_partition}, but we "
-                f"only have log segments from {self._log_start_offset} up to {log_end_offset}."
+                f"only have log segments from {self._local_log_start_offset} up to {log_end_offset}."
             )
         upper = log_end_offset if max_offset is None else min(max_offset, log_end_offset)
         if start_offset >= upper:
@@ -471,23 +518,28 @@ class Log:
         or one of Kafka's special targets (-1 latest, -2 earliest, -3 max timestamp, -4 earliest local,
         -5 latest tiered)."""
         cache = self._leader_epoch_cache
-        if target_timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+        if target_timestamp == EARLIEST_TIMESTAMP:
             # The first cached epoch describes the log start only if it starts at or before it.
             earliest = cache.earliest_entry
             epoch = earliest.epoch if earliest is not None and earliest.start_offset <= self._log_start_offset else None
             return TimestampAndOffset(NO_TIMESTAMP, self._log_start_offset, epoch)
+        if target_timestamp == EARLIEST_LOCAL_TIMESTAMP:
+            local_start = self._local_log_start_offset
+            return TimestampAndOffset(NO_TIMESTAMP, local_start, cache.epoch_for_offset(local_start))
         if target_timestamp == LATEST_TIMESTAMP:
             return TimestampAndOffset(NO_TIMESTAMP, self._next_offset, cache.latest_epoch)
         if target_timestamp == LATEST_TIERED_TIMESTAMP:
-            # Nothing of this log is in a remote tier.
-            return TimestampAndOffset(NO_TIMESTAMP, -1, NO_PARTITION_LEADER_EPOCH)
+            highest = self._highest_offset_in_remote_storage
+            if highest < 0:
+                return TimestampAndOffset(NO_TIMESTAMP, -1, NO_PARTITION_LEADER_EPOCH)
+            return TimestampAndOffset(NO_TIMESTAMP, highest, cache.epoch_for_offset(highest))
         if target_timestamp == MAX_TIMESTAMP:
             return self._max_timestamp_offset()
         # Unlike Kafka, which searches only the first segment whose largest timestamp reaches the target, skip
         # segments below the log start and keep looking when a segment's match lies below it.
-        for segment in self._segments[self._floor_index(self._log_start_offset) :]:
+        for segment in self._segments[self._floor_index(self._local_log_start_offset) :]:
             if segment.largest_timestamp >= target_timestamp:
-                found = segment.find_offset_by_timestamp(target_timestamp, self._log_start_offset)
+                found = segment.find_offset_by_timestamp(target_timestamp, self._local_log_start_offset)
                 if found is not None:
                     return found
         return None
@@ -506,8 +558,8 @@ class Log:
     # Offsets
 
     def update_high_watermark(self, high_watermark: int) -> int:
-        """Set the HW, clamped to [log start, LEO]; returns the value set."""
-        self._high_watermark = min(max(high_watermark, self._log_start_offset), self._next_offset)
+        """Set the HW, clamped to [local log start, LEO]; returns the value set."""
+        self._high_watermark = min(max(high_watermark, self._local_log_start_offset), self._next_offset)
         return self._high_watermark
 
     def maybe_increment_log_start_offset(self, new_log_start_offset: int) -> bool:
@@ -520,9 +572,16 @@ class Log:
         if new_log_start_offset <= self._log_start_offset:
             return False
         self._log_start_offset = new_log_start_offset
-        self._recovery_point = max(self._recovery_point, new_log_start_offset)
+        self._local_log_start_offset = max(self._local_log_start_offset, new_log_start_offset)
+        self._recovery_point = max(self._recovery_point, self._local_log_start_offset)
         self._leader_epoch_cache.truncate_from_start(new_log_start_offset)
         return True
+
+    def _increment_local_log_start_offset(self, new_local_log_start_offset: int) -> None:
+        """Local retention with a remote tier: the local log shrinks, the log (and its epoch history, which
+        followers and remote retention still need) keeps starting in the remote tier."""
+        self._local_log_start_offset = max(self._local_log_start_offset, new_local_log_start_offset)
+        self._recovery_point = max(self._recovery_point, self._local_log_start_offset)
 
     # Truncation
 
@@ -545,20 +604,25 @@ class Log:
         self._next_offset = target_offset
         self._leader_epoch_cache.truncate_from_end(target_offset)
         self._log_start_offset = min(target_offset, self._log_start_offset)
+        self._local_log_start_offset = min(target_offset, self._local_log_start_offset)
         self._high_watermark = min(self._high_watermark, self._next_offset)
         self._recovery_point = min(self._recovery_point, target_offset)
         self._pending_flush_offset = None
         self._max_offset_metadata = None
         return True
 
-    def truncate_fully_and_start_at(self, new_offset: int) -> None:
-        """Drop every segment and restart the log, empty, at `new_offset` (also the new log start)."""
+    def truncate_fully_and_start_at(self, new_offset: int, log_start_offset: int | None = None) -> None:
+        """Drop every segment and restart the log, empty, at `new_offset` (the new local log start). The log
+        start is `log_start_offset` when the offsets below `new_offset` live in the remote tier (a follower
+        that built its state from there), else `new_offset` too."""
         self._remove_and_delete_segments(list(self._segments))
         self._segments.append(LogSegment.open(self._dir, new_offset, self._config, self._now_ms))
         self._base_offsets.append(new_offset)
         self._leader_epoch_cache.clear_and_flush()
         self._next_offset = new_offset
-        self._log_start_offset = new_offset
+        self._local_log_start_offset = new_offset
+        self._log_start_offset = new_offset if log_start_offset is None else min(log_start_offset, new_offset)
+        self._highest_offset_in_remote_storage = min(self._highest_offset_in_remote_storage, new_offset - 1)
         self._high_watermark = new_offset
         self._recovery_point = new_offset
         self._pending_flush_offset = None
@@ -569,21 +633,38 @@ class Log:
     def delete_old_segments(self, now_ms: int) -> int:
         """Kafka's deleteOldSegments: segments wholly below the log start; then, if cleanup.policy has
         delete, segments beyond retention.bytes and segments older than retention.ms. Only segments below
-        the HW go. Returns the number of segments deleted."""
+        the HW go. With a remote tier the local.retention.* settings apply instead, and a segment goes only
+        once it is copied (SPEC.md §4); the remote tier's own retention moves the log start. Returns the
+        number of segments deleted."""
         self._now_ms = now_ms
         deleted = self._delete_old_segments(
             lambda segment, next_segment: (
                 next_segment is not None and next_segment.base_offset <= self._log_start_offset
             ),
             now_ms,
+            below_log_start=True,
         )
         if self._config.delete:
             deleted += self._delete_retention_size_breached_segments(now_ms)
             deleted += self._delete_retention_ms_breached_segments(now_ms)
         return deleted
 
+    @property
+    def _local_retention_bytes(self) -> int:
+        config = self._config
+        if self._remote_log_enabled and config.local_retention_bytes != -2:
+            return config.local_retention_bytes
+        return config.retention_bytes
+
+    @property
+    def _local_retention_ms(self) -> int:
+        config = self._config
+        if self._remote_log_enabled and config.local_retention_ms != -2:
+            return config.local_retention_ms
+        return config.retention_ms
+
     def _delete_retention_size_breached_segments(self, now_ms: int) -> int:
-        retention_bytes = self._config.retention_bytes
+        retention_bytes = self._local_retention_bytes
         size = self.size_in_bytes
         if retention_bytes < 0 or size < retention_bytes:
             return 0
@@ -599,22 +680,38 @@ class Log:
         return self._delete_old_segments(breached, now_ms)
 
     def _delete_retention_ms_breached_segments(self, now_ms: int) -> int:
-        retention_ms = self._config.retention_ms
+        retention_ms = self._local_retention_ms
         if retention_ms < 0:
             return 0
         return self._delete_old_segments(
             lambda segment, next_segment: now_ms - segment.largest_timestamp > retention_ms, now_ms
         )
 
-    def _delete_old_segments(self, predicate: Callable[[LogSegment, LogSegment | None], bool], now_ms: int) -> int:
+    def _delete_old_segments(
+        self,
+        predicate: Callable[[LogSegment, LogSegment | None], bool],
+        now_ms: int,
+        below_log_start: bool = False,
+    ) -> int:
         segments = self._segments
         deletable: list[LogSegment] = []
         for index, segment in enumerate(segments):
             next_segment = segments[index + 1] if index + 1 < len(segments) else None
             upper_bound = next_segment.base_offset if next_segment is not None else self._next_offset
             is_last_and_empty = next_segment is None and segment.size == 0
+            # A local segment is the only copy of its offsets until the remote tier holds them.
+            copied = (
+                below_log_start
+                or not self._remote_log_enabled
+                or (upper_bound - 1 <= self._highest_offset_in_remote_storage)
+            )
             # Nothing at or above the HW goes, so the log start never passes the HW.
-            if self._high_watermark >= upper_bound and predicate(segment, next_segment) and not is_last_and_empty:
+            if (
+                copied
+                and self._high_watermark >= upper_bound
+                and predicate(segment, next_segment)
+                and not is_last_and_empty
+            ):
                 deletable.append(segment)
             else:
                 break
@@ -623,7 +720,11 @@ class Log:
         if len(deletable) == len(segments):
             # The log keeps at least one segment: an expired active segment is rolled, then deleted.
             self.roll(now_ms)
-        self.maybe_increment_log_start_offset(self._segments[len(deletable)].base_offset)
+        new_start = self._segments[len(deletable)].base_offset
+        if self._remote_log_enabled:
+            self._increment_local_log_start_offset(new_start)
+        else:
+            self.maybe_increment_log_start_offset(new_start)
         self._remove_and_delete_segments(deletable)
         return len(deletable)
 

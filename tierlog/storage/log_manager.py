@@ -39,9 +39,15 @@ METADATA_LOG_DIR_NAME = "__cluster_metadata-0"
 
 
 class LogManager:
-    def __init__(self, log_dirs: Sequence[Path], broker_log_defaults: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        log_dirs: Sequence[Path],
+        broker_log_defaults: Mapping[str, str],
+        remote_storage_system_enable: bool = False,
+    ) -> None:
         self.log_dirs = [Path(d) for d in log_dirs]
         self._broker_log_defaults = dict(broker_log_defaults)
+        self._remote_storage_system_enable = remote_storage_system_enable
         self._logs: dict[TopicPartition, Log] = {}
         self._topic_ids: dict[TopicPartition, uuid.UUID] = {}
         # Logs of deleted partitions, their `*-delete` directory and the time they may be removed (set by
@@ -75,15 +81,17 @@ class LogManager:
                     raise KafkaStorageError(
                         f"Duplicate log directories for {tp} are found in both {existing.dir} and {child}."
                     )
+                config = self._config_for(topic_configs.get(tp.topic, {}))
                 self._logs[tp] = Log.open(
                     child,
-                    self._config_for(topic_configs.get(tp.topic, {})),
+                    config,
                     topic_partition=tp,
                     recovery_point=recovery_points.get(tp, 0),
                     log_start_offset=log_start_offsets.get(tp, 0),
                     high_watermark=high_watermarks.get(tp, 0),
                     had_clean_shutdown=had_clean_shutdown,
                     now_ms=now_ms,
+                    remote_log_enabled=self.remote_log_enabled(tp.topic, config),
                 )
             marker.unlink(missing_ok=True)
 
@@ -106,15 +114,17 @@ class LogManager:
         directory = log_dir / str(tp)
         directory.mkdir(parents=True, exist_ok=True)
         PartitionMetadataFile(directory / PARTITION_METADATA_FILENAME).write(topic_id)
+        config = self._config_for(topic_overrides)
         log = Log.open(
             directory,
-            self._config_for(topic_overrides),
+            config,
             topic_partition=tp,
             recovery_point=0,
             log_start_offset=0,
             high_watermark=0,
             had_clean_shutdown=True,
             now_ms=now_ms,
+            remote_log_enabled=self.remote_log_enabled(tp.topic, config),
         )
         self._logs[tp] = log
         self._topic_ids[tp] = topic_id
@@ -164,7 +174,12 @@ class LogManager:
         config = self._config_for(overrides)
         for tp, log in self._logs.items():
             if tp.topic == topic:
-                log.update_config(config)
+                log.update_config(config, self.remote_log_enabled(topic, config))
+
+    def remote_log_enabled(self, topic: str, config: LogConfig) -> bool:
+        """Kafka's UnifiedLog.remoteLogEnabled: the broker's remote.log.storage.system.enable, the topic's
+        remote.storage.enable, and never for internal topics (their names start with "__")."""
+        return self._remote_storage_system_enable and config.remote_storage_enable and not topic.startswith("__")
 
     def _config_for(self, topic_overrides: Mapping[str, str]) -> LogConfig:
         return LogConfig.from_props(topic_overrides, self._broker_log_defaults)
@@ -205,7 +220,7 @@ class LogManager:
         # Kafka records a log start only where it differs from what the segments imply.
         self._checkpoint(
             LOG_START_OFFSET_CHECKPOINT_FILENAME,
-            lambda log: log.log_start_offset if log.log_start_offset > log.segments[0].base_offset else None,
+            lambda log: log.log_start_offset if log.log_start_offset != log.segments[0].base_offset else None,
         )
 
     def _checkpoint(self, filename: str, offset_of: Callable[[Log], int | None]) -> None:
