@@ -83,6 +83,8 @@ class ControllerConfig:
     session_timeout_ms: int = 9000
     # unclean.leader.election.enable, the default for topics without an override.
     unclean_leader_election_enable: bool = False
+    # remote.log.storage.system.enable: topics may ask for the remote tier only where brokers have it.
+    remote_storage_system_enable: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,7 +380,7 @@ class Controller:
             raise InvalidPartitionsError(f"Number of partitions must be larger than 0 (got {num_partitions}).")
         if replication_factor < 1:
             raise InvalidReplicationFactorError("Replication factor must be larger than 0.")
-        _validate_configs(configs)
+        self._validate_configs(name, configs)
         topic_id = uuid.uuid4()
         if assignments:
             partitions = self._manual_assignment(assignments)
@@ -427,6 +429,22 @@ class Controller:
         )
         return self.metadata.topics[name]
 
+    def _validate_configs(self, topic: str, configs: Mapping[str, str]) -> None:
+        """Each value on its own, then Kafka's tiered-storage rules (KIP-405): the remote tier needs the
+        brokers' remote.log.storage.system.enable, and compacted and internal topics are never tiered."""
+        _validate_configs(configs)
+        if configs.get("remote.storage.enable", "false").strip().lower() != "true":
+            return
+        if not self._config.remote_storage_system_enable:
+            raise InvalidConfigError(
+                "Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote "
+                "log storage (set remote.log.storage.system.enable=true on the brokers)."
+            )
+        if "compact" in configs.get("cleanup.policy", "delete"):
+            raise InvalidConfigError("Remote log storage is unsupported for the compacted topics")
+        if topic.startswith("__"):
+            raise InvalidConfigError(f"Remote log storage is unsupported for the internal topic {topic}")
+
     def alter_topic_configs(
         self, name: str, new_configs: Mapping[str, str], *, validate_only: bool = False
     ) -> TopicMetadata:
@@ -434,7 +452,7 @@ class Controller:
         topic = self.metadata.topics.get(name)
         if topic is None:
             raise UnknownTopicError(f"Topic '{name}' does not exist.")
-        _validate_configs(new_configs)
+        self._validate_configs(name, new_configs)
         if validate_only:
             return TopicMetadata(
                 name=name, topic_id=topic.topic_id, partitions=list(topic.partitions), configs=dict(new_configs)

@@ -18,7 +18,7 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
-from tierlog.config import KafkaConfig, Listener
+from tierlog.config import ConfigError, KafkaConfig, Listener
 from tierlog.controller.metadata import ClusterMetadata
 from tierlog.controller.records import Endpoint
 from tierlog.replication.fetcher import FetcherConfig, ReplicaFetcher
@@ -40,13 +40,18 @@ from tierlog.server.meta_properties import cluster_id_on_disk, ensure_meta_prope
 from tierlog.server.metadata_loader import MetadataLoader
 from tierlog.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from tierlog.server.metrics import MetricsRegistry, broker_metrics
+from tierlog.server.remote_log_metadata_topic import TopicBasedRemoteLogMetadataManager
+from tierlog.server.remote_log_tasks import RemoteLogTasks
 from tierlog.server.trace_log import TraceLog, trace_stream_route
 from tierlog.storage.log_manager import LogManager
+from tierlog.tiered.fsspec_storage import FsspecRemoteStorageManager
 
 logger = logging.getLogger(__name__)
 
 POST_ROLL_FLUSH_INTERVAL_MS = 1000
 SHUTDOWN_DRAIN_S = 5.0
+REMOTE_INDEX_CACHE_DIR = "remote-log-index-cache"
+FSSPEC_RSM_CLASS_NAME = "tierlog.tiered.fsspec_storage.FsspecRemoteStorageManager"
 
 
 class Broker:
@@ -66,7 +71,9 @@ class Broker:
         self.http_server: HttpServer | None = None
         self.trace_log = TraceLog(config.node_id)
         # Everything is built here, without I/O, so stop() can clean up after a start that failed half-way.
-        self.log_manager = LogManager(config.log_dirs, config.broker_log_defaults())
+        self.log_manager = LogManager(
+            config.log_dirs, config.broker_log_defaults(), config.remote_storage_system_enable
+        )
         self.replica_manager = ReplicaManager(
             config.node_id,
             self.log_manager,
@@ -117,6 +124,46 @@ class Broker:
             self.metrics,
             self._after_request,
         )
+        self.remote_log: RemoteLogTasks | None = None
+        self.rlmm: TopicBasedRemoteLogMetadataManager | None = None
+        if config.remote_storage_system_enable:
+            self._build_remote_log()
+
+    def _build_remote_log(self) -> None:
+        """KIP-405's RemoteLogManager with the default (fsspec) RemoteStorageManager and the topic-based
+        RemoteLogMetadataManager, both configured through Kafka's impl prefixes (rsm.config.*, rlmm.config.*)."""
+        config = self.config
+        rsm_class = config.get("remote.log.storage.manager.class.name")
+        if rsm_class not in ("", FSSPEC_RSM_CLASS_NAME):
+            raise ConfigError(
+                f"remote.log.storage.manager.class.name={rsm_class!r}: tierlog ships {FSSPEC_RSM_CLASS_NAME} "
+                "(file://, s3://, memory:// through fsspec); leave it empty to use it"
+            )
+        try:
+            rsm = FsspecRemoteStorageManager.from_config(config.prefixed("remote.log.storage.manager.impl.prefix"))
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        self.rlmm = TopicBasedRemoteLogMetadataManager(
+            config.node_id,
+            config.prefixed("remote.log.metadata.manager.impl.prefix"),
+            lambda: self.loader.image,
+            self._leader_endpoint,
+            self.apis.create_internal_topic,
+            request_timeout_ms=config.get_int("replica.socket.timeout.ms"),
+        )
+        self.remote_log = RemoteLogTasks(
+            config.node_id,
+            self.replica_manager,
+            self.rlmm,
+            rsm,
+            index_cache_dir=config.log_dirs[0] / REMOTE_INDEX_CACHE_DIR,
+            index_cache_bytes=config.get_int("remote.log.index.file.cache.total.size.bytes"),
+            task_interval_ms=config.get_int("remote.log.manager.task.interval.ms"),
+            copier_threads=config.get_int("remote.log.manager.copier.thread.pool.size"),
+            reader_threads=config.get_int("remote.log.reader.threads"),
+            trace_sink=self.trace_log.record,
+        )
+        self.apis.remote_log = self.remote_log
 
     async def start(self) -> None:
         config = self.config
@@ -135,6 +182,9 @@ class Broker:
         for listener in config.listeners:
             await self._listen(listener, max_request)
         await self._start_http(self._metrics_registry)
+        if self.rlmm is not None and self.remote_log is not None:
+            self.rlmm.start()
+            self.remote_log.start()
         self._every("replica.high.watermark.checkpoint.interval.ms", self.log_manager.checkpoint_high_watermarks)
         self._every("log.flush.offset.checkpoint.interval.ms", self.log_manager.checkpoint_recovery_points)
         self._every("log.flush.start.offset.checkpoint.interval.ms", self.log_manager.checkpoint_log_start_offsets)
@@ -230,6 +280,7 @@ class Broker:
                     self._leader_endpoint,
                     client_id=f"broker-{self.config.node_id}-fetcher-{leader_id}",
                     request_timeout_ms=self.config.get_int("replica.socket.timeout.ms"),
+                    remote_log_aux_state=self.remote_log.remote_log_aux_state if self.remote_log else None,
                 )
                 self._fetcher_threads[leader_id] = thread
                 thread.start()
@@ -342,6 +393,10 @@ class Broker:
             return_exceptions=True,
         )
         self._fetcher_threads.clear()
+        if self.remote_log is not None:
+            await self.remote_log.stop()
+        if self.rlmm is not None:
+            await self.rlmm.stop()
         if self.http_server is not None:
             await self.http_server.stop()
         # Answer every parked request now, then end each connection by closing its socket: the connection's

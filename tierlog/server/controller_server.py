@@ -62,6 +62,7 @@ class ControllerServer:
             ControllerConfig(
                 session_timeout_ms=self.config.get_int("broker.session.timeout.ms"),
                 unclean_leader_election_enable=self.config.get_bool("unclean.leader.election.enable"),
+                remote_storage_system_enable=self.config.remote_storage_system_enable,
             ),
             now_ms(),
         )

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import datetime
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tierlog.common import TopicPartition
@@ -24,9 +24,14 @@ from tierlog.server.kafka_client import KafkaConnection, KafkaConnectionError
 logger = logging.getLogger(__name__)
 
 FETCH_VERSION = 12  # topic names, LastFetchedEpoch and DivergingEpoch (KIP-595/KIP-320)
-LIST_OFFSETS_VERSION = 7
+LIST_OFFSETS_VERSION = 8  # EARLIEST_LOCAL_TIMESTAMP (KIP-405)
+OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
+EARLIEST_LOCAL_TIMESTAMP = -4
+
+# (partition, leader epoch, offset) -> (end offset of the remote segment holding it, epoch history to there).
+RemoteLogAuxState = Callable[[TopicPartition, int, int], Awaitable[tuple[int, list[tuple[int, int]]]]]
 IDLE_POLL_S = 0.1
 _NO_ERROR = error_code(None)
 
@@ -39,11 +44,13 @@ class FetcherThread:
         *,
         client_id: str,
         request_timeout_ms: int,
+        remote_log_aux_state: RemoteLogAuxState | None = None,
     ) -> None:
         self.fetcher = fetcher
         self._leader_endpoint = leader_endpoint
         self._client_id = client_id
         self._timeout_s = request_timeout_ms / 1000
+        self._remote_log_aux_state = remote_log_aux_state
         self._connection: KafkaConnection | None = None
         self._address: tuple[str, int] | None = None
         self.wakeup = asyncio.Event()
@@ -76,6 +83,9 @@ class FetcherThread:
     async def _do_work(self) -> None:
         for tp in self.fetcher.offset_lookups():
             await self._reset_offsets(tp)
+        for tp in self.fetcher.remote_aux_state_builds():
+            if not self.fetcher.is_delayed(tp, now_ms()):
+                await self._build_remote_log_aux_state(tp)
         request = self.fetcher.build_fetch_request(now_ms())
         if request is None:
             await self._idle()
@@ -142,13 +152,48 @@ class FetcherThread:
             rack_id="",
         )
 
-    async def _reset_offsets(self, tp: TopicPartition) -> None:
-        """OFFSET_OUT_OF_RANGE: ask the leader for its log start and end (ListOffsets as a replica, so the
-        end is its LEO, not its HW) and let the fetcher decide where to restart."""
+    async def _build_remote_log_aux_state(self, tp: TopicPartition) -> None:
+        """Seed 001's BuildingRemoteLogAuxState (SPEC.md §4): the leader's earliest local offset L and its epoch
+        e (ListOffsets -4), the epoch of L - 1 (OffsetForLeaderEpoch e - 1 tells whether L - 1 still belongs
+        to an earlier epoch), then the remote segment holding L - 1 and its epoch history."""
+        if self._remote_log_aux_state is None:
+            self.fetcher.on_remote_log_aux_state_failed(tp, "this broker has no remote tier configured", now_ms())
+            return
+        offsets = await self._list_offsets(tp, (EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP))
+        if offsets is None:
+            return
+        (local_start, local_start_epoch), (log_start, _) = offsets
+        previous_offset = local_start - 1
+        target_epoch = local_start_epoch
+        if local_start_epoch > 0:
+            earlier = await self._epoch_end_offset(tp, local_start_epoch - 1)
+            if earlier is None:
+                return
+            earlier_epoch, earlier_end = earlier
+            # Epoch e - 1 may have no records (a gap): the answer names the epoch that really holds L - 1.
+            if earlier_end > previous_offset:
+                target_epoch = earlier_epoch
+        try:
+            end_offset, epochs = await self._remote_log_aux_state(tp, target_epoch, previous_offset)
+        except Exception as e:
+            self.fetcher.on_remote_log_aux_state_failed(tp, str(e), now_ms())
+            return
+        logger.info(
+            "[ReplicaFetcher leader=%d] %s: built remote log state up to %d (leader log start %d, local start %d)",
+            self.fetcher.source_broker_id,
+            tp,
+            end_offset,
+            log_start,
+            local_start,
+        )
+        self.fetcher.on_remote_log_aux_state(tp, end_offset + 1, log_start, epochs, now_ms())
+
+    async def _list_offsets(self, tp: TopicPartition, timestamps: tuple[int, ...]) -> list[tuple[int, int]] | None:
+        """(offset, leader epoch) per timestamp from the leader, asking as a replica; None after an error."""
         s = request_schema(2, LIST_OFFSETS_VERSION)
         connection = await self._connect()
-        offsets = []
-        for timestamp in (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP):
+        answers = []
+        for timestamp in timestamps:
             request = s.ListOffsetsRequest(
                 replica_id=self.fetcher.config.replica_id,
                 isolation_level=0,
@@ -173,9 +218,37 @@ class FetcherThread:
                     partition.error_code.name,
                 )
                 self.fetcher.on_fetch_failed(now_ms())
-                return
-            offsets.append(int(partition.offset))
-        self.fetcher.on_leader_offsets(tp, offsets[0], offsets[1], now_ms())
+                return None
+            answers.append((int(partition.offset), int(partition.leader_epoch)))
+        return answers
+
+    async def _epoch_end_offset(self, tp: TopicPartition, epoch: int) -> tuple[int, int] | None:
+        s = request_schema(23, OFFSET_FOR_LEADER_EPOCH_VERSION)
+        request = s.OffsetForLeaderEpochRequest(
+            replica_id=self.fetcher.config.replica_id,
+            topics=(
+                s.OffsetForLeaderTopic(
+                    topic=tp.topic,
+                    partitions=(
+                        s.OffsetForLeaderPartition(partition=tp.partition, current_leader_epoch=-1, leader_epoch=epoch),
+                    ),
+                ),
+            ),
+        )
+        connection = await self._connect()
+        response = await connection.send(request, timeout_s=self._timeout_s)
+        answer = response.topics[0].partitions[0]
+        if answer.error_code != _NO_ERROR:
+            self.fetcher.on_remote_log_aux_state_failed(tp, f"OffsetForLeaderEpoch: {answer.error_code.name}", now_ms())
+            return None
+        return int(answer.leader_epoch), int(answer.end_offset)
+
+    async def _reset_offsets(self, tp: TopicPartition) -> None:
+        """OFFSET_OUT_OF_RANGE: ask the leader for its log start and end (ListOffsets as a replica, so the
+        end is its LEO, not its HW) and let the fetcher decide where to restart."""
+        offsets = await self._list_offsets(tp, (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP))
+        if offsets is not None:
+            self.fetcher.on_leader_offsets(tp, offsets[0][0], offsets[1][0], now_ms())
 
 
 def _response_partitions(response: Any) -> list[FetchResponsePartition]:

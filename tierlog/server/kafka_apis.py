@@ -8,6 +8,7 @@ are dropped).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import logging
 import time
@@ -25,7 +26,7 @@ from tierlog.protocol.api_versions import supported_api_versions
 from tierlog.protocol.codec import Request
 from tierlog.protocol.errors import error_code
 from tierlog.records.record_batch import batch_size_at
-from tierlog.replication.partition import LogReadResult
+from tierlog.replication.partition import LogReadResult, OffsetAndEpoch
 from tierlog.replication.replica_manager import (
     AppendResult,
     FetchParams,
@@ -46,7 +47,10 @@ from tierlog.server.entities import (
 )
 from tierlog.server.metadata_loader import MetadataLoader
 from tierlog.server.metrics import BrokerMetrics
+from tierlog.server.remote_log_tasks import RemoteLogTasks
+from tierlog.storage.errors import KafkaStorageError, OffsetOutOfRangeError
 from tierlog.storage.log_config import TOPIC_CONFIGS
+from tierlog.tiered.remote_storage_manager import RemoteStorageError
 
 logger = logging.getLogger(__name__)
 
@@ -131,6 +135,9 @@ class KafkaApis:
         self._arm_timer = arm_timer
         self.node_id = config.node_id
         self._fetch_max_bytes = config.get_int("fetch.max.bytes")
+        # Set by the broker when remote.log.storage.system.enable is on.
+        self.remote_log: RemoteLogTasks | None = None
+        self._remote_fetch_max_wait_s = config.get_int("remote.fetch.max.wait.ms") / 1000
         self.handlers: dict[int, Handler] = {
             API_PRODUCE: self.handle_produce,
             API_FETCH: self.handle_fetch,
@@ -512,7 +519,41 @@ class KafkaApis:
         if delayed is not None:
             self._arm_timer(delayed.deadline_ms)
         results = await answered
+        if self.remote_log is not None:
+            results = await self._read_remote(results)
         return self._fetch_response(request, results, unknown_ids)
+
+    async def _read_remote(self, results: list[FetchPartitionResult]) -> list[FetchPartitionResult]:
+        """Fill in the first partition whose offset lives only in the remote tier (Kafka serves one remote
+        partition per fetch), waiting at most remote.fetch.max.wait.ms: past that the partition is answered
+        empty and the consumer simply fetches again; a remote tier that fails answers KAFKA_STORAGE_ERROR,
+        which clients retry."""
+        assert self.remote_log is not None
+        served = False
+        answered = []
+        for result in results:
+            read = result.read
+            if read is None or read.remote_fetch is None:
+                answered.append(result)
+                continue
+            empty = dataclasses.replace(read, remote_fetch=None)
+            if served:
+                answered.append(dataclasses.replace(result, read=empty))
+                continue
+            served = True
+            try:
+                async with asyncio.timeout(self._remote_fetch_max_wait_s):
+                    records = await self.remote_log.read(result.topic_partition, read.remote_fetch)
+            except TimeoutError:
+                answered.append(dataclasses.replace(result, read=empty))
+            except RemoteStorageError as e:
+                logger.warning("remote read of %s failed: %s", result.topic_partition, e)
+                answered.append(FetchPartitionResult(result.topic_partition, "KAFKA_STORAGE_ERROR", None))
+            except OffsetOutOfRangeError as e:
+                answered.append(FetchPartitionResult(result.topic_partition, e.error_name, None))
+            else:
+                answered.append(dataclasses.replace(result, read=dataclasses.replace(empty, records=records)))
+        return answered
 
     def _fetch_response(
         self, request: Request, results: list[FetchPartitionResult], unknown_ids: list[tuple[uuid.UUID, int]]
@@ -596,7 +637,8 @@ class KafkaApis:
             for p in topic.partitions:
                 tp = TopicPartition(topic.name, p.partition_index)
                 try:
-                    found = self.replica_manager.fetch_offset_for_timestamp(
+                    remote = await self._remote_offset_for_timestamp(tp, p.timestamp, body.replica_id)
+                    found = remote or self.replica_manager.fetch_offset_for_timestamp(
                         tp,
                         p.timestamp,
                         isolation_level=getattr(body, "isolation_level", 0),
@@ -625,6 +667,47 @@ class KafkaApis:
                 )
             topics.append(s.ListOffsetsTopicResponse(name=topic.name, partitions=tuple(partitions)))
         return s.ListOffsetsResponse(throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+    async def _remote_offset_for_timestamp(
+        self, tp: TopicPartition, timestamp: int, replica_id: int
+    ) -> OffsetAndEpoch | None:
+        """A timestamp may fall in the remote tier, which is searched first (Kafka's UnifiedLog does too)."""
+        if self.remote_log is None or timestamp < 0 or replica_id >= 0:
+            return None
+        partition = self.replica_manager.get_partition(tp)
+        if not partition.is_leader or not partition.log.remote_log_enabled:
+            return None
+        try:
+            found = await self.remote_log.find_offset_by_timestamp(partition, timestamp)
+        except RemoteStorageError as e:
+            raise KafkaStorageError(f"cannot search the remote tier of {tp}: {e}") from e
+        if found is None:
+            return None
+        return OffsetAndEpoch(found.offset, found.timestamp, -1 if found.leader_epoch is None else found.leader_epoch)
+
+    async def create_internal_topic(
+        self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
+    ) -> str | None:
+        """CreateTopics for a topic the broker itself needs (like Kafka's internal topics); the error name or None."""
+        s = request_schema(API_CREATE_TOPICS, 7)
+        body = s.CreateTopicsRequest(
+            topics=(
+                s.CreatableTopic(
+                    name=name,
+                    num_partitions=partitions,
+                    replication_factor=replication_factor,
+                    assignments=(),
+                    configs=tuple(s.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()),
+                ),
+            ),
+            timeout=datetime.timedelta(seconds=30),
+            validate_only=False,
+        )
+        response = await self.handlers[API_CREATE_TOPICS](Request(API_CREATE_TOPICS, 7, 0, "internal", body, 0))
+        result = response.topics[0]
+        if result.error_code == error_code(None):
+            return None
+        return str(result.error_code.name).upper()
 
     async def handle_offset_for_leader_epoch(self, request: Request) -> Any:
         s = self._schema(request)

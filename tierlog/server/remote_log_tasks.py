@@ -1,0 +1,379 @@
+"""The RemoteLogManager's shell (KIP-405, SPEC.md §4): timers and worker threads around the decisions in
+tiered/remote_log_manager.py.
+
+Every `remote.log.manager.task.interval.ms`, for each partition with the remote tier on:
+- leaders copy rolled segments below the LSO (metadata COPY_SEGMENT_STARTED, the data through the
+  RemoteStorageManager on a copier thread, then COPY_SEGMENT_FINISHED) and expire remote segments (their
+  log start moves first, then DELETE_SEGMENT_STARTED, the objects, DELETE_SEGMENT_FINISHED);
+- followers learn from the remote log metadata how far the remote tier reaches, so their local retention
+  may delete what is copied.
+Consumers' fetches below the local log start, ListOffsets by timestamp and followers' BuildingRemoteLogAuxState
+read the remote tier through here, on reader threads, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tierlog.common import TopicPartition
+from tierlog.replication import trace
+from tierlog.replication.partition import Partition, RemoteFetchInfo
+from tierlog.replication.replica_manager import ReplicaManager
+from tierlog.replication.trace import TraceEvent
+from tierlog.server.clock import now_ms
+from tierlog.server.remote_log_metadata_topic import TopicBasedRemoteLogMetadataManager
+from tierlog.storage.errors import OffsetOutOfRangeError
+from tierlog.storage.file_records import TimestampAndOffset
+from tierlog.storage.segment import offset_index_file_path, time_index_file_path
+from tierlog.tiered.remote_index_cache import RemoteIndexCache
+from tierlog.tiered.remote_log_manager import (
+    copy_candidates,
+    epoch_checkpoint_bytes,
+    epochs_in_range,
+    highest_remote_offset,
+    is_within_lineage,
+    parse_epoch_checkpoint,
+    plan_remote_expiration,
+)
+from tierlog.tiered.remote_log_metadata_cache import RemoteLogMetadataCache
+from tierlog.tiered.remote_log_reader import RemoteLogReader
+from tierlog.tiered.remote_storage_manager import IndexType, LogSegmentData, RemoteStorageError, RemoteStorageManager
+from tierlog.tiered.segment_metadata import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+)
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+
+@dataclass(slots=True)
+class RemoteLogStats:
+    """Counters for /metrics (Kafka's RemoteCopy*/RemoteFetch*/RemoteDelete* broker topic metrics)."""
+
+    copy_bytes: int = 0
+    copy_segments: int = 0
+    copy_errors: int = 0
+    fetch_bytes: int = 0
+    fetch_requests: int = 0
+    fetch_errors: int = 0
+    delete_segments: int = 0
+    delete_errors: int = 0
+
+
+class RemoteLogTasks:
+    def __init__(
+        self,
+        broker_id: int,
+        replica_manager: ReplicaManager,
+        rlmm: TopicBasedRemoteLogMetadataManager,
+        rsm: RemoteStorageManager,
+        *,
+        index_cache_dir: Path,
+        index_cache_bytes: int,
+        task_interval_ms: int,
+        copier_threads: int,
+        reader_threads: int,
+        trace_sink: Callable[[TraceEvent], None] | None = None,
+    ) -> None:
+        self._broker_id = broker_id
+        self._replica_manager = replica_manager
+        self.rlmm = rlmm
+        self.rsm = rsm
+        self.index_cache = RemoteIndexCache(index_cache_dir, rsm, index_cache_bytes)
+        self.reader = RemoteLogReader(rsm, self.index_cache)
+        self._interval_s = task_interval_ms / 1000
+        self._copier = ThreadPoolExecutor(copier_threads, thread_name_prefix="remote-log-copier")
+        self._readers = ThreadPoolExecutor(reader_threads, thread_name_prefix="remote-log-reader")
+        self._trace = trace_sink
+        self._copying: set[uuid.UUID] = set()
+        self._busy: set[TopicPartition] = set()
+        self._background: set[asyncio.Task[Any]] = set()
+        self._task: asyncio.Task[None] | None = None
+        self.stats = RemoteLogStats()
+        self.wakeup = asyncio.Event()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="remote-log-manager")
+
+    async def stop(self) -> None:
+        tasks = [t for t in (self._task, *self._background) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._copier.shutdown(wait=False, cancel_futures=True)
+        self._readers.shutdown(wait=False, cancel_futures=True)
+        self.index_cache.close()
+
+    async def _run(self) -> None:
+        await self.rlmm.ready.wait()
+        while True:
+            self.run_once()
+            self.wakeup.clear()
+            try:
+                async with asyncio.timeout(self._interval_s):
+                    await self.wakeup.wait()
+            except TimeoutError:
+                pass
+
+    def run_once(self) -> None:
+        """One round over every tiered partition; a partition still busy from the last round is skipped."""
+        for tp, partition in list(self._replica_manager.partitions.items()):
+            if not partition.log.remote_log_enabled or tp in self._busy:
+                continue
+            if partition.is_leader:
+                self._busy.add(tp)
+                task = asyncio.create_task(self._lead(tp, partition), name=f"remote-log-{tp}")
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
+            else:
+                self._follow(partition)
+
+    # Leader
+
+    async def _lead(self, tp: TopicPartition, partition: Partition) -> None:
+        try:
+            await self._copy_segments(tp, partition)
+            await self._expire_segments(tp, partition)
+        except asyncio.CancelledError:
+            raise
+        except (RemoteStorageError, OSError, TimeoutError) as e:
+            logger.warning("[RemoteLogManager broker=%d] %s: %s; retrying next round", self._broker_id, tp, e)
+        except Exception:
+            logger.exception("[RemoteLogManager broker=%d] %s: unexpected error", self._broker_id, tp)
+        finally:
+            self._busy.discard(tp)
+
+    def _still_leading(self, partition: Partition, leader_epoch: int) -> bool:
+        return partition.is_leader and partition.leader_epoch == leader_epoch
+
+    async def _copy_segments(self, tp: TopicPartition, partition: Partition) -> None:
+        log = partition.log
+        topic_id = partition.topic_id
+        leader_epoch = partition.leader_epoch
+        self._learn_remote_end(partition, "remote log metadata")
+        # Without transactions the LSO is the HW.
+        for candidate in copy_candidates(log, log.highest_offset_in_remote_storage, log.high_watermark):
+            if not self._still_leading(partition, leader_epoch):
+                return  # the new leader copies from its own log
+            segment = candidate.segment
+            entries = log.leader_epoch_cache.epoch_entries()
+            metadata = RemoteLogSegmentMetadata(
+                segment_id=RemoteLogSegmentId(TopicIdPartition(topic_id, tp), uuid.uuid4()),
+                start_offset=segment.base_offset,
+                end_offset=candidate.end_offset,
+                max_timestamp_ms=segment.max_timestamp_so_far,
+                broker_id=self._broker_id,
+                event_timestamp_ms=now_ms(),
+                segment_size_in_bytes=segment.size,
+                segment_leader_epochs=epochs_in_range(entries, segment.base_offset, candidate.end_offset),
+            )
+            data = LogSegmentData(
+                log_segment=segment.log_path,
+                offset_index=offset_index_file_path(log.dir, segment.base_offset),
+                time_index=time_index_file_path(log.dir, segment.base_offset),
+                transaction_index=None,
+                producer_snapshot=None,
+                leader_epoch_checkpoint=epoch_checkpoint_bytes(entries, candidate.end_offset + 1),
+            )
+            await self.rlmm.publish(metadata)
+            self._copying.add(metadata.segment_id.id)
+            try:
+                await self._in_thread(self._copier, self.rsm.copy_log_segment_data, metadata, data)
+            except BaseException:
+                self.stats.copy_errors += 1
+                await self._abandon_copy(metadata)
+                raise
+            finally:
+                self._copying.discard(metadata.segment_id.id)
+            # A leader that lost leadership mid-copy still finishes it (seed 001): the copy is complete, and a
+            # duplicate of the new leader's is tolerated and expired later.
+            await self.rlmm.publish(self._update(metadata, RemoteLogSegmentState.COPY_SEGMENT_FINISHED))
+            self.stats.copy_bytes += metadata.segment_size_in_bytes
+            self.stats.copy_segments += 1
+            old_end = log.highest_offset_in_remote_storage
+            if candidate.end_offset < log.high_watermark:
+                log.update_highest_offset_in_remote_storage(candidate.end_offset)
+                self._emit(
+                    tp,
+                    trace.REMOTE_END,
+                    trace.REMOTE_COPY,
+                    old_end,
+                    candidate.end_offset,
+                    f"copied {metadata.segment_id.id}",
+                )
+
+    async def _abandon_copy(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """Best effort: remove what a failed copy uploaded; what remains is expired with the log later."""
+        try:
+            await self.rlmm.publish(self._update(metadata, RemoteLogSegmentState.DELETE_SEGMENT_STARTED))
+            await self._in_thread(self._copier, self.rsm.delete_log_segment_data, metadata)
+            await self.rlmm.publish(self._update(metadata, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED))
+        except Exception as e:
+            logger.info("[RemoteLogManager broker=%d] cleaning up a failed copy failed too: %s", self._broker_id, e)
+
+    async def _expire_segments(self, tp: TopicPartition, partition: Partition) -> None:
+        cache = self._cache_of(partition)
+        if cache is None:
+            return
+        leader_epoch = partition.leader_epoch
+        log = partition.log
+        plan = plan_remote_expiration(log, cache, now_ms(), frozenset(self._copying))
+        if plan.new_log_start_offset is not None and self._still_leading(partition, leader_epoch):
+            old_start = log.log_start_offset
+            # Readers are turned away from the segments before their objects go.
+            if log.maybe_increment_log_start_offset(plan.new_log_start_offset):
+                self._emit(
+                    tp, trace.LOG_START, trace.REMOTE_EXPIRE, old_start, log.log_start_offset, "remote retention"
+                )
+                self._replica_manager.fetch_purgatory.check_and_complete(tp)
+        for deletion in plan.deletions:
+            if not self._still_leading(partition, leader_epoch):
+                return
+            segment = deletion.segment
+            logger.info(
+                "[RemoteLogManager broker=%d] %s: deleting remote segment %s [%d, %d]: %s",
+                self._broker_id,
+                tp,
+                segment.segment_id.id,
+                segment.start_offset,
+                segment.end_offset,
+                deletion.reason,
+            )
+            try:
+                if segment.state != RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
+                    await self.rlmm.publish(self._update(segment, RemoteLogSegmentState.DELETE_SEGMENT_STARTED))
+                await self._in_thread(self._copier, self.rsm.delete_log_segment_data, segment)
+                self.index_cache.remove(segment.segment_id.id)
+                await self.rlmm.publish(self._update(segment, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED))
+                self.stats.delete_segments += 1
+            except RemoteStorageError:
+                self.stats.delete_errors += 1
+                raise  # a delete stuck half-way is retried next round (it stays DELETE_SEGMENT_STARTED)
+
+    def _update(
+        self, metadata: RemoteLogSegmentMetadata, state: RemoteLogSegmentState
+    ) -> RemoteLogSegmentMetadataUpdate:
+        return RemoteLogSegmentMetadataUpdate(metadata.segment_id, now_ms(), state, self._broker_id)
+
+    # Follower
+
+    def _follow(self, partition: Partition) -> None:
+        self._learn_remote_end(partition, "remote log metadata")
+
+    def _learn_remote_end(self, partition: Partition, why: str) -> None:
+        log = partition.log
+        highest = highest_remote_offset(
+            log.leader_epoch_cache.epoch_entries(), log.log_end_offset, self._cache_of(partition)
+        )
+        # Ry <= Ly: our HW may trail the leader's, and what we may delete locally is bounded by both.
+        highest = min(highest, log.high_watermark - 1)
+        old = log.highest_offset_in_remote_storage
+        if highest > old:
+            log.update_highest_offset_in_remote_storage(highest)
+            self._emit(partition.topic_partition, trace.REMOTE_END, trace.REMOTE_COPY, old, highest, why)
+
+    # Reads
+
+    async def read(self, tp: TopicPartition, info: RemoteFetchInfo) -> bytes:
+        """A consumer's fetch below the local log start (Kafka's RemoteLogReader). Raises
+        OffsetOutOfRangeError if no remote segment of this log's lineage holds the offset, RemoteStorageError
+        if the remote tier fails."""
+        metadata = self._segment_for(tp, info.leader_epoch, info.fetch_offset)
+        self.stats.fetch_requests += 1
+        try:
+            result = await self._in_thread(
+                self._readers, self.reader.read, metadata, info.fetch_offset, info.max_bytes, info.min_one_message
+            )
+        except RemoteStorageError:
+            self.stats.fetch_errors += 1
+            raise
+        self.stats.fetch_bytes += len(result.records)
+        if result.next_position is not None:
+            # Sequential readers come back for the next chunk: fetch it while this response is sent.
+            prefetch = asyncio.create_task(
+                self._in_thread(self._readers, self.reader.prefetch_next, metadata, result.next_position)
+            )
+            self._background.add(prefetch)
+            prefetch.add_done_callback(_discard_quietly(self._background))
+        return result.records
+
+    def _segment_for(self, tp: TopicPartition, leader_epoch: int | None, offset: int) -> RemoteLogSegmentMetadata:
+        cache = self._cache_of(self._replica_manager.get_partition(tp))
+        metadata = None
+        if cache is not None and leader_epoch is not None:
+            metadata = cache.remote_log_segment_metadata(leader_epoch, offset)
+        if metadata is None:
+            raise OffsetOutOfRangeError(
+                f"Received request for offset {offset} for leader epoch {leader_epoch} of {tp}, which is in "
+                "no remote segment"
+            )
+        return metadata
+
+    async def find_offset_by_timestamp(self, partition: Partition, timestamp: int) -> TimestampAndOffset | None:
+        """ListOffsets by timestamp over the remote tier: the first offset at or after the log start whose
+        timestamp is >= `timestamp`, among remote segments of this log's lineage; None if none."""
+        log = partition.log
+        cache = self._cache_of(partition)
+        if cache is None:
+            return None
+        entries = log.leader_epoch_cache.epoch_entries()
+        segments = [
+            s
+            for s in cache.list_remote_log_segments()
+            if s.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+            and is_within_lineage(s, entries, log.log_end_offset)
+            and s.end_offset >= log.log_start_offset
+        ]
+        if not segments:
+            return None
+        return await self._in_thread(
+            self._readers, self.reader.find_offset_by_timestamp, segments, timestamp, log.log_start_offset
+        )
+
+    async def remote_log_aux_state(
+        self, tp: TopicPartition, leader_epoch: int, offset: int
+    ) -> tuple[int, list[tuple[int, int]]]:
+        """For a follower's BuildingRemoteLogAuxState: the remote segment holding `offset` (the leader's local
+        log start - 1) in `leader_epoch`, as (its end offset, the epoch history up to its end)."""
+        cache = self._cache_of(self._replica_manager.partitions[tp]) if tp in self._replica_manager.partitions else None
+        metadata = cache.remote_log_segment_metadata(leader_epoch, offset) if cache is not None else None
+        if metadata is None:
+            raise RemoteStorageError(
+                f"no remote segment of {tp} holds offset {offset} in epoch {leader_epoch} (yet): the remote "
+                "log metadata may still be replicating"
+            )
+        checkpoint = await self._in_thread(self._readers, self.rsm.fetch_index, metadata, IndexType.LEADER_EPOCH)
+        return metadata.end_offset, parse_epoch_checkpoint(checkpoint)
+
+    # Helpers
+
+    def _cache_of(self, partition: Partition) -> RemoteLogMetadataCache | None:
+        return self.rlmm.store.cache(TopicIdPartition(partition.topic_id, partition.topic_partition))
+
+    async def _in_thread(self, pool: ThreadPoolExecutor, function: Callable[..., _T], *args: Any) -> _T:
+        return await asyncio.get_running_loop().run_in_executor(pool, function, *args)
+
+    def _emit(self, tp: TopicPartition, attribute: str, phase: str, old: int, new: int, why: str) -> None:
+        if self._trace is not None:
+            self._trace(TraceEvent(tp, self._broker_id, attribute, phase, old, new, why, now_ms()))
+
+
+def _discard_quietly(tasks: set[asyncio.Task[Any]]) -> Callable[[asyncio.Task[Any]], None]:
+    def done(task: asyncio.Task[Any]) -> None:
+        tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.debug("remote prefetch failed: %s", task.exception())
+
+    return done
