@@ -137,9 +137,22 @@ def search_for_timestamp(
     for batch in scan_batches(fd, start, end):
         if batch.max_timestamp < target_timestamp or batch.last_offset < starting_offset:
             continue
-        for record in DefaultRecordBatch(os.pread(fd, batch.size, batch.position)):
-            if record.timestamp >= target_timestamp and record.offset >= starting_offset:
-                return TimestampAndOffset(record.timestamp, record.offset, _epoch_or_none(batch))
+        found = search_batch_for_timestamp(
+            os.pread(fd, batch.size, batch.position), batch.partition_leader_epoch, target_timestamp, starting_offset
+        )
+        if found is not None:
+            return found
+    return None
+
+
+def search_batch_for_timestamp(
+    batch: bytes, partition_leader_epoch: int, target_timestamp: int, starting_offset: int
+) -> TimestampAndOffset | None:
+    """The record-level step of searchForTimestamp on one whole batch's bytes: its first record with timestamp
+    >= target and offset >= `starting_offset`. Separate so remote segments, held as bytes, search alike."""
+    for record in DefaultRecordBatch(batch):
+        if record.timestamp >= target_timestamp and record.offset >= starting_offset:
+            return TimestampAndOffset(record.timestamp, record.offset, _epoch_or_none(partition_leader_epoch))
     return None
 
 
@@ -148,11 +161,10 @@ def offset_of_timestamp_in_batch(fd: int, batch: BatchPosition, timestamp: int) 
     carrying `timestamp`."""
     for record in DefaultRecordBatch(os.pread(fd, batch.size, batch.position)):
         if record.timestamp == timestamp:
-            return TimestampAndOffset(timestamp, record.offset, _epoch_or_none(batch))
+            return TimestampAndOffset(timestamp, record.offset, _epoch_or_none(batch.partition_leader_epoch))
     return None
 
 
-def _epoch_or_none(batch: BatchPosition) -> int | None:
+def _epoch_or_none(epoch: int) -> int | None:
     # Batches written before leader epochs existed carry -1 (NO_PARTITION_LEADER_EPOCH).
-    epoch = batch.partition_leader_epoch
     return epoch if epoch >= 0 else None
