@@ -19,7 +19,6 @@ from tiered_helpers import (
     leader_of,
     list_offsets,
     produce,
-    start_cluster,  # noqa: F401 (fixture)
     tiered_overrides,
     tiered_topic_configs,
     wait_tiered,

@@ -7,11 +7,9 @@ from __future__ import annotations
 import asyncio
 import json
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import Any
 
-import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -19,7 +17,6 @@ from tierlog.cli.local_cluster import LocalCluster, wait_until
 from tierlog.server.entities import request_schema
 from tierlog.server.kafka_client import KafkaConnection
 
-CLUSTER_START_S = 60.0
 CLIENT_TIMEOUT_S = 30.0
 TIERING_S = 30.0
 SEGMENT_BYTES = 16 * 1024
@@ -56,29 +53,6 @@ def tiered_topic_configs(**extra: str) -> dict[str, str]:
 ClusterFactory = Callable[..., LocalCluster]
 
 
-@pytest.fixture
-def start_cluster(tmp_path: Path) -> Iterator[ClusterFactory]:
-    """`start_cluster(overrides, brokers=3)`: started brokers, stopped when the test ends (their log tails printed)."""
-    clusters: list[LocalCluster] = []
-
-    def start(overrides: Mapping[str, str], brokers: int = 3) -> LocalCluster:
-        cluster = LocalCluster(tmp_path / f"cluster-{len(clusters) + 1}", brokers=brokers, overrides=overrides)
-        clusters.append(cluster)
-        cluster.start(CLUSTER_START_S)
-        return cluster
-
-    try:
-        yield start
-    finally:
-        for cluster in clusters:
-            try:
-                cluster.stop(timeout_s=10)
-            finally:
-                for node_id in cluster.node_ids:
-                    broker = cluster.broker(node_id)
-                    print(f"\n---- last lines of {broker.log_file} ----\n{broker.log_tail(60)}")
-
-
 def create_topic(
     bootstrap: str,
     name: str,
@@ -90,7 +64,7 @@ def create_topic(
 ) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     topic = (
-        NewTopic(name, replica_assignment=assignment, config=dict(configs))
+        NewTopic(name, num_partitions=len(assignment), replica_assignment=assignment, config=dict(configs))
         if assignment is not None
         else NewTopic(name, partitions, replication_factor, config=dict(configs))
     )
