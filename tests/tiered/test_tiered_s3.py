@@ -12,6 +12,8 @@ import uuid
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition as AioTopicPartition
+from confluent_kafka import TopicPartition as ConfluentTopicPartition
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
 from tiered_helpers import (
@@ -208,3 +210,102 @@ def consume_all_from(cluster: LocalCluster, topic: str, offset: int, end: int) -
         return values
     finally:
         consumer.close()
+
+
+def test_leader_killed_in_the_middle_of_a_copy_leaves_nothing_unreadable_and_no_orphans_after_expiry(
+    start_cluster: ClusterFactory, s3_server: LocalS3Server, s3_bucket: str
+) -> None:
+    prefix = f"test-{uuid.uuid4().hex[:8]}"
+    cluster = start_cluster(tiered_overrides(s3_server.rsm_properties(s3_bucket, prefix=prefix)))
+    topic = "copy-interrupted"
+    # Broker 2 leads: node 1 is also the (single) controller, which must survive the crash.
+    create_topic(cluster.bootstrap, topic, tiered_topic_configs(**{"min.insync.replicas": "2"}), assignment=[[2, 3, 1]])
+    first = _values("first", 1000)
+    produce(cluster.bootstrap, topic, first)
+    leader = leader_of(cluster, topic)
+    wait_tiered(cluster, leader, topic, local_start_above=200)
+    # Freeze S3 so the leader's next copies hang half-way (COPY_SEGMENT_STARTED published, data not yet).
+    s3_server.pause()
+    try:
+        second = _values("second", 1000)
+        produce(cluster.bootstrap, topic, second)
+        time.sleep(1.0)
+        cluster.kill(leader)
+    finally:
+        s3_server.resume()
+    new_leader = wait_until(
+        lambda: next(
+            (
+                n
+                for n in cluster.node_ids
+                if n != leader and (replica_state(cluster, n, topic) or {}).get("role") == "leader"
+            ),
+            None,
+        ),
+        TIERING_S,
+        "a new leader",
+    )
+    wait_tiered(cluster, new_leader, topic, local_start_above=len(first) + 200)
+    cluster.restart(leader)
+    everything = first + second
+    assert [v for _, v in consume_all(cluster.bootstrap, topic, len(everything))] == everything
+
+    # Expire the whole log: every object, the abandoned copy's included, must go.
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    resource = ConfigResource(
+        "topic",
+        topic,
+        incremental_configs=[ConfigEntry("retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)],
+    )
+    admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+    produce(cluster.bootstrap, topic, _values("tail", 400))
+    client = s3_server.client()
+
+    def objects() -> list[str]:
+        keys: list[str] = []
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=s3_bucket, Prefix=f"{prefix}/{topic}-0"):
+            keys.extend(item["Key"] for item in page.get("Contents", []))
+        return keys
+
+    def old_objects() -> list[str]:
+        return [k for k in objects() if int(k.rsplit("/", 1)[1].split("-")[0]) < len(everything) - 500]
+
+    wait_until(lambda: not old_objects(), TIERING_S * 2, lambda: f"expired objects gone: {old_objects()[:8]}")
+
+
+def test_delete_records_into_the_remote_tier_deletes_remote_objects(
+    start_cluster: ClusterFactory, s3_server: LocalS3Server, s3_bucket: str
+) -> None:
+    prefix = f"test-{uuid.uuid4().hex[:8]}"
+    cluster = start_cluster(tiered_overrides(s3_server.rsm_properties(s3_bucket, prefix=prefix)))
+    topic = "delete-records"
+    create_topic(cluster.bootstrap, topic, tiered_topic_configs())
+    values = _values("dr", 2000)
+    produce(cluster.bootstrap, topic, values)
+    leader = leader_of(cluster, topic)
+    wait_tiered(cluster, leader, topic, local_start_above=1500)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    tp = ConfluentTopicPartition(topic, 0, 1000)
+    result = admin.delete_records([tp])[tp].result(timeout=30)
+    assert result.low_watermark == 1000
+    address = cluster.broker(leader).bootstrap
+    assert list_offsets(address, topic, EARLIEST)[1] == 1000
+    client = s3_server.client()
+
+    def remote_starts() -> list[int]:
+        starts = []
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=s3_bucket, Prefix=f"{prefix}/{topic}-0"):
+            starts.extend(
+                int(item["Key"].rsplit("/", 1)[1].split("-")[0])
+                for item in page.get("Contents", [])
+                if item["Key"].endswith(".log")
+            )
+        return sorted(starts)
+
+    # Segments wholly below the new log start go; the one holding offset 1000 stays.
+    wait_until(
+        lambda: remote_starts() and remote_starts()[0] > 800,
+        TIERING_S,
+        lambda: f"remote segments below 1000 gone: {remote_starts()}",
+    )
+    assert [v for _, v in consume_all(cluster.bootstrap, topic, 1000)] == values[1000:]
