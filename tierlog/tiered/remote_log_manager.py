@@ -98,20 +98,26 @@ def highest_remote_offset(
 
 def is_within_lineage(segment: RemoteLogSegmentMetadata, entries: Sequence[EpochEntry], log_end_offset: int) -> bool:
     """Kafka's isRemoteSegmentWithinLeaderEpochs: the segment's epochs are epochs of this log starting where
-    they start here (its first may start later), and it ends before the next epoch here and below the LEO."""
+    they start here (its first may start later), and it ends before the next epoch here and below the LEO.
+
+    Epochs older than this log's first are of offsets below the log start and are not compared, and the first
+    epoch here may start anywhere in the segment: moving the log start (retention, DeleteRecords) drops the
+    older entries and moves the first one up to the log start, while the segment holding the log start
+    keeps the history as it was copied."""
     if not entries:
         return False
+    first_epoch = entries[0].epoch
     starts = {entry.epoch: entry.start_offset for entry in entries}
-    epochs = list(segment.segment_leader_epochs)
-    last_epoch = epochs[-1][0]
-    if last_epoch < entries[0].epoch or last_epoch > entries[-1].epoch:
+    epochs = [(epoch, offset) for epoch, offset in segment.segment_leader_epochs if epoch >= first_epoch]
+    last_epoch = segment.segment_leader_epochs[-1][0]
+    if last_epoch < first_epoch or last_epoch > entries[-1].epoch:
         return False
     sorted_epochs = [entry.epoch for entry in entries]
     for index, (epoch, offset) in enumerate(epochs):
         start = starts.get(epoch)
         if start is None:
             return False
-        if index == 0 and offset < start:
+        if index == 0 and epoch != first_epoch and offset < start:
             return False
         position = sorted_epochs.index(epoch)
         next_here = entries[position + 1] if position + 1 < len(entries) else None
@@ -176,11 +182,12 @@ def plan_remote_expiration(
             if retention_ms >= 0 and segment.max_timestamp_ms <= now_ms - retention_ms:
                 reason = f"breaches retention.ms {retention_ms}"
             elif retention_bytes >= 0 and remaining_breach - segment.segment_size_in_bytes >= 0:
-                remaining_breach -= segment.segment_size_in_bytes
                 reason = f"breaches retention.bytes {retention_bytes}"
             else:
                 retention_stopped = True  # retention removes the oldest data first: nothing later breaches
         if reason is not None:
+            # Whatever the reason, the segment's bytes leave the log: they no longer count against retention.bytes.
+            remaining_breach -= segment.segment_size_in_bytes
             deletions.append(RemoteDeletion(segment, reason))
             chosen.add(segment.segment_id.id)
             new_log_start = max(new_log_start or 0, segment.end_offset + 1)
