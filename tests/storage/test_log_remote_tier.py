@@ -152,3 +152,75 @@ def test_truncate_fully_with_a_remote_log_start(tmp_path: Path) -> None:
     assert (log.log_start_offset, log.local_log_start_offset, log.log_end_offset) == (0, 9, 9)
     with pytest.raises(OffsetMovedToTieredStorageError):
         log.read(4, 1 << 20, None, True)
+
+
+# --- the offset invariants (issue 4): Rx <= Lx <= Ly <= Lz, and Ry < Ly where Ry is set ---------------------
+
+
+def _offsets(log: Log) -> tuple[int, int, int, int, int]:
+    """(Rx, Ry, Lx, Ly, Lz)"""
+    return (
+        log.log_start_offset,
+        log.highest_offset_in_remote_storage,
+        log.local_log_start_offset,
+        log.high_watermark,
+        log.log_end_offset,
+    )
+
+
+def test_every_offset_change_keeps_the_tier_invariants(tmp_path: Path) -> None:
+    # Each of these methods checks the invariants before it returns; the offsets are also checked here.
+    log = _remote_log(tmp_path / "topic-0", _one_batch_per_segment(local_retention_bytes=1))
+    _fill(log, 6)
+    log.update_highest_offset_in_remote_storage(3)
+    log.delete_old_segments(T0)  # local retention: Lx moves, Rx stays
+    assert _offsets(log) == (0, 3, 4, 6, 6)
+    assert log.maybe_increment_log_start_offset(2)  # remote retention / DeleteRecords: Rx moves
+    assert _offsets(log) == (2, 3, 4, 6, 6)
+    log.append_as_leader(make_batch(1), 0, T0)
+    assert _offsets(log) == (2, 3, 4, 6, 7)
+    log.truncate_to(5)  # below the HW: the HW follows the LEO down
+    assert _offsets(log) == (2, 3, 4, 5, 5)
+    log.truncate_fully_and_start_at(3, log_start_offset=2)  # Ry drops below the new local start
+    assert _offsets(log) == (2, 2, 3, 3, 3)
+
+
+def test_a_broken_offset_chain_is_reported_with_its_offsets(tmp_path: Path) -> None:
+    log = _remote_log(tmp_path / "topic-0", _one_batch_per_segment(local_retention_bytes=1))
+    _fill(log, 4)
+    log.update_highest_offset_in_remote_storage(1)
+    log.delete_old_segments(T0)
+    assert _offsets(log) == (0, 1, 2, 4, 4)
+    log._log_start_offset = 3  # a bug elsewhere: the log start passed the local log start
+    with pytest.raises(KafkaStorageError) as broken:
+        log.update_high_watermark(4)
+    message = str(broken.value)
+    assert "log start <= local log start <= high watermark <= log end offset" in message
+    assert "3, 2, 4, 4" in message and str(TP) in message
+    with pytest.raises(KafkaStorageError):
+        log.append_as_leader(make_batch(1), 0, T0)
+
+
+def test_the_highest_remote_offset_is_checked_against_the_high_watermark_where_it_is_set(tmp_path: Path) -> None:
+    log = _remote_log(tmp_path / "topic-0", _one_batch_per_segment())
+    _fill(log, 3)
+    with pytest.raises(KafkaStorageError, match=r"would reach the high watermark 3"):
+        log.update_highest_offset_in_remote_storage(3)
+    log.update_highest_offset_in_remote_storage(2)
+    log._high_watermark = 2  # a bug elsewhere (Ry's setters keep Ry < Ly; a follower's HW may drop, below)
+    log._check_offsets()  # what the methods a follower runs check: the chain holds
+    with pytest.raises(KafkaStorageError, match=r"Highest offset in remote storage 2 .* high watermark 2 \(Ry < Ly\)"):
+        log._check_offsets(remote_end=True)  # what update_highest_offset_in_remote_storage checks on return
+
+
+def test_a_followers_high_watermark_may_go_below_the_highest_remote_offset(tmp_path: Path) -> None:
+    # SPEC.md §1: a follower adopts a new leader's HW, which may be lower than the one under which it learned
+    # Ry from the remote log metadata. That is no error: appends, HW updates and log start moves go on.
+    log = _remote_log(tmp_path / "topic-0", _one_batch_per_segment())
+    _fill(log, 5)
+    log.update_highest_offset_in_remote_storage(3)
+    assert log.update_high_watermark(2) == 2
+    log.append_as_follower(make_batch(1, base_offset=5, epoch=1), T0)
+    assert log.maybe_increment_log_start_offset(1)
+    assert _offsets(log) == (1, 3, 1, 2, 6)
+    assert log.update_high_watermark(6) == 6

@@ -257,6 +257,7 @@ class Log:
                 f"watermark {self._high_watermark}"
             )
         self._highest_offset_in_remote_storage = offset
+        self._check_offsets(remote_end=True)
 
     # Append
 
@@ -420,6 +421,7 @@ class Log:
         if self._next_offset - self._recovery_point >= self._config.flush_messages:
             self.flush()
             self._last_flush_ms = now_ms
+        self._check_offsets()
 
     # Roll
 
@@ -560,6 +562,7 @@ class Log:
     def update_high_watermark(self, high_watermark: int) -> int:
         """Set the HW, clamped to [local log start, LEO]; returns the value set."""
         self._high_watermark = min(max(high_watermark, self._local_log_start_offset), self._next_offset)
+        self._check_offsets()
         return self._high_watermark
 
     def maybe_increment_log_start_offset(self, new_log_start_offset: int) -> bool:
@@ -575,6 +578,7 @@ class Log:
         self._local_log_start_offset = max(self._local_log_start_offset, new_log_start_offset)
         self._recovery_point = max(self._recovery_point, self._local_log_start_offset)
         self._leader_epoch_cache.truncate_from_start(new_log_start_offset)
+        self._check_offsets()
         return True
 
     def _increment_local_log_start_offset(self, new_local_log_start_offset: int) -> None:
@@ -582,6 +586,30 @@ class Log:
         followers and remote retention still need) keeps starting in the remote tier."""
         self._local_log_start_offset = max(self._local_log_start_offset, new_local_log_start_offset)
         self._recovery_point = max(self._recovery_point, self._local_log_start_offset)
+        self._check_offsets()
+
+    def _check_offsets(self, *, remote_end: bool = False) -> None:
+        """Raise KafkaStorageError unless Rx <= Lx <= Ly <= Lz (log start, local log start, HW, LEO), and,
+        with `remote_end`, Ry < Ly (the highest offset in remote storage below the HW). Integer comparisons
+        only: it runs on every append.
+
+        Ry < Ly is checked only where Ry is set: a follower's HW may go down (SPEC.md §1: it adopts a new
+        leader's lower HW) below an Ry learned under the old leader's, which is no error, so the methods a
+        follower runs meanwhile (append, HW update, log start moves, retention, truncation) check only the
+        first chain."""
+        log_start, local_start = self._log_start_offset, self._local_log_start_offset
+        high_watermark, log_end = self._high_watermark, self._next_offset
+        if not log_start <= local_start <= high_watermark <= log_end:
+            raise KafkaStorageError(
+                f"Offsets of {self._topic_partition} break log start <= local log start <= high watermark <= "
+                f"log end offset (Rx <= Lx <= Ly <= Lz): {log_start}, {local_start}, {high_watermark}, {log_end}"
+            )
+        remote_end_offset = self._highest_offset_in_remote_storage
+        if remote_end and remote_end_offset >= high_watermark:
+            raise KafkaStorageError(
+                f"Highest offset in remote storage {remote_end_offset} of {self._topic_partition} is not below "
+                f"the high watermark {high_watermark} (Ry < Ly)"
+            )
 
     # Truncation
 
@@ -609,6 +637,7 @@ class Log:
         self._recovery_point = min(self._recovery_point, target_offset)
         self._pending_flush_offset = None
         self._max_offset_metadata = None
+        self._check_offsets()
         return True
 
     def truncate_fully_and_start_at(self, new_offset: int, log_start_offset: int | None = None) -> None:
@@ -627,6 +656,7 @@ class Log:
         self._recovery_point = new_offset
         self._pending_flush_offset = None
         self._max_offset_metadata = None
+        self._check_offsets(remote_end=True)
 
     # Retention
 
