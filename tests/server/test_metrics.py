@@ -288,6 +288,25 @@ def test_an_empty_registry_renders_nothing() -> None:
 # --- the broker's metric set --------------------------------------------------------------------------
 
 
+# The tiers of each partition and the RemoteLogManager's counts (issue 4).
+REMOTE_TIER_FAMILIES = {
+    "tierlog_log_start_offset": "gauge",
+    "tierlog_local_log_start_offset": "gauge",
+    "tierlog_local_log_size_bytes": "gauge",
+    "tierlog_remote_log_end_offset": "gauge",
+    "tierlog_remote_log_size_bytes": "gauge",
+    "tierlog_remote_copy_lag_bytes": "gauge",
+    "tierlog_remote_copy_bytes_total": "counter",
+    "tierlog_remote_copy_segments_total": "counter",
+    "tierlog_remote_copy_errors_total": "counter",
+    "tierlog_remote_fetch_bytes_total": "counter",
+    "tierlog_remote_fetch_requests_total": "counter",
+    "tierlog_remote_fetch_errors_total": "counter",
+    "tierlog_remote_delete_segments_total": "counter",
+    "tierlog_remote_delete_errors_total": "counter",
+}
+
+
 def test_broker_metrics_render_kafka_names_from_stub_callbacks() -> None:
     registry = MetricsRegistry()
     metrics = broker_metrics(registry)
@@ -318,6 +337,7 @@ def test_broker_metrics_render_kafka_names_from_stub_callbacks() -> None:
         "kafka_cluster_partition_highwatermark": "gauge",
         "kafka_log_log_logendoffset": "gauge",
         "tierlog_partition_hw_lag": "gauge",
+        **REMOTE_TIER_FAMILIES,
     }
     for line in [
         'kafka_network_requestmetrics_requests_total{request="Produce"} 1.0',
@@ -343,7 +363,7 @@ def test_broker_metrics_before_wiring_render_families_without_samples() -> None:
     registry = MetricsRegistry()
     broker_metrics(registry)
     families = parse(registry.render())
-    assert len(families) == 8
+    assert len(families) == 8 + len(REMOTE_TIER_FAMILIES)
     assert all(family.samples == [] for family in families.values())
 
 
@@ -367,3 +387,52 @@ def test_observe_request_counts_and_times_requests_by_kafka_api_name() -> None:
         'kafka_network_requestmetrics_totaltime_seconds_bucket{request="Fetch",le="1.0"} 1.0',
     ]:
         assert f"{line}\n" in text, line
+
+
+def test_broker_remote_tier_metrics_render_from_stub_callbacks() -> None:
+    registry = MetricsRegistry()
+    metrics = broker_metrics(registry)
+    labels = {"topic": "orders", "partition": "0"}
+    # Rx = 0, Lx = 40, Ry = 59: the log starts in the remote tier, which holds what is no longer local.
+    for gauge, value in [
+        (metrics.partition_log_start_offset, 0),
+        (metrics.partition_local_log_start_offset, 40),
+        (metrics.partition_local_log_size_bytes, 4096),
+        (metrics.partition_remote_log_end_offset, 59),
+        (metrics.partition_remote_log_size_bytes, 6144),
+        (metrics.partition_remote_copy_lag_bytes, 1024),
+    ]:
+        gauge.callback(lambda value=value: [(labels, value)])
+    for counter, value in [
+        (metrics.remote_copy_bytes_total, 6144),
+        (metrics.remote_copy_segments_total, 6),
+        (metrics.remote_copy_errors_total, 1),
+        (metrics.remote_fetch_bytes_total, 512),
+        (metrics.remote_fetch_requests_total, 3),
+        (metrics.remote_fetch_errors_total, 0),
+        (metrics.remote_delete_segments_total, 2),
+        (metrics.remote_delete_errors_total, 0),
+    ]:
+        counter.callback(lambda value=value: value)
+
+    text = registry.render()
+    families = parse(text)
+    assert {name: families[name].type for name in REMOTE_TIER_FAMILIES} == REMOTE_TIER_FAMILIES
+    for line in [
+        'tierlog_log_start_offset{topic="orders",partition="0"} 0.0',
+        'tierlog_local_log_start_offset{topic="orders",partition="0"} 40.0',
+        'tierlog_local_log_size_bytes{topic="orders",partition="0"} 4096.0',
+        'tierlog_remote_log_end_offset{topic="orders",partition="0"} 59.0',
+        'tierlog_remote_log_size_bytes{topic="orders",partition="0"} 6144.0',
+        'tierlog_remote_copy_lag_bytes{topic="orders",partition="0"} 1024.0',
+        "tierlog_remote_copy_bytes_total 6144.0",
+        "tierlog_remote_copy_segments_total 6.0",
+        "tierlog_remote_copy_errors_total 1.0",
+        "tierlog_remote_fetch_bytes_total 512.0",
+        "tierlog_remote_fetch_requests_total 3.0",
+        "tierlog_remote_fetch_errors_total 0.0",
+        "tierlog_remote_delete_segments_total 2.0",
+        "tierlog_remote_delete_errors_total 0.0",
+    ]:
+        assert f"{line}\n" in text, line
+    assert "Kafka's RemoteCopyBytesPerSec" in families["tierlog_remote_copy_bytes_total"].help

@@ -22,6 +22,7 @@ from tierlog.config import ConfigError, KafkaConfig, Listener
 from tierlog.controller.metadata import ClusterMetadata
 from tierlog.controller.records import Endpoint
 from tierlog.replication.fetcher import FetcherConfig, ReplicaFetcher
+from tierlog.replication.partition import Partition
 from tierlog.replication.replica_manager import ReplicaManager
 from tierlog.server.clock import now_ms
 from tierlog.server.connection import serve_connection
@@ -41,10 +42,13 @@ from tierlog.server.metadata_loader import MetadataLoader
 from tierlog.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from tierlog.server.metrics import MetricsRegistry, broker_metrics
 from tierlog.server.remote_log_metadata_topic import TopicBasedRemoteLogMetadataManager
-from tierlog.server.remote_log_tasks import RemoteLogTasks
+from tierlog.server.remote_log_tasks import RemoteLogStats, RemoteLogTasks
 from tierlog.server.trace_log import TraceLog, trace_stream_route
+from tierlog.storage.log import Log
 from tierlog.storage.log_manager import LogManager
 from tierlog.tiered.fsspec_storage import FsspecRemoteStorageManager
+from tierlog.tiered.remote_log_manager import copy_candidates
+from tierlog.tiered.segment_metadata import RemoteLogSegmentState
 
 logger = logging.getLogger(__name__)
 
@@ -227,7 +231,7 @@ class Broker:
             return HttpResponse(200, METRICS_CONTENT_TYPE, registry.render().encode())
 
         async def partitions(query: dict[str, str]) -> HttpResponse:
-            document = {"broker_id": self.config.node_id, "partitions": self.replica_manager.describe_partitions()}
+            document = {"broker_id": self.config.node_id, "partitions": self._describe_partitions()}
             return HttpResponse(200, "application/json", json.dumps(document).encode())
 
         self.http_server = HttpServer(
@@ -251,6 +255,68 @@ class Broker:
         self.metrics.partition_high_watermark.callback(per_partition(lambda p: p.log.high_watermark))
         self.metrics.partition_log_end_offset.callback(per_partition(lambda p: p.log.log_end_offset))
         self.metrics.partition_hw_lag.callback(per_partition(lambda p: p.log.log_end_offset - p.log.high_watermark))
+        self.metrics.partition_log_start_offset.callback(per_partition(lambda p: p.log.log_start_offset))
+        self.metrics.partition_local_log_start_offset.callback(per_partition(lambda p: p.log.local_log_start_offset))
+        self.metrics.partition_local_log_size_bytes.callback(per_partition(lambda p: p.log.size_in_bytes))
+
+        # The remote tier (issue 4). self.remote_log is read at scrape time: it is built after this runs.
+        def per_tiered_partition(
+            value: Callable[[Partition, RemoteLogTasks], int],
+        ) -> Callable[[], list[tuple[dict[str, str], float]]]:
+            def samples() -> list[tuple[dict[str, str], float]]:
+                remote_log = self.remote_log
+                if remote_log is None:
+                    return []
+                return [
+                    ({"topic": tp.topic, "partition": str(tp.partition)}, float(value(p, remote_log)))
+                    for tp, p in list(rm.partitions.items())
+                    if p.log.remote_log_enabled
+                ]
+
+            return samples
+
+        def remote_size(partition: Partition, remote_log: RemoteLogTasks) -> int:
+            cache = remote_log._cache_of(partition)
+            return cache.remote_size_in_bytes if cache is not None else 0
+
+        self.metrics.partition_remote_log_end_offset.callback(
+            per_tiered_partition(lambda p, _: p.log.highest_offset_in_remote_storage)
+        )
+        self.metrics.partition_remote_log_size_bytes.callback(per_tiered_partition(remote_size))
+        self.metrics.partition_remote_copy_lag_bytes.callback(per_tiered_partition(lambda p, _: _copy_lag_bytes(p.log)))
+
+        def remote_stat(value: Callable[[RemoteLogStats], int]) -> Callable[[], float]:
+            return lambda: float(value(self.remote_log.stats)) if self.remote_log is not None else 0.0
+
+        self.metrics.remote_copy_bytes_total.callback(remote_stat(lambda s: s.copy_bytes))
+        self.metrics.remote_copy_segments_total.callback(remote_stat(lambda s: s.copy_segments))
+        self.metrics.remote_copy_errors_total.callback(remote_stat(lambda s: s.copy_errors))
+        self.metrics.remote_fetch_bytes_total.callback(remote_stat(lambda s: s.fetch_bytes))
+        self.metrics.remote_fetch_requests_total.callback(remote_stat(lambda s: s.fetch_requests))
+        self.metrics.remote_fetch_errors_total.callback(remote_stat(lambda s: s.fetch_errors))
+        self.metrics.remote_delete_segments_total.callback(remote_stat(lambda s: s.delete_segments))
+        self.metrics.remote_delete_errors_total.callback(remote_stat(lambda s: s.delete_errors))
+
+    def _describe_partitions(self) -> list[dict[str, object]]:
+        """GET /v1/partitions: each replica as Partition.describe() has it and, where the remote tier is on for
+        it, that tier: remote_size_bytes and remote_segments (COPY_SEGMENT_FINISHED, as this broker's remote
+        log metadata has them) and copy_lag_bytes (rolled local segments below the HW above Ry)."""
+        rm = self.replica_manager
+        remote_log = self.remote_log
+        described = []
+        for tp in sorted(rm.partitions):
+            partition = rm.partitions[tp]
+            status = partition.describe()
+            if remote_log is not None and partition.log.remote_log_enabled:
+                cache = remote_log._cache_of(partition)
+                segments = cache.list_remote_log_segments() if cache is not None else []
+                status["remote_size_bytes"] = cache.remote_size_in_bytes if cache is not None else 0
+                status["remote_segments"] = sum(
+                    1 for s in segments if s.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+                )
+                status["copy_lag_bytes"] = _copy_lag_bytes(partition.log)
+            described.append(status)
+        return described
 
     # Metadata
 
@@ -418,6 +484,13 @@ class Broker:
         if self.controller_server is not None:
             await self.controller_server.stop()
         logger.info("[Broker id=%d] shut down cleanly", self.config.node_id)
+
+
+def _copy_lag_bytes(log: Log) -> int:
+    """Kafka's RemoteCopyLagBytes: the bytes of the rolled local segments whose offsets lie above the highest
+    offset in remote storage (Ry) and below the HW (the LSO without transactions), i.e. what the
+    RemoteLogManager copies next; a segment Ry falls inside counts whole, as it is copied whole."""
+    return sum(c.segment.size for c in copy_candidates(log, log.highest_offset_in_remote_storage, log.high_watermark))
 
 
 async def _run(config: KafkaConfig) -> None:

@@ -302,6 +302,23 @@ class BrokerMetrics:
     partition_high_watermark: Gauge
     partition_log_end_offset: Gauge
     partition_hw_lag: Gauge
+    partition_log_start_offset: Gauge
+    partition_local_log_start_offset: Gauge
+    partition_local_log_size_bytes: Gauge
+    # callbacks returning one sample per partition with the remote tier on (KIP-405), labels: topic, partition
+    partition_remote_log_end_offset: Gauge
+    partition_remote_log_size_bytes: Gauge
+    partition_remote_copy_lag_bytes: Gauge
+    # callbacks: the RemoteLogManager's running counts (0 without a remote tier). Kafka's RemoteCopyBytesPerSec
+    # and the like are meters; Prometheus takes counters and the scraper computes the rates.
+    remote_copy_bytes_total: Counter
+    remote_copy_segments_total: Counter
+    remote_copy_errors_total: Counter
+    remote_fetch_bytes_total: Counter
+    remote_fetch_requests_total: Counter
+    remote_fetch_errors_total: Counter
+    remote_delete_segments_total: Counter
+    remote_delete_errors_total: Counter
     # The children of each API key, so a request costs two increments rather than two label look-ups.
     _by_api: dict[int, tuple[_CounterChild, _HistogramChild]] = field(default_factory=dict, init=False, repr=False)
 
@@ -323,6 +340,10 @@ class BrokerMetrics:
 def broker_metrics(registry: MetricsRegistry) -> BrokerMetrics:
     """Create the broker's metrics in `registry` (callbacks unset: the broker wires them)."""
     partition_labels = ("topic", "partition")
+
+    def counter(name: str, help: str) -> Counter:
+        return registry.register(Counter(name, help))
+
     return BrokerMetrics(
         requests_total=registry.register(
             Counter(
@@ -363,5 +384,82 @@ def broker_metrics(registry: MetricsRegistry) -> BrokerMetrics:
                 "Log end offset minus high watermark of each local replica: records not yet committed.",
                 partition_labels,
             )
+        ),
+        partition_log_start_offset=registry.register(
+            Gauge(
+                "tierlog_log_start_offset",
+                "Log start offset of each local replica (Rx: with the remote tier on, the log starts there).",
+                partition_labels,
+            )
+        ),
+        partition_local_log_start_offset=registry.register(
+            Gauge(
+                "tierlog_local_log_start_offset",
+                "First offset of each local replica on this broker's disk (Lx).",
+                partition_labels,
+            )
+        ),
+        partition_local_log_size_bytes=registry.register(
+            Gauge(
+                "tierlog_local_log_size_bytes",
+                "Bytes of each local replica's segments on this broker's disk.",
+                partition_labels,
+            )
+        ),
+        partition_remote_log_end_offset=registry.register(
+            Gauge(
+                "tierlog_remote_log_end_offset",
+                "Highest offset in remote storage (Ry, inclusive; -1 before the first copy) of each local "
+                "replica with the remote tier on.",
+                partition_labels,
+            )
+        ),
+        partition_remote_log_size_bytes=registry.register(
+            Gauge(
+                "tierlog_remote_log_size_bytes",
+                "Bytes of the copied remote segments of each local replica with the remote tier on "
+                "(Kafka's RemoteLogSizeBytes).",
+                partition_labels,
+            )
+        ),
+        partition_remote_copy_lag_bytes=registry.register(
+            Gauge(
+                "tierlog_remote_copy_lag_bytes",
+                "Bytes of rolled local segments below the high watermark not yet in remote storage, of each "
+                "local replica with the remote tier on (Kafka's RemoteCopyLagBytes).",
+                partition_labels,
+            )
+        ),
+        remote_copy_bytes_total=counter(
+            "tierlog_remote_copy_bytes_total",
+            "Bytes of segments copied to remote storage (Kafka's RemoteCopyBytesPerSec).",
+        ),
+        remote_copy_segments_total=counter(
+            "tierlog_remote_copy_segments_total",
+            "Segments copied to remote storage (Kafka's RemoteCopyRequestsPerSec).",
+        ),
+        remote_copy_errors_total=counter(
+            "tierlog_remote_copy_errors_total",
+            "Segment copies to remote storage that failed (Kafka's RemoteCopyErrorsPerSec).",
+        ),
+        remote_fetch_bytes_total=counter(
+            "tierlog_remote_fetch_bytes_total",
+            "Bytes read from remote storage for fetches below the local log start (Kafka's RemoteFetchBytesPerSec).",
+        ),
+        remote_fetch_requests_total=counter(
+            "tierlog_remote_fetch_requests_total",
+            "Reads from remote storage for fetches below the local log start (Kafka's RemoteFetchRequestsPerSec).",
+        ),
+        remote_fetch_errors_total=counter(
+            "tierlog_remote_fetch_errors_total",
+            "Reads from remote storage that failed (Kafka's RemoteFetchErrorsPerSec).",
+        ),
+        remote_delete_segments_total=counter(
+            "tierlog_remote_delete_segments_total",
+            "Remote segments deleted by remote retention (Kafka's RemoteDeleteRequestsPerSec).",
+        ),
+        remote_delete_errors_total=counter(
+            "tierlog_remote_delete_errors_total",
+            "Remote segment deletions that failed (Kafka's RemoteDeleteErrorsPerSec).",
         ),
     )
