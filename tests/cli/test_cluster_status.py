@@ -24,6 +24,7 @@ from tierlog.cli.cluster import (
     ClusterInfo,
     NodeInfo,
     broker_alive,
+    human_bytes,
     merge_partition_reports,
     status_table,
 )
@@ -275,3 +276,164 @@ def test_up_rejects_overrides_of_per_node_settings(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "node.id is set per node by the cluster and cannot be overridden" in result.stderr
     assert not (tmp_path / CLUSTER_FILE).exists()
+
+
+# --- the remote tier (issue 4) ------------------------------------------------------------------------------
+
+
+def tiered(entry: dict[str, Any], **tier: int) -> dict[str, Any]:
+    """`entry` as a broker with the remote tier on for it reports it: the five offsets, both tiers' bytes
+    and the copy lag (Partition.describe plus the broker's remote fields)."""
+    defaults = {
+        "log_start_offset": 0,
+        "local_log_start_offset": 0,
+        "highest_offset_in_remote_storage": -1,
+        "local_size_bytes": 0,
+        "remote_size_bytes": 0,
+        "remote_segments": 0,
+        "copy_lag_bytes": 0,
+    }
+    return {**entry, **defaults, **tier}
+
+
+def local_only(entry: dict[str, Any], local_size_bytes: int) -> dict[str, Any]:
+    """`entry` as a broker reports a partition without the remote tier: Ry -1, no remote fields."""
+    return {
+        **entry,
+        "local_log_start_offset": 0,
+        "highest_offset_in_remote_storage": -1,
+        "local_size_bytes": local_size_bytes,
+    }
+
+
+# Rx = 10 (remote retention moved it), Ry = 59, Lx = 40, Ly = HW = 80, Lz = 85 on the leader; the follower's
+# own view differs (it learned a lower Ry, keeps more locally), and only the leader's counts.
+TIERED_REPORTS = [
+    BrokerReport(
+        1,
+        "h1",
+        [
+            tiered(
+                partition("leader", 85, isr=[1, 2], hw=80, remote={"2": 85, "3": 70}),
+                log_start_offset=10,
+                local_log_start_offset=40,
+                highest_offset_in_remote_storage=59,
+                local_size_bytes=46080,
+                remote_size_bytes=3 * 1024 * 1024,
+                remote_segments=5,
+                copy_lag_bytes=2048,
+            ),
+            local_only(partition("leader", 7, isr=[1, 2], hw=7, topic="plain"), 700),
+        ],
+    ),
+    BrokerReport(
+        2,
+        "h2",
+        [
+            tiered(
+                partition("follower", 85, isr=[1, 2], hw=80),
+                log_start_offset=10,
+                local_log_start_offset=20,
+                highest_offset_in_remote_storage=39,
+                local_size_bytes=66560,
+                remote_size_bytes=3 * 1024 * 1024,
+                remote_segments=5,
+                copy_lag_bytes=4096,
+            ),
+            local_only(partition("follower", 7, isr=[1, 2], hw=7, topic="plain"), 700),
+        ],
+    ),
+    BrokerReport(3, "h3", None, "cannot reach h3"),
+]
+
+
+def test_the_leaders_view_gives_the_tiers() -> None:
+    orders, plain = sorted(merge_partition_reports(TIERED_REPORTS), key=lambda s: s.topic)
+    assert orders.remote_tier and not plain.remote_tier
+    assert (orders.log_start_offset, orders.highest_offset_in_remote_storage) == (10, 59)  # Rx, Ry
+    assert (orders.local_log_start_offset, orders.high_watermark, orders.log_end_offset) == (40, 80, 85)  # Lx Ly Lz
+    assert (orders.local_size_bytes, orders.remote_size_bytes, orders.remote_segments) == (46080, 3 << 20, 5)
+    assert orders.copy_lag_bytes == 2048
+    # Without the remote tier: no Ry (Partition.describe says -1), no remote bytes, no copy lag.
+    assert (plain.highest_offset_in_remote_storage, plain.remote_size_bytes, plain.copy_lag_bytes) == (None,) * 3
+    # The canned reports of the older tests lack the local fields, as a broker predating them would.
+    [old] = merge_partition_reports(REPORTS)
+    assert (old.local_log_start_offset, old.local_size_bytes, old.remote_tier) == (None, None, False)
+
+
+def test_the_table_gains_the_tier_columns_when_a_partition_has_the_remote_tier_on() -> None:
+    statuses = merge_partition_reports(TIERED_REPORTS)
+    rows = render(status_table(TIERED_REPORTS, statuses))
+    assert rows[0] == [
+        "TOPIC", "PARTITION", "LEADER", "EPOCH", "ISR", "HW", "LEO@1", "LEO@2", "LEO@3",
+        "Rx", "Ry", "Lx", "Ly", "Lz", "LOCAL", "REMOTE", "COPY-LAG",
+    ]  # fmt: skip
+    orders, plain = rows[1:]
+    assert orders[:9] == ["orders", "0", "1", "0", "1,2", "80", "85", "85", "down"]
+    assert orders[9:] == ["10", "59", "40", "80", "85", "45.0KiB", "3.0MiB", "2.0KiB"]
+    assert plain == ["plain", "0", "1", "0", "1,2", "7", "7", "7", "down", "-", "-", "0", "7", "7", "700B", "-", "-"]
+    # Without any tiered partition the table keeps its old columns.
+    untiered = [s for s in statuses if not s.remote_tier]
+    assert render(status_table(TIERED_REPORTS, untiered))[0][-1] == "LEO@3"
+
+
+def test_human_bytes() -> None:
+    assert [human_bytes(n) for n in (None, 0, 1023, 1024, 1536, 5 << 20, 3 << 30, 2 << 40)] == [
+        "-", "0B", "1023B", "1.0KiB", "1.5KiB", "5.0MiB", "3.0GiB", "2.0TiB",
+    ]  # fmt: skip
+
+
+def test_status_shows_the_tiers_in_the_table_and_the_json(tmp_path: Path, dead_pid: int) -> None:
+    leader, follower = (report.partitions for report in TIERED_REPORTS[:2])
+    with (
+        FakeBrokerHttp(partitions={"broker_id": 1, "partitions": leader}) as b1,
+        FakeBrokerHttp(partitions={"broker_id": 2, "partitions": follower}) as b2,
+    ):
+        write_cluster(tmp_path, [node(1, dead_pid, b1.address, tmp_path), node(2, dead_pid, b2.address, tmp_path)])
+        table = CliRunner().invoke(cli, ["cluster", "status", "--dir", str(tmp_path)])
+        as_json = CliRunner().invoke(cli, ["cluster", "status", "--dir", str(tmp_path), "--json"])
+    assert table.exit_code == 0, table.output
+    assert re.search(r"^\s*TOPIC .* LEO@2\s+Rx\s+Ry\s+Lx\s+Ly\s+Lz\s+LOCAL\s+REMOTE\s+COPY-LAG\s*$", table.stdout, re.M)
+    assert re.search(
+        r"^orders\s+0\s+1\s+0\s+1,2\s+80\s+85\s+85\s+10\s+59\s+40\s+80\s+85\s+45\.0KiB\s+3\.0MiB\s+2\.0KiB\s*$",
+        table.stdout,
+        re.M,
+    )
+
+    assert as_json.exit_code == 0, as_json.output
+    orders, plain = json.loads(as_json.stdout)["partitions"]
+    assert {key: orders[key] for key in TIER_KEYS} == {
+        "log_start_offset": 10,
+        "highest_offset_in_remote_storage": 59,
+        "local_log_start_offset": 40,
+        "high_watermark": 80,
+        "log_end_offset": 85,
+        "local_size_bytes": 46080,
+        "remote_size_bytes": 3 << 20,
+        "remote_segments": 5,
+        "copy_lag_bytes": 2048,
+    }
+    assert {key: plain[key] for key in TIER_KEYS} == {
+        "log_start_offset": 0,
+        "highest_offset_in_remote_storage": None,
+        "local_log_start_offset": 0,
+        "high_watermark": 7,
+        "log_end_offset": 7,
+        "local_size_bytes": 700,
+        "remote_size_bytes": None,
+        "remote_segments": None,
+        "copy_lag_bytes": None,
+    }
+
+
+TIER_KEYS = (
+    "log_start_offset",
+    "highest_offset_in_remote_storage",
+    "local_log_start_offset",
+    "high_watermark",
+    "log_end_offset",
+    "local_size_bytes",
+    "remote_size_bytes",
+    "remote_segments",
+    "copy_lag_bytes",
+)

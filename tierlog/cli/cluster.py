@@ -2,8 +2,8 @@
 
 `up` starts the brokers detached and records them in `<dir>/cluster.json`; `status` and `down` (and
 `tierlog trace --dir`) find them there. `status` asks every broker's HTTP listener for its partitions and
-merges the answers: the leader's view of a partition is the authoritative one (ISR, HW, remote LEOs),
-while each replica's LEO comes from that replica's own report.
+merges the answers: the leader's view of a partition is the authoritative one (ISR, HW, remote LEOs, and
+the two tiers of KIP-405 tiered storage), while each replica's LEO comes from that replica's own report.
 """
 
 from __future__ import annotations
@@ -267,7 +267,13 @@ class PartitionStatus:
     """A partition as the cluster sees it. `view_of` is the broker whose report gave leader, epochs, ISR
     and HW: the leader's, or the most recent follower's when no leader reported. `log_end_offsets` has one
     entry per replica and per other broker that reported the partition, each from that broker's own report
-    (None: a replica that did not report it)."""
+    (None: a replica that did not report it).
+
+    The tiers (SPEC.md §4) are the view's too: the log spans [Rx, Lz), the remote tier holds [Rx, Ry] and the
+    view broker's disk [Lx, Lz), with Ly the HW (the LSO without transactions). So Rx = `log_start_offset`,
+    Ly = `high_watermark`, Lx = `local_log_start_offset`, Lz = `log_end_offset` (the view broker's own LEO),
+    Ry = `highest_offset_in_remote_storage` (-1 before the first copy). The remote fields are None when the
+    remote tier is off for the partition (and every new field when a broker's report predates them)."""
 
     topic: str
     partition: int
@@ -281,6 +287,18 @@ class PartitionStatus:
     view_of: int
     log_end_offsets: dict[int, int | None]
     remote_log_end_offsets: dict[int, int] = field(default_factory=dict)
+    local_log_start_offset: int | None = None
+    log_end_offset: int | None = None
+    local_size_bytes: int | None = None
+    highest_offset_in_remote_storage: int | None = None
+    remote_size_bytes: int | None = None
+    remote_segments: int | None = None
+    copy_lag_bytes: int | None = None
+
+    @property
+    def remote_tier(self) -> bool:
+        """Whether the view broker has the remote tier on for this partition."""
+        return self.remote_size_bytes is not None
 
 
 def merge_partition_reports(reports: Sequence[BrokerReport]) -> list[PartitionStatus]:
@@ -305,6 +323,8 @@ def merge_partition_reports(reports: Sequence[BrokerReport]) -> list[PartitionSt
             broker: by_broker[broker]["log_end_offset"] if broker in by_broker else None for broker in holders
         }
         remote = (view.get("remote_replicas") or {}) if view["role"] == "leader" else {}
+        # A broker reports the remote tier's sizes only for partitions it has the tier on for.
+        tiered = "remote_size_bytes" in view
         merged.append(
             PartitionStatus(
                 topic=topic,
@@ -319,6 +339,13 @@ def merge_partition_reports(reports: Sequence[BrokerReport]) -> list[PartitionSt
                 view_of=view_of,
                 log_end_offsets=log_end_offsets,
                 remote_log_end_offsets={int(b): state["log_end_offset"] for b, state in remote.items()},
+                local_log_start_offset=view.get("local_log_start_offset"),
+                log_end_offset=view.get("log_end_offset"),
+                local_size_bytes=view.get("local_size_bytes"),
+                highest_offset_in_remote_storage=view.get("highest_offset_in_remote_storage") if tiered else None,
+                remote_size_bytes=view.get("remote_size_bytes"),
+                remote_segments=view.get("remote_segments"),
+                copy_lag_bytes=view.get("copy_lag_bytes"),
             )
         )
     return merged
@@ -339,15 +366,58 @@ def _ids(ids: Sequence[int]) -> str:
     return ",".join(map(str, ids))
 
 
+_TIER_COLUMNS = ("Rx", "Ry", "Lx", "Ly", "Lz", "LOCAL", "REMOTE", "COPY-LAG")
+
+
+def _offset(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def human_bytes(size: int | None) -> str:
+    """1023 -> "1023B", 16384 -> "16.0KiB", None -> "-"; no space, so a table row splits into one word per cell."""
+    if size is None:
+        return "-"
+    if size < 1024:
+        return f"{size}B"
+    value = size / 1024
+    for unit in ("KiB", "MiB", "GiB"):
+        if value < 1024:
+            return f"{value:.1f}{unit}"
+        value /= 1024
+    return f"{value:.1f}TiB"
+
+
+def _tier_cells(status: PartitionStatus) -> list[str]:
+    """Rx Ry Lx Ly Lz, local bytes, remote bytes, copy lag; "-" for what a partition without the remote tier
+    (or a broker whose report predates these fields) lacks."""
+    remote = status.remote_tier
+    return [
+        str(status.log_start_offset) if remote else "-",
+        _offset(status.highest_offset_in_remote_storage),
+        _offset(status.local_log_start_offset),
+        str(status.high_watermark),
+        _offset(status.log_end_offset),
+        human_bytes(status.local_size_bytes),
+        human_bytes(status.remote_size_bytes),
+        human_bytes(status.copy_lag_bytes),
+    ]
+
+
 def status_table(reports: Sequence[BrokerReport], statuses: Sequence[PartitionStatus]) -> Table:
     """TOPIC PARTITION LEADER EPOCH ISR HW, then one LEO column per broker: blank where the broker holds no
-    replica, yellow for a replica outside the ISR, red "down" where the broker did not answer."""
+    replica, yellow for a replica outside the ISR, red "down" where the broker did not answer. When any
+    partition has the remote tier on, the tiers follow as the view broker has them (PartitionStatus):
+    Rx Ry Lx Ly Lz, LOCAL and REMOTE bytes, and COPY-LAG (rolled local bytes below the HW not yet copied)."""
     up = {r.node_id: r.up for r in reports}
+    tiered = any(status.remote_tier for status in statuses)
     table = Table(box=None, pad_edge=False)
     for name in ("TOPIC", "PARTITION", "LEADER", "EPOCH", "ISR", "HW"):
         table.add_column(name, justify="right" if name in ("PARTITION", "LEADER", "EPOCH", "HW") else "left")
     for node_id in sorted(up):
         table.add_column(f"LEO@{node_id}", justify="right")
+    if tiered:
+        for name in _TIER_COLUMNS:
+            table.add_column(name, justify="right")
     for status in statuses:
         leader = Text(str(status.leader)) if status.leader >= 0 else Text("none", style="red")
         cells: list[Text | str] = [
@@ -366,6 +436,8 @@ def status_table(reports: Sequence[BrokerReport], statuses: Sequence[PartitionSt
             else:
                 leo = status.log_end_offsets[node_id]
                 cells.append(Text("?" if leo is None else str(leo), style="" if node_id in status.isr else "yellow"))
+        if tiered:
+            cells.extend(_tier_cells(status))
         table.add_row(*cells)
     return table
 
@@ -519,7 +591,8 @@ def up(brokers: int, directory: Path, overrides: tuple[str, ...], timeout_s: flo
 @click.option("--json", "as_json", is_flag=True, help="Print the merged partition states as JSON.")
 @timeout_option(3.0, "Seconds to wait for each broker's answer.")
 def status(directory: Path, as_json: bool, timeout_s: float) -> None:
-    """Brokers, and per partition: leader, epoch, ISR, HW and every replica's LEO."""
+    """Brokers, and per partition: leader, epoch, ISR, HW and every replica's LEO; with tiered storage, the
+    remote and local offsets (Rx Ry Lx Ly Lz), bytes in each tier and the copy lag."""
     info = read_cluster_info(directory)
     reports = asyncio.run(gather_reports({n.node_id: n.http for n in info.nodes}, timeout_s))
     statuses = merge_partition_reports(reports)
