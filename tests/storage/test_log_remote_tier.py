@@ -224,3 +224,11 @@ def test_a_followers_high_watermark_may_go_below_the_highest_remote_offset(tmp_p
     assert log.maybe_increment_log_start_offset(1)
     assert _offsets(log) == (1, 3, 1, 2, 6)
     assert log.update_high_watermark(6) == 6
+
+
+def test_truncation_below_the_remote_end_forgets_those_copies(tmp_path: Path) -> None:
+    log = _remote_log(tmp_path / "topic-0", _one_batch_per_segment())
+    _fill(log, 5)
+    log.update_highest_offset_in_remote_storage(3)
+    log.truncate_to(2)
+    assert log.highest_offset_in_remote_storage == 1

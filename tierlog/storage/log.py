@@ -633,6 +633,9 @@ class Log:
         self._leader_epoch_cache.truncate_from_end(target_offset)
         self._log_start_offset = min(target_offset, self._log_start_offset)
         self._local_log_start_offset = min(target_offset, self._local_log_start_offset)
+        # Offsets from the target on will hold other records (an unclean election's truncation may reach
+        # below Ry): they count as copied only once the remote tier holds them in this lineage again.
+        self._highest_offset_in_remote_storage = min(self._highest_offset_in_remote_storage, target_offset - 1)
         self._high_watermark = min(self._high_watermark, self._next_offset)
         self._recovery_point = min(self._recovery_point, target_offset)
         self._pending_flush_offset = None
