@@ -1,4 +1,5 @@
-"""`tierlog demo`, the README's main command, exactly as `make demo` runs it."""
+"""`tierlog demo`, the README's main command, exactly as `make demo` runs it: a real S3 server, three real
+brokers with tiered storage on it, real clients."""
 
 from __future__ import annotations
 
@@ -11,6 +12,19 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from tierlog.cli.main import cli
+
+# partition, leader, in S3 (Rx..Ry), on disk (Lx..Lz), HW, objects, S3 bytes, disk bytes
+TIER_ROW = re.compile(
+    r"^\s*(\d)\s+([123])\s+0\.\.(\d+)\s+(\d+)\.\.(\d+)\s+(\d+)\s+(\d+)\s+([\d,]+)\s+([\d,]+)\s*$", re.M
+)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def test_demo_runs_end_to_end_and_cleans_up(tmp_path: Path) -> None:
@@ -25,38 +39,74 @@ def test_demo_runs_end_to_end_and_cleans_up(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
+    assert re.search(r"S3 server \(SeaweedFS, pid \d+\) serves http://127\.0\.0\.1:\d+", out), out
+    assert "remote tier: s3://tierlog-demo/tierlog at http://127.0.0.1:" in out
     assert "10,000 events acknowledged" in out
-    assert "10,000 events read back and verified" in out
-    # A leader was killed with SIGKILL between produce and consume: the events came back from the survivors.
+
+    # Closed segments went to S3 and left every broker's disk.
+    tiered = re.search(
+        r"(\d+) closed segments \(([\d,]+) events\) copied to s3://tierlog-demo/tierlog and deleted", out
+    )
+    assert tiered, out
+    segments, tiered_events = int(tiered[1]), int(tiered[2].replace(",", ""))
+    assert segments >= 3 and tiered_events > 5_000, out
+
+    # The two tiers, per partition: S3 holds 0..Ry, the leader's disk Ry+1..HW-1, and S3 most of the bytes.
+    rows = TIER_ROW.findall(out)
+    assert sorted(int(row[0]) for row in rows) == [0, 1, 2], out
+    high_watermarks = 0
+    for _, _, remote_end, local_start, local_end, hw, objects, s3_bytes, disk_bytes in rows:
+        assert int(local_start) == int(remote_end) + 1 and int(local_end) == int(hw) - 1, out
+        # .log, .index, .timeindex and .leader_epoch_checkpoint per segment
+        assert int(objects) >= 4 and int(objects) % 4 == 0, out
+        assert int(s3_bytes.replace(",", "")) > int(disk_bytes.replace(",", "")) > 0, out
+        high_watermarks += int(hw)
+    assert high_watermarks == 10_000
+    assert sum(int(row[2]) + 1 for row in rows) == tiered_events
+    assert f"S3 holds {tiered_events:,} of the 10,000 events in {4 * segments} objects" in out, out
+
+    # A leader was killed with SIGKILL before consuming: every event came back from the survivors, the older
+    # ones from S3 through the leaders.
     assert re.search(r"kill -9 broker [23], leader of demo-events-\d", out), out
     assert re.search(r"demo-events-\d: leader [23] -> \d, ISR", out), out
+    assert "10,000 events read back and verified" in out
+    assert f"{tiered_events:,} of them from S3" in out, out
     assert "is back in every ISR" in out
+
+    # The first segment object of partition 0, downloaded from the bucket: Kafka's format, the producer's lz4.
+    assert re.search(r"s3://tierlog-demo/tierlog/demo-events-0-[^/]+/00000000000000000000-\S+\.log \(", out), out
+    assert "baseOffset: 0" in out
+    assert "compresscodec: lz4" in out
+
     assert "3 brokers shut down cleanly (wrote .kafka_cleanshutdown)" in out
-    # The summary reads the segment files: every partition holds the producer's lz4 batches as sent
-    # (librdkafka sends a batch uncompressed when lz4 would not make it smaller, hence "lz4, none").
-    for partition in range(3):
-        row = rf"^\s*{partition}\s+[\d,]+\s+0-\d+\s+\d+\s+\d+\s+lz4(, none)?\s"
-        assert re.search(row, out, re.MULTILINE), out
-    assert "baseOffset: 0" in out  # the dump-log excerpt
+    assert "S3 server stopped" in out
     assert "demo finished" in out
     assert not list(tmp_path.glob("tierlog-demo-*"))
+    assert not list(tmp_path.glob("tierlog-s3-*"))  # weed's temporary directory, when the data path is long
+    pids = [int(pid) for pid in re.findall(r"\bpid (\d+)\b", out)]
+    assert len(pids) == 4, out  # the S3 server and three brokers
+    assert not [pid for pid in pids if _alive(pid)]
 
 
 def test_demo_keeps_a_given_data_dir_which_dump_log_reads(tmp_path: Path) -> None:
     data_dir = tmp_path / "demo"
     result = subprocess.run(
         [sys.executable, "-m", "tierlog", "demo", "--events", "500", "--data-dir", str(data_dir)],
+        env={**os.environ, "COLUMNS": "200"},
         capture_output=True,
         text=True,
         timeout=170,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+    # 500 events fill no 16 KiB segment: nothing to tier, and the demo says so rather than wait.
+    assert "no segment of demo-events-0 in S3 yet" in result.stdout
     assert sorted(p.name for p in (data_dir / "broker-1").glob("demo-events-*")) == [
         "demo-events-0",
         "demo-events-1",
         "demo-events-2",
     ]
     assert (data_dir / "broker-1.log").exists()
+    assert (data_dir / "s3" / "weed.log").exists()
 
     segment = data_dir / "broker-1" / "demo-events-0" / "00000000000000000000.log"
     index = segment.with_suffix(".index")

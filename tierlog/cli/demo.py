@@ -1,10 +1,12 @@
-"""`tierlog demo`: the README's main job. A local 3-broker cluster, a replicated topic, 10,000 events
-through real clients, a leader killed with SIGKILL on the way, every event verified on the way back, and a
-look at the segment files they landed in.
+"""`tierlog demo`: the README's main job. A local S3 server, a 3-broker cluster whose remote tier (KIP-405
+tiered storage) lives on it, a replicated topic, 10,000 events through real clients, closed segments moving
+to S3 and leaving the brokers' disks, a leader killed with SIGKILL, every event read back from offset 0
+(the older ones from S3, through the brokers) and verified, and a look inside a segment object in the bucket.
 
-The demo is a list of steps sharing one `DemoRun`; later issues add steps (three brokers, tiered storage,
-a Spark pipeline) without touching the ones here. Every step works against the run's deadline, so a
-broker that hangs turns into a clear failure, never into a demo that waits forever.
+The demo is a list of steps sharing one `DemoRun`; later issues add steps (a Spark pipeline) without touching
+the ones here. Every step works against the run's deadline, so a broker or an S3 server that hangs turns
+into a clear failure, never into a demo that waits forever; whatever was started is stopped on the way out,
+on success, failure, Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
@@ -12,21 +14,27 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import re
 import shutil
+import signal
 import tempfile
 import time
-from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import click
+from botocore.exceptions import BotoCoreError, ClientError
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from rich import box
 from rich.console import Console
 from rich.panel import Panel
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -34,25 +42,59 @@ from tierlog.cli.clients import CliError, client_config, kafka_error_message, pr
 from tierlog.cli.cluster import gather_reports, merge_partition_reports, status_table
 from tierlog.cli.dump_log import dump_log
 from tierlog.cli.local_cluster import CONTROLLER_NODE_ID, BrokerStartError, LocalCluster
+from tierlog.cli.local_s3 import LocalS3Server, S3StartError
 from tierlog.cli.produce import produce_bounded
-from tierlog.records.record_batch import iter_batches
 
 TOPIC = "demo-events"
 PARTITIONS = 3
 BROKERS = 3
 REPLICATION_FACTOR = 3
 MIN_INSYNC_REPLICAS = 2
-# A killed broker is fenced after broker.session.timeout.ms (Kafka's 9 s); 3 s keeps the demo brisk.
-CLUSTER_OVERRIDES = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
+S3_BUCKET = "tierlog-demo"
+S3_PREFIX = "tierlog"
+# 10,000 events are about 240 KB in lz4: 16 KiB segments make several per partition, so most of each
+# partition goes to S3 and only the active segment stays on the brokers' disks.
+SEGMENT_BYTES = 16 * 1024
+# librdkafka counts batch.size before compression; its default (1 MB) would put a whole partition in one
+# batch, bigger than a segment. Batches of 8 KiB (about 2 KiB in lz4) fill the segments evenly.
+PRODUCER_BATCH_BYTES = 8 * 1024
+# The remote log manager copies and the retention check deletes every 500 ms (Kafka: 30 s and 5 min).
+TIERING_INTERVAL_MS = 500
+CLUSTER_OVERRIDES = {
+    # A killed broker is fenced after broker.session.timeout.ms (Kafka's 9 s); 3 s keeps the demo brisk.
+    "broker.session.timeout.ms": "3000",
+    "broker.heartbeat.interval.ms": "500",
+    "remote.log.storage.system.enable": "true",
+    "remote.log.manager.task.interval.ms": str(TIERING_INTERVAL_MS),
+    "log.retention.check.interval.ms": str(TIERING_INTERVAL_MS),
+    # The remote log metadata topic (Kafka's default: 50 partitions) is created at start-up; 3 is plenty.
+    "rlmm.config.remote.log.metadata.topic.num.partitions": "3",
+    "rlmm.config.remote.log.metadata.topic.replication.factor": str(REPLICATION_FACTOR),
+}
+TOPIC_CONFIGS = {
+    # Kafka's default, spelled out because the demo shows it: the log keeps each batch in the codec the
+    # producer chose, on disk and in S3.
+    "compression.type": "producer",
+    "min.insync.replicas": str(MIN_INSYNC_REPLICAS),
+    "remote.storage.enable": "true",
+    "segment.bytes": str(SEGMENT_BYTES),
+    # Keep (almost) nothing locally: a closed segment leaves the disk as soon as it is in S3.
+    "local.retention.bytes": "1",
+}
 USERS = 100
 EVENT_TYPES = ("page_view", "add_to_cart", "purchase", "search")
 SOURCE_HEADER = ("source", b"tierlog-demo")
 EVENT_ID_HEADER = "event-id"
 DUMP_EXCERPT_LINES = 6  # the file, its base offset, a batch and its first records
+POLL_S = 0.2
 
 
 class DemoError(Exception):
     """A step failed; the message says what was expected and what happened."""
+
+
+class Terminated(Exception):
+    """SIGTERM arrived: stop like on Ctrl-C, cleaning up on the way out."""
 
 
 def event_key(event_id: int) -> bytes:
@@ -75,16 +117,28 @@ class PartitionStats:
     records: int = 0
     first_offset: int = -1
     last_offset: int = -1
+    from_s3: int = 0
+
+
+@dataclass(frozen=True)
+class S3Object:
+    key: str
+    size: int
+    partition: int
+    start_offset: int
+    suffix: str
 
 
 @dataclass
 class DemoRun:
-    """What the steps share: where the data lives, the cluster, the deadline, and what was measured."""
+    """What the steps share: where the data lives, the S3 server, the cluster, the deadline, and what was
+    measured."""
 
     console: Console
     root: Path
     events: int
     deadline: float
+    s3: LocalS3Server | None = None
     cluster: LocalCluster | None = None
     killed: int | None = None
     partitions: dict[int, PartitionStats] = field(default_factory=dict)
@@ -95,17 +149,60 @@ class DemoRun:
             raise DemoError("the demo ran out of time (raise --timeout if this machine is slow)")
         return left
 
+    def started_s3(self) -> LocalS3Server:
+        if self.s3 is None:
+            raise DemoError("no S3 server was started")
+        return self.s3
+
     def started_cluster(self) -> LocalCluster:
         if self.cluster is None:
             raise DemoError("no cluster was started")
         return self.cluster
 
-    def partition_dir(self, partition: int) -> Path:
-        return self.started_cluster().broker(CONTROLLER_NODE_ID).log_dir / f"{TOPIC}-{partition}"
+    def partition_dir(self, partition: int, node_id: int = CONTROLLER_NODE_ID) -> Path:
+        return self.started_cluster().broker(node_id).log_dir / f"{TOPIC}-{partition}"
+
+
+def check_alive(run: DemoRun) -> None:
+    """Fail at once, with the log's tail, when a broker (other than the one the demo killed) or the S3 server
+    has exited, rather than wait for the deadline."""
+    if run.s3 is not None and not run.s3.running:
+        raise DemoError(f"the S3 server exited; last lines of {run.s3.log_file}:\n{run.s3.log_tail(15)}")
+    if run.cluster is None:
+        return
+    for node_id in run.cluster.node_ids:
+        broker = run.cluster.broker(node_id)
+        if node_id == run.killed and not broker.running:
+            continue
+        try:
+            broker.check_alive()
+        except BrokerStartError as e:
+            raise DemoError(str(e)) from None
+
+
+def spinner(console: Console) -> Progress:
+    """A rich progress display for work that is not counted: spinner, description, time elapsed."""
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console)
+
+
+def start_s3(run: DemoRun) -> None:
+    run.s3 = LocalS3Server(run.root / "s3")
+    with spinner(run.console) as progress:
+        progress.add_task("starting the S3 server (SeaweedFS weed mini) and creating a bucket", total=None)
+        try:
+            run.s3.start(min(60.0, run.remaining()))
+            run.s3.create_bucket(S3_BUCKET)
+        except (S3StartError, FileNotFoundError, BotoCoreError, ClientError) as e:
+            raise DemoError(f"the S3 server: {e}") from None
+    run.console.print(
+        f"S3 server (SeaweedFS, pid {run.s3.pid}) serves [bold]{run.s3.endpoint_url}[/bold], data in {run.s3.data_dir}"
+    )
+    run.console.print(f"bucket [bold]{S3_BUCKET}[/bold]: the remote tier goes to s3://{S3_BUCKET}/{S3_PREFIX}/")
 
 
 def start_cluster(run: DemoRun) -> None:
-    run.cluster = LocalCluster(run.root, brokers=BROKERS, overrides=CLUSTER_OVERRIDES)
+    overrides = {**CLUSTER_OVERRIDES, **run.started_s3().rsm_properties(S3_BUCKET, S3_PREFIX)}
+    run.cluster = LocalCluster(run.root, brokers=BROKERS, overrides=overrides)
     with progress_bar(run.console) as progress:
         task = progress.add_task(f"starting {BROKERS} brokers (registered with the controller)", total=BROKERS)
         try:
@@ -121,23 +218,18 @@ def start_cluster(run: DemoRun) -> None:
             f"node {node_id} ({role}, pid {broker.pid}) serves {broker.bootstrap}, data in {broker.log_dir}"
         )
     run.console.print(f"bootstrap servers: [bold]{run.cluster.bootstrap}[/bold]")
+    run.console.print(
+        f"remote tier: s3://{S3_BUCKET}/{S3_PREFIX} at {run.started_s3().endpoint_url} "
+        f"(copy and retention checks every {TIERING_INTERVAL_MS} ms)"
+    )
 
 
 def create_topic(run: DemoRun) -> None:
     bootstrap = run.started_cluster().bootstrap
     admin = AdminClient(client_config(bootstrap))
     timeout_s = min(15.0, run.remaining())
-    # compression.type=producer is Kafka's default, spelled out because the demo shows it on disk: the
-    # log keeps each batch in the codec the producer chose.
     future = admin.create_topics(
-        [
-            NewTopic(
-                TOPIC,
-                num_partitions=PARTITIONS,
-                replication_factor=REPLICATION_FACTOR,
-                config={"compression.type": "producer", "min.insync.replicas": str(MIN_INSYNC_REPLICAS)},
-            )
-        ],
+        [NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=REPLICATION_FACTOR, config=dict(TOPIC_CONFIGS))],
         request_timeout=timeout_s,
         operation_timeout=timeout_s,
     )[TOPIC]
@@ -150,6 +242,7 @@ def create_topic(run: DemoRun) -> None:
                 leaders = {p.id: p.leader for p in metadata.partitions.values()}
                 if all(leader >= 0 for leader in leaders.values()):
                     break
+            check_alive(run)
             time.sleep(min(0.05, run.remaining()))
     except KafkaException as e:
         raise DemoError(kafka_error_message(e.args[0], f"creating topic {TOPIC!r}")) from None
@@ -160,6 +253,10 @@ def create_topic(run: DemoRun) -> None:
         f"topic [bold]{TOPIC}[/bold]: {PARTITIONS} partitions x {REPLICATION_FACTOR} replicas "
         f"(min.insync.replicas={MIN_INSYNC_REPLICAS}), leaders {described}"
     )
+    run.console.print(
+        f"remote.storage.enable=true, segment.bytes={SEGMENT_BYTES:,}, local.retention.bytes=1: "
+        "closed segments go to S3 and leave the brokers' disks"
+    )
 
 
 def produce_events(run: DemoRun) -> None:
@@ -169,7 +266,12 @@ def produce_events(run: DemoRun) -> None:
         client_config(
             bootstrap,
             acks="all",
-            **{"compression.type": "lz4", "linger.ms": 5, "delivery.timeout.ms": int(timeout_s * 1000)},
+            **{
+                "compression.type": "lz4",
+                "linger.ms": 5,
+                "batch.size": PRODUCER_BATCH_BYTES,
+                "delivery.timeout.ms": int(timeout_s * 1000),
+            },
         )
     )
     errors: list[str] = []
@@ -207,10 +309,198 @@ def produce_events(run: DemoRun) -> None:
     )
 
 
+# --- the two tiers ---------------------------------------------------------------------------------------
+
+
+def _partition_views(run: DemoRun) -> dict[int, dict[int, dict[str, Any]]]:
+    """partition -> node id -> that broker's own report of its replica (GET /v1/partitions), for every
+    broker that answers."""
+    cluster = run.started_cluster()
+    addresses = {n: cluster.http_address(n) for n in cluster.node_ids if cluster.broker(n).running}
+    reports = asyncio.run(gather_reports(addresses, min(5.0, run.remaining())))
+    views: dict[int, dict[int, dict[str, Any]]] = {}
+    for report in reports:
+        for entry in report.partitions or []:
+            if entry.get("topic") == TOPIC:
+                views.setdefault(int(entry["partition"]), {})[report.node_id] = entry
+    return views
+
+
+def _leader_view(views: dict[int, dict[str, Any]]) -> tuple[int, dict[str, Any]] | None:
+    """(node id, report) of the replica that says it leads, with the newest leader epoch."""
+    leaders = [(node, view) for node, view in views.items() if view.get("role") == "leader"]
+    return max(leaders, key=lambda item: item[1]["leader_epoch"], default=None)
+
+
+def _segment_bases(directory: Path) -> list[int]:
+    """Base offsets of the segment files in a partition directory, ascending; the last is the active one."""
+    return sorted(int(path.stem) for path in directory.glob("*.log") if path.stem.isdigit())
+
+
+@dataclass(frozen=True)
+class TieringState:
+    copied: int  # offsets in S3 (each leader's Ry + 1), summed over partitions
+    to_copy: int  # offsets below each leader's active segment: what closed segments hold
+    left_on_disk: int  # segments, on any replica, wholly in S3 and not yet deleted
+    missing: str | None  # a partition without a leader report, if any
+
+    @property
+    def done(self) -> bool:
+        return self.missing is None and self.copied >= self.to_copy and self.left_on_disk == 0
+
+
+def _tiering_state(run: DemoRun) -> TieringState:
+    views = _partition_views(run)
+    copied = to_copy = left = 0
+    for partition in range(PARTITIONS):
+        leader = _leader_view(views.get(partition, {}))
+        if leader is None:
+            return TieringState(0, 1, 0, f"{TOPIC}-{partition} has no leader report yet")
+        leader_id, view = leader
+        # No more produce: the leader's active segment stays the last, and everything below it is closed.
+        active_base = _segment_bases(run.partition_dir(partition, leader_id))[-1:] or [0]
+        remote_end = int(view["highest_offset_in_remote_storage"])
+        to_copy += active_base[0]
+        copied += min(remote_end + 1, active_base[0])
+        for node_id in views[partition]:
+            bases = _segment_bases(run.partition_dir(partition, node_id))
+            # A closed segment [base, next base - 1] wholly in S3 is one local retention deletes.
+            left += sum(1 for following in bases[1:] if following - 1 <= remote_end)
+    return TieringState(copied, to_copy, left, None)
+
+
+def move_to_s3(run: DemoRun) -> None:
+    """Wait until every closed segment is in S3 (each leader's Ry reaches its active segment) and gone from
+    every replica's disk (local retention deleted it), polling the brokers' /v1/partitions."""
+    started = time.monotonic()
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn())
+    with Progress(*columns, TimeElapsedColumn(), console=run.console) as progress:
+        task = progress.add_task("copying to S3 (offsets)", total=None)
+        while True:
+            check_alive(run)
+            state = _tiering_state(run)
+            progress.update(
+                task,
+                total=max(state.to_copy, 1) if state.missing is None else None,
+                completed=state.copied if state.to_copy else 1,
+                description=(
+                    f"copying to S3 (offsets), {state.left_on_disk} copied segments still on disk"
+                    if state.missing is None
+                    else state.missing
+                ),
+            )
+            if state.done:
+                break
+            if time.monotonic() + POLL_S >= run.deadline:
+                raise DemoError(
+                    f"closed segments did not move to S3 in time: {state.copied:,} of {state.to_copy:,} offsets "
+                    f"copied, {state.left_on_disk} copied segments still on local disks"
+                )
+            time.sleep(POLL_S)
+    seconds = time.monotonic() - started
+    segments = sum(1 for o in _bucket_objects(run) if o.suffix == ".log")
+    run.console.print(
+        f"{segments} closed segments ({state.to_copy:,} events) copied to s3://{S3_BUCKET}/{S3_PREFIX} and "
+        f"deleted from every replica's disk in {seconds:.1f}s; "
+        "the brokers keep only each partition's active segment"
+    )
+
+
+_OBJECT_KEY = re.compile(rf"^{re.escape(S3_PREFIX)}/{re.escape(TOPIC)}-(\d+)-[^/]+/(\d{{20}})-[^/.]+(\.[a-z_]+)$")
+
+
+def _bucket_objects(run: DemoRun) -> list[S3Object]:
+    """Every object of the topic in the bucket: `<prefix>/<topic>-<partition>-<topic id>/<20-digit start
+    offset>-<segment uuid><suffix>`, a .log, .index, .timeindex and .leader_epoch_checkpoint per segment."""
+    client = run.started_s3().client()
+    objects = []
+    try:
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=S3_BUCKET, Prefix=f"{S3_PREFIX}/"):
+            for item in page.get("Contents", []):
+                match = _OBJECT_KEY.match(item["Key"])
+                if match is not None:
+                    partition, start, suffix = match.groups()
+                    objects.append(S3Object(item["Key"], int(item["Size"]), int(partition), int(start), suffix))
+    except (BotoCoreError, ClientError) as e:
+        raise DemoError(f"listing s3://{S3_BUCKET}/{S3_PREFIX}/: {e}") from None
+    finally:
+        client.close()
+    return sorted(objects, key=lambda o: (o.partition, o.start_offset, o.suffix))
+
+
+def _range(first: int, last: int) -> str:
+    return f"{first}..{last}" if last >= first else "-"
+
+
+def show_tiers(run: DemoRun) -> None:
+    """Per partition, as its leader reports it (GET /v1/partitions): the offsets in S3 (Rx..Ry) and on its
+    disk (Lx..Lz, both inclusive here), the HW, and the bytes in each tier; the S3 side (objects, bytes) is
+    counted from the bucket itself."""
+    views = _partition_views(run)
+    objects = _bucket_objects(run)
+    # Narrow enough for an 80-column terminal.
+    table = Table(
+        title=f"{TOPIC}: two tiers", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False
+    )
+    for column in ("partition", "leader", "in S3", "on disk", "HW", "S3\nobjects", "S3\nbytes", "disk\nbytes"):
+        table.add_column(column, justify="right", no_wrap=True)
+    objects_total = s3_total = disk_total = remote_total = hw_total = 0
+    for partition in range(PARTITIONS):
+        leader = _leader_view(views.get(partition, {}))
+        if leader is None:
+            raise DemoError(f"no broker reports leading {TOPIC}-{partition}")
+        leader_id, view = leader
+        mine = [o for o in objects if o.partition == partition]
+        s3_bytes = sum(o.size for o in mine)
+        remote_end = int(view["highest_offset_in_remote_storage"])
+        table.add_row(
+            str(partition),
+            str(leader_id),
+            _range(int(view["log_start_offset"]), remote_end),
+            _range(int(view["local_log_start_offset"]), int(view["log_end_offset"]) - 1),
+            str(view["high_watermark"]),
+            str(len(mine)),
+            f"{s3_bytes:,}",
+            f"{int(view['local_size_bytes']):,}",
+        )
+        objects_total += len(mine)
+        s3_total += s3_bytes
+        disk_total += int(view["local_size_bytes"])
+        remote_total += remote_end + 1
+        hw_total += int(view["high_watermark"])
+    table.add_section()
+    table.add_row(
+        "all",
+        "",
+        f"{remote_total:,}",
+        f"{hw_total - remote_total:,}",
+        f"{hw_total:,}",
+        str(objects_total),
+        f"{s3_total:,}",
+        f"{disk_total:,}",
+    )
+    run.console.print(table)
+    share = 100 * s3_total / (s3_total + disk_total) if s3_total + disk_total else 0
+    run.console.print(
+        f"S3 holds {remote_total:,} of the {hw_total:,} events in {objects_total} objects "
+        f"(.log, .index, .timeindex, .leader_epoch_checkpoint per segment): {share:.0f}% of the bytes; "
+        f"each broker keeps about {disk_total:,} bytes on its disk (one replica of each partition)"
+    )
+
+
+# --- the fault story -------------------------------------------------------------------------------------
+
+
 def consume_and_verify(run: DemoRun) -> None:
     """Read everything back from the beginning and check each event: key, value, headers, no duplicates,
-    and per-key order (one key lands in one partition, where offsets keep the order it was sent in)."""
+    and per-key order (one key lands in one partition, where offsets keep the order it was sent in). What
+    lies below a leader's local log start comes from S3, read by that leader for the consumer."""
     bootstrap = run.started_cluster().bootstrap
+    local_starts = {}
+    for partition, views in _partition_views(run).items():
+        leader = _leader_view(views)
+        if leader is not None:
+            local_starts[partition] = int(leader[1]["local_log_start_offset"])
     consumer = Consumer(
         client_config(
             bootstrap, **{"group.id": "tierlog-demo", "enable.auto.commit": False, "enable.auto.offset.store": False}
@@ -223,10 +513,11 @@ def consume_and_verify(run: DemoRun) -> None:
     try:
         consumer.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
         with progress_bar(run.console) as progress:
-            task = progress.add_task(f"consuming {TOPIC} from the beginning", total=run.events)
+            task = progress.add_task(f"consuming {TOPIC} from offset 0 (S3, then local)", total=run.events)
             while len(seen) < run.events:
                 if time.monotonic() >= run.deadline:
                     raise DemoError(f"only {len(seen):,} of {run.events:,} events came back before the deadline")
+                check_alive(run)
                 for message in consumer.consume(num_messages=1000, timeout=min(0.2, run.remaining())):
                     event_id = _verify(message, seen, last_by_key)
                     seen.add(event_id)
@@ -234,14 +525,21 @@ def consume_and_verify(run: DemoRun) -> None:
                     stats.records += 1
                     stats.first_offset = message.offset() if stats.first_offset < 0 else stats.first_offset
                     stats.last_offset = message.offset()
+                    if message.offset() < local_starts.get(message.partition(), 0):
+                        stats.from_s3 += 1
                     progress.advance(task)
         consume_seconds = time.monotonic() - started
         _verify_nothing_more(run, consumer)
     finally:
         consumer.close()
+    from_s3 = sum(s.from_s3 for s in run.partitions.values())
     run.console.print(
         f"{len(seen):,} events read back and verified in {consume_seconds:.2f}s"
         f"{_rate(len(seen), consume_seconds)}: keys, values, headers, per-key order, no gaps or extras"
+    )
+    run.console.print(
+        f"{from_s3:,} of them from S3 (below each leader's local log start, fetched by the leader from the "
+        f"bucket), {len(seen) - from_s3:,} from the leaders' disks"
     )
 
 
@@ -285,44 +583,14 @@ def _verify(message: Message, seen: set[int], last_by_key: dict[bytes, int]) -> 
     return event_id
 
 
-def show_summary(run: DemoRun) -> None:
-    """Per partition: what the consumer saw, and what the segment files hold (read from the files, so the
-    compression column shows what the producer really sent: the log stores batches as they arrive)."""
-    table = Table(title=f"{TOPIC} on disk", title_justify="left", box=box.SIMPLE_HEAD)
-    for column in ("partition", "records", "offsets", "segments", "batches", "codec", "bytes"):
-        table.add_column(column, justify="left" if column == "codec" else "right")
-    total_bytes = total_batches = 0
-    for partition, stats in sorted(run.partitions.items()):
-        segments = sorted(run.partition_dir(partition).glob("*.log"))
-        size = sum(s.stat().st_size for s in segments)
-        codecs: Counter[str] = Counter()
-        for segment in segments:
-            data = segment.read_bytes()
-            if data:
-                codecs.update(header.compression_type.name.lower() for header in iter_batches(data))
-        total_bytes += size
-        total_batches += codecs.total()
-        table.add_row(
-            str(partition),
-            f"{stats.records:,}",
-            f"{stats.first_offset}-{stats.last_offset}",
-            str(len(segments)),
-            f"{codecs.total():,}",
-            ", ".join(sorted(codecs)),
-            f"{size:,}",
-        )
-    total_records = sum(s.records for s in run.partitions.values())
-    table.add_section()
-    table.add_row("all", f"{total_records:,}", "", "", f"{total_batches:,}", "", f"{total_bytes:,}")
-    run.console.print(table)
-
-
 def show_replication(run: DemoRun) -> None:
     """Every broker's own view of its replicas (GET /v1/partitions), as `tierlog cluster status` shows it."""
     cluster = run.started_cluster()
     addresses = {n: cluster.http_address(n) for n in cluster.node_ids}
     reports = asyncio.run(gather_reports(addresses, min(5.0, run.remaining())))
-    run.console.print(status_table(reports, merge_partition_reports(reports)))
+    # The remote log metadata topic is the brokers' business; the demo shows its own topic.
+    statuses = [status for status in merge_partition_reports(reports) if status.topic == TOPIC]
+    run.console.print(status_table(reports, statuses))
 
 
 def _leaders(run: DemoRun) -> dict[int, tuple[int, list[int]]]:
@@ -341,11 +609,14 @@ def kill_a_leader(run: DemoRun) -> None:
     run.killed = victim
     run.console.print(f"kill -9 broker {victim}, leader of {TOPIC}-{partition}")
     started = time.monotonic()
-    while True:
-        after = _leaders(run)
-        if all(leader not in (victim, -1) and victim not in isr for leader, isr in after.values()):
-            break
-        time.sleep(min(0.2, run.remaining()))
+    with spinner(run.console) as progress:
+        progress.add_task(f"waiting for the controller to fence broker {victim} and elect new leaders", total=None)
+        while True:
+            after = _leaders(run)
+            if all(leader not in (victim, -1) and victim not in isr for leader, isr in after.values()):
+                break
+            check_alive(run)
+            time.sleep(min(0.2, run.remaining()))
     seconds = time.monotonic() - started
     for p in sorted(after):
         (old, _), (new, isr) = before[p], after[p]
@@ -359,30 +630,48 @@ def restart_killed_broker(run: DemoRun) -> None:
     victim = run.killed
     if victim is None:
         raise DemoError("no broker was killed")
-    try:
-        cluster.restart(victim, min(30.0, run.remaining()))
-    except BrokerStartError as e:
-        raise DemoError(str(e)) from None
-    while not all(victim in isr for _, isr in _leaders(run).values()):
-        time.sleep(min(0.2, run.remaining()))
+    with spinner(run.console) as progress:
+        progress.add_task(f"restarting broker {victim}; it catches up and rejoins every ISR", total=None)
+        try:
+            cluster.restart(victim, min(30.0, run.remaining()))
+        except BrokerStartError as e:
+            raise DemoError(str(e)) from None
+        while not all(victim in isr for _, isr in _leaders(run).values()):
+            check_alive(run)
+            time.sleep(min(0.2, run.remaining()))
     run.console.print(f"broker {victim} restarted, truncated by leader epoch, caught up and is back in every ISR")
     show_replication(run)
 
 
-def stop_cluster(run: DemoRun) -> None:
-    cluster = run.started_cluster()
-    cluster.stop()
-    broker = cluster.broker(CONTROLLER_NODE_ID)
-    marker = broker.log_dir / ".kafka_cleanshutdown"
-    state = "wrote " + marker.name if marker.exists() else "no clean-shutdown marker"
-    run.console.print(f"{BROKERS} brokers shut down cleanly ({state})")
-
-
 def show_segment(run: DemoRun) -> None:
-    """The same view as kafka-dump-log.sh gives of a Kafka broker's files."""
-    segment = min(run.partition_dir(0).glob("*.log"), default=None)
-    if segment is None:
-        raise DemoError(f"no segment file in {run.partition_dir(0)}")
+    """The first segment of partition 0, as it lies in S3: a Kafka segment file, which `dump-log` reads as
+    kafka-dump-log.sh would. Without one in S3 (too few events to close a segment), the local one."""
+    first = next((o for o in _bucket_objects(run) if o.partition == 0 and o.suffix == ".log"), None)
+    if first is not None:
+        segment = run.root / "from-s3" / f"{first.start_offset:020d}.log"
+        segment.parent.mkdir(parents=True, exist_ok=True)
+        client = run.started_s3().client()
+        try:
+            body = client.get_object(Bucket=S3_BUCKET, Key=first.key)["Body"]
+            try:
+                segment.write_bytes(body.read())
+            finally:
+                body.close()
+        except (BotoCoreError, ClientError) as e:
+            raise DemoError(f"downloading s3://{S3_BUCKET}/{first.key}: {e}") from None
+        finally:
+            client.close()
+        run.console.print(
+            f"s3://{S3_BUCKET}/{first.key} ({first.size:,} bytes), downloaded to {segment}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    else:
+        found = min(run.partition_dir(0).glob("*.log"), default=None)
+        if found is None:
+            raise DemoError(f"no segment of {TOPIC}-0 in S3 nor in {run.partition_dir(0)}")
+        segment = found
+        run.console.print(f"no segment of {TOPIC}-0 in S3 yet (too few events to close one); the local one")
     out = io.StringIO()
     dump_log(segment, print_data_log=True, out=out)
     lines = out.getvalue().splitlines()
@@ -391,18 +680,36 @@ def show_segment(run: DemoRun) -> None:
     run.console.print(Panel(excerpt, subtitle=f"first {DUMP_EXCERPT_LINES} of {len(lines):,} lines"))
 
 
+def stop_all(run: DemoRun) -> None:
+    """The brokers first (controlled shutdown), then the S3 server they write to."""
+    cluster = run.started_cluster()
+    started = time.monotonic()
+    with spinner(run.console) as progress:
+        progress.add_task(f"stopping {BROKERS} brokers (controlled shutdown)", total=None)
+        cluster.stop()
+    marker = cluster.broker(CONTROLLER_NODE_ID).log_dir / ".kafka_cleanshutdown"
+    state = "wrote " + marker.name if marker.exists() else "no clean-shutdown marker"
+    run.console.print(f"{BROKERS} brokers shut down cleanly ({state}) in {time.monotonic() - started:.1f}s")
+    started = time.monotonic()
+    with spinner(run.console) as progress:
+        progress.add_task("stopping the S3 server", total=None)
+        run.started_s3().stop()
+    run.console.print(f"S3 server stopped in {time.monotonic() - started:.1f}s")
+
+
 STEPS: tuple[tuple[str, Callable[[DemoRun], None]], ...] = (
-    (f"Start a local cluster of {BROKERS} brokers", start_cluster),
-    (f"Create topic {TOPIC}", create_topic),
+    ("Start a local S3 server", start_s3),
+    (f"Start a local cluster of {BROKERS} brokers, their remote tier on S3", start_cluster),
+    (f"Create topic {TOPIC} with remote storage on", create_topic),
     ("Produce events with keys, headers and lz4 compression (acks=all)", produce_events),
     ("Replication: leader, epoch, ISR, HW and every replica's LEO", show_replication),
+    ("Tiering: closed segments are copied to S3, then deleted from the brokers' disks", move_to_s3),
+    ("Two tiers per partition: S3 and local disk", show_tiers),
     ("Kill a leader with SIGKILL", kill_a_leader),
-    ("Consume them back from the survivors and verify every one", consume_and_verify),
+    ("Consume from offset 0 on the survivors (old segments come from S3) and verify every event", consume_and_verify),
     ("Restart it: it rejoins the ISR", restart_killed_broker),
-    # The files are read after a clean shutdown: complete, closed, and what a restart would recover.
-    ("Stop the cluster", stop_cluster),
-    ("What is on disk", show_summary),
-    ("Look inside a segment (dump-log)", show_segment),
+    ("Look inside a segment in S3 (dump-log)", show_segment),
+    ("Stop the cluster and the S3 server", stop_all),
 )
 
 
@@ -410,41 +717,87 @@ def _rate(count: int, seconds: float) -> str:
     return f" ({count / seconds:,.0f}/s)" if seconds > 0 else ""
 
 
+@contextmanager
+def _sigterm_as_exception() -> Iterator[None]:
+    """SIGTERM (e.g. `timeout` or a CI runner) stops the demo as Ctrl-C does, through the cleanup."""
+
+    def raise_terminated(signum: int, frame: FrameType | None) -> None:
+        # Once: a second SIGTERM must not cut the cleanup short.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, raise_terminated)
+    except ValueError:  # not the main thread: leave SIGTERM alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _shut_down(run: DemoRun) -> None:
+    """Stop whatever still runs, the brokers before the S3 server they write to; each is bounded, and a
+    failure stopping one does not leave the other running."""
+    try:
+        if run.cluster is not None:
+            run.cluster.stop()
+    finally:
+        if run.s3 is not None:
+            run.s3.stop()
+
+
 @click.command()
 @click.option("--events", type=click.IntRange(min=1), default=10_000, show_default=True, help="Events to produce.")
 @click.option(
     "--data-dir",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Keep the broker's data and log here (must be empty or absent); default: a temporary directory.",
+    help="Keep the brokers' and the S3 server's data and logs here (must be empty or absent); "
+    "default: a temporary directory.",
 )
 @click.option("--keep", is_flag=True, help="Keep the temporary data directory afterwards.")
 @timeout_option(120, "Seconds in all.", minimum=1)
 def demo(events: int, data_dir: Path | None, keep: bool, timeout_s: float) -> None:
-    """Run a local 3-broker cluster and 10,000 events through it.
+    """Run a local 3-broker cluster with tiered storage on a local S3 server, and 10,000 events through it.
 
-    Starts three brokers on free ports, creates a topic with 3 replicas, produces events with keys, headers
-    and lz4 (acks=all), kills a leader, consumes and verifies every one from the survivors, restarts the
-    killed broker, shows what is on disk, and stops the cluster."""
+    Starts an S3 server (SeaweedFS) and three brokers on free ports, creates a topic with 3 replicas and
+    remote storage on, produces events with keys, headers and lz4 (acks=all), waits until the closed
+    segments are in S3 and gone from the brokers' disks, shows both tiers, kills a leader, consumes and
+    verifies every event from offset 0 (the older ones come from S3), restarts the killed broker, dumps a
+    segment from the bucket, and stops everything (also on failure or Ctrl-C)."""
     console = Console()
     if data_dir is not None and data_dir.exists() and any(data_dir.iterdir()):
         raise click.BadParameter(f"{data_dir} is not empty; give an empty or new directory", param_hint="--data-dir")
     root = data_dir if data_dir is not None else Path(tempfile.mkdtemp(prefix="tierlog-demo-"))
-    run = DemoRun(console=console, root=root, events=events, deadline=time.monotonic() + timeout_s)
+    started = time.monotonic()
+    run = DemoRun(console=console, root=root, events=events, deadline=started + timeout_s)
     failed = False
-    try:
-        for number, (title, step) in enumerate(STEPS, start=1):
-            console.rule(f"[bold]{number}/{len(STEPS)}  {title}", align="left")
-            step(run)
-    except DemoError as e:
-        failed = True
-        console.print(f"[red bold]demo failed:[/red bold] {e}", highlight=False)
-    finally:
-        if run.cluster is not None:
-            run.cluster.stop()
-        if data_dir is None and not keep and not failed:
-            shutil.rmtree(root, ignore_errors=True)
-        else:
-            console.print(f"data and broker log kept in {root}")
-    if failed:
-        raise click.exceptions.Exit(1)
-    console.rule("[green bold]demo finished: every event came back intact", align="left")
+    exit_code = 0
+    with _sigterm_as_exception():
+        try:
+            for number, (title, step) in enumerate(STEPS, start=1):
+                console.rule(f"[bold]{number}/{len(STEPS)}  {title}", align="left")
+                step(run)
+        except DemoError as e:
+            failed, exit_code = True, 1
+            console.print(f"[red bold]demo failed:[/red bold] {e}", highlight=False)
+        except (KeyboardInterrupt, Terminated) as e:
+            exit_code = 130 if isinstance(e, KeyboardInterrupt) else 143
+            what = "interrupted" if isinstance(e, KeyboardInterrupt) else "terminated"
+            console.print(f"[yellow bold]{what}:[/yellow bold] stopping the brokers and the S3 server")
+        except Exception:
+            failed = True  # a bug: keep the data and the logs for whoever looks into it
+            raise
+        finally:
+            _shut_down(run)
+            if data_dir is None and not keep and not failed:
+                shutil.rmtree(root, ignore_errors=True)
+            else:
+                console.print(f"data and logs kept in {root}")
+    if exit_code:
+        raise click.exceptions.Exit(exit_code)
+    console.rule(
+        f"[green bold]demo finished in {time.monotonic() - started:.1f}s: every event came back intact",
+        align="left",
+    )
