@@ -24,3 +24,4 @@ lint: setup
 bench: setup
 	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/replication.py
+	$(BIN)/python bench/tiered.py
