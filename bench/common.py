@@ -57,6 +57,22 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+def producer_config(bootstrap: str, acks: str | int, linger_ms: int, queue: int, timeout_s: float) -> dict[str, Any]:
+    """The benchmarks' producer: big uncompressed batches, a deep queue, no idempotence (it would rule out
+    acks=1, and the benchmarks measure the log, not sequencing)."""
+    return {
+        "bootstrap.servers": bootstrap,
+        "acks": acks,
+        "enable.idempotence": False,
+        "linger.ms": linger_ms,
+        "batch.size": 1_000_000,
+        "compression.type": "none",
+        "queue.buffering.max.messages": queue,
+        "queue.buffering.max.kbytes": 512 * 1024,
+        "message.timeout.ms": int(timeout_s * 1000),
+    }
+
+
 def produce_flat_out(
     producer: Producer,
     topic: str,

@@ -34,7 +34,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common import TIMEOUT_S, argument_parser, machine_info, paired_bars, produce_flat_out, write_report
+from common import (
+    TIMEOUT_S,
+    argument_parser,
+    machine_info,
+    paired_bars,
+    produce_flat_out,
+    producer_config,
+    write_report,
+)
 from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -77,21 +85,6 @@ class Run:
         }
 
 
-def producer_config(bootstrap: str, acks: str, linger_ms: int, queue: int) -> dict[str, Any]:
-    return {
-        "bootstrap.servers": bootstrap,
-        "acks": acks,
-        # Idempotence would make acks=1 impossible; the comparison is about replication, not sequencing.
-        "enable.idempotence": False,
-        "linger.ms": linger_ms,
-        "batch.size": 1_000_000,
-        "compression.type": "none",
-        "queue.buffering.max.messages": queue,
-        "queue.buffering.max.kbytes": 512 * 1024,
-        "message.timeout.ms": int(TIMEOUT_S * 1000),
-    }
-
-
 class Deliveries:
     def __init__(self) -> None:
         self.latencies_s: list[float] = []
@@ -118,7 +111,7 @@ def finish(producer: Producer, deliveries: Deliveries, sent: int, size: int, sta
 
 
 def produce_saturated(bootstrap: str, topic: str, acks: str, size: int, seconds: float, queue: int) -> Run:
-    producer = Producer(producer_config(bootstrap, acks, linger_ms=5, queue=queue))
+    producer = Producer(producer_config(bootstrap, acks, linger_ms=5, queue=queue, timeout_s=TIMEOUT_S))
     payload = os.urandom(size)
     deliveries = Deliveries()
     started = time.perf_counter()
@@ -127,7 +120,7 @@ def produce_saturated(bootstrap: str, topic: str, acks: str, size: int, seconds:
 
 
 def produce_paced(bootstrap: str, topic: str, acks: str, size: int, seconds: float, rate: float) -> Run:
-    producer = Producer(producer_config(bootstrap, acks, linger_ms=0, queue=100_000))
+    producer = Producer(producer_config(bootstrap, acks, linger_ms=0, queue=100_000, timeout_s=TIMEOUT_S))
     payload = os.urandom(size)
     deliveries = Deliveries()
     sent = 0

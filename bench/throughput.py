@@ -23,7 +23,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from common import TIMEOUT_S, argument_parser, machine_info, paired_bars, produce_flat_out, write_report
+from common import (
+    TIMEOUT_S,
+    argument_parser,
+    machine_info,
+    paired_bars,
+    produce_flat_out,
+    producer_config,
+    write_report,
+)
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -79,18 +87,7 @@ def create_topic(bootstrap: str, name: str, partitions: int) -> None:
 
 
 def produce(bootstrap: str, topic: str, size: int, seconds: float, max_messages: int | None) -> Phase:
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "acks": 1,
-            "linger.ms": 5,
-            "batch.size": 1_000_000,
-            "compression.type": "none",
-            "queue.buffering.max.kbytes": 512 * 1024,
-            "queue.buffering.max.messages": 1_000_000,
-            "message.timeout.ms": int(TIMEOUT_S * 1000),
-        }
-    )
+    producer = Producer(producer_config(bootstrap, 1, linger_ms=5, queue=1_000_000, timeout_s=TIMEOUT_S))
     payload = os.urandom(size)
     failures: list[KafkaError] = []
 
