@@ -1,6 +1,6 @@
 """The remote tier on /metrics and /v1/partitions (issue 4): the broker's wiring read over real logs and a
 real remote log metadata cache, with the RemoteLogManager and the ReplicaManager stubbed to what the wiring
-reads (their `stats`, `_cache_of` and `partitions`)."""
+reads (their `stats`, `cache_of` and `partitions`)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ class StubRemoteLog:
         self.stats = stats
         self.store = RemoteLogMetadataStore()
 
-    def _cache_of(self, partition: Partition) -> RemoteLogMetadataCache | None:
+    def cache_of(self, partition: Partition) -> RemoteLogMetadataCache | None:
         return self.store.cache(TopicIdPartition(partition.topic_id, partition.topic_partition))
 
 

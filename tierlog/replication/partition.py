@@ -554,12 +554,26 @@ class Partition:
                 f"Records of partition {self.topic_partition} can not be deleted due to the configured policy"
             )
         target = log.high_watermark if offset == -1 else offset
-        old_start = log.log_start_offset
-        log.maybe_increment_log_start_offset(target)
-        self._emit(
-            trace.LOG_START, trace.DELETE_RECORDS, old_start, log.log_start_offset, f"delete before {target}", now_ms
-        )
+        self.increment_log_start_offset(target, trace.DELETE_RECORDS, f"delete before {target}", now_ms)
         return log.log_start_offset
+
+    def increment_log_start_offset(self, offset: int, phase: str, why: str, now_ms: int) -> bool:
+        """Move the log start up (DeleteRecords, remote retention); True if it moved."""
+        log = self.log
+        old_start = log.log_start_offset
+        moved = log.maybe_increment_log_start_offset(offset)
+        self._emit(trace.LOG_START, phase, old_start, log.log_start_offset, why, now_ms)
+        return moved
+
+    def update_remote_log_end(self, offset: int, why: str, now_ms: int) -> None:
+        """Ry moves up to `offset` (a copy finished here, or the remote log metadata says the leader's did),
+        but stays below our HW (Ly >= Ry: a follower's HW may trail the leader's)."""
+        log = self.log
+        old = log.highest_offset_in_remote_storage
+        new = min(offset, log.high_watermark - 1)
+        if new > old:
+            log.update_highest_offset_in_remote_storage(new)
+            self._emit(trace.REMOTE_END, trace.REMOTE_COPY, old, new, why, now_ms)
 
     # Follower
 
@@ -639,9 +653,9 @@ class Partition:
             if start_offset < next_offset:
                 cache.assign(epoch, start_offset)
         cache.truncate_from_start(log.log_start_offset)
-        log.update_highest_offset_in_remote_storage(next_offset - 1)
         why = f"offsets below {next_offset} are only in the remote tier"
         self._trace_truncation(before, why, now_ms, phase=trace.BUILD_REMOTE_AUX_STATE)
+        self.update_remote_log_end(next_offset - 1, why, now_ms)
 
     def _trace_truncation(
         self, before: tuple[int, int, int], why: str, now_ms: int, phase: str = trace.TRUNCATE

@@ -20,7 +20,6 @@ FOLLOWER_HW = "Follower HW"
 ISR = "ISR"
 LEADER_EPOCH = "Leader epoch"
 LOG_START = "Log start"
-LOCAL_LOG_START = "Local log start"
 REMOTE_END = "Remote end"
 
 PRODUCE = "PRODUCE"
@@ -35,7 +34,6 @@ DELETE_RECORDS = "DeleteRecords"
 BUILD_REMOTE_AUX_STATE = "BuildingRemoteLogAuxState"
 REMOTE_COPY = "remote copy"
 REMOTE_EXPIRE = "remote retention"
-LOCAL_RETENTION = "local retention"
 
 
 # Both are looked up on every follower fetch: formatted once per broker id.

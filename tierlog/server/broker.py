@@ -44,10 +44,9 @@ from tierlog.server.metrics import MetricsRegistry, broker_metrics
 from tierlog.server.remote_log_metadata_topic import TopicBasedRemoteLogMetadataManager
 from tierlog.server.remote_log_tasks import RemoteLogStats, RemoteLogTasks
 from tierlog.server.trace_log import TraceLog, trace_stream_route
-from tierlog.storage.log import Log
 from tierlog.storage.log_manager import LogManager
 from tierlog.tiered.fsspec_storage import FsspecRemoteStorageManager
-from tierlog.tiered.remote_log_manager import copy_candidates
+from tierlog.tiered.remote_log_manager import copy_lag_bytes
 from tierlog.tiered.segment_metadata import RemoteLogSegmentState
 
 logger = logging.getLogger(__name__)
@@ -165,7 +164,6 @@ class Broker:
             task_interval_ms=config.get_int("remote.log.manager.task.interval.ms"),
             copier_threads=config.get_int("remote.log.manager.copier.thread.pool.size"),
             reader_threads=config.get_int("remote.log.reader.threads"),
-            trace_sink=self.trace_log.record,
         )
         self.apis.remote_log = self.remote_log
 
@@ -276,14 +274,14 @@ class Broker:
             return samples
 
         def remote_size(partition: Partition, remote_log: RemoteLogTasks) -> int:
-            cache = remote_log._cache_of(partition)
+            cache = remote_log.cache_of(partition)
             return cache.remote_size_in_bytes if cache is not None else 0
 
         self.metrics.partition_remote_log_end_offset.callback(
             per_tiered_partition(lambda p, _: p.log.highest_offset_in_remote_storage)
         )
         self.metrics.partition_remote_log_size_bytes.callback(per_tiered_partition(remote_size))
-        self.metrics.partition_remote_copy_lag_bytes.callback(per_tiered_partition(lambda p, _: _copy_lag_bytes(p.log)))
+        self.metrics.partition_remote_copy_lag_bytes.callback(per_tiered_partition(lambda p, _: copy_lag_bytes(p.log)))
 
         def remote_stat(value: Callable[[RemoteLogStats], int]) -> Callable[[], float]:
             return lambda: float(value(self.remote_log.stats)) if self.remote_log is not None else 0.0
@@ -308,13 +306,13 @@ class Broker:
             partition = rm.partitions[tp]
             status = partition.describe()
             if remote_log is not None and partition.log.remote_log_enabled:
-                cache = remote_log._cache_of(partition)
+                cache = remote_log.cache_of(partition)
                 segments = cache.list_remote_log_segments() if cache is not None else []
                 status["remote_size_bytes"] = cache.remote_size_in_bytes if cache is not None else 0
                 status["remote_segments"] = sum(
                     1 for s in segments if s.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
                 )
-                status["copy_lag_bytes"] = _copy_lag_bytes(partition.log)
+                status["copy_lag_bytes"] = copy_lag_bytes(partition.log)
             described.append(status)
         return described
 
@@ -484,13 +482,6 @@ class Broker:
         if self.controller_server is not None:
             await self.controller_server.stop()
         logger.info("[Broker id=%d] shut down cleanly", self.config.node_id)
-
-
-def _copy_lag_bytes(log: Log) -> int:
-    """Kafka's RemoteCopyLagBytes: the bytes of the rolled local segments whose offsets lie above the highest
-    offset in remote storage (Ry) and below the HW (the LSO without transactions), i.e. what the
-    RemoteLogManager copies next; a segment Ry falls inside counts whole, as it is copied whole."""
-    return sum(c.segment.size for c in copy_candidates(log, log.highest_offset_in_remote_storage, log.high_watermark))
 
 
 async def _run(config: KafkaConfig) -> None:

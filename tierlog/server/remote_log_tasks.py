@@ -26,7 +26,6 @@ from tierlog.common import TopicPartition
 from tierlog.replication import trace
 from tierlog.replication.partition import Partition, RemoteFetchInfo
 from tierlog.replication.replica_manager import ReplicaManager
-from tierlog.replication.trace import TraceEvent
 from tierlog.server.clock import now_ms
 from tierlog.server.remote_log_metadata_topic import TopicBasedRemoteLogMetadataManager
 from tierlog.storage.errors import OffsetOutOfRangeError
@@ -85,7 +84,6 @@ class RemoteLogTasks:
         task_interval_ms: int,
         copier_threads: int,
         reader_threads: int,
-        trace_sink: Callable[[TraceEvent], None] | None = None,
     ) -> None:
         self._broker_id = broker_id
         self._replica_manager = replica_manager
@@ -96,13 +94,11 @@ class RemoteLogTasks:
         self._interval_s = task_interval_ms / 1000
         self._copier = ThreadPoolExecutor(copier_threads, thread_name_prefix="remote-log-copier")
         self._readers = ThreadPoolExecutor(reader_threads, thread_name_prefix="remote-log-reader")
-        self._trace = trace_sink
         self._copying: set[uuid.UUID] = set()
         self._busy: set[TopicPartition] = set()
         self._background: set[asyncio.Task[Any]] = set()
         self._task: asyncio.Task[None] | None = None
         self.stats = RemoteLogStats()
-        self.wakeup = asyncio.Event()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="remote-log-manager")
@@ -120,12 +116,7 @@ class RemoteLogTasks:
         await self.rlmm.ready.wait()
         while True:
             self.run_once()
-            self.wakeup.clear()
-            try:
-                async with asyncio.timeout(self._interval_s):
-                    await self.wakeup.wait()
-            except TimeoutError:
-                pass
+            await asyncio.sleep(self._interval_s)
 
     def run_once(self) -> None:
         """One round over every tiered partition; a partition still busy from the last round is skipped."""
@@ -138,7 +129,7 @@ class RemoteLogTasks:
                 self._background.add(task)
                 task.add_done_callback(self._background.discard)
             else:
-                self._follow(partition)
+                self._learn_remote_end(partition)
 
     # Leader
 
@@ -162,7 +153,7 @@ class RemoteLogTasks:
         log = partition.log
         topic_id = partition.topic_id
         leader_epoch = partition.leader_epoch
-        self._learn_remote_end(partition, "remote log metadata")
+        self._learn_remote_end(partition)
         # Without transactions the LSO is the HW.
         for candidate in copy_candidates(log, log.highest_offset_in_remote_storage, log.high_watermark):
             if not self._still_leading(partition, leader_epoch):
@@ -191,7 +182,8 @@ class RemoteLogTasks:
             self._copying.add(metadata.segment_id.id)
             try:
                 await self._in_thread(self._copier, self.rsm.copy_log_segment_data, metadata, data)
-            except BaseException:
+            except Exception:
+                # (Cancelled at shutdown: the COPY_SEGMENT_STARTED left behind expires as an abandoned copy.)
                 self.stats.copy_errors += 1
                 await self._abandon_copy(metadata)
                 raise
@@ -202,17 +194,7 @@ class RemoteLogTasks:
             await self.rlmm.publish(self._update(metadata, RemoteLogSegmentState.COPY_SEGMENT_FINISHED))
             self.stats.copy_bytes += metadata.segment_size_in_bytes
             self.stats.copy_segments += 1
-            old_end = log.highest_offset_in_remote_storage
-            if candidate.end_offset < log.high_watermark:
-                log.update_highest_offset_in_remote_storage(candidate.end_offset)
-                self._emit(
-                    tp,
-                    trace.REMOTE_END,
-                    trace.REMOTE_COPY,
-                    old_end,
-                    candidate.end_offset,
-                    f"copied {metadata.segment_id.id}",
-                )
+            partition.update_remote_log_end(candidate.end_offset, f"copied {metadata.segment_id.id}", now_ms())
 
     async def _abandon_copy(self, metadata: RemoteLogSegmentMetadata) -> None:
         """Best effort: remove what a failed copy uploaded; what remains is expired with the log later."""
@@ -224,20 +206,21 @@ class RemoteLogTasks:
             logger.info("[RemoteLogManager broker=%d] cleaning up a failed copy failed too: %s", self._broker_id, e)
 
     async def _expire_segments(self, tp: TopicPartition, partition: Partition) -> None:
-        cache = self._cache_of(partition)
+        cache = self.cache_of(partition)
         if cache is None:
             return
         leader_epoch = partition.leader_epoch
         log = partition.log
         plan = plan_remote_expiration(log, cache, now_ms(), frozenset(self._copying))
-        if plan.new_log_start_offset is not None and self._still_leading(partition, leader_epoch):
-            old_start = log.log_start_offset
-            # Readers are turned away from the segments before their objects go.
-            if log.maybe_increment_log_start_offset(plan.new_log_start_offset):
-                self._emit(
-                    tp, trace.LOG_START, trace.REMOTE_EXPIRE, old_start, log.log_start_offset, "remote retention"
-                )
-                self._replica_manager.fetch_purgatory.check_and_complete(tp)
+        # Readers are turned away from the segments before their objects go.
+        if (
+            plan.new_log_start_offset is not None
+            and self._still_leading(partition, leader_epoch)
+            and partition.increment_log_start_offset(
+                plan.new_log_start_offset, trace.REMOTE_EXPIRE, "remote retention", now_ms()
+            )
+        ):
+            self._replica_manager.fetch_purgatory.check_and_complete(tp)
         for deletion in plan.deletions:
             if not self._still_leading(partition, leader_epoch):
                 return
@@ -267,22 +250,14 @@ class RemoteLogTasks:
     ) -> RemoteLogSegmentMetadataUpdate:
         return RemoteLogSegmentMetadataUpdate(metadata.segment_id, now_ms(), state, self._broker_id)
 
-    # Follower
-
-    def _follow(self, partition: Partition) -> None:
-        self._learn_remote_end(partition, "remote log metadata")
-
-    def _learn_remote_end(self, partition: Partition, why: str) -> None:
+    def _learn_remote_end(self, partition: Partition) -> None:
+        """Ry from the remote log metadata, within this log's lineage: how followers learn what their local
+        retention may delete, and how a new leader learns where copying stands."""
         log = partition.log
         highest = highest_remote_offset(
-            log.leader_epoch_cache.epoch_entries(), log.log_end_offset, self._cache_of(partition)
+            log.leader_epoch_cache.epoch_entries(), log.log_end_offset, self.cache_of(partition)
         )
-        # Ry <= Ly: our HW may trail the leader's, and what we may delete locally is bounded by both.
-        highest = min(highest, log.high_watermark - 1)
-        old = log.highest_offset_in_remote_storage
-        if highest > old:
-            log.update_highest_offset_in_remote_storage(highest)
-            self._emit(partition.topic_partition, trace.REMOTE_END, trace.REMOTE_COPY, old, highest, why)
+        partition.update_remote_log_end(highest, "remote log metadata", now_ms())
 
     # Reads
 
@@ -290,7 +265,12 @@ class RemoteLogTasks:
         """A consumer's fetch below the local log start (Kafka's RemoteLogReader). Raises
         OffsetOutOfRangeError if no remote segment of this log's lineage holds the offset, RemoteStorageError
         if the remote tier fails."""
-        metadata = self._segment_for(tp, info.leader_epoch, info.fetch_offset)
+        metadata = self._remote_segment(tp, info.leader_epoch, info.fetch_offset)
+        if metadata is None:
+            raise OffsetOutOfRangeError(
+                f"Received request for offset {info.fetch_offset} for leader epoch {info.leader_epoch} of {tp}, "
+                "which is in no remote segment"
+            )
         self.stats.fetch_requests += 1
         try:
             result = await self._in_thread(
@@ -309,23 +289,21 @@ class RemoteLogTasks:
             prefetch.add_done_callback(_discard_quietly(self._background))
         return result.records
 
-    def _segment_for(self, tp: TopicPartition, leader_epoch: int | None, offset: int) -> RemoteLogSegmentMetadata:
-        cache = self._cache_of(self._replica_manager.get_partition(tp))
-        metadata = None
-        if cache is not None and leader_epoch is not None:
-            metadata = cache.remote_log_segment_metadata(leader_epoch, offset)
-        if metadata is None:
-            raise OffsetOutOfRangeError(
-                f"Received request for offset {offset} for leader epoch {leader_epoch} of {tp}, which is in "
-                "no remote segment"
-            )
-        return metadata
+    def _remote_segment(
+        self, tp: TopicPartition, leader_epoch: int | None, offset: int
+    ) -> RemoteLogSegmentMetadata | None:
+        """The copied segment holding `offset` in `leader_epoch`, as this broker's remote log metadata has it."""
+        partition = self._replica_manager.partitions.get(tp)
+        cache = self.cache_of(partition) if partition is not None else None
+        if cache is None or leader_epoch is None:
+            return None
+        return cache.remote_log_segment_metadata(leader_epoch, offset)
 
     async def find_offset_by_timestamp(self, partition: Partition, timestamp: int) -> TimestampAndOffset | None:
         """ListOffsets by timestamp over the remote tier: the first offset at or after the log start whose
         timestamp is >= `timestamp`, among remote segments of this log's lineage; None if none."""
         log = partition.log
-        cache = self._cache_of(partition)
+        cache = self.cache_of(partition)
         if cache is None:
             return None
         entries = log.leader_epoch_cache.epoch_entries()
@@ -347,8 +325,7 @@ class RemoteLogTasks:
     ) -> tuple[int, list[tuple[int, int]]]:
         """For a follower's BuildingRemoteLogAuxState: the remote segment holding `offset` (the leader's local
         log start - 1) in `leader_epoch`, as (its end offset, the epoch history up to its end)."""
-        cache = self._cache_of(self._replica_manager.partitions[tp]) if tp in self._replica_manager.partitions else None
-        metadata = cache.remote_log_segment_metadata(leader_epoch, offset) if cache is not None else None
+        metadata = self._remote_segment(tp, leader_epoch, offset)
         if metadata is None:
             raise RemoteStorageError(
                 f"no remote segment of {tp} holds offset {offset} in epoch {leader_epoch} (yet): the remote "
@@ -359,15 +336,11 @@ class RemoteLogTasks:
 
     # Helpers
 
-    def _cache_of(self, partition: Partition) -> RemoteLogMetadataCache | None:
+    def cache_of(self, partition: Partition) -> RemoteLogMetadataCache | None:
         return self.rlmm.store.cache(TopicIdPartition(partition.topic_id, partition.topic_partition))
 
     async def _in_thread(self, pool: ThreadPoolExecutor, function: Callable[..., _T], *args: Any) -> _T:
         return await asyncio.get_running_loop().run_in_executor(pool, function, *args)
-
-    def _emit(self, tp: TopicPartition, attribute: str, phase: str, old: int, new: int, why: str) -> None:
-        if self._trace is not None:
-            self._trace(TraceEvent(tp, self._broker_id, attribute, phase, old, new, why, now_ms()))
 
 
 def _discard_quietly(tasks: set[asyncio.Task[Any]]) -> Callable[[asyncio.Task[Any]], None]:

@@ -45,6 +45,12 @@ def copy_candidates(log: Log, copied_offset: int, last_stable_offset: int) -> li
     return candidates
 
 
+def copy_lag_bytes(log: Log) -> int:
+    """Kafka's RemoteCopyLagBytes: bytes of the rolled segments the leader copies next (above Ry, below the
+    LSO); a segment Ry falls inside counts whole, as it is copied whole."""
+    return sum(c.segment.size for c in copy_candidates(log, log.highest_offset_in_remote_storage, log.high_watermark))
+
+
 def epochs_in_range(entries: Sequence[EpochEntry], start_offset: int, end_offset: int) -> tuple[tuple[int, int], ...]:
     """The segment's slice of the epoch history, [start_offset, end_offset] inclusive: Kafka's
     epochEntriesInRange, whose first entry is clamped to start at the segment's first offset."""
