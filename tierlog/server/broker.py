@@ -151,7 +151,7 @@ class Broker:
             config.prefixed("remote.log.metadata.manager.impl.prefix"),
             lambda: self.loader.image,
             self._leader_endpoint,
-            self.apis.create_internal_topic,
+            self.apis.create_topic,
             request_timeout_ms=config.get_int("replica.socket.timeout.ms"),
         )
         self.remote_log = RemoteLogTasks(

@@ -283,25 +283,11 @@ class KafkaApis:
         error = check_topic_name(name)
         if error is not None:
             return None, error
-        s = request_schema(API_CREATE_TOPICS, 7)
-        body = s.CreateTopicsRequest(
-            topics=(
-                s.CreatableTopic(
-                    name=name,
-                    num_partitions=self.config.get_int("num.partitions"),
-                    replication_factor=self.config.get_int("default.replication.factor"),
-                    assignments=(),
-                    configs=(),
-                ),
-            ),
-            timeout=datetime.timedelta(seconds=30),
-            validate_only=False,
+        error = await self.create_topic(
+            name, self.config.get_int("num.partitions"), self.config.get_int("default.replication.factor"), {}
         )
-        request = Request(API_CREATE_TOPICS, 7, 0, "auto-create", body, 0)
-        response = await self.handlers[API_CREATE_TOPICS](request)
-        result = response.topics[0]
-        if result.error_code not in (error_code(None), error_code("TOPIC_ALREADY_EXISTS")):
-            return None, result.error_code.name.upper()
+        if error not in (None, "TOPIC_ALREADY_EXISTS"):
+            return None, error
         topic = self.image.topics.get(name)
         if topic is None:
             # Created, but not yet in this broker's metadata: the client retries, as with Kafka.
@@ -685,10 +671,11 @@ class KafkaApis:
             return None
         return OffsetAndEpoch(found.offset, found.timestamp, -1 if found.leader_epoch is None else found.leader_epoch)
 
-    async def create_internal_topic(
+    async def create_topic(
         self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
     ) -> str | None:
-        """CreateTopics for a topic the broker itself needs (like Kafka's internal topics); the error name or None."""
+        """CreateTopics on the broker's own behalf (auto-creation, internal topics), decided by the controller
+        as a client's would be; the error name or None."""
         s = request_schema(API_CREATE_TOPICS, 7)
         body = s.CreateTopicsRequest(
             topics=(
@@ -703,7 +690,7 @@ class KafkaApis:
             timeout=datetime.timedelta(seconds=30),
             validate_only=False,
         )
-        response = await self.handlers[API_CREATE_TOPICS](Request(API_CREATE_TOPICS, 7, 0, "internal", body, 0))
+        response = await self.handlers[API_CREATE_TOPICS](Request(API_CREATE_TOPICS, 7, 0, "broker", body, 0))
         result = response.topics[0]
         if result.error_code == error_code(None):
             return None
