@@ -20,6 +20,7 @@ from tiered_helpers import (
     create_topic,
     leader_of,
     produce,
+    record_values,
     replica_state,
     tiered_overrides,
     tiered_topic_configs,
@@ -29,10 +30,6 @@ from tiered_helpers import (
 from tierlog.cli.local_cluster import LocalCluster, wait_until
 
 LEADER, FOLLOWER = 2, 3
-
-
-def _values(prefix: str, count: int) -> list[bytes]:
-    return [f"{prefix}-{i:05d}-".encode() + b"v" * 100 for i in range(count)]
 
 
 def _cluster(start_cluster: ClusterFactory, tmp_path: Path) -> LocalCluster:
@@ -73,7 +70,7 @@ def test_seed_001_scenario_1_brand_new_follower_builds_its_state_from_the_remote
     cluster.kill(FOLLOWER)
     # A brand-new disk: the follower comes back knowing nothing of the partition.
     shutil.rmtree(cluster.base_dir / f"broker-{FOLLOWER}" / f"{topic}-0")
-    values = _values("new", 2000)
+    values = record_values("new", 2000)
     produce(cluster.bootstrap, topic, values)
     leader_state = wait_tiered(cluster, LEADER, topic, local_start_above=1000)
 
@@ -96,11 +93,11 @@ def test_seed_001_scenario_2_out_of_sync_follower_whose_data_expired_on_the_lead
     cluster = _cluster(start_cluster, tmp_path)
     topic = "out-of-sync"
     create_topic(cluster.bootstrap, topic, tiered_topic_configs(), assignment=[[LEADER, FOLLOWER]])
-    first = _values("first", 300)
+    first = record_values("first", 300)
     produce(cluster.bootstrap, topic, first)
     _wait_in_sync(cluster, topic, LEADER, FOLLOWER)
     cluster.kill(FOLLOWER)
-    second = _values("second", 2000)
+    second = record_values("second", 2000)
     produce(cluster.bootstrap, topic, second)
     # The leader copied and deleted locally everything the follower is missing.
     wait_tiered(cluster, LEADER, topic, local_start_above=len(first) + 100)
@@ -125,7 +122,7 @@ def test_seed_001_scenario_3_multiple_hard_failures_lose_nothing_and_leave_no_or
     )
     acknowledged: list[bytes] = []
     for round_number, (crashing, surviving) in enumerate(((LEADER, FOLLOWER), (FOLLOWER, LEADER), (LEADER, FOLLOWER))):
-        batch = _values(f"round{round_number}", 800)
+        batch = record_values(f"round{round_number}", 800)
         produce(cluster.bootstrap, topic, batch)
         acknowledged += batch
         _wait_in_sync(cluster, topic, crashing, surviving)
@@ -138,8 +135,8 @@ def test_seed_001_scenario_3_multiple_hard_failures_lose_nothing_and_leave_no_or
     final_leader = leader_of(cluster, topic)
     assert [v for _, v in consume_all(cluster.bootstrap, topic, len(acknowledged))] == acknowledged
     # The last leader's epoch reaches its follower's checkpoint with the first record written in it.
-    produce(cluster.bootstrap, topic, _values("epoch-marker", 1))
-    acknowledged += _values("epoch-marker", 1)
+    produce(cluster.bootstrap, topic, record_values("epoch-marker", 1))
+    acknowledged += record_values("epoch-marker", 1)
     _wait_in_sync(cluster, topic, final_leader, LEADER if final_leader == FOLLOWER else FOLLOWER)
     assert _epoch_checkpoint(cluster, LEADER, topic) == _epoch_checkpoint(cluster, FOLLOWER, topic)
 
@@ -152,7 +149,7 @@ def test_seed_001_scenario_3_multiple_hard_failures_lose_nothing_and_leave_no_or
         incremental_configs=[ConfigEntry("retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)],
     )
     admin.incremental_alter_configs([resource])[resource].result(timeout=30)
-    produce(cluster.bootstrap, topic, _values("tail", 300))  # rolls segments past the expired ones
+    produce(cluster.bootstrap, topic, record_values("tail", 300))  # rolls segments past the expired ones
     remote = tmp_path / "remote"
 
     def remote_segment_starts() -> list[int]:

@@ -19,16 +19,13 @@ from tiered_helpers import (
     leader_of,
     list_offsets,
     produce,
+    record_values,
     tiered_overrides,
     tiered_topic_configs,
     wait_tiered,
 )
 
 RECORDS = 3000
-
-
-def _values(count: int) -> list[bytes]:
-    return [f"record-{i:06d}-".encode() + b"x" * 80 for i in range(count)]
 
 
 def test_segments_move_to_the_remote_tier_and_every_record_reads_back_from_offset_0(
@@ -40,7 +37,7 @@ def test_segments_move_to_the_remote_tier_and_every_record_reads_back_from_offse
     create_topic(cluster.bootstrap, topic, tiered_topic_configs(**{"min.insync.replicas": "2"}))
     base_ts = int(time.time() * 1000) - RECORDS
     timestamps = [base_ts + i for i in range(RECORDS)]
-    values = _values(RECORDS)
+    values = record_values("record", RECORDS)
     produce(cluster.bootstrap, topic, values, timestamps=timestamps)
 
     leader = leader_of(cluster, topic)

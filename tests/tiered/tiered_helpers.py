@@ -24,6 +24,11 @@ SEGMENT_BYTES = 16 * 1024
 EARLIEST, LATEST, EARLIEST_LOCAL, LATEST_TIERED = -2, -1, -4, -5
 
 
+def record_values(prefix: str, count: int) -> list[bytes]:
+    """`count` distinct record values of about 110 bytes, numbered so a misplaced one names itself."""
+    return [f"{prefix}-{i:06d}-".encode() + b"v" * 100 for i in range(count)]
+
+
 def tiered_overrides(rsm_properties: Mapping[str, str]) -> dict[str, str]:
     """The remote tier on, every timer short, and a small metadata topic so a test cluster starts fast."""
     return {
