@@ -26,6 +26,7 @@ from typing import Any
 from common import (
     TIMEOUT_S,
     argument_parser,
+    consumer_config,
     machine_info,
     paired_bars,
     produce_flat_out,
@@ -105,21 +106,7 @@ def produce(bootstrap: str, topic: str, size: int, seconds: float, max_messages:
 
 
 def consume(bootstrap: str, topic: str, partitions: int, expected: int, size: int) -> Phase:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "bench-unused",  # required by librdkafka; we only assign(), never join or commit
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "error",
-            "fetch.max.bytes": 50 * 1024 * 1024,
-            "max.partition.fetch.bytes": 8 * 1024 * 1024,
-            "queued.max.messages.kbytes": 256 * 1024,
-            # librdkafka stops prefetching once 100k messages wait in its queue (the default); with 1 KiB
-            # messages that caps one partition at ~150 MB/s while the broker idles at <10% CPU.
-            "queued.min.messages": 1_000_000,
-        }
-    )
+    consumer = Consumer(consumer_config(bootstrap, 8 * 1024 * 1024))
     try:
         started = time.perf_counter()
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])

@@ -47,7 +47,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common import TIMEOUT_S, argument_parser, machine_info, produce_flat_out, producer_config, write_report
+from common import (
+    TIMEOUT_S,
+    argument_parser,
+    consumer_config,
+    machine_info,
+    produce_flat_out,
+    producer_config,
+    write_report,
+)
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -204,20 +212,7 @@ def produce(bootstrap: str, topic: str, size: int, count: int) -> Timed:
 
 def consume_range(bootstrap: str, topic: str, count: int, partition_fetch_bytes: int, timeout_s: float) -> Timed:
     """Offsets [0, count) of partition 0, timed from assign() to the arrival of offset count - 1."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "bench-unused",  # required by librdkafka; we only assign(), never join or commit
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "error",
-            "fetch.max.bytes": 50 * 1024 * 1024,
-            "max.partition.fetch.bytes": partition_fetch_bytes,
-            "queued.max.messages.kbytes": 256 * 1024,
-            # As in throughput.py: librdkafka's default of 100k queued messages would stop its prefetching.
-            "queued.min.messages": 1_000_000,
-        }
-    )
+    consumer = Consumer(consumer_config(bootstrap, partition_fetch_bytes))
     try:
         # Connection and metadata first, outside the timing: the S3 clients are set up before theirs, too.
         consumer.list_topics(topic, timeout=TIMEOUT_S)
