@@ -505,7 +505,7 @@ class KafkaApis:
         if delayed is not None:
             self._arm_timer(delayed.deadline_ms)
         results = await answered
-        if self.remote_log is not None:
+        if self.remote_log is not None and any(r.read is not None and r.read.remote_fetch for r in results):
             results = await self._read_remote(results)
         return self._fetch_response(request, results, unknown_ids)
 
