@@ -49,6 +49,8 @@ _HOST = "127.0.0.1"
 _POLL_INTERVAL_S = 0.05
 # One probe must not eat a whole start-up wait when the server accepts but does not answer yet.
 _PROBE_TIMEOUT_S = 2.0
+# The launcher's own bucket for the readiness probe (users' buckets stay as they made them).
+_PROBE_BUCKET = "tierlog-local-s3-ready"
 # A Unix socket path longer than this does not fit in sockaddr_un (108 bytes with the NUL) on Linux.
 _MAX_TEMP_DIR_LENGTH = 60
 # Ports are picked free and then handed to weed, so another process can take one in between: try again
@@ -318,8 +320,9 @@ class LocalS3Server:
         self._wait_ready(started + timeout_s, timeout_s)
 
     def _wait_ready(self, deadline: float, timeout_s: float) -> None:
-        """S3 is ready when a signed ListBuckets succeeds: that needs the gateway, the filer behind it and
-        the identities loaded (an unsigned probe gets its 403 from the gateway alone)."""
+        """S3 is ready when an object can be written and read back: ListBuckets alone answers as soon as the
+        gateway, the filer and the identities are up, while object reads still fail with InternalError
+        until the volume server has loaded its volumes (seen after a kill and restart)."""
         client = self._client(timeout_s=_PROBE_TIMEOUT_S)
         try:
             while True:
@@ -329,7 +332,7 @@ class LocalS3Server:
                 if code is not None:
                     raise S3StartError(self._with_tail(f"weed mini exited with code {code} during start-up"))
                 try:
-                    client.list_buckets()
+                    self._probe(client)
                     return
                 except (BotoCoreError, ClientError):
                     pass
@@ -340,6 +343,14 @@ class LocalS3Server:
                 time.sleep(min(_POLL_INTERVAL_S, max(0.0, deadline - time.monotonic())))
         finally:
             client.close()
+
+    @staticmethod
+    def _probe(client: BaseClient) -> None:
+        """Write and read back one object in a bucket of the launcher's own."""
+        with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou, client.exceptions.BucketAlreadyExists):
+            client.create_bucket(Bucket=_PROBE_BUCKET)
+        client.put_object(Bucket=_PROBE_BUCKET, Key="ready", Body=b"ready")
+        client.get_object(Bucket=_PROBE_BUCKET, Key="ready")["Body"].read()
 
     def _client(self, timeout_s: float = 10.0) -> BaseClient:
         # No retries: a probe that fails is tried again by our own bounded loop, and a failing

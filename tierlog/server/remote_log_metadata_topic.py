@@ -24,7 +24,7 @@ from tierlog.server.clock import now_ms
 from tierlog.server.entities import request_schema
 from tierlog.server.kafka_client import KafkaConnection, KafkaConnectionError
 from tierlog.tiered.remote_log_metadata_cache import RemoteLogMetadataStore, metadata_partition_for
-from tierlog.tiered.segment_metadata import RemoteLogMetadataEvent, TopicIdPartition, decode_event, encode_event
+from tierlog.tiered.segment_metadata import RemoteLogMetadataEvent, decode_event, encode_event
 
 logger = logging.getLogger(__name__)
 
@@ -87,12 +87,9 @@ class TopicBasedRemoteLogMetadataManager:
             await connection.close()
         self._connections.clear()
 
-    def partition_for(self, topic_id_partition: TopicIdPartition) -> int:
-        return metadata_partition_for(topic_id_partition, self.num_partitions)
-
     async def publish(self, event: RemoteLogMetadataEvent) -> None:
         """Append the event (acks=all) and wait until this broker's store has applied it."""
-        partition = self.partition_for(event.segment_id.topic_id_partition)
+        partition = metadata_partition_for(event.segment_id.topic_id_partition, self.num_partitions)
         offset = await self._produce(partition, encode_event(event))
         async with asyncio.timeout(self._timeout_s), self._progress:
             await self._progress.wait_for(lambda: self._positions.get(partition, 0) > offset)
