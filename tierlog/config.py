@@ -64,6 +64,8 @@ BROKER_CONFIGS: dict[str, BrokerConfigDef] = {
         _d("replica.fetch.backoff.ms", "1000", "int", "Pause of a follower partition after a fetch error."),
         _d("replica.socket.timeout.ms", "30000", "int", "Timeout of inter-broker requests."),
         _d("unclean.leader.election.enable", "false", "boolean", "Elect an out-of-sync replica as last resort."),
+        _d("producer.id.expiration.ms", "86400000", "int", "Idle time after which a producer's state is dropped."),
+        _d("producer.id.expiration.check.interval.ms", "600000", "int", "How often idle producers are dropped."),
         _d("tierlog.http.listener", "", "string", "host:port of /metrics, /v1/partitions, /v1/trace; empty: off."),
         # Tiered storage (KIP-405), Kafka's names and defaults.
         _d("remote.log.storage.system.enable", "false", "boolean", "Enable the remote tier on this broker."),

@@ -45,6 +45,7 @@ from tierlog.server.remote_log_metadata_topic import TopicBasedRemoteLogMetadata
 from tierlog.server.remote_log_tasks import RemoteLogStats, RemoteLogTasks
 from tierlog.server.trace_log import TraceLog, trace_stream_route
 from tierlog.storage.log_manager import LogManager
+from tierlog.storage.producer_state import ProducerStateManagerConfig
 from tierlog.tiered.fsspec_storage import FsspecRemoteStorageManager
 from tierlog.tiered.remote_log_manager import copy_lag_bytes
 from tierlog.tiered.segment_metadata import RemoteLogSegmentState
@@ -75,7 +76,10 @@ class Broker:
         self.trace_log = TraceLog(config.node_id)
         # Everything is built here, without I/O, so stop() can clean up after a start that failed half-way.
         self.log_manager = LogManager(
-            config.log_dirs, config.broker_log_defaults(), config.remote_storage_system_enable
+            config.log_dirs,
+            config.broker_log_defaults(),
+            config.remote_storage_system_enable,
+            ProducerStateManagerConfig(config.get_int("producer.id.expiration.ms")),
         )
         self.replica_manager = ReplicaManager(
             config.node_id,
@@ -191,6 +195,9 @@ class Broker:
         self._every("log.flush.offset.checkpoint.interval.ms", self.log_manager.checkpoint_recovery_points)
         self._every("log.flush.start.offset.checkpoint.interval.ms", self.log_manager.checkpoint_log_start_offsets)
         self._every("log.retention.check.interval.ms", lambda: self.log_manager.cleanup_logs(now_ms()))
+        self._every(
+            "producer.id.expiration.check.interval.ms", lambda: self.log_manager.remove_expired_producers(now_ms())
+        )
         # Kafka flushes a rolled segment right after the roll (on its scheduler), which advances the recovery
         # point; flush.ms / flush.messages, checked here too, are off by default, as in Kafka.
         self._every_ms("flush-log", POST_ROLL_FLUSH_INTERVAL_MS, lambda: self.log_manager.flush_dirty_logs(now_ms()))

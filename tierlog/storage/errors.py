@@ -87,3 +87,15 @@ class OffsetMovedToTieredStorageError(OffsetOutOfRangeError):
     Consumers are served from there; followers get this error and rebuild their state (SPEC.md §4)."""
 
     error_name = "OFFSET_MOVED_TO_TIERED_STORAGE"
+
+
+class OutOfOrderSequenceError(StorageError):
+    """Kafka's OutOfOrderSequenceException: an idempotent producer's batch does not continue its sequence."""
+
+    error_name = "OUT_OF_ORDER_SEQUENCE_NUMBER"
+
+
+class InvalidProducerEpochError(StorageError):
+    """Kafka's InvalidProducerEpochException: a batch from an older epoch of the producer than the log has seen."""
+
+    error_name = "INVALID_PRODUCER_EPOCH"

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,10 +26,12 @@ from tierlog.records.record_batch import (
     NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_ID,
     NO_TIMESTAMP,
+    RECORD_BATCH_OVERHEAD,
     InvalidRecordError,
     RecordBatchHeader,
     TimestampType,
     iter_batches,
+    read_header,
     set_base_offset,
     set_log_append_time,
     set_partition_leader_epoch,
@@ -49,6 +51,13 @@ from tierlog.storage.errors import (
 from tierlog.storage.file_records import FetchDataInfo, TimestampAndOffset, offset_of_timestamp_in_batch, scan_batches
 from tierlog.storage.leader_epoch_cache import LeaderEpochFileCache
 from tierlog.storage.log_config import LogConfig
+from tierlog.storage.producer_state import (
+    AppendOrigin,
+    BatchMetadata,
+    ProducerAppendInfo,
+    ProducerStateManager,
+    ProducerStateManagerConfig,
+)
 from tierlog.storage.segment import (
     CLEANED_FILE_SUFFIX,
     DELETED_FILE_SUFFIX,
@@ -98,6 +107,7 @@ class Log:
         recovery_point: int,
         high_watermark: int,
         now_ms: int,
+        producer_state_manager: ProducerStateManager,
         remote_log_enabled: bool = False,
     ) -> None:
         self._dir = directory
@@ -106,6 +116,7 @@ class Log:
         self._segments = segments
         self._base_offsets = [segment.base_offset for segment in segments]
         self._leader_epoch_cache = leader_epoch_cache
+        self._producer_state_manager = producer_state_manager
         self._next_offset = segments[-1].read_next_offset()
         self._remote_log_enabled = remote_log_enabled
         self._local_log_start_offset = max(log_start_offset, segments[0].base_offset)
@@ -146,6 +157,7 @@ class Log:
         had_clean_shutdown: bool,
         now_ms: int,
         remote_log_enabled: bool = False,
+        producer_state_config: ProducerStateManagerConfig | None = None,
     ) -> Log:
         """Load a partition directory: drop leftovers of interrupted operations, rebuild missing or corrupt
         indexes and, after an unclean shutdown, validate every batch from the recovery point on."""
@@ -164,7 +176,10 @@ class Log:
         if not segments:
             segments.append(LogSegment.open(dir, log_start_offset, config, now_ms))
         log_end_offset = segments[-1].read_next_offset()
-        return cls(
+        producer_state_manager = ProducerStateManager(topic_partition, dir, producer_state_config)
+        # Kafka's LogLoader: snapshots without a segment are leftovers, except the one a clean shutdown took.
+        producer_state_manager.remove_stray_snapshots(segment.base_offset for segment in segments)
+        log = cls(
             dir,
             config,
             topic_partition,
@@ -175,8 +190,11 @@ class Log:
             recovery_point=log_end_offset if had_clean_shutdown else recovery_point,
             high_watermark=high_watermark,
             now_ms=now_ms,
+            producer_state_manager=producer_state_manager,
             remote_log_enabled=remote_log_enabled,
         )
+        log._rebuild_producer_state(log_end_offset, reload_from_clean_shutdown=had_clean_shutdown)
+        return log
 
     # State
 
@@ -229,6 +247,10 @@ class Log:
         return self._leader_epoch_cache.latest_epoch
 
     @property
+    def producer_state_manager(self) -> ProducerStateManager:
+        return self._producer_state_manager
+
+    @property
     def segments(self) -> list[LogSegment]:
         return list(self._segments)
 
@@ -271,6 +293,21 @@ class Log:
             self._validate_client_batch(header, now_ms)
         self._check_append_size(len(records))
         log_append_time = config.log_append_time
+        producer_appends, duplicate = self._analyze_and_validate_producer_state(
+            headers, AppendOrigin.CLIENT, self._next_offset
+        )
+        if duplicate is not None:
+            # Kafka's UnifiedLog.append: a retried batch is not written again; the producer gets the offsets
+            # it was first written at (and an acks=all produce waits for the HW to pass those).
+            return LogAppendInfo(
+                duplicate.first_offset,
+                duplicate.last_offset,
+                duplicate.timestamp,
+                duplicate.last_offset,
+                duplicate.timestamp if log_append_time else NO_TIMESTAMP,
+                0,
+                0,
+            )
         first_offset = offset = self._next_offset
         max_timestamp, offset_of_max_timestamp, records_count = NO_TIMESTAMP, -1, 0
         for header in headers:
@@ -289,7 +326,9 @@ class Log:
             offset = last_offset + 1
         if self._leader_epoch_cache.latest_epoch != leader_epoch:
             self._leader_epoch_cache.assign(leader_epoch, first_offset)
-        self._append(records, first_offset, offset - 1, max_timestamp, offset_of_max_timestamp, now_ms)
+        self._append(
+            records, first_offset, offset - 1, max_timestamp, offset_of_max_timestamp, now_ms, producer_appends
+        )
         return LogAppendInfo(
             first_offset,
             offset - 1,
@@ -383,12 +422,15 @@ class Log:
                 last_offset,
             )
         self._check_append_size(len(records))
+        producer_appends, _ = self._analyze_and_validate_producer_state(headers, AppendOrigin.REPLICATION)
         cache = self._leader_epoch_cache
         for header in headers:
             epoch = header.partition_leader_epoch
             if epoch != NO_PARTITION_LEADER_EPOCH and epoch != cache.latest_epoch:
                 cache.assign(epoch, header.base_offset)
-        self._append(records, first_offset, last_offset, max_timestamp, offset_of_max_timestamp, now_ms)
+        self._append(
+            records, first_offset, last_offset, max_timestamp, offset_of_max_timestamp, now_ms, producer_appends
+        )
         return LogAppendInfo(
             first_offset,
             last_offset,
@@ -398,6 +440,34 @@ class Log:
             records_count,
             len(records),
         )
+
+    def _analyze_and_validate_producer_state(
+        self, headers: list[RecordBatchHeader], origin: AppendOrigin, first_offset: int | None = None
+    ) -> tuple[list[ProducerAppendInfo], BatchMetadata | None]:
+        """Kafka's analyzeAndValidateProducerState: check every idempotent batch against its producer's state
+        (raising before anything is written) and collect the updates to apply once the batches are written;
+        or, for a client's retry of a batch the log already holds, that batch. Offsets are those the batches
+        will get: from `first_offset` on for a leader, the stamped ones for a follower."""
+        updated: dict[int, ProducerAppendInfo] = {}
+        offset = first_offset
+        for header in headers:
+            base_offset = header.base_offset if offset is None else offset
+            last_offset = base_offset + header.last_offset_delta
+            if offset is not None:
+                offset = last_offset + 1
+            producer_id = header.producer_id
+            if producer_id == NO_PRODUCER_ID:
+                continue
+            if origin is AppendOrigin.CLIENT:
+                entry = self._producer_state_manager.last_entry(producer_id)
+                duplicate = entry.find_duplicate_batch(header) if entry is not None else None
+                if duplicate is not None:
+                    return [], duplicate
+            info = updated.get(producer_id)
+            if info is None:
+                info = updated[producer_id] = self._producer_state_manager.prepare_update(producer_id, origin)
+            info.append(header, base_offset, last_offset)
+        return list(updated.values()), None
 
     def _check_append_size(self, size: int) -> None:
         if size > self._config.segment_bytes:
@@ -414,10 +484,15 @@ class Log:
         max_timestamp: int,
         offset_of_max_timestamp: int,
         now_ms: int,
+        producer_appends: list[ProducerAppendInfo],
     ) -> None:
         segment = self._maybe_roll(len(records), max_timestamp, first_offset, last_offset, now_ms)
         segment.append(last_offset, max_timestamp, offset_of_max_timestamp, records)
         self._next_offset = last_offset + 1
+        producer_state = self._producer_state_manager
+        for info in producer_appends:
+            producer_state.update(info)
+        producer_state.update_map_end_offset(self._next_offset)
         if self._next_offset - self._recovery_point >= self._config.flush_messages:
             self.flush()
             self._last_flush_ms = now_ms
@@ -462,6 +537,10 @@ class Log:
         segment = LogSegment.open(self._dir, new_offset, self._config, now_ms)
         self._segments.append(segment)
         self._base_offsets.append(new_offset)
+        # Kafka's roll: a snapshot aligned with the new segment lets recovery start there, and is what the
+        # remote tier stores with the segment just closed.
+        self._producer_state_manager.update_map_end_offset(new_offset)
+        self._producer_state_manager.take_snapshot()
         self._pending_flush_offset = new_offset
         return segment
 
@@ -578,6 +657,7 @@ class Log:
         self._local_log_start_offset = max(self._local_log_start_offset, new_log_start_offset)
         self._recovery_point = max(self._recovery_point, self._local_log_start_offset)
         self._leader_epoch_cache.truncate_from_start(new_log_start_offset)
+        self._producer_state_manager.on_log_start_offset_incremented(new_log_start_offset)
         self._check_offsets()
         return True
 
@@ -640,6 +720,7 @@ class Log:
         self._recovery_point = min(self._recovery_point, target_offset)
         self._pending_flush_offset = None
         self._max_offset_metadata = None
+        self._rebuild_producer_state(target_offset, reload_from_clean_shutdown=False)
         self._check_offsets()
         return True
 
@@ -651,6 +732,7 @@ class Log:
         self._segments.append(LogSegment.open(self._dir, new_offset, self._config, self._now_ms))
         self._base_offsets.append(new_offset)
         self._leader_epoch_cache.clear_and_flush()
+        self._producer_state_manager.truncate_fully_and_start_at(new_offset)
         self._next_offset = new_offset
         self._local_log_start_offset = new_offset
         self._log_start_offset = new_offset if log_start_offset is None else min(log_start_offset, new_offset)
@@ -759,6 +841,9 @@ class Log:
         else:
             self.maybe_increment_log_start_offset(new_start)
         self._remove_and_delete_segments(deletable)
+        # Kafka's deleteProducerSnapshots: the snapshot named after a deleted segment goes with it.
+        for segment in deletable:
+            self._producer_state_manager.remove_and_delete_snapshot(segment.base_offset)
         return len(deletable)
 
     def _remove_and_delete_segments(self, segments: list[LogSegment]) -> None:
@@ -781,6 +866,61 @@ class Log:
         for segment in due:
             segment.delete()
         return len(due)
+
+    # Producer state
+
+    def _rebuild_producer_state(self, last_offset: int, *, reload_from_clean_shutdown: bool) -> None:
+        """Kafka's UnifiedLog.rebuildProducerState: reload the latest snapshot at or below `last_offset` and
+        replay the batch headers after it, snapshotting at the last two segments' bases and at the end.
+
+        With no snapshot after a clean shutdown (a log written before producer state was kept) Kafka skips
+        the scan and writes empty snapshots instead; so does this."""
+        producer_state = self._producer_state_manager
+        segments = self._segments
+        offsets_to_snapshot = {segment.base_offset for segment in segments[-2:]} | {last_offset}
+        if producer_state.latest_snapshot_offset is None and reload_from_clean_shutdown:
+            for offset in sorted(offsets_to_snapshot):
+                producer_state.update_map_end_offset(offset)
+                producer_state.take_snapshot()
+            return
+        log_start_offset = self._log_start_offset
+        # Nothing was known before a truncation, and truncating cannot add producers: skip the replay.
+        was_empty = producer_state.is_empty and producer_state.map_end_offset >= last_offset
+        producer_state.truncate_and_reload(log_start_offset, last_offset, self._now_ms)
+        if last_offset > producer_state.map_end_offset and not was_empty:
+            for index in range(self._floor_index(producer_state.map_end_offset), len(segments)):
+                segment = segments[index]
+                if segment.base_offset >= last_offset:
+                    break
+                start = max(segment.base_offset, producer_state.map_end_offset, log_start_offset)
+                producer_state.update_map_end_offset(start)
+                if segment.base_offset in offsets_to_snapshot:
+                    producer_state.take_snapshot()
+                producer_state.load_producers_from_headers(_batch_headers(segment, start, last_offset))
+        producer_state.update_map_end_offset(last_offset)
+        producer_state.take_snapshot()
+
+    def remove_expired_producers(self, now_ms: int) -> int:
+        """Kafka's PeriodicProducerExpirationCheck: forget producers idle for producer.id.expiration.ms."""
+        return self._producer_state_manager.remove_expired_producers(now_ms)
+
+    def delete_snapshots_after_recovery_point_checkpoint(self) -> int:
+        """Kafka's deleteSnapshotsAfterRecoveryPointCheckpoint: keep the snapshots of the last two segments
+        (truncation rebuilds from there) and from the recovery point's segment on (recovery replays from
+        there); with a remote tier also those of segments not yet copied, which the copy takes along.
+        Returns the lowest offset kept."""
+        active = self._segments[-1]
+        two_segments_min_offset = self._segments[-2].base_offset if len(self._segments) > 1 else active.base_offset
+        index = bisect_right(self._base_offsets, self._recovery_point - 1) - 1
+        recovery_point_offset = self._segments[index].base_offset if index >= 0 else self._recovery_point
+        min_offset_to_retain = min(recovery_point_offset, two_segments_min_offset)
+        if self._remote_log_enabled:
+            min_offset_to_retain = min(min_offset_to_retain, self._highest_offset_in_remote_storage + 1)
+        self._producer_state_manager.delete_snapshots_before(min_offset_to_retain)
+        return min_offset_to_retain
+
+    def fetch_producer_snapshot(self, offset: int) -> Path | None:
+        return self._producer_state_manager.fetch_snapshot(offset)
 
     # Durability
 
@@ -810,7 +950,9 @@ class Log:
             self._last_flush_ms = now_ms
 
     def close(self) -> None:
-        """Close every file; `*.deleted` segments are removed now, since nothing can read them any more."""
+        """Snapshot the producer state at the LEO (so the next start need not replay the log), then close
+        every file; `*.deleted` segments are removed now, since nothing can read them any more."""
+        self._producer_state_manager.take_snapshot()
         for segment, _ in self._deleted_segments:
             segment.delete()
         self._deleted_segments.clear()
@@ -835,6 +977,22 @@ class Log:
             f"Log(dir={str(self._dir)!r}, log_start_offset={self._log_start_offset}, "
             f"high_watermark={self._high_watermark}, log_end_offset={self._next_offset})"
         )
+
+
+def _batch_headers(segment: LogSegment, start_offset: int, end_offset: int) -> Iterator[RecordBatchHeader]:
+    """The headers of the segment's batches holding offsets in [start_offset, end_offset): producer state is
+    rebuilt from headers alone (producer id, epoch, base sequence, last offset delta, max timestamp)."""
+    batch = segment.translate_offset(start_offset)
+    if batch is None:
+        return
+    fd = segment.file.fileno()
+    position, size = batch.position, segment.size
+    while size - position >= RECORD_BATCH_OVERHEAD:
+        header = read_header(os.pread(fd, RECORD_BATCH_OVERHEAD, position))
+        if header.base_offset >= end_offset:
+            return
+        yield header
+        position += header.size_in_bytes
 
 
 def _fsync_dir(directory: Path) -> None:

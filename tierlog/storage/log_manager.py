@@ -28,6 +28,7 @@ from tierlog.storage.checkpoints import (
 from tierlog.storage.errors import InconsistentTopicIdError, KafkaStorageError
 from tierlog.storage.log import Log
 from tierlog.storage.log_config import LogConfig
+from tierlog.storage.producer_state import ProducerStateManagerConfig
 
 CLEAN_SHUTDOWN_FILENAME = ".kafka_cleanshutdown"
 DELETE_DIR_SUFFIX = "-delete"
@@ -44,8 +45,10 @@ class LogManager:
         log_dirs: Sequence[Path],
         broker_log_defaults: Mapping[str, str],
         remote_storage_system_enable: bool = False,
+        producer_state_config: ProducerStateManagerConfig | None = None,
     ) -> None:
         self.log_dirs = [Path(d) for d in log_dirs]
+        self._producer_state_config = producer_state_config or ProducerStateManagerConfig()
         self._broker_log_defaults = dict(broker_log_defaults)
         self._remote_storage_system_enable = remote_storage_system_enable
         self._logs: dict[TopicPartition, Log] = {}
@@ -92,6 +95,7 @@ class LogManager:
                     had_clean_shutdown=had_clean_shutdown,
                     now_ms=now_ms,
                     remote_log_enabled=self.remote_log_enabled(tp.topic, config),
+                    producer_state_config=self._producer_state_config,
                 )
             marker.unlink(missing_ok=True)
 
@@ -125,6 +129,7 @@ class LogManager:
             had_clean_shutdown=True,
             now_ms=now_ms,
             remote_log_enabled=self.remote_log_enabled(tp.topic, config),
+            producer_state_config=self._producer_state_config,
         )
         self._logs[tp] = log
         self._topic_ids[tp] = topic_id
@@ -215,6 +220,13 @@ class LogManager:
 
     def checkpoint_recovery_points(self) -> None:
         self._checkpoint(RECOVERY_POINT_CHECKPOINT_FILENAME, lambda log: log.recovery_point)
+        # Recovery now starts at the checkpointed points: older producer snapshots are no longer needed.
+        for log in self._logs.values():
+            log.delete_snapshots_after_recovery_point_checkpoint()
+
+    def remove_expired_producers(self, now_ms: int) -> int:
+        """Kafka's producer-id expiration check (every producer.id.expiration.check.interval.ms)."""
+        return sum(log.remove_expired_producers(now_ms) for log in self._logs.values())
 
     def checkpoint_log_start_offsets(self) -> None:
         # Kafka records a log start only where it differs from what the segments imply.
