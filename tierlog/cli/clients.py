@@ -10,6 +10,8 @@ import logging
 import re
 import socket
 from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
 
 import click
@@ -32,6 +34,7 @@ _RDKAFKA_LOG.addHandler(logging.NullHandler())
 _RDKAFKA_LOG.propagate = False
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 
 class CliError(click.ClickException):
@@ -94,6 +97,25 @@ def client_config(bootstrap: str, **settings: Any) -> dict[str, Any]:
     return {"bootstrap.servers": bootstrap, "client.id": "tierlog-cli", "logger": _RDKAFKA_LOG, **settings}
 
 
+def admin_client(bootstrap: str, timeout_s: float) -> AdminClient:
+    """An admin client of a reachable cluster (a one-line CliError otherwise)."""
+    ensure_reachable(bootstrap, timeout_s)
+    # librdkafka's admin handle is a producer underneath, whose metadata requests would auto-create any
+    # topic they name (auto.create.topics.enable): describing a typo must not create it.
+    return AdminClient(client_config(bootstrap, **{"allow.auto.create.topics": False}))
+
+
+def future_result(future: Future[T], subject: str, timeout_s: float) -> T:
+    """The admin future's value, or a one-line CliError. The wait is bounded even if librdkafka's own
+    request timeout were not honoured."""
+    try:
+        return future.result(timeout=timeout_s + 1)
+    except KafkaException as e:
+        raise CliError(kafka_error_message(e.args[0], subject)) from None
+    except FutureTimeout:
+        raise CliError(f"{subject}: the broker did not answer within {timeout_s:g}s") from None
+
+
 def kafka_error_message(error: KafkaError, subject: str) -> str:
     """One line for a Kafka error about `subject` (e.g. "topic 'orders'"), with what to do where we know."""
     code = error.code()
@@ -103,6 +125,10 @@ def kafka_error_message(error: KafkaError, subject: str) -> str:
         return f"{subject} does not exist (`tierlog topic list` shows the topics)"
     if code == KafkaError._UNKNOWN_PARTITION:
         return f"{subject} has no such partition (`tierlog topic describe` shows its partitions)"
+    if code == KafkaError.NON_EMPTY_GROUP:
+        return f"{subject} has active members: stop its consumers first"
+    if code == KafkaError.GROUP_ID_NOT_FOUND:
+        return f"{subject} does not exist (`tierlog groups list` shows the groups)"
     if code in (KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT, KafkaError._MSG_TIMED_OUT):
         return f"{subject}: the broker did not answer in time (raise --timeout, or check the broker's log)"
     return f"{subject}: {error.str()} ({error.name()})"

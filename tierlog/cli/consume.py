@@ -1,8 +1,11 @@
 """`tierlog consume TOPIC`: print records, as `kcat -C` and `rpk topic consume`.
 
 Like both of them it follows the topic until interrupted; `--exit/-e` stops at the end of the partitions
-and `--count/-n` after that many records. Partitions are assigned directly (no group membership, no
-offset commits), so consuming never changes anything on the broker.
+and `--count/-n` after that many records. By default partitions are assigned directly (no group membership,
+no offset commits), so consuming never changes anything on the broker. With `--group/-g` it consumes as a
+member of that consumer group, as `kcat -G` and `kafka-console-consumer --group` do: the group's
+coordinator assigns the partitions, consumption starts at the group's committed offsets, and every printed
+record is committed before the next are read, so an interrupted run resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import IO
 
@@ -134,6 +137,11 @@ def compile_format(fmt: str) -> Callable[[Message], bytes]:
 @click.option("-n", "--count", type=click.IntRange(min=1), help="Stop after this many records.")
 @click.option("-e", "--exit", "exit_at_end", is_flag=True, help="Stop at the end of the partitions.")
 @click.option("-f", "--format", "fmt", default=DEFAULT_FORMAT, show_default=True, help=FORMAT_HELP)
+@click.option(
+    "-g",
+    "--group",
+    help="Consume as a member of this consumer group, from its committed offsets, committing what is printed.",
+)
 @client_options
 def consume(
     topic: str,
@@ -143,18 +151,26 @@ def consume(
     count: int | None,
     exit_at_end: bool,
     fmt: str,
+    group: str | None,
     bootstrap: str,
     timeout_s: float,
 ) -> None:
     """Print the records of a topic.
 
     Starts at the beginning and follows TOPIC until Ctrl-C, as kcat -C and rpk do; -e stops at the end of
-    the partitions, -n after COUNT records."""
+    the partitions, -n after COUNT records. With -g GROUP the group's coordinator assigns the partitions
+    and the group's committed offsets say where to start (--offset beginning|end only applies to
+    partitions the group has no offset for)."""
     if offset is not None and from_timestamp is not None:
         raise click.UsageError("give either --offset or --from-timestamp, not both")
     render = compile_format(fmt)
     start = parse_start_offset(offset or "beginning")
     start_ms = parse_timestamp_ms(from_timestamp) if from_timestamp is not None else None
+    if group is not None:
+        _check_group_options(group, start, from_timestamp, partitions)
+        ensure_reachable(bootstrap, timeout_s)
+        _consume_in_group(topic, group, start, render, count, exit_at_end, bootstrap, timeout_s)
+        return
     ensure_reachable(bootstrap, timeout_s)
     consumer = Consumer(
         client_config(
@@ -171,11 +187,90 @@ def consume(
     try:
         assignment = _assignment(consumer, topic, partitions, start, start_ms, timeout_s)
         consumer.assign(assignment)
-        _print_records(consumer, {tp.partition for tp in assignment}, render, count, exit_at_end)
+        _print_records(consumer, _EndTracker({tp.partition for tp in assignment}), render, count, exit_at_end)
     except KeyboardInterrupt:
         pass  # Ctrl-C is how a following consume ends, as with kcat.
     finally:
         consumer.close()
+
+
+def _check_group_options(group: str, start: int, from_timestamp: str | None, partitions: tuple[int, ...]) -> None:
+    """A group member takes its partitions from the coordinator and its positions from the group's commits."""
+    if not group:
+        raise click.BadParameter("must not be empty", param_hint="--group")
+    if partitions:
+        raise click.UsageError("--partition assigns partitions directly: the group's coordinator does with --group")
+    if from_timestamp is not None or start not in (OFFSET_BEGINNING, OFFSET_END):
+        raise click.UsageError(
+            "with --group, consumption starts at the group's committed offsets; --offset may only be beginning "
+            "or end (where partitions without a committed offset start)"
+        )
+
+
+def _consume_in_group(
+    topic: str,
+    group: str,
+    start: int,
+    render: Callable[[Message], bytes],
+    count: int | None,
+    exit_at_end: bool,
+    bootstrap: str,
+    timeout_s: float,
+) -> None:
+    consumer = Consumer(
+        client_config(
+            bootstrap,
+            **{
+                "group.id": group,
+                # Commits are ours, after printing: auto-commit could commit records not yet written out.
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest" if start == OFFSET_BEGINNING else "latest",
+                "enable.partition.eof": True,
+            },
+        )
+    )
+    tracker = _EndTracker(None)
+    try:
+        topic_metadata(consumer, topic, timeout_s)
+        consumer.subscribe([topic], on_assign=tracker.assigned, on_revoke=tracker.revoked)
+        _print_records(consumer, tracker, render, count, exit_at_end, commit=_commit)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        # Leaves the group at once, so the other members get its partitions without waiting for a timeout.
+        consumer.close()
+
+
+def _commit(consumer: Consumer, written: Sequence[Message]) -> None:
+    """Commit the records just printed. A refused commit (the partition moved to another member in a
+    rebalance) is told, not fatal: that member starts at the last commit, so the records are printed again
+    rather than lost."""
+    positions = {(m.topic(), m.partition()): m.offset() + 1 for m in written}
+    offsets = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
+    try:
+        consumer.commit(offsets=offsets, asynchronous=False)
+    except KafkaException as e:
+        click.echo(f"% {kafka_error_message(e.args[0], 'commit')}", err=True)
+
+
+class _EndTracker:
+    """The assigned partitions that have not reached their end yet, for --exit. Assigned directly they are
+    known at once; a group member learns them from the rebalance callbacks."""
+
+    def __init__(self, partitions: set[int] | None) -> None:
+        self.known = partitions is not None
+        self.not_at_end = set(partitions or ())
+
+    def assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.known = True
+        self.not_at_end |= {tp.partition for tp in partitions}
+
+    def revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.not_at_end -= {tp.partition for tp in partitions}
+
+    @property
+    def at_end(self) -> bool:
+        return self.known and not self.not_at_end
 
 
 def _assignment(
@@ -203,21 +298,24 @@ def _assignment(
 
 def _print_records(
     consumer: Consumer,
-    partitions: set[int],
+    tracker: _EndTracker,
     render: Callable[[Message], bytes],
     count: int | None,
     exit_at_end: bool,
+    commit: Callable[[Consumer, Sequence[Message]], None] | None = None,
 ) -> None:
     out = sys.stdout.buffer
-    not_at_end = set(partitions)
     printed = 0
     while True:
         messages = consumer.consume(num_messages=_BATCH, timeout=_POLL_S)
-        printed += _write(out, messages, render, not_at_end, count - printed if count is not None else None)
+        written = _write(out, messages, render, tracker.not_at_end, count - printed if count is not None else None)
         out.flush()
+        printed += len(written)
+        if commit is not None and written:
+            commit(consumer, written)
         if count is not None and printed >= count:
             return
-        if exit_at_end and not not_at_end:
+        if exit_at_end and tracker.at_end:
             return
 
 
@@ -227,16 +325,16 @@ def _write(
     render: Callable[[Message], bytes],
     not_at_end: set[int],
     limit: int | None,
-) -> int:
-    """Write records (at most `limit`); track which partitions reached their end. Returns records written."""
-    written = 0
+) -> list[Message]:
+    """Write records (at most `limit`); track which partitions reached their end. Returns the records written."""
+    written: list[Message] = []
     for message in messages:
         error = message.error()
         if error is None:
-            if limit is not None and written >= limit:
+            if limit is not None and len(written) >= limit:
                 break
             out.write(render(message))
-            written += 1
+            written.append(message)
             not_at_end.add(message.partition())
         elif error.code() == KafkaError._PARTITION_EOF:
             not_at_end.discard(message.partition())

@@ -13,6 +13,7 @@ from tierlog.cli.cluster import cluster
 from tierlog.cli.consume import consume
 from tierlog.cli.demo import demo
 from tierlog.cli.dump_log import dump_log
+from tierlog.cli.groups import groups
 from tierlog.cli.produce import produce
 from tierlog.cli.topic import topic
 from tierlog.cli.trace import trace
@@ -79,6 +80,7 @@ def dump_log_command(files: tuple[Path, ...], print_data_log: bool) -> None:
 cli.add_command(topic)
 cli.add_command(produce)
 cli.add_command(consume)
+cli.add_command(groups)
 cli.add_command(demo)
 cli.add_command(cluster)
 cli.add_command(trace)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 from confluent_kafka import KafkaException, TopicPartition
@@ -24,34 +23,14 @@ from rich.text import Text
 
 from tierlog.cli.clients import (
     CliError,
-    client_config,
+    admin_client,
     client_options,
-    ensure_reachable,
+    future_result,
     kafka_error_message,
     output_console,
     parse_key_values,
     topic_metadata,
 )
-
-T = TypeVar("T")
-
-
-def _admin(bootstrap: str, timeout_s: float) -> AdminClient:
-    ensure_reachable(bootstrap, timeout_s)
-    # librdkafka's admin handle is a producer underneath, whose metadata requests would auto-create any
-    # topic they name (auto.create.topics.enable): describing a typo must not create it.
-    return AdminClient(client_config(bootstrap, **{"allow.auto.create.topics": False}))
-
-
-def _result(future: Future[T], subject: str, timeout_s: float) -> T:
-    """The future's value, or a one-line CliError. The wait is bounded even if librdkafka's own request
-    timeout were not honoured."""
-    try:
-        return future.result(timeout=timeout_s + 1)
-    except KafkaException as e:
-        raise CliError(kafka_error_message(e.args[0], subject)) from None
-    except FutureTimeout:
-        raise CliError(f"{subject}: the broker did not answer within {timeout_s:g}s") from None
 
 
 def _wait_all(futures: Mapping[str, Future[Any]], timeout_s: float) -> dict[str, str | None]:
@@ -59,7 +38,7 @@ def _wait_all(futures: Mapping[str, Future[Any]], timeout_s: float) -> dict[str,
     outcome: dict[str, str | None] = {}
     for name, future in futures.items():
         try:
-            _result(future, f"topic {name!r}", timeout_s)
+            future_result(future, f"topic {name!r}", timeout_s)
             outcome[name] = None
         except CliError as e:
             outcome[name] = e.message
@@ -109,7 +88,7 @@ def create(
 ) -> None:
     """Create topics."""
     topic_configs = dict(parse_key_values(configs, "--config"))
-    admin = _admin(bootstrap, timeout_s)
+    admin = admin_client(bootstrap, timeout_s)
     new_topics = [
         NewTopic(name, num_partitions=partitions, replication_factor=replication_factor, config=topic_configs)
         for name in names
@@ -123,7 +102,7 @@ def create(
 @client_options
 def list_(internal: bool, bootstrap: str, timeout_s: float) -> None:
     """List topics with their partition and replica counts."""
-    admin = _admin(bootstrap, timeout_s)
+    admin = admin_client(bootstrap, timeout_s)
     try:
         metadata = admin.list_topics(timeout=timeout_s)
     except KafkaException as e:
@@ -149,14 +128,14 @@ def describe(name: str, bootstrap: str, timeout_s: float) -> None:
     """Show a topic's partitions, offsets and configs.
 
     Per partition: leader, replicas, ISR, earliest and latest offset; then the non-default configs."""
-    admin = _admin(bootstrap, timeout_s)
+    admin = admin_client(bootstrap, timeout_s)
     metadata = topic_metadata(admin, name, timeout_s)
     partitions = [metadata.partitions[p] for p in sorted(metadata.partitions)]
     earliest = _list_offsets(admin, name, [p.id for p in partitions], OffsetSpec.earliest(), timeout_s)
     latest = _list_offsets(admin, name, [p.id for p in partitions], OffsetSpec.latest(), timeout_s)
     resource = ConfigResource(ResourceType.TOPIC, name)
     configs = admin.describe_configs([resource], request_timeout=timeout_s)[resource]
-    entries: dict[str, ConfigEntry] = _result(configs, f"configs of topic {name!r}", timeout_s)
+    entries: dict[str, ConfigEntry] = future_result(configs, f"configs of topic {name!r}", timeout_s)
 
     replication_factor = max((len(p.replicas) for p in partitions), default=0)
     console = output_console()
@@ -205,7 +184,9 @@ def _list_offsets(
     offsets: dict[int, str | Text] = {}
     for tp, future in futures.items():
         try:
-            offsets[tp.partition] = str(_result(future, f"offsets of {topic_name}-{tp.partition}", timeout_s).offset)
+            offsets[tp.partition] = str(
+                future_result(future, f"offsets of {topic_name}-{tp.partition}", timeout_s).offset
+            )
         except CliError as e:
             offsets[tp.partition] = Text(e.message, style="red")
     return offsets
@@ -216,7 +197,7 @@ def _list_offsets(
 @client_options
 def delete(names: tuple[str, ...], bootstrap: str, timeout_s: float) -> None:
     """Delete topics and all their data."""
-    admin = _admin(bootstrap, timeout_s)
+    admin = admin_client(bootstrap, timeout_s)
     futures = admin.delete_topics(list(names), request_timeout=timeout_s, operation_timeout=timeout_s)
     _print_outcome(_wait_all(futures, timeout_s), "deleted")
 
@@ -238,10 +219,10 @@ def alter_config(name: str, sets: tuple[str, ...], deletes: tuple[str, ...], boo
         ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in parse_key_values(sets, "--set")
     ]
     changes += [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE) for k in deletes]
-    admin = _admin(bootstrap, timeout_s)
+    admin = admin_client(bootstrap, timeout_s)
     resource = ConfigResource(ResourceType.TOPIC, name, incremental_configs=changes)
     future = admin.incremental_alter_configs([resource], request_timeout=timeout_s)[resource]
-    _result(future, f"topic {name!r}", timeout_s)
+    future_result(future, f"topic {name!r}", timeout_s)
     console = output_console()
     table = Table(box=None, pad_edge=False)
     table.add_column("CONFIG")

@@ -1,0 +1,164 @@
+"""`tierlog groups list|describe|delete`: consumer groups, as `kafka-consumer-groups.sh` and `rpk group`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import click
+from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient, ConsumerGroupDescription, ListConsumerGroupsResult, OffsetSpec
+from rich.table import Table
+from rich.text import Text
+
+from tierlog.cli.clients import CliError, admin_client, client_options, future_result, output_console
+
+_NONE = "-"
+
+
+@click.group()
+def groups() -> None:
+    """List, describe and delete consumer groups."""
+
+
+@groups.command(name="list")
+@client_options
+def list_(bootstrap: str, timeout_s: float) -> None:
+    """List the consumer groups with their state."""
+    admin = admin_client(bootstrap, timeout_s)
+    result: ListConsumerGroupsResult = future_result(
+        admin.list_consumer_groups(request_timeout=timeout_s), "listing groups", timeout_s
+    )
+    console = output_console()
+    table = Table(box=None, pad_edge=False)
+    table.add_column("GROUP")
+    table.add_column("STATE")
+    for listing in sorted(result.valid, key=lambda g: g.group_id):
+        table.add_row(listing.group_id, _state(listing.state))
+    console.print(table)
+    for error in result.errors:
+        # Listing asks every broker; one that did not answer is told, the groups of the others are shown.
+        console.print(Text(f"% {error}", style="red"))
+
+
+@dataclass(frozen=True)
+class _Row:
+    topic: str
+    partition: int
+    committed: int | None
+    log_end: int | str
+    member: str
+    host: str
+    client_id: str
+
+    @property
+    def lag(self) -> str:
+        if self.committed is None or not isinstance(self.log_end, int):
+            return _NONE
+        return str(max(self.log_end - self.committed, 0))
+
+
+@groups.command()
+@click.argument("group")
+@client_options
+def describe(group: str, bootstrap: str, timeout_s: float) -> None:
+    """Show a group's state, members, and per partition its committed offset, log end offset and lag.
+
+    As kafka-consumer-groups.sh --describe: a partition is listed when a member is assigned it or the group
+    has an offset committed for it; LAG is how far the committed offset is behind the log end."""
+    admin = admin_client(bootstrap, timeout_s)
+    subject = f"group {group!r}"
+    description: ConsumerGroupDescription = future_result(
+        admin.describe_consumer_groups([group], request_timeout=timeout_s)[group], subject, timeout_s
+    )
+    request = [ConsumerGroupTopicPartitions(group)]
+    listed = future_result(
+        admin.list_consumer_group_offsets(request, request_timeout=timeout_s)[group], subject, timeout_s
+    )
+    committed = {(tp.topic, tp.partition): tp.offset for tp in listed.topic_partitions if tp.offset >= 0}
+    if description.state == ConsumerGroupState.DEAD and not committed:
+        raise CliError(f"{subject} does not exist (`tierlog groups list` shows the groups)")
+
+    owners: dict[tuple[str, int], tuple[str, str, str]] = {}
+    for member in description.members:
+        for tp in member.assignment.topic_partitions:
+            owners[(tp.topic, tp.partition)] = (member.member_id, member.host, member.client_id)
+    partitions = sorted(set(owners) | set(committed))
+    log_ends = _log_end_offsets(admin, partitions, timeout_s)
+    rows = [
+        _Row(t, p, committed.get((t, p)), log_ends[(t, p)], *owners.get((t, p), (_NONE, _NONE, _NONE)))
+        for t, p in partitions
+    ]
+
+    console = output_console()
+    coordinator = description.coordinator
+    console.print(
+        f"[bold]{group}[/bold]  state {_state(description.state)}, {len(description.members)} members, "
+        f"assignor {description.partition_assignor or _NONE}, coordinator {coordinator.id} "
+        f"({coordinator.host}:{coordinator.port})"
+    )
+    table = Table(box=None, pad_edge=False)
+    for column in ("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID"):
+        table.add_column(column, justify="right" if column in ("PARTITION", "CURRENT-OFFSET", "LAG") else "left")
+    for row in rows:
+        log_end = str(row.log_end) if isinstance(row.log_end, int) else Text(row.log_end, style="red")
+        current = _NONE if row.committed is None else str(row.committed)
+        table.add_row(row.topic, str(row.partition), current, log_end, row.lag, row.member, row.host, row.client_id)
+    console.print(table)
+    idle = [m for m in description.members if not m.assignment.topic_partitions]
+    for member in idle:
+        # More members than partitions: kafka-consumer-groups.sh lists them with no partition, as here.
+        console.print(f"{member.member_id} ({member.client_id}, {member.host}) has no partition assigned")
+
+
+def _log_end_offsets(
+    admin: AdminClient, partitions: Iterable[tuple[str, int]], timeout_s: float
+) -> dict[tuple[str, int], int | str]:
+    """(topic, partition) -> log end offset, or the one-line error of a partition that could not be asked
+    (its leader down, the topic deleted), so one unavailable partition does not hide the others."""
+    wanted = {TopicPartition(t, p): OffsetSpec.latest() for t, p in partitions}
+    if not wanted:
+        return {}
+    ends: dict[tuple[str, int], int | str] = {}
+    for tp, future in admin.list_offsets(wanted, request_timeout=timeout_s).items():
+        try:
+            ends[(tp.topic, tp.partition)] = future_result(future, f"{tp.topic}-{tp.partition}", timeout_s).offset
+        except CliError as e:
+            ends[(tp.topic, tp.partition)] = e.message
+    return ends
+
+
+@groups.command()
+@click.argument("names", metavar="GROUP...", nargs=-1, required=True)
+@client_options
+def delete(names: tuple[str, ...], bootstrap: str, timeout_s: float) -> None:
+    """Delete consumer groups and their committed offsets. A group with members cannot be deleted."""
+    admin = admin_client(bootstrap, timeout_s)
+    futures = admin.delete_consumer_groups(list(names), request_timeout=timeout_s)
+    console = output_console()
+    table = Table(box=None, pad_edge=False)
+    table.add_column("GROUP")
+    table.add_column("STATUS")
+    failed = False
+    for name, future in futures.items():
+        try:
+            future_result(future, f"group {name!r}", timeout_s)
+            table.add_row(name, "deleted")
+        except CliError as e:
+            failed = True
+            table.add_row(name, Text(e.message, style="red"))
+    console.print(table)
+    if failed:
+        raise click.exceptions.Exit(1)
+
+
+def _state(state: ConsumerGroupState | None) -> str:
+    """Kafka's own spelling of the state (Stable, PreparingRebalance, ...), as kafka-consumer-groups.sh."""
+    names = {
+        ConsumerGroupState.STABLE: "Stable",
+        ConsumerGroupState.PREPARING_REBALANCING: "PreparingRebalance",
+        ConsumerGroupState.COMPLETING_REBALANCING: "CompletingRebalance",
+        ConsumerGroupState.EMPTY: "Empty",
+        ConsumerGroupState.DEAD: "Dead",
+    }
+    return names.get(state, "Unknown") if state is not None else "Unknown"
