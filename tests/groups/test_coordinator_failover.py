@@ -1,0 +1,107 @@
+"""The broker that coordinates a group is killed -9 while its members consume and commit: the leadership
+of the group's __consumer_offsets partition moves to another replica, which loads the group's offsets
+from its copy of the partition, and the group carries on there. Commits made before the kill are all still
+there, consumption goes on, and in the end every record is consumed and committed.
+
+Node 1 also runs the (single) controller and is never the one killed: each test picks a group whose
+__consumer_offsets partition (Java's String.hashCode of the group id, as Kafka) is led by node 2 or 3.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from group_helpers import (
+    CATCH_UP_S,
+    OFFSETS_TOPIC,
+    REBALANCE_S,
+    ContinuousProducer,
+    admin_client,
+    committed_offsets,
+    create_topic,
+    describe_group,
+    group_coordinated_by,
+    group_in_partition,
+    member_pool,
+    offsets_partition,
+    partition_leaders,
+    unique,
+    wait_committed_at_end,
+    wait_for_progress,
+)
+
+from tierlog.cli.local_cluster import LocalCluster, wait_until
+
+PARTITIONS = 6
+PROGRESS = 60
+RESTART_S = 60.0
+
+CASES = [("confluent-kafka", "range"), ("kafka-python", "range"), ("aiokafka", "roundrobin")]
+
+
+def _coordinator(bootstrap: str, group: str) -> int | None:
+    try:
+        return describe_group(bootstrap, group).coordinator.id
+    except KafkaException:
+        return None
+
+
+@pytest.mark.parametrize(("client", "assignor"), CASES, ids=[c for c, _ in CASES])
+def test_group_carries_on_when_its_coordinator_is_killed(
+    cluster: LocalCluster, tmp_path: Path, client: str, assignor: str
+) -> None:
+    bootstrap = cluster.bootstrap
+    group, coordinator = group_coordinated_by(cluster, {2, 3}, f"failover-{client}")
+    assert _coordinator(bootstrap, group) == coordinator
+    # A group with nothing but a standalone commit, coordinated by the same partition: its offsets must come
+    # back exactly, not merely "at least as far".
+    idle_group = group_in_partition(offsets_partition(group), "idle")
+    topic = unique("failover")
+    create_topic(bootstrap, topic, PARTITIONS)
+    idle_offsets = [TopicPartition(topic, p, 10 + p) for p in range(PARTITIONS)]
+    altered = admin_client(bootstrap).alter_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(idle_group, idle_offsets)]
+    )
+    altered[idle_group].result(timeout=30)
+
+    producer = ContinuousProducer(bootstrap, topic, PARTITIONS)
+    settings = {"client": client, "assignor": assignor, "bootstrap": bootstrap, "topic": topic, "group": group}
+    with member_pool(log_dir=tmp_path, **settings) as pool:
+        producer.start()
+        a, b = pool.start("a"), pool.start("b")
+        pool.wait_balanced([a, b], PARTITIONS)
+        wait_for_progress(lambda: len(pool.consumed()), PROGRESS, CATCH_UP_S, "records consumed before the kill")
+        before = committed_offsets(bootstrap, group, topic, range(PARTITIONS))
+        assert all(offset >= 0 for offset in before.values()), before
+
+        cluster.broker(coordinator).kill()
+        try:
+            new_coordinator = wait_until(
+                lambda: (n := _coordinator(bootstrap, group)) not in (None, coordinator) and n,
+                REBALANCE_S,
+                f"a new coordinator for {group} after node {coordinator} was killed",
+            )
+            assert new_coordinator == partition_leaders(bootstrap, OFFSETS_TOPIC)[offsets_partition(group)]
+            wait_for_progress(lambda: len(pool.consumed()), PROGRESS, CATCH_UP_S, "records consumed after the kill")
+
+            after = committed_offsets(bootstrap, group, topic, range(PARTITIONS))
+            assert all(after[p] >= before[p] for p in before), (before, after)
+            assert committed_offsets(bootstrap, idle_group, topic, range(PARTITIONS)) == {
+                tp.partition: tp.offset for tp in idle_offsets
+            }
+
+            producer.stop()
+            wait_committed_at_end(bootstrap, group, topic, PARTITIONS, CATCH_UP_S)
+            consumed = {(r.partition, r.offset) for r in pool.consumed()}
+            missing = [r for r in producer.acked if (r.partition, r.offset) not in consumed]
+            assert not missing, f"{len(missing)} acknowledged records never consumed, e.g. {missing[:5]}"
+            a.leave()
+            b.leave()
+        finally:
+            producer.stop()
+            killed = cluster.broker(coordinator)
+            killed.start()
+            killed.wait_ready(RESTART_S)
+            cluster.wait_for_brokers(3, timeout_s=RESTART_S)

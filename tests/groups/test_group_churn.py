@@ -1,0 +1,101 @@
+"""Three consumers share six partitions while records keep coming; one leaves, one joins, one is killed -9.
+Every acknowledged record is consumed, the committed offsets end at the log end offsets, and a consumer
+started afterwards resumes exactly at the committed offsets: nothing committed is read again, nothing is
+skipped.
+
+Each client library runs the story with an eager assignor and, where it has one, with cooperative-sticky
+(KIP-429 incremental rebalancing, which the broker only relays: the protocol's name and metadata pass
+through JoinGroup and SyncGroup untouched):
+- confluent-kafka (librdkafka): range and cooperative-sticky;
+- kafka-python 3.0: range and cooperative-sticky (kafka.coordinator.assignors.cooperative_sticky);
+- aiokafka 0.14: roundrobin only; it implements no cooperative protocol (its assignors are range,
+  roundrobin and an eager sticky one).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from group_helpers import (
+    CATCH_UP_S,
+    REBALANCE_S,
+    ContinuousProducer,
+    committed_offsets,
+    create_topic,
+    describe_group,
+    member_pool,
+    unique,
+    wait_committed_at_end,
+    wait_for_progress,
+)
+
+from tierlog.cli.local_cluster import LocalCluster, wait_until
+
+PARTITIONS = 6
+# Records each stage must see consumed before the next change, so every member really worked.
+PROGRESS = 60
+RESUMED = 30
+
+CASES = [
+    ("confluent-kafka", "range"),
+    ("confluent-kafka", "cooperative-sticky"),
+    ("kafka-python", "range"),
+    ("kafka-python", "cooperative-sticky"),
+    ("aiokafka", "roundrobin"),
+]
+
+
+@pytest.mark.parametrize(("client", "assignor"), CASES, ids=[f"{c}-{a}" for c, a in CASES])
+def test_members_leave_join_and_crash_and_every_record_is_consumed_and_committed(
+    cluster: LocalCluster, tmp_path: Path, client: str, assignor: str
+) -> None:
+    bootstrap = cluster.bootstrap
+    topic, group = unique("churn"), unique(f"churn-{client}-{assignor}")
+    create_topic(bootstrap, topic, PARTITIONS)
+    producer = ContinuousProducer(bootstrap, topic, PARTITIONS)
+    settings = {"client": client, "assignor": assignor, "bootstrap": bootstrap, "topic": topic, "group": group}
+    with member_pool(log_dir=tmp_path, **settings) as pool:
+        producer.start()
+        a, b, c = pool.start("a"), pool.start("b"), pool.start("c")
+        pool.wait_balanced([a, b, c], PARTITIONS)
+        wait_for_progress(lambda: len(pool.consumed()), PROGRESS, CATCH_UP_S, "records consumed by a, b and c")
+
+        a.leave()
+        pool.wait_balanced([b, c], PARTITIONS)
+        wait_for_progress(lambda: len(pool.consumed()), PROGRESS, CATCH_UP_S, "records consumed after a left")
+
+        d = pool.start("d")
+        pool.wait_balanced([b, c, d], PARTITIONS)
+        wait_for_progress(lambda: len(d.records), 1, CATCH_UP_S, "a first record consumed by d")
+
+        b.kill()
+        # The coordinator notices only when b's session times out; c and d then take its partitions.
+        pool.wait_balanced([c, d], PARTITIONS, timeout_s=REBALANCE_S)
+        wait_for_progress(lambda: len(pool.consumed()), PROGRESS, CATCH_UP_S, "records consumed after b died")
+
+        producer.stop()
+        ends = wait_committed_at_end(bootstrap, group, topic, PARTITIONS, CATCH_UP_S)
+        assert producer.failed == 0
+        consumed = {(r.partition, r.offset): r.value for r in pool.consumed()}
+        missing = [r for r in producer.acked if consumed.get((r.partition, r.offset)) != r.value]
+        assert not missing, f"{len(missing)} acknowledged records never consumed, e.g. {missing[:5]}"
+
+        description = describe_group(bootstrap, group)
+        assert {m.client_id for m in description.members} == {"c", "d"}
+        c.leave()
+        d.leave()
+        wait_until(lambda: describe_group(bootstrap, group).state.name == "EMPTY", REBALANCE_S, f"{group} empty")
+        assert committed_offsets(bootstrap, group, topic, range(PARTITIONS)) == ends
+
+        # A member started now resumes at the committed offsets: it reads the new records and only those.
+        producer.produce(RESUMED)
+        e = pool.start("e")
+        wait_for_progress(lambda: len(e.records), RESUMED, CATCH_UP_S, "the new records consumed by e")
+        new = sorted(r for r in producer.acked if r.offset >= ends[r.partition])
+        assert len(new) == RESUMED
+        assert sorted(e.records) == new
+        first_read = {p: min(r.offset for r in e.records if r.partition == p) for p in {r.partition for r in new}}
+        assert first_read == {p: ends[p] for p in first_read}
+        wait_committed_at_end(bootstrap, group, topic, PARTITIONS, CATCH_UP_S)
+        e.leave()
