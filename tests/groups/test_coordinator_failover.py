@@ -24,6 +24,7 @@ from group_helpers import (
     describe_group,
     group_coordinated_by,
     group_in_partition,
+    java_string_hash,
     member_pool,
     offsets_partition,
     partition_leaders,
@@ -39,6 +40,15 @@ PROGRESS = 60
 RESTART_S = 60.0
 
 CASES = [("confluent-kafka", "range"), ("kafka-python", "range"), ("aiokafka", "roundrobin")]
+
+
+def test_a_groups_offsets_partition_is_computed_as_kafka_does() -> None:
+    # Java's String.hashCode, known values: over UTF-16 code units (an emoji is a surrogate pair), and
+    # Integer.MIN_VALUE, which Math.abs would leave negative: Kafka's Utils.abs masks the sign bit.
+    assert [java_string_hash(s) for s in ("", "hello", "\N{GRINNING FACE}")] == [0, 99162322, 31 * 0xD83D + 0xDE00]
+    assert java_string_hash("polygenelubricants") == -(2**31)
+    assert offsets_partition("polygenelubricants", 50) == 0
+    assert offsets_partition("hello", 50) == 99162322 % 50
 
 
 def _coordinator(bootstrap: str, group: str) -> int | None:
