@@ -1,0 +1,1 @@
+"""Coordinators: the deterministic cores of Kafka's group coordinator (and, later, others)."""
