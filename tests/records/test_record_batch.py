@@ -130,7 +130,7 @@ def test_buffer_shorter_than_a_header_is_corrupt() -> None:
         validate_batch(batch()[:RECORD_BATCH_OVERHEAD - 1])
 
 
-@pytest.mark.parametrize(("count", "last_offset_delta"), [(4, 2), (0, 2), (-1, 2), (3, 1)])
+@pytest.mark.parametrize(("count", "last_offset_delta"), [(4, 2), (-1, 2), (3, 1), (0, -1)])
 def test_count_disagreeing_with_last_offset_delta_is_invalid_record(count: int, last_offset_delta: int) -> None:
     data = batch()
     struct.pack_into(">i", data, RECORDS_COUNT_OFFSET, count)
@@ -146,6 +146,13 @@ def test_fewer_records_than_offsets_is_allowed_after_compaction() -> None:
     struct.pack_into(">i", data, LAST_OFFSET_DELTA_OFFSET, 5)
     fix_crc(data)
     assert validate_batch(data).last_offset_delta == 5
+
+
+def test_an_empty_batch_is_allowed_as_the_log_cleaner_keeps_a_producers_last_batch() -> None:
+    data = batch()
+    struct.pack_into(">i", data, RECORDS_COUNT_OFFSET, 0)
+    fix_crc(data)
+    assert validate_batch(data).records_count == 0
 
 
 def test_unknown_codec_is_invalid_record() -> None:

@@ -1,17 +1,21 @@
-"""Record-level encoding and decoding of RecordBatch v2 for tools and tests, never for the broker path.
+"""Record-level encoding and decoding of RecordBatch v2.
 
-The broker moves batches as opaque bytes (`record_batch.py`); only dump-log, the demo clients and tests need
-the records inside. Records are encoded and decoded by aiokafka's C extension (its DefaultRecordBatch
-reader and DefaultRecordBatchBuilder), which also decompresses gzip/snappy/lz4/zstd through cramjam.
+The broker's produce and fetch paths move batches as opaque bytes (`record_batch.py`). The records inside
+are needed by dump-log, the demo clients and tests (through aiokafka's C extension: its DefaultRecordBatch
+reader and DefaultRecordBatchBuilder, which also decompress gzip/snappy/lz4/zstd through cramjam), and by
+two broker paths that must see them exactly as stored: the log cleaner, which rewrites batches keeping each
+record's offset delta, timestamp and headers byte for byte (`decode_raw_records`, `encode_raw_batch`), and
+the key check of compacted topics (`records_without_key`).
 """
 
 from __future__ import annotations
 
 import gzip
+import struct
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from aiokafka.codec import lz4_encode, snappy_encode, zstd_encode
+from aiokafka.codec import gzip_decode, lz4_decode, lz4_encode, snappy_decode, snappy_encode, zstd_decode, zstd_encode
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from crc32c import crc32c
 
@@ -19,16 +23,19 @@ from tierlog.records.record_batch import (
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
     CURRENT_MAGIC,
+    DELETE_HORIZON_FLAG_MASK,
     LENGTH_OFFSET,
     LOG_OVERHEAD,
     NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_ID,
+    NO_TIMESTAMP,
     RECORD_BATCH_OVERHEAD,
     CompressionType,
     InvalidRecordError,
     RecordBatchHeader,
     TimestampType,
     batch_size_at,
+    read_header,
     set_base_offset,
     set_partition_leader_epoch,
     validate_batch,
@@ -36,6 +43,8 @@ from tierlog.records.record_batch import (
 
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
+# Kafka's DefaultRecordBatch header, as record_batch reads it.
+_BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
 
 Header = tuple[str, bytes | None]
 # (key, value, headers, timestamp_ms): what build_batch takes per record. The timestamp is required, so
@@ -70,6 +79,13 @@ _ENCODERS: dict[CompressionType, Callable[[bytes], bytes]] = {
     CompressionType.SNAPPY: snappy_encode,
     CompressionType.LZ4: lz4_encode,
     CompressionType.ZSTD: zstd_encode,
+}
+
+_DECODERS: dict[CompressionType, Callable[[bytes], bytes]] = {
+    CompressionType.GZIP: gzip_decode,
+    CompressionType.SNAPPY: snappy_decode,
+    CompressionType.LZ4: lz4_decode,
+    CompressionType.ZSTD: zstd_decode,
 }
 
 
@@ -158,3 +174,175 @@ def _compress(batch: bytearray, compression: CompressionType) -> bytearray:
     crc = crc32c(compressed[ATTRIBUTES_OFFSET:])
     compressed[CRC_OFFSET : CRC_OFFSET + 4] = crc.to_bytes(4, "big")
     return compressed
+
+
+# Raw records: what the log cleaner keeps of a record, exactly as stored.
+
+
+@dataclass(frozen=True, slots=True)
+class RawRecord:
+    """One record of a batch as stored: its offset delta, absolute timestamp (base timestamp + delta), key,
+    value, and its headers section (count and headers) as bytes, copied unchanged when the batch is rewritten."""
+
+    offset_delta: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: bytes
+
+
+def _read_varint(data: bytes, position: int) -> tuple[int, int]:
+    """A zigzag varint (Kafka's ByteUtils.readVarint/readVarlong) at `position`: (value, next position)."""
+    shift = result = 0
+    while True:
+        byte = data[position]
+        position += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (result >> 1) ^ -(result & 1), position
+        shift += 7
+        if shift > 63:
+            raise ValueError(f"varint longer than 10 bytes at {position}")
+
+
+def _write_varint(out: bytearray, value: int) -> None:
+    zigzag = (value << 1) ^ (value >> 63)
+    while zigzag & ~0x7F:
+        out.append((zigzag & 0x7F) | 0x80)
+        zigzag >>= 7
+    out.append(zigzag)
+
+
+def _read_bytes(data: bytes, position: int) -> tuple[bytes | None, int]:
+    length, position = _read_varint(data, position)
+    if length < 0:
+        return None, position
+    end = position + length
+    if end > len(data):
+        raise ValueError(f"field of {length} bytes at {position} runs past the records")
+    return data[position:end], end
+
+
+def _skip_headers(data: bytes, position: int) -> int:
+    count, position = _read_varint(data, position)
+    if count < 0:
+        raise ValueError(f"negative header count {count}")
+    for _ in range(count):
+        key_length, position = _read_varint(data, position)
+        if key_length < 0:
+            raise ValueError("header with a null key")
+        position += key_length
+        _, position = _read_bytes(data, position)
+    return position
+
+
+def records_section(batch: bytes | bytearray | memoryview, header: RecordBatchHeader) -> bytes:
+    """The batch's records, decompressed: what follows the 61-byte header of an uncompressed batch."""
+    data = bytes(batch[RECORD_BATCH_OVERHEAD : header.size_in_bytes])
+    codec = header.compression_type
+    return data if codec == CompressionType.NONE else _DECODERS[codec](data)
+
+
+def decode_raw_records(batch: bytes | bytearray | memoryview, header: RecordBatchHeader) -> list[RawRecord]:
+    """The records of `batch` (exactly the batch `header` describes), without checking the CRC; raises
+    InvalidRecordError if they do not parse or do not decompress."""
+    try:
+        data = records_section(batch, header)
+        records = []
+        position = 0
+        base_timestamp = header.base_timestamp
+        for _ in range(header.records_count):
+            length, position = _read_varint(data, position)
+            end = position + length
+            if length < 0 or end > len(data):
+                raise ValueError(f"record of {length} bytes at {position} runs past the records")
+            # attributes (int8, unused) precede the timestamp delta
+            timestamp_delta, cursor = _read_varint(data, position + 1)
+            offset_delta, cursor = _read_varint(data, cursor)
+            key, cursor = _read_bytes(data, cursor)
+            value, cursor = _read_bytes(data, cursor)
+            if _skip_headers(data, cursor) != end:
+                raise ValueError(f"record at {position - 1} does not end where its length says")
+            records.append(RawRecord(offset_delta, base_timestamp + timestamp_delta, key, value, data[cursor:end]))
+            position = end
+        if position != len(data):
+            raise ValueError(f"{len(data) - position} bytes follow the last of {header.records_count} records")
+        return records
+    except Exception as e:
+        # A truncated varint (IndexError), a bad length (ValueError) or a stream that does not decompress
+        # (each codec library has its own exception type): all mean the stored batch is corrupt.
+        raise InvalidRecordError(f"batch at offset {header.base_offset} has undecodable records: {e!r}") from e
+
+
+def records_without_key(batch: bytes | bytearray | memoryview, header: RecordBatchHeader) -> int:
+    """How many records of the batch have a null key (LogValidator's key check of compacted topics)."""
+    return sum(1 for record in decode_raw_records(batch, header) if record.key is None)
+
+
+def encode_raw_batch(
+    template: RecordBatchHeader,
+    records: Sequence[RawRecord],
+    *,
+    delete_horizon_ms: int | None,
+) -> bytes:
+    """Rebuild a batch from `template` (the original header) with only `records`, as Kafka's cleaner does
+    (MemoryRecords.buildRetainedRecordsInto): base offset, lastOffsetDelta, producer id/epoch, base sequence,
+    partition leader epoch, timestamp type, transactional/control bits and the codec are kept; every record
+    keeps its offset delta, timestamp and headers. baseTimestamp is the delete horizon when one is given
+    (with the delete-horizon attribute bit), else the first record's timestamp; maxTimestamp is the records'
+    largest (the original for LogAppendTime). No records gives Kafka's empty batch
+    (DefaultRecordBatch.writeEmptyHeader): uncompressed, baseTimestamp -1, the original maxTimestamp."""
+    attributes = template.attributes & ~(DELETE_HORIZON_FLAG_MASK | 0x07)
+    compression = template.compression_type if records else CompressionType.NONE
+    if not records:
+        base_timestamp, max_timestamp = NO_TIMESTAMP, template.max_timestamp
+    else:
+        if delete_horizon_ms is not None:
+            base_timestamp = delete_horizon_ms
+            attributes |= DELETE_HORIZON_FLAG_MASK
+        else:
+            base_timestamp = records[0].timestamp
+        if template.timestamp_type == TimestampType.LOG_APPEND_TIME:
+            max_timestamp = template.max_timestamp
+        else:
+            max_timestamp = max(record.timestamp for record in records)
+    body = bytearray()
+    for record in records:
+        encoded = bytearray(b"\x00")  # record attributes: unused, always 0
+        _write_varint(encoded, record.timestamp - base_timestamp)
+        _write_varint(encoded, record.offset_delta)
+        for field in (record.key, record.value):
+            if field is None:
+                _write_varint(encoded, -1)
+            else:
+                _write_varint(encoded, len(field))
+                encoded += field
+        encoded += record.headers
+        _write_varint(body, len(encoded))
+        body += encoded
+    payload = bytes(body) if compression == CompressionType.NONE else _ENCODERS[compression](bytes(body))
+    buffer = bytearray(RECORD_BATCH_OVERHEAD)
+    _BATCH_HEADER.pack_into(
+        buffer,
+        0,
+        template.base_offset,
+        RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(payload),
+        template.partition_leader_epoch,
+        CURRENT_MAGIC,
+        0,
+        attributes | compression,
+        template.last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        template.producer_id,
+        template.producer_epoch,
+        template.base_sequence,
+        len(records),
+    )
+    buffer += payload
+    crc = crc32c(buffer[ATTRIBUTES_OFFSET:])
+    buffer[CRC_OFFSET : CRC_OFFSET + 4] = crc.to_bytes(4, "big")
+    result = bytes(buffer)
+    # The header just written must read back as the one intended (field order is easy to get wrong).
+    assert read_header(result).last_offset == template.last_offset
+    return result

@@ -50,6 +50,9 @@ COMPRESSION_CODEC_MASK = 0x07
 TIMESTAMP_TYPE_MASK = 0x08
 TRANSACTIONAL_FLAG_MASK = 0x10
 CONTROL_FLAG_MASK = 0x20
+# KIP-534: the log cleaner sets this bit when it first keeps a tombstone; baseTimestamp then holds the time
+# after which the cleaner may remove the batch's tombstones (the delete horizon).
+DELETE_HORIZON_FLAG_MASK = 0x40
 
 
 class CompressionType(IntEnum):
@@ -122,6 +125,10 @@ class RecordBatchHeader:
     def is_control(self) -> bool:
         return bool(self.attributes & CONTROL_FLAG_MASK)
 
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        return self.base_timestamp if self.attributes & DELETE_HORIZON_FLAG_MASK else None
+
 
 def read_header(buffer: memoryview | bytes | bytearray, position: int = 0) -> RecordBatchHeader:
     """Decode the header at `position`; the caller guarantees RECORD_BATCH_OVERHEAD bytes are there."""
@@ -161,8 +168,9 @@ def validate_batch(buffer: memoryview | bytes | bytearray, position: int = 0) ->
     if codec > CompressionType.ZSTD:
         raise InvalidRecordError(f"batch at {position} has unknown compression codec {codec}", corrupt=False)
     # A producer's batch holds lastOffsetDelta + 1 records; compaction may leave gaps (fewer records than
-    # the delta implies) but never more records than offsets, and never an empty batch from a client.
-    if header.records_count <= 0 or not 0 <= header.records_count - 1 <= header.last_offset_delta:
+    # the delta implies, or none: the cleaner keeps a producer's last batch empty to keep its sequence) but
+    # never more records than offsets. Clients may not send empty batches (Log._validate_client_batch).
+    if header.last_offset_delta < 0 or not 0 <= header.records_count <= header.last_offset_delta + 1:
         raise InvalidRecordError(
             f"batch at {position} has {header.records_count} records but lastOffsetDelta {header.last_offset_delta}",
             corrupt=False,

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tierlog.common import TopicPartition
+from tierlog.records.codec import records_without_key
 from tierlog.records.record_batch import (
     NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_ID,
@@ -139,6 +140,8 @@ class Log:
         # (offset, segment base offset, position) of the last max_offset a read translated, usually the HW.
         self._max_offset_metadata: tuple[int, int, int] | None = None
         self._deleted_segments: list[tuple[LogSegment, int]] = []
+        # The lowest offset truncated to since the log cleaner last asked: its checkpoint must not pass it.
+        self._truncation_point: int | None = None
         leader_epoch_cache.truncate_from_end(self._next_offset)
         leader_epoch_cache.truncate_from_start(self._log_start_offset)
 
@@ -291,6 +294,8 @@ class Log:
         headers = list(iter_batches(records))
         for header in headers:
             self._validate_client_batch(header, now_ms)
+            if config.compact:
+                self._validate_keys(records, header)
         self._check_append_size(len(records))
         log_append_time = config.log_append_time
         producer_appends, duplicate = self._analyze_and_validate_producer_state(
@@ -394,6 +399,16 @@ class Log:
                     f"Timestamp {timestamp} of a record in partition {self._topic_partition} is more than "
                     f"message.timestamp.after.max.ms ({config.message_timestamp_after_max_ms}) after now"
                 )
+
+    def _validate_keys(self, records: bytearray, header: RecordBatchHeader) -> None:
+        """LogValidator.validateKey: a compacted topic keeps the latest record per key, so a record without
+        one could never be compacted. Decodes the records, so it runs for compacted topics only."""
+        batch = memoryview(records)[header.position : header.position + header.size_in_bytes]
+        if records_without_key(batch, header):
+            raise InvalidRecordError(
+                f"Compacted topic cannot accept message without key in topic partition {self._topic_partition}.",
+                corrupt=False,
+            )
 
     def append_as_follower(self, records: bytes | bytearray | memoryview, now_ms: int) -> LogAppendInfo:
         """Append batches whose offsets and epochs the leader assigned; the epoch cache learns each new
@@ -720,6 +735,7 @@ class Log:
         self._recovery_point = min(self._recovery_point, target_offset)
         self._pending_flush_offset = None
         self._max_offset_metadata = None
+        self._truncated(target_offset)
         self._rebuild_producer_state(target_offset, reload_from_clean_shutdown=False)
         self._check_offsets()
         return True
@@ -741,7 +757,52 @@ class Log:
         self._recovery_point = new_offset
         self._pending_flush_offset = None
         self._max_offset_metadata = None
+        self._truncated(new_offset)
         self._check_offsets(remote_end=True)
+
+    def _truncated(self, offset: int) -> None:
+        self._truncation_point = offset if self._truncation_point is None else min(self._truncation_point, offset)
+
+    def take_truncation_point(self) -> int | None:
+        """The lowest offset the log was truncated to since the last call (Kafka's maybeTruncateCheckpoint
+        hook: the log cleaner lowers its checkpoint there), or None."""
+        point, self._truncation_point = self._truncation_point, None
+        return point
+
+    # Compaction (Kafka's LocalLog.replaceSegments)
+
+    def replace_segments(self, new_segment: LogSegment, old_segments: list[LogSegment]) -> None:
+        """Swap the log cleaner's `.cleaned` segment in for `old_segments` (consecutive closed segments, the
+        first with the new segment's base offset), crash-safely: rename it `.swap`, rename the old segments
+        `.deleted` (removed file.delete.delay.ms later, so reads already handed out finish), then drop the
+        `.swap` suffix. Log.open completes a swap a crash interrupted after the `.swap` rename and undoes
+        one interrupted before it (`_remove_temp_files_and_collect_swap_files`, `_complete_swaps`)."""
+        segments = self._segments
+        first = next((i for i, segment in enumerate(segments) if segment is old_segments[0]), None)
+        if (
+            first is None
+            or segments[first : first + len(old_segments)] != old_segments
+            or first + len(old_segments) >= len(segments)
+            or new_segment.base_offset != old_segments[0].base_offset
+        ):
+            raise KafkaStorageError(
+                f"Cannot replace segments {[s.base_offset for s in old_segments]} of {self._topic_partition}: "
+                "they are not consecutive closed segments of the log"
+            )
+        new_segment.change_file_suffixes(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)
+        self._segments = [*segments[:first], new_segment, *segments[first + len(old_segments) :]]
+        self._base_offsets = [segment.base_offset for segment in self._segments]
+        delete_at_ms = self._now_ms + self._config.file_delete_delay_ms
+        for segment in old_segments:
+            segment.change_file_suffixes("", DELETED_FILE_SUFFIX)
+            self._deleted_segments.append((segment, delete_at_ms))
+        new_segment.change_file_suffixes(SWAP_FILE_SUFFIX, "")
+        _fsync_dir(self._dir)
+        # Batch positions below the HW moved.
+        self._max_offset_metadata = None
+        # Kafka's deleteProducerSnapshots: a replaced segment's snapshot goes unless the new one took its name.
+        for segment in old_segments[1:]:
+            self._producer_state_manager.remove_and_delete_snapshot(segment.base_offset)
 
     # Retention
 
