@@ -275,6 +275,7 @@ class ReplicaFetcher:
         leader_log_start_offset: int,
         epochs: Sequence[tuple[int, int]],
         now_ms: int,
+        producer_snapshot: bytes | None = None,
     ) -> None:
         """Seed 001's BuildingRemoteLogAuxState, completed: restart the local log empty at `next_offset` (the
         end of the remote segment holding the leader's local log start - 1, plus one) with the leader's log
@@ -283,7 +284,7 @@ class ReplicaFetcher:
         partition = self._partition_of(tp)
         if state is None or partition is None or state.state != BUILDING_REMOTE_LOG_AUX_STATE:
             return
-        partition.build_remote_log_aux_state(next_offset, leader_log_start_offset, epochs, now_ms)
+        partition.build_remote_log_aux_state(next_offset, leader_log_start_offset, epochs, now_ms, producer_snapshot)
         log = partition.log
         state.fetch_offset = log.log_end_offset
         state.last_fetched_epoch = log.latest_epoch

@@ -640,11 +640,18 @@ class Partition:
         self._trace_truncation(before, f"leader's log start {offset} is past our LEO {before[0]}", now_ms)
 
     def build_remote_log_aux_state(
-        self, next_offset: int, leader_log_start_offset: int, epochs: Sequence[tuple[int, int]], now_ms: int
+        self,
+        next_offset: int,
+        leader_log_start_offset: int,
+        epochs: Sequence[tuple[int, int]],
+        now_ms: int,
+        producer_snapshot: bytes | None = None,
     ) -> None:
         """Seed 001's BuildingRemoteLogAuxState: the offsets below `next_offset` exist only in the leader's
         remote tier, so restart our log empty there, starting (as the leader's does) at its log start, with
-        the leader's epoch history as of `next_offset` taken from the remote segment's checkpoint."""
+        the leader's epoch history as of `next_offset` taken from the remote segment's checkpoint, and the
+        producer state of the snapshot copied with that segment (so a retry of an idempotent batch below
+        `next_offset` is still recognised should we become leader)."""
         log = self.log
         before = (log.log_end_offset, log.high_watermark, log.log_start_offset)
         log.truncate_fully_and_start_at(next_offset, log_start_offset=leader_log_start_offset)
@@ -653,6 +660,8 @@ class Partition:
             if start_offset < next_offset:
                 cache.assign(epoch, start_offset)
         cache.truncate_from_start(log.log_start_offset)
+        if producer_snapshot is not None:
+            log.load_producer_snapshot(producer_snapshot)
         why = f"offsets below {next_offset} are only in the remote tier"
         self._trace_truncation(before, why, now_ms, phase=trace.BUILD_REMOTE_AUX_STATE)
         self.update_remote_log_end(next_offset - 1, why, now_ms)

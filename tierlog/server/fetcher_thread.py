@@ -30,8 +30,9 @@ EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 EARLIEST_LOCAL_TIMESTAMP = -4
 
-# (partition, leader epoch, offset) -> (end offset of the remote segment holding it, epoch history to there).
-RemoteLogAuxState = Callable[[TopicPartition, int, int], Awaitable[tuple[int, list[tuple[int, int]]]]]
+# (partition, leader epoch, offset) -> (end offset of the remote segment holding it, epoch history to there,
+# the producer snapshot taken at its end if the remote tier has one).
+RemoteLogAuxState = Callable[[TopicPartition, int, int], Awaitable[tuple[int, list[tuple[int, int]], bytes | None]]]
 IDLE_POLL_S = 0.1
 _NO_ERROR = error_code(None)
 
@@ -174,7 +175,7 @@ class FetcherThread:
             if earlier_end > previous_offset:
                 target_epoch = earlier_epoch
         try:
-            end_offset, epochs = await self._remote_log_aux_state(tp, target_epoch, previous_offset)
+            end_offset, epochs, producer_snapshot = await self._remote_log_aux_state(tp, target_epoch, previous_offset)
         except Exception as e:
             self.fetcher.on_remote_log_aux_state_failed(tp, str(e), now_ms())
             return
@@ -186,7 +187,7 @@ class FetcherThread:
             log_start,
             local_start,
         )
-        self.fetcher.on_remote_log_aux_state(tp, end_offset + 1, log_start, epochs, now_ms())
+        self.fetcher.on_remote_log_aux_state(tp, end_offset + 1, log_start, epochs, now_ms(), producer_snapshot)
 
     async def _list_offsets(self, tp: TopicPartition, timestamps: tuple[int, ...]) -> list[tuple[int, int]] | None:
         """(offset, leader epoch) per timestamp from the leader, asking as a replica; None after an error."""

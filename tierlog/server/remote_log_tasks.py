@@ -30,6 +30,7 @@ from tierlog.server.clock import now_ms
 from tierlog.server.remote_log_metadata_topic import TopicBasedRemoteLogMetadataManager
 from tierlog.storage.errors import OffsetOutOfRangeError
 from tierlog.storage.file_records import TimestampAndOffset
+from tierlog.storage.producer_state import decode_snapshot
 from tierlog.storage.segment import offset_index_file_path, time_index_file_path
 from tierlog.tiered.remote_index_cache import RemoteIndexCache
 from tierlog.tiered.remote_log_manager import (
@@ -43,7 +44,13 @@ from tierlog.tiered.remote_log_manager import (
 )
 from tierlog.tiered.remote_log_metadata_cache import RemoteLogMetadataCache
 from tierlog.tiered.remote_log_reader import RemoteLogReader
-from tierlog.tiered.remote_storage_manager import IndexType, LogSegmentData, RemoteStorageError, RemoteStorageManager
+from tierlog.tiered.remote_storage_manager import (
+    IndexType,
+    LogSegmentData,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+    RemoteStorageManager,
+)
 from tierlog.tiered.segment_metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -175,7 +182,9 @@ class RemoteLogTasks:
                 offset_index=offset_index_file_path(log.dir, segment.base_offset),
                 time_index=time_index_file_path(log.dir, segment.base_offset),
                 transaction_index=None,
-                producer_snapshot=None,
+                # Kafka's copyLogSegment: the snapshot taken when the next segment was rolled, i.e. the producer
+                # state as of this segment's end (missing only for segments rolled before snapshots existed).
+                producer_snapshot=log.fetch_producer_snapshot(candidate.end_offset + 1),
                 leader_epoch_checkpoint=epoch_checkpoint_bytes(entries, candidate.end_offset + 1),
             )
             await self.rlmm.publish(metadata)
@@ -322,9 +331,10 @@ class RemoteLogTasks:
 
     async def remote_log_aux_state(
         self, tp: TopicPartition, leader_epoch: int, offset: int
-    ) -> tuple[int, list[tuple[int, int]]]:
+    ) -> tuple[int, list[tuple[int, int]], bytes | None]:
         """For a follower's BuildingRemoteLogAuxState: the remote segment holding `offset` (the leader's local
-        log start - 1) in `leader_epoch`, as (its end offset, the epoch history up to its end)."""
+        log start - 1) in `leader_epoch`, as (its end offset, the epoch history up to its end, the producer
+        snapshot copied with it or None). Raises CorruptSnapshotError for an unreadable snapshot."""
         metadata = self._remote_segment(tp, leader_epoch, offset)
         if metadata is None:
             raise RemoteStorageError(
@@ -332,7 +342,15 @@ class RemoteLogTasks:
                 "log metadata may still be replicating"
             )
         checkpoint = await self._in_thread(self._readers, self.rsm.fetch_index, metadata, IndexType.LEADER_EPOCH)
-        return metadata.end_offset, parse_epoch_checkpoint(checkpoint)
+        try:
+            snapshot: bytes | None = await self._in_thread(
+                self._readers, self.rsm.fetch_index, metadata, IndexType.PRODUCER_SNAPSHOT
+            )
+        except RemoteResourceNotFoundError:
+            snapshot = None
+        if snapshot is not None:
+            decode_snapshot(snapshot)
+        return metadata.end_offset, parse_epoch_checkpoint(checkpoint), snapshot
 
     # Helpers
 

@@ -983,6 +983,11 @@ class Log:
     def fetch_producer_snapshot(self, offset: int) -> Path | None:
         return self._producer_state_manager.fetch_snapshot(offset)
 
+    def load_producer_snapshot(self, data: bytes) -> None:
+        """Adopt the producer state of a snapshot taken at the LEO elsewhere (the remote tier's copy, for a
+        log that restarts where the remote tier ends)."""
+        self._producer_state_manager.load_snapshot_bytes(data, self._next_offset, self._now_ms)
+
     # Durability
 
     def flush(self, up_to_offset: int | None = None) -> None:

@@ -506,10 +506,11 @@ class ProducerStateManager:
             return
         self._last_snap_offset = self._last_map_offset = log_start_offset
 
-    def load_from_snapshot_file(self, path: Path, offset: int, now_ms: int) -> None:
-        """Adopt a snapshot fetched from elsewhere (the remote tier) as this log's state at `offset`: it is
-        written here under its offset and loaded. Raises CorruptSnapshotError for an unreadable one."""
-        entries = read_snapshot(path)
+    def load_snapshot_bytes(self, data: bytes, offset: int, now_ms: int) -> None:
+        """Kafka's BuildingRemoteLogAuxState: adopt a snapshot fetched from the remote tier as this log's state
+        at `offset`, written here under its offset and loaded. Raises CorruptSnapshotError for an unreadable
+        one, before anything changes."""
+        entries = decode_snapshot(data)
         self.truncate_fully_and_start_at(offset)
         target = producer_snapshot_file(self.log_dir, offset)
         write_snapshot(target, entries)
