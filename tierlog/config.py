@@ -78,6 +78,19 @@ BROKER_CONFIGS: dict[str, BrokerConfigDef] = {
         _d("remote.fetch.max.wait.ms", "500", "int", "Longest wait of a fetch served from the remote tier."),
         _d("remote.log.index.file.cache.total.size.bytes", "1073741824", "long", "Bound of the index cache."),
         _d("remote.log.metadata.initialization.retry.interval.ms", "100", "long", "RLMM start-up retry."),
+        # Group coordinator and __consumer_offsets, Kafka's names and defaults.
+        _d("offsets.topic.num.partitions", "50", "int", "Partitions of __consumer_offsets."),
+        _d("offsets.topic.replication.factor", "3", "short", "Replication factor of __consumer_offsets."),
+        _d("offsets.topic.segment.bytes", "104857600", "int", "Segment size of __consumer_offsets."),
+        _d("offsets.load.buffer.size", "5242880", "int", "Bytes read at a time when loading groups."),
+        _d("offsets.commit.timeout.ms", "5000", "int", "Longest wait for a commit to be replicated."),
+        _d("offsets.retention.minutes", "10080", "int", "How long offsets of an empty group are kept."),
+        _d("offsets.retention.check.interval.ms", "600000", "long", "How often expired offsets are removed."),
+        _d("offset.metadata.max.bytes", "4096", "int", "Largest metadata string of an offset commit."),
+        _d("group.min.session.timeout.ms", "6000", "int", "Smallest session timeout a member may ask for."),
+        _d("group.max.session.timeout.ms", "1800000", "int", "Largest session timeout a member may ask for."),
+        _d("group.initial.rebalance.delay.ms", "3000", "int", "Wait for more members at a group's first join."),
+        _d("group.max.size", "2147483647", "int", "Most members of one consumer group."),
     )
 }
 
@@ -182,7 +195,7 @@ class KafkaConfig:
 
     def _check(self) -> None:
         for name, definition in BROKER_CONFIGS.items():
-            if definition.type in ("int", "long"):
+            if definition.type in ("short", "int", "long"):
                 self.get_int(name)
             elif definition.type == "boolean":
                 self.get_bool(name)

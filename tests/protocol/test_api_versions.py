@@ -34,6 +34,16 @@ def test_table_is_the_agreed_one() -> None:
         "OffsetForLeaderEpoch": (2, 4),
         "FindCoordinator": (0, 4),
         "InitProducerId": (0, 4),
+        "JoinGroup": (0, 9),
+        "SyncGroup": (0, 5),
+        "Heartbeat": (0, 4),
+        "LeaveGroup": (0, 5),
+        "OffsetCommit": (2, 9),
+        "OffsetFetch": (1, 9),
+        "ListGroups": (0, 5),
+        "DescribeGroups": (0, 5),
+        "DeleteGroups": (0, 2),
+        "OffsetDelete": (0, 0),
         "AlterPartition": (2, 3),
         "BrokerRegistration": (0, 4),
         "BrokerHeartbeat": (0, 1),
@@ -74,6 +84,6 @@ def test_entries_follow_the_enabled_subset_sorted_by_key() -> None:
 
 def test_enabled_apis_rejects_unknown_keys_and_requires_api_versions() -> None:
     with pytest.raises(ValueError, match="not implemented"):
-        enabled_apis([18, 11])
+        enabled_apis([18, 17])
     with pytest.raises(ValueError, match="ApiVersions"):
         enabled_apis([0, 1])

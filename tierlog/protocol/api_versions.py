@@ -70,6 +70,23 @@ _TABLE: tuple[ApiSupport, ...] = (
     ApiSupport(10, "FindCoordinator", 0, 4, 3),
     # v5 adds TRANSACTION_ABORTABLE (KIP-890) and v6 two-phase commit (KIP-939); we implement neither.
     ApiSupport(22, "InitProducerId", 0, 4, 2),
+    # The classic group protocol (docs/groups.md). JoinGroup v9's SkipAssignment is always false here, which
+    # a v9 broker may answer; kio's newest are JoinGroup v9, SyncGroup v5, Heartbeat v4, LeaveGroup v5.
+    ApiSupport(11, "JoinGroup", 0, 9, 6),
+    ApiSupport(14, "SyncGroup", 0, 5, 4),
+    ApiSupport(12, "Heartbeat", 0, 4, 4),
+    ApiSupport(13, "LeaveGroup", 0, 5, 4),
+    # kio (and Kafka 4.0) start OffsetCommit at v2 and OffsetFetch at v1. v10 of both name topics by id
+    # (KIP-848's consumer protocol), which classic groups do not use: v9 is the cap.
+    ApiSupport(8, "OffsetCommit", 2, 9, 8),
+    ApiSupport(9, "OffsetFetch", 1, 9, 6),
+    ApiSupport(16, "ListGroups", 0, 5, 3),
+    # v6 answers an unknown group GROUP_ID_NOT_FOUND with an error message (KIP-1043); up to v5 Kafka
+    # describes it as Dead without an error, as we do.
+    ApiSupport(15, "DescribeGroups", 0, 5, 5),
+    ApiSupport(42, "DeleteGroups", 0, 2, 2),
+    # No flexible version exists (the first would be v1).
+    ApiSupport(47, "OffsetDelete", 0, 0, 1),
     # Controller APIs, enabled only on a controller node. AlterPartition v2 names topics by id and v3 adds
     # broker epochs to the new ISR; BrokerHeartbeat v2 adds offline log dir ids (JBOD), not served.
     ApiSupport(56, "AlterPartition", 2, 3, 0),

@@ -34,6 +34,8 @@ from tierlog.server.controller_channel import (
 )
 from tierlog.server.controller_server import ControllerServer
 from tierlog.server.fetcher_thread import FetcherThread
+from tierlog.server.group_apis import GroupApis
+from tierlog.server.group_coordinator import GroupCoordinatorService
 from tierlog.server.http_server import HttpResponse, HttpServer
 from tierlog.server.kafka_apis import KafkaApis
 from tierlog.server.lifecycle import BrokerLifecycleManager
@@ -131,6 +133,10 @@ class Broker:
             self.metrics,
             self._after_request,
         )
+        self.group_coordinator = GroupCoordinatorService(
+            config, self.replica_manager, lambda: self.loader.image, self.apis.create_topic, self._arm_purgatory_timer
+        )
+        self.apis.handlers.update(GroupApis(config, self.group_coordinator, lambda: self.loader.image).handlers)
         self.remote_log: RemoteLogTasks | None = None
         self.rlmm: TopicBasedRemoteLogMetadataManager | None = None
         if config.remote_storage_system_enable:
@@ -195,6 +201,7 @@ class Broker:
         self._every("log.flush.offset.checkpoint.interval.ms", self.log_manager.checkpoint_recovery_points)
         self._every("log.flush.start.offset.checkpoint.interval.ms", self.log_manager.checkpoint_log_start_offsets)
         self._every("log.retention.check.interval.ms", lambda: self.log_manager.cleanup_logs(now_ms()))
+        self._every("offsets.retention.check.interval.ms", self.group_coordinator.cleanup_group_metadata)
         self._every(
             "producer.id.expiration.check.interval.ms", lambda: self.log_manager.remove_expired_producers(now_ms())
         )
@@ -334,6 +341,7 @@ class Broker:
             self._logs_loaded = True
         self.replica_manager.apply_metadata(image, now)
         self._reconcile_fetchers()
+        self.group_coordinator.on_metadata(image)
         self._after_request()
 
     def _reconcile_fetchers(self) -> None:
@@ -470,6 +478,7 @@ class Broker:
             await self.rlmm.stop()
         if self.http_server is not None:
             await self.http_server.stop()
+        self.group_coordinator.stop()
         # Answer every parked request now, then end each connection by closing its socket: the connection's
         # loop sees the end of its stream and returns, with no half-written response and no cancellation.
         self._expire_delayed_operations(2**63 - 1)

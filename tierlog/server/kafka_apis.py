@@ -58,7 +58,6 @@ API_PRODUCE = 0
 API_FETCH = 1
 API_LIST_OFFSETS = 2
 API_METADATA = 3
-API_FIND_COORDINATOR = 10
 API_INIT_PRODUCER_ID = 22
 API_OFFSET_FOR_LEADER_EPOCH = 23
 API_API_VERSIONS = 18
@@ -153,7 +152,6 @@ class KafkaApis:
             API_CREATE_PARTITIONS: self.handle_create_partitions,
             API_INCREMENTAL_ALTER_CONFIGS: self.handle_incremental_alter_configs,
             API_DESCRIBE_CLUSTER: self.handle_describe_cluster,
-            API_FIND_COORDINATOR: self.handle_find_coordinator,
             API_INIT_PRODUCER_ID: self.handle_init_producer_id,
         }
         if controller_server is not None:
@@ -332,29 +330,7 @@ class KafkaApis:
             cluster_authorized_operations=-(2**31),
         )
 
-    # Coordinators and producer ids
-
-    async def handle_find_coordinator(self, request: Request) -> Any:
-        """Group and transaction coordinators do not exist yet, so every key answers
-        COORDINATOR_NOT_AVAILABLE (retriable). Serving the API still matters: librdkafka enables LZ4 only
-        for brokers that advertise FindCoordinator."""
-        s = self._schema(request)
-        body = request.body
-        keys = getattr(body, "coordinator_keys", None) or (getattr(body, "key", ""),)
-        unavailable = error_code("COORDINATOR_NOT_AVAILABLE")
-        message = "group and transaction coordinators are not implemented yet"
-        return s.FindCoordinatorResponse(
-            throttle_time=NO_THROTTLE,
-            error_code=unavailable,
-            error_message=message,
-            node_id=-1,
-            host="",
-            port=-1,
-            coordinators=tuple(
-                s.Coordinator(key=key, node_id=-1, host="", port=-1, error_code=unavailable, error_message=message)
-                for key in keys
-            ),
-        )
+    # Producer ids
 
     async def handle_init_producer_id(self, request: Request) -> Any:
         """A fresh producer id for each idempotent producer (never reused across restarts). Transactions

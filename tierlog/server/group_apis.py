@@ -1,0 +1,394 @@
+"""Handlers of the group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
+OffsetFetch, ListGroups, DescribeGroups, DeleteGroups and OffsetDelete.
+
+Each turns a request entity (any version the broker advertises) into a call on the GroupCoordinator core
+and its answer back into the response of that version, through `ResponseSchema`. Parked requests
+(JoinGroup, SyncGroup, OffsetCommit) await a future the core's callback resolves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from tierlog.common import TopicPartition
+from tierlog.config import KafkaConfig
+from tierlog.controller.metadata import ClusterMetadata
+from tierlog.coordinator.group.member_metadata import JoinGroupResult, SyncGroupResult
+from tierlog.coordinator.group.records import OffsetAndMetadata
+from tierlog.protocol.codec import Request
+from tierlog.protocol.errors import error_code
+from tierlog.server.clock import now_ms
+from tierlog.server.connection import client_host
+from tierlog.server.entities import NO_THROTTLE, ResponseSchema, response_schema
+from tierlog.server.group_coordinator import GroupCoordinatorService
+
+API_OFFSET_COMMIT = 8
+API_OFFSET_FETCH = 9
+API_FIND_COORDINATOR = 10
+API_JOIN_GROUP = 11
+API_HEARTBEAT = 12
+API_LEAVE_GROUP = 13
+API_SYNC_GROUP = 14
+API_DESCRIBE_GROUPS = 15
+API_LIST_GROUPS = 16
+API_DELETE_GROUPS = 42
+API_OFFSET_DELETE = 47
+
+COORDINATOR_KEY_GROUP = 0
+COORDINATOR_KEY_TRANSACTION = 1
+
+# DescribeGroups' authorized_operations when the client did not ask for them (Kafka's Integer.MIN_VALUE).
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+
+T = TypeVar("T")
+Handler = Callable[[Request], Awaitable[Any]]
+
+
+def _ms(value: Any) -> int:
+    """A kio timedelta field as Kafka's milliseconds."""
+    return round(value.total_seconds() * 1000)
+
+
+class GroupApis:
+    def __init__(
+        self,
+        config: KafkaConfig,
+        service: GroupCoordinatorService,
+        image: Callable[[], ClusterMetadata],
+    ) -> None:
+        self.service = service
+        self.coordinator = service.coordinator
+        self._image = image
+        self._node_id = config.node_id
+        self._listener_name = config.advertised_listener.name
+        self.handlers: dict[int, Handler] = {
+            API_FIND_COORDINATOR: self.handle_find_coordinator,
+            API_JOIN_GROUP: self.handle_join_group,
+            API_SYNC_GROUP: self.handle_sync_group,
+            API_HEARTBEAT: self.handle_heartbeat,
+            API_LEAVE_GROUP: self.handle_leave_group,
+            API_OFFSET_COMMIT: self.handle_offset_commit,
+            API_OFFSET_FETCH: self.handle_offset_fetch,
+            API_LIST_GROUPS: self.handle_list_groups,
+            API_DESCRIBE_GROUPS: self.handle_describe_groups,
+            API_DELETE_GROUPS: self.handle_delete_groups,
+            API_OFFSET_DELETE: self.handle_offset_delete,
+        }
+
+    @staticmethod
+    def _schema(request: Request) -> ResponseSchema:
+        return response_schema(request.api_key, request.api_version)
+
+    async def _parked(self, call: Callable[[Callable[[T], None]], None]) -> T:
+        """Call into the core with a callback and wait for it (at once, or when the core answers later)."""
+        loop = asyncio.get_running_loop()
+        answered: asyncio.Future[T] = loop.create_future()
+
+        def respond(result: T) -> None:
+            if not answered.done():
+                answered.set_result(result)
+
+        call(respond)
+        self.service.after_call()
+        return await answered
+
+    # FindCoordinator
+
+    def _find(self, key_type: int, key: str) -> tuple[str | None, str | None, int, str, int]:
+        """(error, message, node id, host, port) for one coordinator key."""
+        if key_type == COORDINATOR_KEY_TRANSACTION:
+            return "COORDINATOR_NOT_AVAILABLE", "transactions are not supported by tierlog", -1, "", -1
+        if key_type != COORDINATOR_KEY_GROUP:
+            return "INVALID_REQUEST", f"unknown coordinator key type {key_type}", -1, "", -1
+        not_ready = self.service.topic_ready()
+        if not_ready is not None:
+            return "COORDINATOR_NOT_AVAILABLE", not_ready, -1, "", -1
+        leader = self.service.leader_of(key)
+        endpoint = self._image().endpoint_of(leader, self._listener_name) if leader >= 0 else None
+        if endpoint is None:
+            return "COORDINATOR_NOT_AVAILABLE", "the group's __consumer_offsets partition has no leader", -1, "", -1
+        return None, None, leader, endpoint.host, endpoint.port
+
+    async def handle_find_coordinator(self, request: Request) -> Any:
+        s = self._schema(request)
+        body = request.body
+        key_type = getattr(body, "key_type", COORDINATOR_KEY_GROUP)
+        keys = body.coordinator_keys if request.api_version >= 4 else (body.key,)
+        found = [(key, *self._find(key_type, key)) for key in keys]
+        _, error, message, node_id, host, port = found[0]
+        return s.FindCoordinatorResponse(
+            throttle_time=NO_THROTTLE,
+            error_code=error_code(error),
+            error_message=message,
+            node_id=node_id,
+            host=host,
+            port=port,
+            coordinators=tuple(
+                s.Coordinator(key=k, node_id=n, host=h, port=p, error_code=error_code(e), error_message=m)
+                for k, e, m, n, h, p in found
+            ),
+        )
+
+    # Membership
+
+    async def handle_join_group(self, request: Request) -> Any:
+        body = request.body
+        version = request.api_version
+        session_timeout_ms = _ms(body.session_timeout)
+        rebalance_timeout_ms = _ms(body.rebalance_timeout) if version >= 1 else session_timeout_ms
+        result: JoinGroupResult = await self._parked(
+            lambda respond: self.coordinator.join_group(
+                body.group_id,
+                body.member_id,
+                getattr(body, "group_instance_id", None),
+                version >= 4,
+                request.client_id or "",
+                client_host(),
+                rebalance_timeout_ms,
+                session_timeout_ms,
+                body.protocol_type,
+                [(p.name, p.metadata) for p in body.protocols],
+                now_ms(),
+                respond,
+            )
+        )
+        s = self._schema(request)
+        return s.JoinGroupResponse(
+            throttle_time=NO_THROTTLE,
+            error_code=error_code(result.error),
+            generation_id=result.generation_id,
+            protocol_type=result.protocol_type,
+            # Nullable only from v7; older versions send "" (Kafka's JoinGroupResponse does the same).
+            protocol_name=result.protocol_name if result.protocol_name is not None or version >= 7 else "",
+            leader=result.leader_id,
+            skip_assignment=result.skip_assignment,
+            member_id=result.member_id,
+            members=tuple(
+                s.JoinGroupResponseMember(
+                    member_id=m.member_id, group_instance_id=m.group_instance_id, metadata=m.metadata
+                )
+                for m in result.members
+            ),
+        )
+
+    async def handle_sync_group(self, request: Request) -> Any:
+        body = request.body
+        result: SyncGroupResult = await self._parked(
+            lambda respond: self.coordinator.sync_group(
+                body.group_id,
+                body.generation_id,
+                body.member_id,
+                getattr(body, "group_instance_id", None),
+                getattr(body, "protocol_type", None),
+                getattr(body, "protocol_name", None),
+                {a.member_id: a.assignment for a in body.assignments},
+                now_ms(),
+                respond,
+            )
+        )
+        return self._schema(request).SyncGroupResponse(
+            throttle_time=NO_THROTTLE,
+            error_code=error_code(result.error),
+            protocol_type=result.protocol_type,
+            protocol_name=result.protocol_name,
+            assignment=result.assignment,
+        )
+
+    async def handle_heartbeat(self, request: Request) -> Any:
+        body = request.body
+        error = self.coordinator.heartbeat(
+            body.group_id, body.member_id, getattr(body, "group_instance_id", None), body.generation_id, now_ms()
+        )
+        self.service.after_call()
+        return self._schema(request).HeartbeatResponse(throttle_time=NO_THROTTLE, error_code=error_code(error))
+
+    async def handle_leave_group(self, request: Request) -> Any:
+        body = request.body
+        s = self._schema(request)
+        if request.api_version >= 3:
+            leaving = [(m.member_id, m.group_instance_id) for m in body.members]
+        else:
+            leaving = [(body.member_id, None)]
+        error, member_errors = self.coordinator.leave_group(body.group_id, leaving, now_ms())
+        self.service.after_call()
+        if request.api_version < 3 and error is None and member_errors:
+            # Before batching, the single member's error is the response's.
+            error = member_errors[0]
+        return s.LeaveGroupResponse(
+            throttle_time=NO_THROTTLE,
+            error_code=error_code(error),
+            members=tuple(
+                s.MemberResponse(member_id=member_id, group_instance_id=instance_id, error_code=error_code(e))
+                for (member_id, instance_id), e in zip(leaving, member_errors, strict=False)
+            ),
+        )
+
+    # Offsets
+
+    async def handle_offset_commit(self, request: Request) -> Any:
+        body = request.body
+        now = now_ms()
+        retention = getattr(body, "retention_time", None)
+        retention_ms = _ms(retention) if retention is not None else -1
+        offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+        for topic in body.topics:
+            for p in topic.partitions:
+                offsets[TopicPartition(topic.name, p.partition_index)] = OffsetAndMetadata(
+                    offset=p.committed_offset,
+                    leader_epoch=getattr(p, "committed_leader_epoch", -1),
+                    metadata=p.committed_metadata or "",
+                    commit_timestamp=now,
+                    expire_timestamp=now + retention_ms if retention_ms >= 0 else -1,
+                )
+        errors: dict[TopicPartition, str | None] = await self._parked(
+            lambda respond: self.coordinator.commit_offsets(
+                body.group_id,
+                body.member_id,
+                getattr(body, "group_instance_id", None),
+                body.generation_id_or_member_epoch,
+                offsets,
+                now,
+                respond,
+            )
+        )
+        s = self._schema(request)
+        by_topic: dict[str, list[Any]] = {}
+        for tp in offsets:
+            by_topic.setdefault(tp.topic, []).append(
+                s.OffsetCommitResponsePartition(partition_index=tp.partition, error_code=error_code(errors.get(tp)))
+            )
+        return s.OffsetCommitResponse(
+            throttle_time=NO_THROTTLE,
+            topics=tuple(
+                s.OffsetCommitResponseTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()
+            ),
+        )
+
+    async def handle_offset_fetch(self, request: Request) -> Any:
+        body = request.body
+        s = self._schema(request)
+        if request.api_version >= 8:
+            groups = []
+            for group in body.groups:
+                error, topics = self._fetch_group(s, group.group_id, group.topics, "Topics", "Partitions")
+                groups.append(s.OffsetFetchResponseGroup(group_id=group.group_id, topics=topics, error_code=error))
+            return s.OffsetFetchResponse(throttle_time=NO_THROTTLE, groups=tuple(groups))
+        error, topics = self._fetch_group(s, body.group_id, body.topics, "Topic", "Partition", request.api_version)
+        return s.OffsetFetchResponse(throttle_time=NO_THROTTLE, topics=topics, error_code=error)
+
+    def _fetch_group(
+        self,
+        s: ResponseSchema,
+        group_id: str,
+        requested: Any,
+        topic_suffix: str,
+        partition_suffix: str,
+        version: int = 8,
+    ) -> tuple[Any, tuple[Any, ...]]:
+        """One group's (error code, topics); kio names the nested classes differently before v8."""
+        partitions = (
+            None
+            if requested is None
+            else [TopicPartition(t.name, index) for t in requested for index in t.partition_indexes]
+        )
+        error, fetched = self.coordinator.fetch_offsets(group_id, partitions)
+        if error is not None and partitions is not None and version < 2:
+            # v0-1 have no group-level error: each partition carries it.
+            fetched = {tp: None for tp in partitions}
+        topic_cls = getattr(s, "OffsetFetchResponse" + topic_suffix)
+        partition_cls = getattr(s, "OffsetFetchResponse" + partition_suffix)
+        by_topic: dict[str, list[Any]] = {}
+        for tp, o in fetched.items():
+            by_topic.setdefault(tp.topic, []).append(
+                partition_cls(
+                    partition_index=tp.partition,
+                    committed_offset=o.offset if o else -1,
+                    committed_leader_epoch=o.leader_epoch if o else -1,
+                    metadata=o.metadata if o else "",
+                    error_code=error_code(error if o is None else o.error),
+                )
+            )
+        return error_code(error), tuple(
+            topic_cls(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()
+        )
+
+    async def handle_offset_delete(self, request: Request) -> Any:
+        body = request.body
+        s = self._schema(request)
+        partitions = [TopicPartition(t.name, p.partition_index) for t in body.topics for p in t.partitions]
+        error, errors = self.coordinator.delete_offsets(body.group_id, partitions, now_ms())
+        self.service.after_call()
+        by_topic: dict[str, list[Any]] = {}
+        if error is None:
+            for tp in partitions:
+                by_topic.setdefault(tp.topic, []).append(
+                    s.OffsetDeleteResponsePartition(partition_index=tp.partition, error_code=error_code(errors[tp]))
+                )
+        return s.OffsetDeleteResponse(
+            error_code=error_code(error),
+            throttle_time=NO_THROTTLE,
+            topics=tuple(
+                s.OffsetDeleteResponseTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()
+            ),
+        )
+
+    # Groups
+
+    async def handle_list_groups(self, request: Request) -> Any:
+        body = request.body
+        s = self._schema(request)
+        error, groups = self.coordinator.list_groups(
+            set(getattr(body, "states_filter", ())), set(getattr(body, "types_filter", ()))
+        )
+        return s.ListGroupsResponse(
+            throttle_time=NO_THROTTLE,
+            error_code=error_code(error),
+            groups=tuple(
+                s.ListedGroup(
+                    group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state, group_type="classic"
+                )
+                for g in groups
+            ),
+        )
+
+    async def handle_describe_groups(self, request: Request) -> Any:
+        s = self._schema(request)
+        described = []
+        for group_id in request.body.groups:
+            d = self.coordinator.describe_group(group_id)
+            described.append(
+                s.DescribedGroup(
+                    error_code=error_code(d.error),
+                    group_id=group_id,
+                    group_state=d.state,
+                    protocol_type=d.protocol_type,
+                    protocol_data=d.protocol,
+                    members=tuple(
+                        s.DescribedGroupMember(
+                            member_id=m.member_id,
+                            group_instance_id=m.group_instance_id,
+                            client_id=m.client_id,
+                            client_host=m.client_host,
+                            member_metadata=m.metadata,
+                            member_assignment=m.assignment,
+                        )
+                        for m in d.members
+                    ),
+                    authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+                )
+            )
+        return s.DescribeGroupsResponse(throttle_time=NO_THROTTLE, groups=tuple(described))
+
+    async def handle_delete_groups(self, request: Request) -> Any:
+        s = self._schema(request)
+        results = self.coordinator.delete_groups(list(request.body.groups_names), now_ms())
+        self.service.after_call()
+        return s.DeleteGroupsResponse(
+            throttle_time=NO_THROTTLE,
+            results=tuple(
+                s.DeletableGroupResult(group_id=group_id, error_code=error_code(error))
+                for group_id, error in results.items()
+            ),
+        )

@@ -1,0 +1,232 @@
+"""The group coordinator's asyncio shell: `__consumer_offsets` appends, partition loading, and the one timer.
+
+The rules live in `tierlog.coordinator.group`; this wires them to the broker:
+- writes are one batch per call appended to the group's partition with acks=all through ReplicaManager,
+  answered when the HW passes the batch or `offsets.commit.timeout.ms` ends (Kafka's appendForGroup);
+- when the broker becomes leader of a `__consumer_offsets` partition its records are read from the local
+  log (up to the log end offset, `offsets.load.buffer.size` bytes at a time) and replayed; on becoming a
+  follower its groups are dropped (Kafka's onElection / onResignation);
+- the core's earliest deadline is kept armed on the event loop (no polling).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from tierlog.common import TopicPartition
+from tierlog.config import KafkaConfig
+from tierlog.controller.metadata import ClusterMetadata
+from tierlog.coordinator.group.group_coordinator import AppendCallback, GroupConfig, GroupCoordinator, Record
+from tierlog.records.codec import build_batch, decode_batches
+from tierlog.replication.replica_manager import AppendResult, ReplicaManager
+from tierlog.server.clock import now_ms
+
+logger = logging.getLogger(__name__)
+
+GROUP_METADATA_TOPIC = "__consumer_offsets"
+
+CreateTopic = Callable[[str, int, int, dict[str, str]], Awaitable[str | None]]
+
+
+def group_config(config: KafkaConfig) -> GroupConfig:
+    return GroupConfig(
+        offsets_topic_num_partitions=config.get_int("offsets.topic.num.partitions"),
+        group_min_session_timeout_ms=config.get_int("group.min.session.timeout.ms"),
+        group_max_session_timeout_ms=config.get_int("group.max.session.timeout.ms"),
+        group_initial_rebalance_delay_ms=config.get_int("group.initial.rebalance.delay.ms"),
+        group_max_size=config.get_int("group.max.size"),
+        offset_metadata_max_bytes=config.get_int("offset.metadata.max.bytes"),
+        offsets_retention_ms=config.get_int("offsets.retention.minutes") * 60 * 1000,
+    )
+
+
+class GroupCoordinatorService:
+    def __init__(
+        self,
+        config: KafkaConfig,
+        replica_manager: ReplicaManager,
+        image: Callable[[], ClusterMetadata],
+        create_topic: CreateTopic,
+        arm_purgatory_timer: Callable[[int], None],
+    ) -> None:
+        self.config = config
+        self.coordinator = GroupCoordinator(group_config(config), self._append)
+        self._replica_manager = replica_manager
+        self._image = image
+        self._create_topic = create_topic
+        self._arm_purgatory_timer = arm_purgatory_timer
+        self._commit_timeout_ms = config.get_int("offsets.commit.timeout.ms")
+        self._load_buffer_size = config.get_int("offsets.load.buffer.size")
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_deadline: int | None = None
+        self._loads: dict[int, asyncio.Task[None]] = {}
+        self._creating: asyncio.Task[None] | None = None
+        self._stopped = False
+
+    @property
+    def num_partitions(self) -> int:
+        return self.coordinator.config.offsets_topic_num_partitions
+
+    # The topic
+
+    def topic_ready(self) -> str | None:
+        """None when __consumer_offsets exists; otherwise start creating it (once at a time) and return why
+        clients must retry, as Kafka's FindCoordinator answers COORDINATOR_NOT_AVAILABLE meanwhile."""
+        if GROUP_METADATA_TOPIC in self._image().topics:
+            return None
+        if self._creating is None or self._creating.done():
+            self._creating = asyncio.create_task(self._create_offsets_topic(), name="create-consumer-offsets")
+        return f"{GROUP_METADATA_TOPIC} is being created"
+
+    async def _create_offsets_topic(self) -> None:
+        configs = {
+            "cleanup.policy": "compact",
+            "compression.type": "producer",
+            "segment.bytes": str(self.config.get_int("offsets.topic.segment.bytes")),
+        }
+        replication_factor = self.config.get_int("offsets.topic.replication.factor")
+        try:
+            error = await self._create_topic(GROUP_METADATA_TOPIC, self.num_partitions, replication_factor, configs)
+        except Exception as e:  # the controller may be away; the next FindCoordinator tries again
+            error = str(e)
+        if error not in (None, "TOPIC_ALREADY_EXISTS"):
+            logger.warning(
+                "cannot create %s with %d partitions and replication factor %d (offsets.topic.*): %s",
+                GROUP_METADATA_TOPIC,
+                self.num_partitions,
+                replication_factor,
+                error,
+            )
+
+    def leader_of(self, group_id: str) -> int:
+        """The broker leading the group's partition, or -1 (no such topic or no leader yet)."""
+        topic = self._image().topics.get(GROUP_METADATA_TOPIC)
+        partition = self.coordinator.partition_for(group_id)
+        if topic is None or partition >= len(topic.partitions):
+            return -1
+        return topic.partitions[partition].leader
+
+    # Appends
+
+    def _append(self, partition: int, records: list[Record], now: int, on_done: AppendCallback) -> None:
+        tp = TopicPartition(GROUP_METADATA_TOPIC, partition)
+        batch = bytearray(build_batch([(key, value, (), now) for key, value in records]))
+
+        def respond(results: dict[TopicPartition, AppendResult]) -> None:
+            result = results.get(tp)
+            on_done("UNKNOWN_TOPIC_OR_PARTITION" if result is None else result.error)
+            self._rearm()
+
+        try:
+            delayed = self._replica_manager.append_records({tp: batch}, -1, self._commit_timeout_ms, now, respond)
+        except Exception as e:
+            logger.warning("appending to %s failed: %s", tp, e)
+            on_done("UNKNOWN_SERVER_ERROR")
+            return
+        if delayed is not None:
+            self._arm_purgatory_timer(delayed.deadline_ms)
+
+    # Leadership of __consumer_offsets partitions
+
+    def on_metadata(self, image: ClusterMetadata) -> None:
+        """After ReplicaManager applied `image`: load the partitions this broker now leads, drop the others."""
+        if self._stopped:
+            return
+        leading: dict[int, int] = {}
+        topic = image.topics.get(GROUP_METADATA_TOPIC)
+        if topic is not None:
+            for index in range(len(topic.partitions)):
+                partition = self._replica_manager.partitions.get(TopicPartition(GROUP_METADATA_TOPIC, index))
+                if partition is not None and partition.is_leader:
+                    leading[index] = partition.leader_epoch
+        now = now_ms()
+        for index in self.coordinator.owned_partitions() - set(leading):
+            task = self._loads.pop(index, None)
+            if task is not None:
+                task.cancel()
+            self.coordinator.on_resignation(index, now)
+            logger.info("resigned as coordinator of %s-%d", GROUP_METADATA_TOPIC, index)
+        for index, epoch in leading.items():
+            if self.coordinator.on_election(index, epoch):
+                self._loads[index] = asyncio.create_task(self._load(index, epoch), name=f"load-offsets-{index}")
+        self._rearm()
+
+    async def _load(self, index: int, epoch: int) -> None:
+        """Read the partition from its log start to its log end offset and replay it; the groups answer
+        COORDINATOR_LOAD_IN_PROGRESS until then. Yields between reads so the broker keeps serving."""
+        tp = TopicPartition(GROUP_METADATA_TOPIC, index)
+        records: list[Record] = []
+        try:
+            log = self._replica_manager.get_partition(tp).log
+            offset, end = log.log_start_offset, log.log_end_offset
+            while offset < end:
+                data = log.read(offset, self._load_buffer_size, end, True).records
+                if data is None:
+                    break
+                for batch in decode_batches(data.read_bytes()):
+                    if batch.header.is_control:
+                        continue
+                    for record in batch.records:
+                        if record.offset >= offset and record.key is not None:
+                            records.append((record.key, record.value))
+                    offset = max(offset, batch.header.last_offset + 1)
+                await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # The partition stays loading (COORDINATOR_LOAD_IN_PROGRESS) rather than serving partial state.
+            logger.exception("loading %s failed", tp)
+            return
+        finally:
+            self._loads.pop(index, None)
+        self.coordinator.complete_load(index, epoch, records, now_ms())
+        self._rearm()
+
+    # Timers
+
+    def _rearm(self) -> None:
+        """Keep one timer armed at the core's earliest deadline."""
+        if self._stopped:
+            return
+        deadline = self.coordinator.next_deadline_ms()
+        if deadline is None or (self._timer_deadline is not None and self._timer_deadline <= deadline):
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        loop = asyncio.get_running_loop()
+        self._timer_deadline = deadline
+        self._timer = loop.call_later(max(0.0, (deadline - now_ms()) / 1000), self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        self._timer_deadline = None
+        try:
+            self.coordinator.on_timer(now_ms())
+        except Exception:
+            logger.exception("group coordinator timer failed")
+        self._rearm()
+
+    def after_call(self) -> None:
+        """Handlers call this after every call into the core: deadlines may have moved earlier."""
+        self._rearm()
+
+    def cleanup_group_metadata(self) -> None:
+        removed = self.coordinator.cleanup_group_metadata(now_ms())
+        if removed:
+            logger.info("removed %d expired offsets", removed)
+        self._rearm()
+
+    def stop(self) -> None:
+        """At shutdown: no more timers or loads; parked members are answered by the broker's own drain."""
+        self._stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
+        for task in self._loads.values():
+            task.cancel()
+        if self._creating is not None:
+            self._creating.cancel()
+        now = now_ms()
+        for index in self.coordinator.owned_partitions():
+            self.coordinator.on_resignation(index, now)
