@@ -46,6 +46,18 @@ BROKER_CONFIGS: dict[str, BrokerConfigDef] = {
         _d("fetch.max.bytes", "57671680", "int", "Upper bound of bytes in one fetch response."),
         _d("min.insync.replicas", "1", "int", "ISR size needed for acks=all."),
         _d("log.retention.check.interval.ms", "300000", "long", "How often retention runs."),
+        # The log cleaner (compaction of cleanup.policy=compact topics); the last four are the brokers'
+        # defaults of the topic configs min.cleanable.dirty.ratio, min/max.compaction.lag.ms, delete.retention.ms.
+        _d("log.cleaner.enable", "true", "boolean", "Run the log cleaner, which compacts compacted topics."),
+        _d("log.cleaner.threads", "1", "int", "Logs cleaned at the same time; they share the dedupe buffer."),
+        _d("log.cleaner.backoff.ms", "15000", "long", "Pause of the cleaner when no log needs cleaning."),
+        _d("log.cleaner.dedupe.buffer.size", "134217728", "long", "Memory of the cleaners' key -> offset maps."),
+        _d("log.cleaner.io.buffer.size", "524288", "int", "Read buffer of a cleaner."),
+        _d("log.cleaner.io.buffer.load.factor", "0.9", "double", "How full a cleaner's offset map may get."),
+        _d("log.cleaner.min.cleanable.ratio", "0.5", "double", "Dirty share of a log that makes it cleanable."),
+        _d("log.cleaner.min.compaction.lag.ms", "0", "long", "Minimum age of a record before it is compacted."),
+        _d("log.cleaner.max.compaction.lag.ms", "9223372036854775807", "long", "Age that forces compaction."),
+        _d("log.cleaner.delete.retention.ms", "86400000", "long", "How long tombstones are kept once cleaned."),
         _d("log.flush.offset.checkpoint.interval.ms", "60000", "int", "Recovery point checkpoint period."),
         _d("log.flush.start.offset.checkpoint.interval.ms", "60000", "int", "Log start checkpoint period."),
         _d("replica.high.watermark.checkpoint.interval.ms", "5000", "long", "HW checkpoint period."),

@@ -39,6 +39,7 @@ from tierlog.server.group_coordinator import GroupCoordinatorService
 from tierlog.server.http_server import HttpResponse, HttpServer
 from tierlog.server.kafka_apis import KafkaApis
 from tierlog.server.lifecycle import BrokerLifecycleManager
+from tierlog.server.log_cleaner_threads import LogCleanerThreads
 from tierlog.server.meta_properties import cluster_id_on_disk, ensure_meta_properties
 from tierlog.server.metadata_loader import MetadataLoader
 from tierlog.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -123,6 +124,7 @@ class Broker:
         self._metrics_registry = MetricsRegistry()
         self.metrics = broker_metrics(self._metrics_registry)
         self._wire_metrics()
+        self.log_cleaner = LogCleanerThreads(config, self.log_manager, self._metrics_registry)
         self.apis = KafkaApis(
             config,
             self.loader,
@@ -210,6 +212,7 @@ class Broker:
         self._every_ms("flush-log", POST_ROLL_FLUSH_INTERVAL_MS, lambda: self.log_manager.flush_dirty_logs(now_ms()))
         # Kafka's isr-expiration task runs every replica.lag.time.max.ms / 2.
         self._every_ms("isr-expiration", max(1, config.get_int("replica.lag.time.max.ms") // 2), self._shrink_isrs)
+        self.log_cleaner.start()
         advertised = config.advertised_listener
         logger.info(
             "[Broker id=%d] started, serving %s:%d, cluster id %s, log dirs %s",
@@ -466,6 +469,7 @@ class Broker:
         for task in self._periodic + self._background:
             task.cancel()
         await asyncio.gather(*self._periodic, *self._background, return_exceptions=True)
+        await self.log_cleaner.stop()
         await asyncio.gather(
             *(thread.stop() for thread in self._fetcher_threads.values()),
             *self._stopping_fetchers,

@@ -240,7 +240,8 @@ class LogCleanerManager:
         dirty: list[LogToClean] = []
         for log in logs:
             tp = log.topic_partition
-            if not log.config.compact or tp in self.in_progress or tp in self.uncleanable:
+            # Kafka refuses remote storage on compacted topics: a copied segment must never change.
+            if not log.config.compact or log.remote_log_enabled or tp in self.in_progress or tp in self.uncleanable:
                 continue
             first_dirty, uncleanable, force_update = cleanable_offsets(log, self._last_clean_offset(log), now_ms)
             if force_update:
@@ -401,7 +402,7 @@ class CleaningTask:
 
     def run(self, check_done: Callable[[], None]) -> CleanResult:
         """Kafka's Cleaner.doClean: map the dirty range, then rewrite the segments below the mapped end into
-        `.cleaned` segments. `check_done` raises LogCleaningAbortedError to stop early."""
+        `.cleaned` segments. `check_done` (called before each batch) raises LogCleaningAbortedError to stop."""
         try:
             offset_map = OffsetMap(self.cleaner_config.offset_map_memory)
             self._build_offset_map(offset_map, check_done)
@@ -442,6 +443,7 @@ class CleaningTask:
                 continue
             check_done()
             for header, batch in _read_batches(source, self.cleaner_config.io_buffer_size):
+                check_done()
                 stats.map_bytes_read += header.size_in_bytes
                 if header.last_offset < start:
                     continue
@@ -470,6 +472,7 @@ class CleaningTask:
             for source in group:
                 check_done()
                 for header, batch in _read_batches(source, self.cleaner_config.io_buffer_size):
+                    check_done()
                     self.stats.bytes_read += header.size_in_bytes
                     kept = self._filter_batch(header, batch, offset_map)
                     if kept is not None:
