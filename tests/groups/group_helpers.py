@@ -108,11 +108,11 @@ def describe_group(bootstrap: str, group: str) -> ConsumerGroupDescription:
 
 
 def committed_offsets(bootstrap: str, group: str, topic: str, partitions: Iterable[int]) -> dict[int, int]:
-    """partition -> committed offset (-1 when none), as OffsetFetch answers it."""
+    """partition -> committed offset, -1 when none (OffsetFetch's -1; librdkafka says OFFSET_INVALID, -1001)."""
     admin = admin_client(bootstrap)
     request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in partitions])
     result = admin.list_consumer_group_offsets([request])[group].result(timeout=ADMIN_TIMEOUT_S)
-    return {tp.partition: tp.offset for tp in result.topic_partitions}
+    return {tp.partition: max(tp.offset, -1) for tp in result.topic_partitions}
 
 
 def end_offsets(bootstrap: str, topic: str, partitions: Iterable[int]) -> dict[int, int]:

@@ -71,9 +71,8 @@ def test_group_carries_on_when_its_coordinator_is_killed(
     topic = unique("failover")
     create_topic(bootstrap, topic, PARTITIONS)
     idle_offsets = [TopicPartition(topic, p, 10 + p) for p in range(PARTITIONS)]
-    altered = admin_client(bootstrap).alter_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(idle_group, idle_offsets)]
-    )
+    admin = admin_client(bootstrap)
+    altered = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(idle_group, idle_offsets)])
     altered[idle_group].result(timeout=30)
 
     producer = ContinuousProducer(bootstrap, topic, PARTITIONS)

@@ -9,10 +9,8 @@ sends it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from group_helpers import (
     ADMIN_TIMEOUT_S,
@@ -39,17 +37,22 @@ PARTITIONS = 6
 
 def listed_groups(bootstrap: str, states: set[ConsumerGroupState] | None = None) -> dict[str, ConsumerGroupState]:
     kwargs = {"states": states} if states is not None else {}
-    result = admin_client(bootstrap).list_consumer_groups(**kwargs).result(timeout=ADMIN_TIMEOUT_S)
+    admin = admin_client(bootstrap)  # kept until the answer is in: a destroyed client fails its requests
+    result = admin.list_consumer_groups(**kwargs).result(timeout=ADMIN_TIMEOUT_S)
     assert not result.errors, result.errors
     return {listing.group_id: listing.state for listing in result.valid}
 
 
-def kafka_error(call: Callable[[], object]) -> KafkaError:
-    """The KafkaError `call` raises (it must raise one)."""
-    with pytest.raises(KafkaException) as raised:
-        call()
-    error: KafkaError = raised.value.args[0]
-    return error
+def delete_group(bootstrap: str, group: str) -> int | None:
+    """DeleteGroups: None when deleted, else the error code."""
+    admin = admin_client(bootstrap)
+    future = admin.delete_consumer_groups([group], request_timeout=ADMIN_TIMEOUT_S)[group]
+    try:
+        future.result(timeout=ADMIN_TIMEOUT_S)
+    except KafkaException as e:
+        code: int = e.args[0].code()
+        return code
+    return None
 
 
 def offsets_deleted(bootstrap: str, group: str, topic: str, partitions: list[int]) -> dict[int, str]:
@@ -88,8 +91,7 @@ def test_a_stable_group_is_listed_described_and_cannot_be_deleted_until_it_is_em
         assert assigned == {"a": a.assignment, "b": b.assignment}
         assert all(tp.topic == topic for m in description.members for tp in m.assignment.topic_partitions)
 
-        refused = admin_client(bootstrap).delete_consumer_groups([group], request_timeout=ADMIN_TIMEOUT_S)[group]
-        assert kafka_error(lambda: refused.result(timeout=ADMIN_TIMEOUT_S)).code() == KafkaError.NON_EMPTY_GROUP
+        assert delete_group(bootstrap, group) == KafkaError.NON_EMPTY_GROUP
         # OffsetDelete of a topic the Stable group subscribes to is refused per partition.
         assert offsets_deleted(bootstrap, group, topic, [0]) == {0: "GroupSubscribedToTopicError"}
         assert committed_offsets(bootstrap, group, topic, range(PARTITIONS)) == ends
@@ -103,13 +105,11 @@ def test_a_stable_group_is_listed_described_and_cannot_be_deleted_until_it_is_em
     assert offsets_deleted(bootstrap, group, topic, [0]) == {0: "NoError"}
     assert committed_offsets(bootstrap, group, topic, range(PARTITIONS)) == {**ends, 0: -1}
 
-    deleted = admin_client(bootstrap).delete_consumer_groups([group], request_timeout=ADMIN_TIMEOUT_S)[group]
-    assert deleted.result(timeout=ADMIN_TIMEOUT_S) is None
+    assert delete_group(bootstrap, group) is None
     assert committed_offsets(bootstrap, group, topic, range(PARTITIONS)) == {p: -1 for p in range(PARTITIONS)}
     assert group not in listed_groups(bootstrap)
     assert describe_group(bootstrap, group).state == ConsumerGroupState.DEAD
-    again = admin_client(bootstrap).delete_consumer_groups([group], request_timeout=ADMIN_TIMEOUT_S)[group]
-    assert kafka_error(lambda: again.result(timeout=ADMIN_TIMEOUT_S)).code() == KafkaError.GROUP_ID_NOT_FOUND
+    assert delete_group(bootstrap, group) == KafkaError.GROUP_ID_NOT_FOUND
 
 
 def test_offsets_committed_for_a_group_without_members_are_where_its_first_member_starts(
@@ -137,10 +137,8 @@ def test_offsets_committed_for_a_group_without_members_are_where_its_first_membe
             (1, o) for o in range(8, 10)
         ]
         # While the group has a member, a standalone commit is refused (Kafka: UNKNOWN_MEMBER_ID).
-        refused = admin.alter_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0, 0)])]
-        )
-        error = kafka_error(lambda: refused[group].result(timeout=ADMIN_TIMEOUT_S))
-        assert error.code() == KafkaError.UNKNOWN_MEMBER_ID, error
-        wait_committed_at_end(bootstrap, group, topic, 2, REBALANCE_S)
+        rewind = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0, 0)])]
+        refused = admin.alter_consumer_group_offsets(rewind)[group].result(timeout=ADMIN_TIMEOUT_S)
+        assert [tp.error and tp.error.code() for tp in refused.topic_partitions] == [KafkaError.UNKNOWN_MEMBER_ID]
+        assert wait_committed_at_end(bootstrap, group, topic, 2, REBALANCE_S) == {0: 10, 1: 10}
         member.leave()
