@@ -5,7 +5,9 @@ replica of a replicated topic compacts to the same records."""
 
 from __future__ import annotations
 
+import re
 import time
+import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,13 @@ def stored_records(log_dir: Path, topic: str) -> list[Entry]:
         for batch in decode_batches(path.read_bytes()):
             entries.extend((r.offset, r.key, r.value) for r in batch.records)
     return entries
+
+
+def cleanings(http_address: str) -> float:
+    """tierlog_log_cleaner_cleanings_total from the broker's /metrics."""
+    with urllib.request.urlopen(f"http://{http_address}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return float(re.search(r"^tierlog_log_cleaner_cleanings_total (\S+)$", text, re.MULTILINE)[1])  # type: ignore[index]
 
 
 def latest_per_key(entries: Sequence[Entry]) -> list[Entry]:
@@ -172,3 +181,37 @@ def test_every_replica_compacts_to_the_same_records(tmp_path: Path, kafka: Any, 
         expected = compacted_view(written, end)
         for log_dir in log_dirs:
             assert stored_records(log_dir, topic) == expected, log_dir
+        for node_id in cluster.node_ids:
+            assert cleanings(cluster.http_address(node_id)) >= 1, node_id
+
+
+def test_a_producers_last_batch_left_empty_by_compaction_is_skipped_by_every_client(
+    broker_factory: Any, kafka: Any, clients: dict[str, Any], poll_until: PollUntil
+) -> None:
+    broker: BrokerProcess = broker_factory(CLEANER_OVERRIDES)
+    topic = kafka.topic_name()
+    kafka.create_topic(broker.bootstrap, topic, config=COMPACTED)
+    idempotent = [{"key": b"shared", "value": f"idempotent-{i}".encode()} for i in range(5)]
+    written = [
+        (offset, spec["key"], spec["value"])
+        for (_, offset), spec in zip(
+            kafka.produce(broker.bootstrap, topic, idempotent, enable_idempotence=True, linger_ms=0),
+            idempotent,
+            strict=True,
+        )
+    ]
+    # A plain producer overwrites the key, then fills segments so everything so far can be cleaned.
+    written += produce(kafka, broker.bootstrap, topic, [{"key": b"shared", "value": b"plain"}])
+    written += produce(kafka, broker.bootstrap, topic, updates(200, 1, "f", prefix="filler"))
+    active_base = wait_cleaned_up_to_the_active_segment(broker.log_dir, topic, poll_until)
+    headers = [
+        batch.header
+        for path in sorted((broker.log_dir / f"{topic}-0").glob("*.log"))
+        for batch in decode_batches(path.read_bytes())
+    ]
+    empty = [h for h in headers if h.records_count == 0]
+    assert len(empty) == 1 and empty[0].producer_id >= 0 and empty[0].last_offset == written[4][0]
+    expected = compacted_view(written, active_base)
+    for name, client in clients.items():
+        got = client.consume(broker.bootstrap, topic, len(expected))
+        assert [(r.offset, r.key, r.value) for r in got] == expected, name
