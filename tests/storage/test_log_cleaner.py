@@ -13,8 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tierlog.common import TopicPartition
-from tierlog.records.codec import build_batch, decode_batches
-from tierlog.records.record_batch import CompressionType, InvalidRecordError, iter_batches
+from tierlog.records.codec import build_batch, decode_batches, encode_raw_batch
+from tierlog.records.record_batch import CompressionType, InvalidRecordError, iter_batches, read_header
+from tierlog.storage.errors import KafkaStorageError
 from tierlog.storage.log import Log
 from tierlog.storage.log_cleaner import (
     CLEANER_OFFSET_CHECKPOINT_FILENAME,
@@ -489,3 +490,46 @@ def test_the_cleaned_log_is_the_latest_record_per_key_minus_expired_tombstones(
         model = [e for e in model if e[2] is not None]
     assert [e for e in result if e[0] < end] == model
     assert [e for e in result if e[0] >= end] == [e for e in written if e[0] >= end]
+
+
+def test_a_follower_copies_a_compacted_leader_log_with_its_gaps_and_empty_batches(tmp_path: Path) -> None:
+    _, leader, cleaner = new_log(tmp_path / "leader")
+    append(leader, [(b"a", b"1"), (b"b", b"1")], producer=(3, 0, 0))
+    append(leader, [(b"a", b"2"), (b"b", b"2")])
+    written = produce_updates(leader, keys=4, rounds=10)
+    roll_and_seal(leader)
+    assert cleaner.clean_filthiest_log(T0)
+    follower_manager = LogManager([tmp_path / "follower"], {})
+    follower_manager.startup({}, T0)
+    follower = follower_manager.get_or_create_log(TP, TOPIC_ID, compacted_overrides(), T0)
+    for segment in leader.segments:
+        if segment.size:
+            follower.append_as_follower(contents(segment), T0)
+    follower.update_high_watermark(follower.log_end_offset)
+    assert follower.log_end_offset == leader.log_end_offset
+    assert read_all(follower) == read_all(leader) == [(2, b"a", b"2"), (3, b"b", b"2"), *latest_per_key(written)]
+    assert any(b.header.records_count == 0 for b in decode_batches(contents(follower.segments[0])))
+
+
+def test_producers_still_may_not_send_an_empty_batch(tmp_path: Path) -> None:
+    _, log, _ = new_log(tmp_path)
+    batch = bytearray(encode_raw_batch(read_header(build_batch([(b"k", b"v", [], T0)])), [], delete_horizon_ms=None))
+    with pytest.raises(InvalidRecordError, match="Inconsistent batch offset range"):
+        log.append_as_leader(batch, 0, T0)
+
+
+def test_replace_segments_refuses_segments_that_are_not_consecutive_closed_ones(tmp_path: Path) -> None:
+    _, log, cleaner = new_log(tmp_path)
+    produce_updates(log, keys=3, rounds=30)
+    roll_and_seal(log)
+    task = cleaner.grab(T0)
+    assert task is not None
+    result = task.run(lambda: None)
+    new_segment = result.groups[0].new_segment
+    segments = log.segments
+    with pytest.raises(KafkaStorageError, match="not consecutive closed segments"):
+        log.replace_segments(new_segment, [segments[0], segments[2]])
+    with pytest.raises(KafkaStorageError, match="not consecutive closed segments"):
+        log.replace_segments(new_segment, segments)
+    cleaner.abort(task, result)
+    assert not any(p.name.endswith(CLEANED_FILE_SUFFIX) for p in log.dir.iterdir())
