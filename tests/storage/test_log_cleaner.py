@@ -272,7 +272,7 @@ def test_min_compaction_lag_keeps_young_segments_dirty(tmp_path: Path) -> None:
     assert cleaner.clean_filthiest_log(T0 + 61_000)
 
 
-def test_a_full_offset_map_cleans_only_up_to_where_it_filled(tmp_path: Path) -> None:
+def test_a_full_offset_map_cleans_only_up_to_the_last_key_it_mapped(tmp_path: Path) -> None:
     # 24 bytes per entry and a load factor of 0.9: room for 9 keys.
     _, log, cleaner = new_log(tmp_path, dedupe_buffer_size=24 * 10)
     written: list[Entry] = []
@@ -533,3 +533,32 @@ def test_replace_segments_refuses_segments_that_are_not_consecutive_closed_ones(
         log.replace_segments(new_segment, segments)
     cleaner.abort(task, result)
     assert not any(p.name.endswith(CLEANED_FILE_SUFFIX) for p in log.dir.iterdir())
+
+
+def test_a_dirty_range_ending_in_an_offset_gap_is_cleaned_once(tmp_path: Path) -> None:
+    # A follower of a compacted leader: its segment before the active one ends below the next segment's base.
+    _, log, cleaner = new_log(tmp_path)
+    records = [(b"a", b"1", [], T0), (b"b", b"1", [], T0), (b"a", b"2", [], T0)]
+    log.append_as_follower(build_batch(records, partition_leader_epoch=0), T0)
+    log.roll(T0, 10)
+    log.append_as_follower(build_batch([(b"c", b"1", [], T0)], base_offset=10, partition_leader_epoch=0), T0)
+    log.update_high_watermark(log.log_end_offset)
+    assert cleaner.clean_filthiest_log(T0)
+    assert read_all(log) == [(1, b"b", b"1"), (2, b"a", b"2"), (10, b"c", b"1")]
+    assert cleaner.manager.checkpoint(TP) == 10
+    assert cleaner.grab(T0) is None
+
+
+def test_an_offset_map_full_in_the_middle_of_a_batch_still_advances(tmp_path: Path) -> None:
+    # Room for 2 keys: each pass maps 2 keys of the 10-key batch and cleans up to the second.
+    _, log, cleaner = new_log(tmp_path, dedupe_buffer_size=24 * 3)
+    append(log, [(f"k{i}".encode(), b"old") for i in range(10)])
+    append(log, [(f"k{i}".encode(), b"new") for i in range(10)])
+    roll_and_seal(log)
+    assert cleaner.clean_filthiest_log(T0)
+    assert cleaner.manager.checkpoint(TP) == 2
+    passes = 1
+    while cleaner.clean_filthiest_log(T0):
+        passes += 1
+    assert passes == 10
+    assert read_all(log) == [(10 + i, f"k{i}".encode(), b"new") for i in range(10)]

@@ -405,8 +405,13 @@ class CleaningTask:
         `.cleaned` segments. `check_done` (called before each batch) raises LogCleaningAbortedError to stop."""
         try:
             offset_map = OffsetMap(self.cleaner_config.offset_map_memory)
-            self._build_offset_map(offset_map, check_done)
-            end_offset = offset_map.latest_offset + 1
+            if self._build_offset_map(offset_map, check_done):
+                # Kafka's OffsetMap.put moves latestOffset too, so a map full in mid-batch still advances.
+                end_offset = offset_map.latest_offset + 1
+            else:
+                # The whole dirty range is mapped: all of it is clean after this pass, gaps at its end
+                # included (a replica of a compacted log may lack the offsets below the next segment).
+                end_offset = self.to_clean.first_uncleanable_offset
             groups: list[CleanedGroup] = []
             try:
                 for indexes in group_segments_by_size(
@@ -430,9 +435,9 @@ class CleaningTask:
         finally:
             self.close()
 
-    def _build_offset_map(self, offset_map: OffsetMap, check_done: Callable[[], None]) -> None:
+    def _build_offset_map(self, offset_map: OffsetMap, check_done: Callable[[], None]) -> bool:
         """Kafka's buildOffsetMap: key -> latest offset from the first dirty offset up to the first
-        uncleanable one, stopping where the map is full."""
+        uncleanable one, stopping where the map is full; whether it filled."""
         start = self.to_clean.first_dirty_offset
         end = self.to_clean.first_uncleanable_offset
         max_desired_size = int(offset_map.slots * self.cleaner_config.dedupe_buffer_load_factor)
@@ -452,9 +457,10 @@ class CleaningTask:
                     stats.map_messages_read += 1
                     if record.key is not None and offset >= start:
                         if offset_map.size >= max_desired_size:
-                            return
+                            return True
                         offset_map.put(record.key, offset)
                 offset_map.update_latest_offset(header.last_offset)
+        return False
 
     def _clean_segments(
         self,
