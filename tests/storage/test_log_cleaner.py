@@ -562,3 +562,17 @@ def test_an_offset_map_full_in_the_middle_of_a_batch_still_advances(tmp_path: Pa
         passes += 1
     assert passes == 10
     assert read_all(log) == [(10 + i, f"k{i}".encode(), b"new") for i in range(10)]
+
+
+def test_a_fetch_holding_a_slice_of_a_replaced_segment_still_reads_the_old_bytes(tmp_path: Path) -> None:
+    _, log, cleaner = new_log(tmp_path)
+    produce_updates(log, keys=3, rounds=20)
+    roll_and_seal(log)
+    info = log.read(0, 1 << 20, None, False)
+    assert info.records is not None
+    before = info.records.read_bytes()
+    assert cleaner.clean_filthiest_log(T0)
+    assert info.records.read_bytes() == before
+    assert any(p.name.endswith(DELETED_FILE_SUFFIX) for p in log.dir.iterdir())
+    assert log.remove_deleted_segments(T0 + log.config.file_delete_delay_ms) > 0
+    assert not any(p.name.endswith(DELETED_FILE_SUFFIX) for p in log.dir.iterdir())
