@@ -331,3 +331,26 @@ def test_committed_offsets_and_groups_survive_a_restart(tmp_path: Path) -> None:
                 await broker.stop()
 
     asyncio.run(restart())
+
+
+def test_a_cluster_too_small_for_the_offsets_topic_says_which_setting_to_change(tmp_path: Path) -> None:
+    async def main() -> None:
+        config = broker_config(tmp_path)
+        config = KafkaConfig({**config.originals, "offsets.topic.replication.factor": "3"})
+        broker = Broker(config)
+        async with asyncio.timeout(30):
+            await broker.start()
+        try:
+            async with asyncio.timeout(20):
+                while True:
+                    response = await call(broker.apis, API_FIND_COORDINATOR, 4, key_type=0, coordinator_keys=("g",))
+                    (found,) = response.coordinators
+                    assert found.error_code == ErrorCode.coordinator_not_available
+                    if "offsets.topic.replication.factor" in (found.error_message or ""):
+                        break
+                    await asyncio.sleep(0.05)
+            assert "__consumer_offsets" not in broker.apis.image.topics
+        finally:
+            await broker.stop()
+
+    asyncio.run(main())

@@ -63,6 +63,8 @@ class GroupCoordinatorService:
         self._timer_deadline: int | None = None
         self._loads: dict[int, asyncio.Task[None]] = {}
         self._creating: asyncio.Task[None] | None = None
+        # Why the last creation of __consumer_offsets failed, for the clients that keep asking.
+        self._creation_error: str | None = None
         self._stopped = False
 
     @property
@@ -78,7 +80,7 @@ class GroupCoordinatorService:
             return None
         if self._creating is None or self._creating.done():
             self._creating = asyncio.create_task(self._create_offsets_topic(), name="create-consumer-offsets")
-        return f"{GROUP_METADATA_TOPIC} is being created"
+        return self._creation_error or f"{GROUP_METADATA_TOPIC} is being created"
 
     async def _create_offsets_topic(self) -> None:
         configs = {
@@ -92,13 +94,12 @@ class GroupCoordinatorService:
         except Exception as e:  # the controller may be away; the next FindCoordinator tries again
             error = str(e)
         if error not in (None, "TOPIC_ALREADY_EXISTS"):
-            logger.warning(
-                "cannot create %s with %d partitions and replication factor %d (offsets.topic.*): %s",
-                GROUP_METADATA_TOPIC,
-                self.num_partitions,
-                replication_factor,
-                error,
+            self._creation_error = (
+                f"cannot create {GROUP_METADATA_TOPIC} with {self.num_partitions} partitions and replication "
+                f"factor {replication_factor} (offsets.topic.num.partitions, offsets.topic.replication.factor): "
+                f"{error}"
             )
+            logger.warning("%s", self._creation_error)
 
     def leader_of(self, group_id: str) -> int:
         """The broker leading the group's partition, or -1 (no such topic or no leader yet)."""
