@@ -354,3 +354,26 @@ def test_a_cluster_too_small_for_the_offsets_topic_says_which_setting_to_change(
             await broker.stop()
 
     asyncio.run(main())
+
+
+def test_metrics_count_groups_by_state_and_offset_commits(tmp_path: Path) -> None:
+    async def main() -> None:
+        broker = Broker(broker_config(tmp_path))
+        async with asyncio.timeout(30):
+            await broker.start()
+        try:
+            broker.apis.controller.create_topic("events", 2, 1, {})
+            await broker.apis._sync_metadata()
+            await find_coordinator(broker.apis, "g")
+            member, generation = await join_and_sync(broker.apis, "g")
+            assert await commit(broker.apis, "g", 1, member, generation) == ErrorCode.none
+            assert await commit(broker.apis, "g", 2, member, generation) == ErrorCode.none
+            text = broker._metrics_registry.render()
+            assert 'kafka_coordinator_group_groupmetadatamanager_numgroups{state="Stable"} 1' in text
+            assert 'kafka_coordinator_group_groupmetadatamanager_numgroups{state="Empty"} 0' in text
+            assert "kafka_coordinator_group_groupmetadatamanager_numoffsets 1" in text
+            assert "kafka_coordinator_group_groupmetadatamanager_offsetcommits_total 2" in text
+        finally:
+            await broker.stop()
+
+    asyncio.run(main())

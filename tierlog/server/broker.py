@@ -136,7 +136,12 @@ class Broker:
             self._after_request,
         )
         self.group_coordinator = GroupCoordinatorService(
-            config, self.replica_manager, lambda: self.loader.image, self.apis.create_topic, self._arm_purgatory_timer
+            config,
+            self.replica_manager,
+            lambda: self.loader.image,
+            self.apis.create_topic,
+            self._arm_purgatory_timer,
+            self._metrics_registry,
         )
         self.apis.handlers.update(GroupApis(config, self.group_coordinator, lambda: self.loader.image).handlers)
         self.remote_log: RemoteLogTasks | None = None

@@ -22,6 +22,7 @@ from tierlog.coordinator.group.group_coordinator import AppendCallback, GroupCon
 from tierlog.records.codec import build_batch, decode_batches
 from tierlog.replication.replica_manager import AppendResult, ReplicaManager
 from tierlog.server.clock import now_ms
+from tierlog.server.metrics import Counter, Gauge, MetricsRegistry
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ class GroupCoordinatorService:
         image: Callable[[], ClusterMetadata],
         create_topic: CreateTopic,
         arm_purgatory_timer: Callable[[int], None],
+        registry: MetricsRegistry | None = None,
     ) -> None:
         self.config = config
         self.coordinator = GroupCoordinator(group_config(config), self._append)
@@ -66,6 +68,31 @@ class GroupCoordinatorService:
         # Why the last creation of __consumer_offsets failed, for the clients that keep asking.
         self._creation_error: str | None = None
         self._stopped = False
+        if registry is not None:
+            self._register_metrics(registry)
+
+    def _register_metrics(self, registry: MetricsRegistry) -> None:
+        """Kafka's GroupMetadataManager metrics (NumGroups<State>, NumOffsets, OffsetCommits), read at scrape."""
+        coordinator = self.coordinator
+        registry.register(
+            Gauge(
+                "kafka_coordinator_group_groupmetadatamanager_numgroups",
+                "Groups this broker coordinates, by state.",
+                ("state",),
+            )
+        ).callback(lambda: [({"state": state}, float(n)) for state, n in coordinator.group_counts_by_state().items()])
+        registry.register(
+            Gauge(
+                "kafka_coordinator_group_groupmetadatamanager_numoffsets",
+                "Committed offsets held by the groups this broker coordinates.",
+            )
+        ).callback(lambda: float(sum(len(g.offsets) for g in coordinator.groups.values())))
+        registry.register(
+            Counter(
+                "kafka_coordinator_group_groupmetadatamanager_offsetcommits_total",
+                "Offsets committed through this broker (one per partition of a successful OffsetCommit).",
+            )
+        ).callback(lambda: float(coordinator.offset_commits))
 
     @property
     def num_partitions(self) -> int:
