@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from kio.schema.describe_producers.v0 import request as describe_producers_v0
 from kio.schema.errors import ErrorCode
 from kio.schema.init_producer_id.v4 import request as init_producer_id_v4
 from kio.schema.produce.v9 import request as produce_v9
@@ -21,7 +22,7 @@ from tierlog.records.codec import build_batch
 from tierlog.records.record_batch import iter_batches
 from tierlog.server.broker import Broker
 from tierlog.server.clock import now_ms
-from tierlog.server.kafka_apis import API_INIT_PRODUCER_ID, API_PRODUCE, KafkaApis
+from tierlog.server.kafka_apis import API_DESCRIBE_PRODUCERS, API_INIT_PRODUCER_ID, API_PRODUCE, KafkaApis
 
 TOPIC = "events"
 
@@ -153,3 +154,29 @@ def test_producer_state_survives_a_broker_restart(tmp_path: Path) -> None:
 
     run_with_broker(tmp_path, first)
     run_with_broker(tmp_path, second, create_topic=False)
+
+
+def test_describe_producers_shows_each_producers_epoch_and_last_sequence(tmp_path: Path) -> None:
+    async def test(broker: Broker) -> None:
+        first, epoch = await init_producer_id(broker.apis)
+        second, _ = await init_producer_id(broker.apis)
+        await produce(broker.apis, idempotent_batch(first, epoch, 0, 3))
+        await produce(broker.apis, idempotent_batch(second, 4, 0, 1))
+        body = describe_producers_v0.DescribeProducersRequest(
+            topics=(
+                describe_producers_v0.TopicRequest(name=TOPIC, partition_indexes=(0, 7)),
+                describe_producers_v0.TopicRequest(name="missing", partition_indexes=(0,)),
+            )
+        )
+        (known, missing) = (await call(broker.apis, API_DESCRIBE_PRODUCERS, 0, body)).topics
+        here, absent = known.partitions
+        assert here.error_code == ErrorCode.none
+        described = {
+            (p.producer_id, p.producer_epoch, p.last_sequence, p.current_txn_start_offset)
+            for p in here.active_producers
+        }
+        assert described == {(first, epoch, 2, -1), (second, 4, 0, -1)}
+        assert absent.error_code == ErrorCode.unknown_topic_or_partition
+        assert missing.partitions[0].error_code == ErrorCode.unknown_topic_or_partition
+
+    run_with_broker(tmp_path, test)

@@ -70,6 +70,8 @@ _TABLE: tuple[ApiSupport, ...] = (
     ApiSupport(10, "FindCoordinator", 0, 4, 3),
     # v5 adds TRANSACTION_ABORTABLE (KIP-890) and v6 two-phase commit (KIP-939); we implement neither.
     ApiSupport(22, "InitProducerId", 0, 4, 2),
+    # kio's only (and Kafka's newest) version; flexible from v0.
+    ApiSupport(61, "DescribeProducers", 0, 0, 0),
     # The classic group protocol (docs/groups.md). JoinGroup v9's SkipAssignment is always false here, which
     # a v9 broker may answer; kio's newest are JoinGroup v9, SyncGroup v5, Heartbeat v4, LeaveGroup v5.
     ApiSupport(11, "JoinGroup", 0, 9, 6),

@@ -26,6 +26,7 @@ from tierlog.protocol.api_versions import supported_api_versions
 from tierlog.protocol.codec import Request
 from tierlog.protocol.errors import error_code
 from tierlog.records.record_batch import batch_size_at
+from tierlog.replication.errors import UnknownTopicOrPartitionError
 from tierlog.replication.partition import LogReadResult, OffsetAndEpoch
 from tierlog.replication.replica_manager import (
     AppendResult,
@@ -69,6 +70,7 @@ API_ALTER_CONFIGS = 33
 API_CREATE_PARTITIONS = 37
 API_INCREMENTAL_ALTER_CONFIGS = 44
 API_DESCRIBE_CLUSTER = 60
+API_DESCRIBE_PRODUCERS = 61
 
 # Admin requests the controller decides (a broker that is not the controller forwards them).
 FORWARDED_APIS = (
@@ -153,6 +155,7 @@ class KafkaApis:
             API_INCREMENTAL_ALTER_CONFIGS: self.handle_incremental_alter_configs,
             API_DESCRIBE_CLUSTER: self.handle_describe_cluster,
             API_INIT_PRODUCER_ID: self.handle_init_producer_id,
+            API_DESCRIBE_PRODUCERS: self.handle_describe_producers,
         }
         if controller_server is not None:
             for key in CONTROLLER_APIS:
@@ -351,6 +354,48 @@ class KafkaApis:
         return s.InitProducerIdResponse(
             throttle_time=NO_THROTTLE, error_code=error_code(None), producer_id=producer_id, producer_epoch=0
         )
+
+    async def handle_describe_producers(self, request: Request) -> Any:
+        """Kafka's DescribeProducers: every active producer of each partition as this replica's log has it
+        (producer state is kept by followers too); UNKNOWN_TOPIC_OR_PARTITION for a partition not here."""
+        s = self._schema(request)
+        topics = []
+        for topic in request.body.topics:
+            partitions = []
+            for index in topic.partition_indexes:
+                try:
+                    log = self.replica_manager.get_partition(TopicPartition(topic.name, index)).log
+                except UnknownTopicOrPartitionError as e:
+                    partitions.append(
+                        s.PartitionResponse(
+                            partition_index=index,
+                            error_code=error_code(error_name_of(e)),
+                            error_message=str(e),
+                            active_producers=(),
+                        )
+                    )
+                    continue
+                producers = tuple(
+                    s.ProducerState(
+                        producer_id=producer_id,
+                        producer_epoch=entry.producer_epoch,
+                        last_sequence=entry.last_seq,
+                        last_timestamp=entry.last_timestamp,
+                        coordinator_epoch=entry.coordinator_epoch,
+                        current_txn_start_offset=-1,
+                    )
+                    for producer_id, entry in sorted(log.producer_state_manager.active_producers.items())
+                )
+                partitions.append(
+                    s.PartitionResponse(
+                        partition_index=index,
+                        error_code=error_code(None),
+                        error_message=None,
+                        active_producers=producers,
+                    )
+                )
+            topics.append(s.TopicResponse(name=topic.name, partitions=tuple(partitions)))
+        return s.DescribeProducersResponse(throttle_time=NO_THROTTLE, topics=tuple(topics))
 
     def _broker_epoch(self) -> int:
         registration = self.image.brokers.get(self.node_id)
