@@ -218,8 +218,10 @@ def test_a_producers_last_batch_is_kept_empty_and_its_earlier_emptied_batches_go
         (2, 1, -1, -1),
     ]
     assert read_all(log) == [(2, b"a", b"3")]
-    # Producer state rebuilt from the cleaned log still knows the producer's last sequence.
+    # Producer state rebuilt from the cleaned log alone (no snapshot) still knows the producer's last sequence.
     log.close()
+    for snapshot in log.dir.glob("*.snapshot"):
+        snapshot.unlink()
     reopened = Log.open(
         log.dir,
         log.config,
@@ -459,9 +461,20 @@ workloads = st.lists(
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(workload=workloads, segment_bytes=st.sampled_from([200, 500, 1500, 100_000]), expired=st.booleans())
+@given(
+    workload=workloads,
+    segment_bytes=st.sampled_from([200, 500, 1500, 100_000]),
+    expired=st.booleans(),
+    codec=st.sampled_from(list(CompressionType)),
+    idempotent=st.booleans(),
+)
 def test_the_cleaned_log_is_the_latest_record_per_key_minus_expired_tombstones(
-    tmp_path_factory: pytest.TempPathFactory, workload: list[tuple[int, bool, int]], segment_bytes: int, expired: bool
+    tmp_path_factory: pytest.TempPathFactory,
+    workload: list[tuple[int, bool, int]],
+    segment_bytes: int,
+    expired: bool,
+    codec: CompressionType,
+    idempotent: bool,
 ) -> None:
     log_dir = tmp_path_factory.mktemp("cleaner")
     _, log, cleaner = new_log(log_dir, segment_bytes=segment_bytes, delete_retention_ms=1000)
@@ -470,7 +483,8 @@ def test_the_cleaned_log_is_the_latest_record_per_key_minus_expired_tombstones(
         records = [
             (f"k{(key + i) % 7}".encode(), None if tombstone and i == 0 else f"v{n}-{i}".encode()) for i in range(count)
         ]
-        first = append(log, records)
+        producer = (1, 0, len(written)) if idempotent else None
+        first = append(log, records, compression=codec, producer=producer)
         written += [(first + i, k, v) for i, (k, v) in enumerate(records)]
     roll_and_seal(log)
     cleaner.clean_filthiest_log(T0)
@@ -490,6 +504,25 @@ def test_the_cleaned_log_is_the_latest_record_per_key_minus_expired_tombstones(
         model = [e for e in model if e[2] is not None]
     assert [e for e in result if e[0] < end] == model
     assert [e for e in result if e[0] >= end] == [e for e in written if e[0] >= end]
+    if idempotent:
+        # Producer state rebuilt from the cleaned log alone (no snapshot) still ends at the last sequence.
+        log.close()
+        for snapshot in log.dir.glob("*.snapshot"):
+            snapshot.unlink()
+        reopened = Log.open(
+            log.dir,
+            log.config,
+            topic_partition=TP,
+            recovery_point=0,
+            log_start_offset=0,
+            high_watermark=0,
+            had_clean_shutdown=False,
+            now_ms=T0,
+        )
+        entry = reopened.producer_state_manager.last_entry(1)
+        produced = sum(count for _, _, count in workload)
+        assert entry is not None and entry.last_seq == produced - 1
+        reopened.close()
 
 
 def test_a_follower_copies_a_compacted_leader_log_with_its_gaps_and_empty_batches(tmp_path: Path) -> None:
