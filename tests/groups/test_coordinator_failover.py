@@ -82,8 +82,12 @@ def test_group_carries_on_when_its_coordinator_is_killed(
         a, b = pool.start("a"), pool.start("b")
         pool.wait_balanced([a, b], PARTITIONS)
         wait_for_progress(lambda: len(pool.consumed()), PROGRESS, CATCH_UP_S, "records consumed before the kill")
-        before = committed_offsets(bootstrap, group, topic, range(PARTITIONS))
-        assert all(offset >= 0 for offset in before.values()), before
+        # Records are printed before they are committed: wait for the commits of every partition.
+        before = wait_until(
+            lambda: (o := committed_offsets(bootstrap, group, topic, range(PARTITIONS))) and min(o.values()) >= 0 and o,
+            CATCH_UP_S,
+            "a commit of every partition before the kill",
+        )
 
         cluster.broker(coordinator).kill()
         try:
