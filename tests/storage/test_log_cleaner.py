@@ -609,3 +609,34 @@ def test_a_fetch_holding_a_slice_of_a_replaced_segment_still_reads_the_old_bytes
     assert any(p.name.endswith(DELETED_FILE_SUFFIX) for p in log.dir.iterdir())
     assert log.remove_deleted_segments(T0 + log.config.file_delete_delay_ms) > 0
     assert not any(p.name.endswith(DELETED_FILE_SUFFIX) for p in log.dir.iterdir())
+
+
+def test_a_deleted_partition_loses_its_checkpoint_and_a_recreated_one_starts_dirty(tmp_path: Path) -> None:
+    manager, log, cleaner = new_log(tmp_path)
+    produce_updates(log, keys=3, rounds=20)
+    roll_and_seal(log)
+    assert cleaner.clean_filthiest_log(T0)
+    manager.delete_log(TP)
+    assert not cleaner.clean_filthiest_log(T0)
+    assert cleaner.manager.checkpoint(TP) is None
+    assert (tmp_path / CLEANER_OFFSET_CHECKPOINT_FILENAME).read_text() == "0\n0\n"
+    recreated = manager.get_or_create_log(TP, uuid.UUID(int=6), compacted_overrides(), T0)
+    written = produce_updates(recreated, keys=3, rounds=20)
+    roll_and_seal(recreated)
+    assert cleaner.clean_filthiest_log(T0)
+    assert read_all(recreated) == latest_per_key(written)
+
+
+def test_a_partition_recreated_between_two_passes_starts_dirty(tmp_path: Path) -> None:
+    manager, log, cleaner = new_log(tmp_path)
+    produce_updates(log, keys=3, rounds=20)
+    roll_and_seal(log)
+    assert cleaner.clean_filthiest_log(T0)
+    manager.delete_log(TP)
+    recreated = manager.get_or_create_log(TP, uuid.UUID(int=6), compacted_overrides(), T0)
+    # Duplicates below the old checkpoint, distinct keys above it: a stale checkpoint would keep them.
+    written = produce_updates(recreated, keys=2, rounds=30)
+    written += [(append(recreated, [(f"late-{i}".encode(), b"v")]), f"late-{i}".encode(), b"v") for i in range(40)]
+    roll_and_seal(recreated)
+    assert cleaner.clean_filthiest_log(T0)
+    assert read_all(recreated) == latest_per_key(written)

@@ -138,6 +138,12 @@ class LogCleanerThreads:
         ).callback(lambda: 100 * cleaner.manager.dirtiest_log_cleanable_ratio)
         registry.register(
             Gauge(
+                "kafka_log_logcleanermanager_max_compaction_delay_secs",
+                "How far past max.compaction.lag.ms the most overdue compacted log is.",
+            )
+        ).callback(lambda: cleaner.manager.max_compaction_delay_ms / 1000)
+        registry.register(
+            Gauge(
                 "kafka_log_logcleanermanager_uncleanable_partitions_count",
                 "Partitions the cleaner gave up on after an error (until restart).",
             )

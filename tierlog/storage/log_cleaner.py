@@ -44,7 +44,7 @@ from tierlog.records.record_batch import (
 from tierlog.storage.checkpoints import OffsetCheckpointFile
 from tierlog.storage.file_records import scan_batches
 from tierlog.storage.log_config import LogConfig
-from tierlog.storage.offset_map import OffsetMap
+from tierlog.storage.offset_map import BYTES_PER_ENTRY, OffsetMap
 from tierlog.storage.segment import CLEANED_FILE_SUFFIX, LogSegment
 
 if TYPE_CHECKING:
@@ -203,11 +203,13 @@ class LogCleanerManager:
 
     def __init__(self, log_dirs: Sequence[Path]) -> None:
         self._log_dirs = [Path(d) for d in log_dirs]
-        self._checkpoints: dict[TopicPartition, int] = {}
+        # tp -> (log dir, offset where the clean part ends)
+        self._checkpoints: dict[TopicPartition, tuple[Path, int]] = {}
         for log_dir in self._log_dirs:
-            self._checkpoints.update(OffsetCheckpointFile(log_dir / CLEANER_OFFSET_CHECKPOINT_FILENAME).read())
-        # The Log each checkpoint entry describes (None: read from the file, adopted by the log loaded for it),
-        # so a topic deleted and created again under the same name starts dirty.
+            for tp, offset in OffsetCheckpointFile(log_dir / CLEANER_OFFSET_CHECKPOINT_FILENAME).read().items():
+                self._checkpoints[tp] = (log_dir, offset)
+        # The Log each checkpoint describes (an entry read from the file is adopted by the first log seen
+        # for it), so a topic deleted and created again under the same name starts dirty.
         self._owners: dict[TopicPartition, Log] = {}
         self.in_progress: set[TopicPartition] = set()
         # Kafka's uncleanable partitions: a clean failed on bad data; skipped until the broker restarts.
@@ -216,22 +218,20 @@ class LogCleanerManager:
         self.max_compaction_delay_ms = 0
 
     def checkpoint(self, tp: TopicPartition) -> int | None:
-        return self._checkpoints.get(tp)
+        entry = self._checkpoints.get(tp)
+        return None if entry is None else entry[1]
 
     def _last_clean_offset(self, log: Log) -> int | None:
         tp = log.topic_partition
         owner = self._owners.get(tp)
-        if owner is None:
-            self._owners[tp] = log
-        elif owner is not log:
-            self._owners[tp] = log
-            self._checkpoints.pop(tp, None)
+        self._owners[tp] = log
+        if owner is not None and owner is not log and self._checkpoints.pop(tp, None) is not None:
+            self._write_checkpoint_file(log.dir.parent)
         truncated_to = log.take_truncation_point()
-        checkpoint = self._checkpoints.get(tp)
+        checkpoint = self.checkpoint(tp)
         if truncated_to is not None and checkpoint is not None and checkpoint > truncated_to:
             # Kafka's maybeTruncateCheckpoint: the offsets from the truncation point on are new and dirty.
-            self._checkpoints[tp] = checkpoint = truncated_to
-            self._write_checkpoint(log)
+            self._update_checkpoint(log, checkpoint := truncated_to)
         return checkpoint
 
     def grab_filthiest_compacted_log(self, logs: Sequence[Log], now_ms: int) -> LogToClean | None:
@@ -245,8 +245,7 @@ class LogCleanerManager:
                 continue
             first_dirty, uncleanable, force_update = cleanable_offsets(log, self._last_clean_offset(log), now_ms)
             if force_update:
-                self._checkpoints[log.topic_partition] = first_dirty
-                self._write_checkpoint(log)
+                self._update_checkpoint(log, first_dirty)
             first_uncleanable, cleanable_bytes = calculate_cleanable_bytes(log, first_dirty, uncleanable)
             clean_bytes = sum(segment.size for segment in _segments_overlapping(log, -1, first_dirty))
             candidate = LogToClean(
@@ -277,19 +276,17 @@ class LogCleanerManager:
         """The clean of `log` is swapped in up to `end_offset`: checkpoint it and release the log."""
         self.in_progress.discard(log.topic_partition)
         self._owners[log.topic_partition] = log
-        self._checkpoints[log.topic_partition] = end_offset
-        self._write_checkpoint(log)
+        self._update_checkpoint(log, end_offset)
 
     def abort_cleaning(self, tp: TopicPartition) -> None:
         self.in_progress.discard(tp)
 
-    def _write_checkpoint(self, log: Log) -> None:
-        log_dir = log.dir.parent
-        entries = {
-            tp: offset
-            for tp, offset in self._checkpoints.items()
-            if (owner := self._owners.get(tp)) is None or owner.dir.parent == log_dir
-        }
+    def _update_checkpoint(self, log: Log, offset: int) -> None:
+        self._checkpoints[log.topic_partition] = (log.dir.parent, offset)
+        self._write_checkpoint_file(log.dir.parent)
+
+    def _write_checkpoint_file(self, log_dir: Path) -> None:
+        entries = {tp: offset for tp, (directory, offset) in self._checkpoints.items() if directory == log_dir}
         OffsetCheckpointFile(log_dir / CLEANER_OFFSET_CHECKPOINT_FILENAME).write(entries)
 
     def remove_deleted_logs(self, log_manager: LogManager) -> None:
@@ -297,18 +294,10 @@ class LogCleanerManager:
         is deleted)."""
         live = {log.topic_partition for log in log_manager.all_logs()}
         gone = [tp for tp in self._checkpoints if tp not in live]
-        if not gone:
-            return
         for tp in gone:
-            del self._checkpoints[tp]
+            log_dir, _ = self._checkpoints.pop(tp)
             self._owners.pop(tp, None)
-        for log_dir in self._log_dirs:
-            entries = {
-                tp: offset
-                for tp, offset in self._checkpoints.items()
-                if (owner := self._owners.get(tp)) is None or owner.dir.parent == log_dir
-            }
-            OffsetCheckpointFile(log_dir / CLEANER_OFFSET_CHECKPOINT_FILENAME).write(entries)
+            self._write_checkpoint_file(log_dir)
 
 
 # The clean itself
@@ -623,7 +612,7 @@ class LogCleaner:
     `complete` (event loop). `clean_filthiest_log` does all three in one call."""
 
     def __init__(self, config: CleanerConfig, log_manager: LogManager) -> None:
-        if int(config.offset_map_memory // 24 * config.dedupe_buffer_load_factor) < 1:
+        if int(config.offset_map_memory // BYTES_PER_ENTRY * config.dedupe_buffer_load_factor) < 1:
             raise ValueError(
                 f"log.cleaner.dedupe.buffer.size {config.dedupe_buffer_size} is too small for "
                 f"{config.num_threads} cleaner thread(s): each needs room for at least one key"
