@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import TopicPartition as ConfluentTopicPartition
 from confluent_kafka.admin import NewTopic
 
 from tierlog.cli.local_cluster import BrokerProcess, LocalCluster
@@ -215,3 +216,44 @@ def test_a_producers_last_batch_left_empty_by_compaction_is_skipped_by_every_cli
     for name, client in clients.items():
         got = client.consume(broker.bootstrap, topic, len(expected))
         assert [(r.offset, r.key, r.value) for r in got] == expected, name
+
+
+def test_consumer_offsets_is_compacted_and_committed_offsets_survive_a_restart(
+    broker_factory: Any, kafka: Any, poll_until: PollUntil
+) -> None:
+    broker: BrokerProcess = broker_factory(
+        {
+            **CLEANER_OVERRIDES,
+            "offsets.topic.num.partitions": "1",
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.segment.bytes": "4096",
+            "log.cleaner.min.cleanable.ratio": "0.01",
+        }
+    )
+    topic = kafka.topic_name()
+    kafka.create_topic(broker.bootstrap, topic, partitions=2)
+    group = f"{topic}-group"
+    consumer = kafka.consumer(broker.bootstrap, group_id=group)
+    try:
+        for n in range(1, 301):
+            offsets = [ConfluentTopicPartition(topic, p, n * 10 + p) for p in (0, 1)]
+            consumer.commit(offsets=offsets, asynchronous=False)
+    finally:
+        consumer.close()
+    internal = "__consumer_offsets"
+    records_before = len(stored_records(broker.log_dir, internal))
+    wait_cleaned_up_to_the_active_segment(broker.log_dir, internal, poll_until)
+    assert len(stored_records(broker.log_dir, internal)) < records_before // 10
+    broker.restart()
+
+    def committed() -> list[int] | None:
+        reader = kafka.consumer(broker.bootstrap, group_id=group)
+        try:
+            answer = reader.committed([ConfluentTopicPartition(topic, p) for p in (0, 1)], timeout=kafka.timeout_s)
+        except KafkaException:
+            return None  # the coordinator is still loading the group
+        finally:
+            reader.close()
+        return [tp.offset for tp in answer]
+
+    poll_until(lambda: committed() == [3000, 3001], kafka.timeout_s, "the committed offsets after the restart")
