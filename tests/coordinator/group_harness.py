@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tierlog.common import TopicPartition
@@ -34,6 +35,8 @@ class Appends:
     hold: bool = False
     fail_with: str | None = None
     held: list[tuple[int, list[Record], AppendCallback]] = field(default_factory=list)
+    # The harness's clock: when a held append completes.
+    clock: Callable[[], int] = lambda: 0
 
     def __call__(self, partition: int, records: list[Record], now_ms: int, on_done: AppendCallback) -> None:
         if self.hold:
@@ -44,7 +47,7 @@ class Appends:
     def _finish(self, partition: int, records: list[Record], on_done: AppendCallback, error: str | None) -> None:
         if error is None:
             self.log.setdefault(partition, []).extend(records)
-        on_done(error)
+        on_done(error, self.clock())
 
     def release(self, error: str | None = None) -> None:
         held, self.held = self.held, []
@@ -58,6 +61,7 @@ class Harness:
         defaults.update(overrides)
         self.config = config or GroupConfig(**defaults)  # type: ignore[arg-type]
         self.appends = Appends()
+        self.appends.clock = lambda: self.now
         ids = itertools.count(1)
         self.coordinator = GroupCoordinator(self.config, self.appends, new_uuid=lambda: f"uuid{next(ids)}")
         self.now = T0

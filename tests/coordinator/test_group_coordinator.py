@@ -346,3 +346,21 @@ def test_group_metadata_is_persisted_after_sync_and_when_the_group_empties() -> 
     assert len(h.appends.log[partition]) == 1
     h.coordinator.leave_group("g", [(a, None)], h.now)
     assert len(h.appends.log[partition]) == 2
+
+
+def test_a_replaced_static_member_must_heartbeat_once_its_slow_store_completes() -> None:
+    h = Harness()
+    (a, _b), generation = h.stable_group("g", 2, instances=["i-a", "i-b"])
+    h.appends.hold = True
+    rejoined = h.join("g", instance="i-b", client_id="b")
+    for _ in range(3):  # the store takes longer than a session; a keeps heartbeating, b waits in JoinGroup
+        h.advance(SESSION_MS // 2)
+        assert h.heartbeat("g", a, generation) is None
+    h.appends.release()
+    new_b = rejoined[0].member_id
+    assert rejoined[0].error is None and h.coordinator.groups["g"].has(new_b)
+    h.advance(SESSION_MS // 2)
+    assert h.heartbeat("g", a, generation) is None
+    h.advance(SESSION_MS // 2)
+    # b never heartbeated after its answer: its session expired like any member's.
+    assert not h.coordinator.groups["g"].has(new_b)

@@ -144,14 +144,14 @@ class GroupCoordinatorService:
 
         def respond(results: dict[TopicPartition, AppendResult]) -> None:
             result = results.get(tp)
-            on_done("UNKNOWN_TOPIC_OR_PARTITION" if result is None else result.error)
+            on_done("UNKNOWN_TOPIC_OR_PARTITION" if result is None else result.error, now_ms())
             self._rearm()
 
         try:
             delayed = self._replica_manager.append_records({tp: batch}, -1, self._commit_timeout_ms, now, respond)
         except Exception as e:
             logger.warning("appending to %s failed: %s", tp, e)
-            on_done("UNKNOWN_SERVER_ERROR")
+            on_done("UNKNOWN_SERVER_ERROR", now_ms())
             return
         if delayed is not None:
             self._arm_purgatory_timer(delayed.deadline_ms)

@@ -52,8 +52,9 @@ UNKNOWN_MEMBER_ID = ""
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
 
 Record = tuple[bytes, bytes | None]
-AppendCallback = Callable[[str | None], None]
-# (partition of __consumer_offsets, records, now_ms, on_done(error name or None)).
+# on_done(error name or None, the time the append completed).
+AppendCallback = Callable[[str | None, int], None]
+# (partition of __consumer_offsets, records, now_ms, on_done).
 Append = Callable[[int, list[Record], int, AppendCallback], None]
 CommitCallback = Callable[[dict[TopicPartition, str | None]], None]
 
@@ -470,7 +471,7 @@ class GroupCoordinator:
                 assignment = {m.member_id: m.assignment for m in group.members.values()}
                 generation = group.generation_id
 
-                def stored(error: str | None) -> None:
+                def stored(error: str | None, done_ms: int) -> None:
                     if self.groups.get(group.group_id) is not group:
                         return
                     error = store_group_error(error)
@@ -478,7 +479,7 @@ class GroupCoordinator:
                         member.rebalance_timeout_ms, member.session_timeout_ms, member.supported_protocols = old
                         member.awaiting_join = None
                         group.replace_static_member(group_instance_id, new_member_id, old_member_id)
-                        self._schedule_heartbeat(member, now_ms)
+                        self._schedule_heartbeat(member, done_ms)
                         respond(
                             JoinGroupResult(
                                 UNKNOWN_MEMBER_ID,
@@ -489,6 +490,9 @@ class GroupCoordinator:
                                 leader_id=current_leader or "",
                             )
                         )
+                        return
+                    if not (group.is_in(GroupState.STABLE) and group.generation_id == generation):
+                        # A rebalance began meanwhile: the member is answered when it completes.
                         return
                     group.maybe_invoke_join_callback(
                         member,
@@ -501,6 +505,7 @@ class GroupCoordinator:
                             leader_id=current_leader or "",
                         ),
                     )
+                    self._schedule_heartbeat(member, done_ms)
 
                 self._store_group(group, assignment, now_ms, stored)
             else:
@@ -574,7 +579,7 @@ class GroupCoordinator:
         group.init_next_generation(now_ms)
         if group.is_in(GroupState.EMPTY):
             logger.info("group %s with generation %d is now empty", group.group_id, group.generation_id)
-            self._store_group(group, {}, now_ms, lambda error: None)
+            self._store_group(group, {}, now_ms, lambda error, done_ms: None)
             return
         logger.info(
             "stabilized group %s generation %d with %d members",
@@ -665,7 +670,7 @@ class GroupCoordinator:
         # Members the leader left out get an empty assignment; ids it invented are ignored.
         assignment = {member_id: assignments.get(member_id, b"") for member_id in group.members}
 
-        def stored(error: str | None) -> None:
+        def stored(error: str | None, done_ms: int) -> None:
             # Another member may have joined meanwhile: only this generation's CompletingRebalance completes.
             if self.groups.get(group.group_id) is not group:
                 return
@@ -674,12 +679,12 @@ class GroupCoordinator:
             error = store_group_error(error)
             if error is not None:
                 self._reset_and_propagate_assignment_error(group, error)
-                self._maybe_prepare_rebalance(group, now_ms, "error storing the group assignment")
+                self._maybe_prepare_rebalance(group, done_ms, "error storing the group assignment")
                 return
             for member_id, member in group.members.items():
                 member.assignment = assignment.get(member_id, b"")
-            self._propagate_assignment(group, None, now_ms)
-            group.transition_to(GroupState.STABLE, now_ms)
+            self._propagate_assignment(group, None, done_ms)
+            group.transition_to(GroupState.STABLE, done_ms)
 
         self._store_group(group, assignment, now_ms, stored)
 
@@ -901,7 +906,7 @@ class GroupCoordinator:
             for tp, o in valid.items()
         ]
 
-        def appended(error: str | None) -> None:
+        def appended(error: str | None, done_ms: int) -> None:
             error = store_offsets_error(error)
             current = self.groups.get(group.group_id) is group and not group.is_in(GroupState.DEAD)
             for tp, o in valid.items():
@@ -975,7 +980,7 @@ class GroupCoordinator:
                 del self.groups[group.group_id]
             records.append((encode_group_metadata_key(GroupMetadataKey(group.group_id)), None))
         if records:
-            self._append(self.partition_for(group.group_id), records, now_ms, lambda error: None)
+            self._append(self.partition_for(group.group_id), records, now_ms, lambda error, done_ms: None)
 
     def cleanup_group_metadata(self, now_ms: int) -> int:
         """Offsets retention (offsets.retention.minutes), run every offsets.retention.check.interval.ms;
