@@ -7,7 +7,16 @@ from crc32c import crc32c
 from kafka.record.default_records import DefaultRecordBatch as KafkaPythonBatch
 from kafka.record.default_records import DefaultRecordBatchBuilder as KafkaPythonBuilder
 
-from tierlog.records.codec import Record, RecordSpec, build_batch, decode_batch, decode_batches
+from tierlog.records.codec import (
+    Record,
+    RecordSpec,
+    build_batch,
+    decode_batch,
+    decode_batches,
+    decode_raw_records,
+    encode_raw_batch,
+    records_without_key,
+)
 from tierlog.records.record_batch import (
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
@@ -85,9 +94,7 @@ def test_we_read_kafka_python_batches(compression: CompressionType) -> None:
 
 
 def test_producer_fields_are_written() -> None:
-    header = validate_batch(
-        build_batch(RECORDS, producer_id=99, producer_epoch=2, base_sequence=10)
-    )
+    header = validate_batch(build_batch(RECORDS, producer_id=99, producer_epoch=2, base_sequence=10))
     assert (header.producer_id, header.producer_epoch, header.base_sequence) == (99, 2, 10)
     defaults = validate_batch(build_batch(RECORDS))
     assert (defaults.producer_id, defaults.producer_epoch, defaults.base_sequence) == (-1, -1, -1)
@@ -145,3 +152,52 @@ def test_log_append_time_batches_give_every_record_the_batch_timestamp() -> None
     batch = decode_batch(bytes(data))
     assert {r.timestamp for r in batch.records} == {T0 + 1000}
     assert {r.timestamp_type for r in batch.records} == {TimestampType.LOG_APPEND_TIME}
+
+
+# Raw records: what the log cleaner reads and rewrites.
+
+
+@pytest.mark.parametrize("compression", list(CompressionType))
+def test_raw_records_rebuild_a_batch_byte_for_byte_when_all_are_kept(compression: CompressionType) -> None:
+    original = build_batch(
+        RECORDS, base_offset=40, producer_id=5, producer_epoch=1, base_sequence=9, compression=compression
+    )
+    header = validate_batch(original)
+    rebuilt = encode_raw_batch(header, decode_raw_records(original, header), delete_horizon_ms=None)
+    if compression == CompressionType.NONE:
+        assert rebuilt == original
+    assert decode_batch(rebuilt).records == decode_batch(original).records
+
+
+def test_a_rebuilt_batch_keeps_offsets_timestamps_headers_and_the_delete_horizon() -> None:
+    original = build_batch(RECORDS, base_offset=40, partition_leader_epoch=3, compression=CompressionType.ZSTD)
+    header = validate_batch(original)
+    kept = decode_raw_records(original, header)[1:3]
+    rebuilt = validate_batch(encode_raw_batch(header, kept, delete_horizon_ms=T0 + 86_400_000))
+    assert (rebuilt.base_offset, rebuilt.last_offset, rebuilt.records_count) == (40, 43, 2)
+    assert (rebuilt.partition_leader_epoch, rebuilt.compression_type) == (3, CompressionType.ZSTD)
+    assert rebuilt.delete_horizon_ms == T0 + 86_400_000
+    assert rebuilt.max_timestamp == T0 + 5
+    records = decode_batch(encode_raw_batch(header, kept, delete_horizon_ms=T0 + 86_400_000)).records
+    assert [(r.offset, r.timestamp, r.key, r.headers) for r in records] == [
+        (41, T0 + 5, None, [("trace", b"abc"), ("empty", b""), ("null", None)]),
+        (42, T0 + 3, b"tombstone", []),
+    ]
+
+
+def test_an_empty_rebuilt_batch_is_kafkas_empty_batch() -> None:
+    original = build_batch(RECORDS, base_offset=7, producer_id=5, producer_epoch=1, base_sequence=9)
+    header = validate_batch(original)
+    empty = validate_batch(encode_raw_batch(header, [], delete_horizon_ms=None))
+    assert (empty.base_offset, empty.last_offset, empty.records_count, empty.base_timestamp) == (7, 10, 0, -1)
+    assert (empty.producer_id, empty.producer_epoch, empty.base_sequence) == (5, 1, 9)
+    assert empty.max_timestamp == header.max_timestamp and empty.size_in_bytes == RECORD_BATCH_OVERHEAD
+
+
+def test_records_without_key_are_counted_and_broken_records_are_invalid() -> None:
+    batch = build_batch(RECORDS, compression=CompressionType.LZ4)
+    assert records_without_key(batch, validate_batch(batch)) == 1
+    truncated = bytearray(build_batch(RECORDS))
+    header = validate_batch(truncated)
+    with pytest.raises(InvalidRecordError, match="undecodable records"):
+        decode_raw_records(truncated[: header.size_in_bytes - 5], header)

@@ -21,6 +21,7 @@ from crc32c import crc32c
 
 from tierlog.records.record_batch import (
     ATTRIBUTES_OFFSET,
+    COMPRESSION_CODEC_MASK,
     CRC_OFFSET,
     CURRENT_MAGIC,
     DELETE_HORIZON_FLAG_MASK,
@@ -292,7 +293,7 @@ def encode_raw_batch(
     (with the delete-horizon attribute bit), else the first record's timestamp; maxTimestamp is the records'
     largest (the original for LogAppendTime). No records gives Kafka's empty batch
     (DefaultRecordBatch.writeEmptyHeader): uncompressed, baseTimestamp -1, the original maxTimestamp."""
-    attributes = template.attributes & ~(DELETE_HORIZON_FLAG_MASK | 0x07)
+    attributes = template.attributes & ~(DELETE_HORIZON_FLAG_MASK | COMPRESSION_CODEC_MASK)
     compression = template.compression_type if records else CompressionType.NONE
     if not records:
         base_timestamp, max_timestamp = NO_TIMESTAMP, template.max_timestamp
