@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import struct
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, TextIO
@@ -32,6 +33,7 @@ from tierlog.records.record_batch import (
     TimestampType,
     read_header,
 )
+from tierlog.storage.producer_state import PRODUCER_SNAPSHOT_FILE_SUFFIX, CorruptSnapshotError, read_snapshot
 
 LOG_FILE_SUFFIX = ".log"
 INDEX_FILE_SUFFIX = ".index"
@@ -62,7 +64,7 @@ _TIMESTAMP_TYPE_NAMES = {TimestampType.CREATE_TIME: "CreateTime", TimestampType.
 
 
 def dump_log(path: Path, *, print_data_log: bool, out: TextIO) -> None:
-    """Print one .log, .index or .timeindex file as `kafka-dump-log.sh --files path` would."""
+    """Print one .log, .index, .timeindex or .snapshot file as `kafka-dump-log.sh --files path` would."""
     out.write(f"Dumping {path}\n")
     if path.suffix == LOG_FILE_SUFFIX:
         _dump_segment(path, print_data_log, out)
@@ -70,6 +72,8 @@ def dump_log(path: Path, *, print_data_log: bool, out: TextIO) -> None:
         _dump_offset_index(path, out)
     elif path.suffix == TIME_INDEX_FILE_SUFFIX:
         _dump_time_index(path, out)
+    elif path.suffix == PRODUCER_SNAPSHOT_FILE_SUFFIX:
+        _dump_producer_snapshot(path, out)
     else:
         out.write(f"Ignoring unknown file {path}\n")
 
@@ -194,6 +198,29 @@ def _dump_time_index(path: Path, out: TextIO) -> None:
         if i > 0 and relative_offset == 0:
             return
         out.write(f"timestamp: {timestamp} offset: {base_offset + relative_offset}\n")
+
+
+def _dump_producer_snapshot(path: Path, out: TextIO) -> None:
+    """Kafka's dumpProducerIdSnapshot: one line per producer; a corrupt file's reason goes to stderr."""
+    try:
+        entries = read_snapshot(path)
+    except CorruptSnapshotError as e:
+        print(e, file=sys.stderr)
+        return
+    for entry in entries:
+        # Kafka prints its Java OptionalLong; no transactions here, so always the empty one.
+        line = (
+            f"producerId: {entry.producer_id} producerEpoch: {entry.producer_epoch} coordinatorEpoch: "
+            f"{entry.coordinator_epoch} currentTxnFirstOffset: OptionalLong.empty "
+            f"lastTimestamp: {entry.last_timestamp} "
+        )
+        if entry.batch_metadata:
+            batch = entry.batch_metadata[0]
+            line += (
+                f"firstSequence: {batch.first_seq} lastSequence: {batch.last_seq} lastOffset: {batch.last_offset} "
+                f"offsetDelta: {batch.offset_delta} timestamp: {batch.timestamp}"
+            )
+        out.write(line + "\n")
 
 
 def _index_entries(path: Path, entry: struct.Struct) -> Iterator[tuple[int, int]]:

@@ -65,11 +65,11 @@ def broker(config_file: Path | None, overrides: tuple[str, ...], log_level: str)
     multiple=True,
     required=True,
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="A .log, .index or .timeindex file (repeatable).",
+    help="A .log, .index, .timeindex or .snapshot file (repeatable).",
 )
 @click.option("--print-data-log", is_flag=True, help="Also print every record (key, payload, headers).")
 def dump_log_command(files: tuple[Path, ...], print_data_log: bool) -> None:
-    """Print segment and index files as kafka-dump-log.sh does."""
+    """Print segment, index and producer snapshot files as kafka-dump-log.sh does."""
     for path in files:
         try:
             dump_log(path, print_data_log=print_data_log, out=sys.stdout)
