@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 from crc32c import crc32c
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tierlog.common import TopicPartition
 from tierlog.records.codec import build_batch
@@ -273,3 +275,27 @@ def test_stray_snapshots_are_removed_except_the_latest_past_every_segment(tmp_pa
         producer_snapshot_file(tmp_path, offset).write_bytes(encode_snapshot([]))
     manager.remove_stray_snapshots([0, 10, 20])
     assert manager.snapshot_offsets == [0, 10, 20, 35]
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 2**63 - 1),
+            st.integers(0, 2**15 - 1),
+            st.integers(0, INT32_MAX),
+            st.integers(0, 2**40),
+            st.integers(0, 1000),
+            st.integers(-1, 2**45),
+        ),
+        max_size=20,
+        unique_by=lambda t: t[0],
+    )
+)
+def test_any_snapshot_decodes_to_what_was_encoded(fields: list[tuple[int, int, int, int, int, int]]) -> None:
+    entries = [
+        ProducerStateEntry(pid, epoch, -1, timestamp, [BatchMetadata(seq, offset, min(delta, offset), timestamp)])
+        for pid, epoch, seq, offset, delta, timestamp in fields
+    ]
+    data = encode_snapshot(entries)
+    assert decode_snapshot(data) == entries
+    assert encode_snapshot(decode_snapshot(data)) == data
