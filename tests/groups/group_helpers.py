@@ -99,11 +99,10 @@ def partition_leaders(bootstrap: str, topic: str) -> dict[int, int]:
     return {p: m.leader for p, m in _partitions(admin_client(bootstrap), topic).items()}
 
 
-def describe_group(bootstrap: str, group: str) -> ConsumerGroupDescription:
+def describe_group(bootstrap: str, group: str, timeout_s: float = ADMIN_TIMEOUT_S) -> ConsumerGroupDescription:
     admin = admin_client(bootstrap)
-    description: ConsumerGroupDescription = admin.describe_consumer_groups([group])[group].result(
-        timeout=ADMIN_TIMEOUT_S
-    )
+    future = admin.describe_consumer_groups([group], request_timeout=timeout_s)[group]
+    description: ConsumerGroupDescription = future.result(timeout=timeout_s + 1)
     return description
 
 
@@ -130,8 +129,8 @@ def warm_up_offsets_topic(cluster: LocalCluster) -> None:
 
     def ready() -> bool:
         try:
-            describe_group(cluster.bootstrap, "warm-up")
-        except KafkaException:
+            describe_group(cluster.bootstrap, "warm-up", timeout_s=5.0)
+        except (KafkaException, TimeoutError):
             return False
         leaders = partition_leaders(cluster.bootstrap, OFFSETS_TOPIC)
         return len(leaders) == OFFSETS_PARTITIONS and all(leader > 0 for leader in leaders.values())

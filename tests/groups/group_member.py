@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import signal
 import sys
 from typing import Any
@@ -203,6 +204,8 @@ def main() -> None:
     parser.add_argument("--group", required=True)
     parser.add_argument("--name", default="group-member")
     args = parser.parse_args()
+    # The clients' own account of rebalances goes to stderr, which the test prints when it fails.
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     out = Output()
     if args.client == "confluent-kafka":
         run_confluent(args, out)
