@@ -5,6 +5,7 @@ unclean shutdown, a corrupt snapshot and a truncation; a follower builds the lea
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 
 import pytest
@@ -12,11 +13,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.storage.storage_helpers import T0, log_config, open_log
+from tierlog.common import TopicPartition
 from tierlog.records.codec import build_batch
 from tierlog.records.record_batch import iter_batches
 from tierlog.storage.errors import InvalidProducerEpochError, OutOfOrderSequenceError
 from tierlog.storage.log import Log
-from tierlog.storage.producer_state import producer_snapshot_file, read_snapshot
+from tierlog.storage.log_manager import LogManager
+from tierlog.storage.producer_state import ProducerStateManagerConfig, producer_snapshot_file, read_snapshot
 
 PID = 4000
 
@@ -271,3 +274,17 @@ def test_a_follower_builds_the_leaders_producer_state(tmp_path_factory: pytest.T
         follower.append_as_follower(data, T0)
         offset = follower.log_end_offset
     assert follower.producer_state_manager.active_producers == leader.producer_state_manager.active_producers
+
+
+def test_the_log_manager_expires_idle_producers_of_every_log(tmp_path: Path) -> None:
+    manager = LogManager(
+        [tmp_path], {}, producer_state_config=ProducerStateManagerConfig(producer_id_expiration_ms=1000)
+    )
+    manager.startup({}, T0)
+    logs = [manager.get_or_create_log(TopicPartition("topic", p), uuid.UUID(int=1), {}, T0) for p in range(2)]
+    logs[0].append_as_leader(batch(0, ts=T0), 0, T0)
+    logs[1].append_as_leader(batch(0, producer_id=PID + 1, ts=T0 + 500), 0, T0 + 500)
+    assert manager.remove_expired_producers(T0 + 999) == 0
+    assert manager.remove_expired_producers(T0 + 1000) == 1
+    assert manager.remove_expired_producers(T0 + 1500) == 1
+    assert all(log.producer_state_manager.is_empty for log in logs)
