@@ -30,7 +30,7 @@ from tierlog.server.clock import now_ms
 from tierlog.server.remote_log_metadata_topic import TopicBasedRemoteLogMetadataManager
 from tierlog.storage.errors import OffsetOutOfRangeError
 from tierlog.storage.file_records import TimestampAndOffset
-from tierlog.storage.producer_state import decode_snapshot
+from tierlog.storage.producer_state import CorruptSnapshotError, decode_snapshot
 from tierlog.storage.segment import offset_index_file_path, time_index_file_path
 from tierlog.tiered.remote_index_cache import RemoteIndexCache
 from tierlog.tiered.remote_log_manager import (
@@ -334,7 +334,7 @@ class RemoteLogTasks:
     ) -> tuple[int, list[tuple[int, int]], bytes | None]:
         """For a follower's BuildingRemoteLogAuxState: the remote segment holding `offset` (the leader's local
         log start - 1) in `leader_epoch`, as (its end offset, the epoch history up to its end, the producer
-        snapshot copied with it or None). Raises CorruptSnapshotError for an unreadable snapshot."""
+        snapshot copied with it, or None if there is none or it is unreadable)."""
         metadata = self._remote_segment(tp, leader_epoch, offset)
         if metadata is None:
             raise RemoteStorageError(
@@ -349,7 +349,19 @@ class RemoteLogTasks:
         except RemoteResourceNotFoundError:
             snapshot = None
         if snapshot is not None:
-            decode_snapshot(snapshot)
+            try:
+                decode_snapshot(snapshot)
+            except CorruptSnapshotError as e:
+                # As Kafka's loadFromSnapshot: a corrupt snapshot is dropped and the follower starts with no
+                # producer state, rather than never catching up.
+                logger.warning(
+                    "[RemoteLogManager broker=%d] %s: producer snapshot of %s ignored: %s",
+                    self._broker_id,
+                    tp,
+                    metadata.segment_id.id,
+                    e,
+                )
+                snapshot = None
         return metadata.end_offset, parse_epoch_checkpoint(checkpoint), snapshot
 
     # Helpers
