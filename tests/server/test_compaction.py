@@ -241,9 +241,9 @@ def test_consumer_offsets_is_compacted_and_committed_offsets_survive_a_restart(
     finally:
         consumer.close()
     internal = "__consumer_offsets"
-    records_before = len(stored_records(broker.log_dir, internal))
     wait_cleaned_up_to_the_active_segment(broker.log_dir, internal, poll_until)
-    assert len(stored_records(broker.log_dir, internal)) < records_before // 10
+    # 600 offset commits; what is left is the latest per partition plus the active segment's tail.
+    assert len(stored_records(broker.log_dir, internal)) < 100
     broker.restart()
 
     def committed() -> list[int] | None:
