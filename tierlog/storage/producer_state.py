@@ -137,10 +137,6 @@ class ProducerStateEntry:
     def last_offset_delta(self) -> int:
         return self.batch_metadata[-1].offset_delta if self.batch_metadata else 0
 
-    @property
-    def current_txn_first_offset(self) -> int | None:
-        return None
-
     def copy(self, *, with_batches: bool = True) -> ProducerStateEntry:
         return ProducerStateEntry(
             self.producer_id,
@@ -429,10 +425,6 @@ class ProducerStateManager:
     @property
     def latest_snapshot_offset(self) -> int | None:
         return self._snapshots[-1] if self._snapshots else None
-
-    @property
-    def oldest_snapshot_offset(self) -> int | None:
-        return self._snapshots[0] if self._snapshots else None
 
     def fetch_snapshot(self, offset: int) -> Path | None:
         """The snapshot file at exactly `offset`, if there is one (tiered storage copies it with the segment
