@@ -288,3 +288,42 @@ def test_the_log_manager_expires_idle_producers_of_every_log(tmp_path: Path) -> 
     assert manager.remove_expired_producers(T0 + 1000) == 1
     assert manager.remove_expired_producers(T0 + 1500) == 1
     assert all(log.producer_state_manager.is_empty for log in logs)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.integers(1, 5), st.booleans()), min_size=1, max_size=40),
+    st.booleans(),
+)
+def test_any_crash_recovers_the_producer_state_the_log_implies(  # type: ignore[no-untyped-def]
+    tmp_path_factory: pytest.TempPathFactory, steps, clean
+) -> None:
+    """Random producers and retries over several segments, then a crash (or a clean close): the reopened log
+    knows every producer's epoch, last sequence and offset, whether it starts from snapshots or the log."""
+    root = tmp_path_factory.mktemp("recovery")
+    config = log_config(segment_bytes=500)
+    log = open_log(root, config)
+    sequences: dict[int, int] = {}
+    last: dict[int, bytearray] = {}
+    for producer, records, retry in steps:
+        pid = PID + producer
+        if retry and pid in last:
+            log.append_as_leader(bytearray(last[pid]), 0, T0)
+            continue
+        data = batch(sequences.get(pid, 0), records, producer_id=pid)
+        last[pid] = bytearray(data)
+        log.append_as_leader(data, 0, T0)
+        sequences[pid] = sequences.get(pid, 0) + records
+    before = projection(log)
+    if clean:
+        log.close()
+    else:
+        crash(log)
+    reopened = open_log(root, config, had_clean_shutdown=clean)
+    assert projection(reopened) == before
+    reopened.close()
+    for path in root.glob("*.snapshot"):
+        path.unlink()
+    replayed = open_log(root, config, had_clean_shutdown=False)
+    assert projection(replayed) == before
+    replayed.close()
