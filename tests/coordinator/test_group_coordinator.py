@@ -364,3 +364,61 @@ def test_a_replaced_static_member_must_heartbeat_once_its_slow_store_completes()
     h.advance(SESSION_MS // 2)
     # b never heartbeated after its answer: its session expired like any member's.
     assert not h.coordinator.groups["g"].has(new_b)
+
+
+def test_a_fenced_static_instance_cannot_commit_sync_or_leave() -> None:
+    h = Harness()
+    (old,), generation = h.stable_group("g", 1, instances=["i-a"])
+    (new,) = h.join("g", instance="i-a", client_id="a")
+    assert new.error is None and new.member_id != old
+    assert h.commit("g", {TP0: 1}, old, generation, instance="i-a") == [{TP0: "FENCED_INSTANCE_ID"}]
+    assert h.sync("g", old, generation, instance="i-a")[0].error == "FENCED_INSTANCE_ID"
+    assert h.join("g", old, instance="i-a")[0].error == "FENCED_INSTANCE_ID"
+    assert h.coordinator.leave_group("g", [(old, "i-a")], h.now) == (None, ["FENCED_INSTANCE_ID"])
+    assert h.commit("g", {TP0: 1}, new.member_id, generation, instance="i-a") == [{TP0: None}]
+
+
+def test_group_max_size_counts_members_waiting_in_a_rebalance() -> None:
+    h = Harness(group_max_size=2)
+    (a, b), _generation = h.stable_group("g", 2)
+    assert h.join("g")[0].error == "GROUP_MAX_SIZE_REACHED"
+    h.coordinator.leave_group("g", [(b, None)], h.now)
+    # During a rebalance Kafka counts the members that joined it, not the old ones: c and d get in, and a,
+    # rejoining last, is the one refused.
+    assert h.join("g", client_id="c") == [] and h.join("g", client_id="d") == []
+    assert h.join("g", a)[0].error == "GROUP_MAX_SIZE_REACHED"
+    assert h.join("g", client_id="e")[0].error == "GROUP_MAX_SIZE_REACHED"
+
+
+def test_describe_shows_member_metadata_and_assignment_only_when_stable() -> None:
+    h = Harness()
+    (_joined,) = h.join("g")
+    described = h.coordinator.describe_group("g")
+    assert described.state == "CompletingRebalance" and described.protocol == ""
+    assert (described.members[0].metadata, described.members[0].assignment) == (b"", b"")
+
+
+def test_an_empty_group_s_offsets_can_all_be_deleted_and_requests_wait_while_loading() -> None:
+    h = Harness()
+    h.commit("g", {TP0: 1, TP1: 2})
+    assert h.coordinator.delete_offsets("g", [TP0], h.now) == (None, {TP0: None})
+    assert h.committed("g", TP0) == -1 and h.committed("g", TP1) == 2
+    partition = h.coordinator.partition_for("g")
+    h.coordinator.on_resignation(partition, h.now)
+    h.coordinator.on_election(partition, 1)
+    assert h.commit("g", {TP0: 1}) == [{TP0: "COORDINATOR_LOAD_IN_PROGRESS"}]
+    assert h.coordinator.delete_groups(["g"], h.now) == {"g": "COORDINATOR_LOAD_IN_PROGRESS"}
+    assert h.coordinator.list_groups(set(), set())[0] == "COORDINATOR_LOAD_IN_PROGRESS"
+    assert h.coordinator.describe_group("g").error == "COORDINATOR_LOAD_IN_PROGRESS"
+
+
+def test_a_leader_rejoining_a_stable_group_starts_a_rebalance_and_a_follower_with_same_metadata_does_not() -> None:
+    h = Harness()
+    (a, b), generation = h.stable_group("g", 2)
+    leader = h.coordinator.groups["g"].leader_id
+    follower = b if leader == a else a
+    (same,) = h.join("g", follower)
+    assert (same.error, same.generation_id, same.members) == (None, generation, ())
+    assert state(h, "g") is GroupState.STABLE
+    assert h.join("g", leader) == []
+    assert state(h, "g") is GroupState.PREPARING_REBALANCE
