@@ -160,12 +160,21 @@ class Member:
     """A group_member.py process; its JSON lines are collected by a reader thread."""
 
     def __init__(
-        self, name: str, *, client: str, assignor: str, bootstrap: str, topic: str, group: str, log_dir: Path
+        self,
+        name: str,
+        *,
+        client: str,
+        assignor: str,
+        bootstrap: str,
+        topic: str,
+        group: str,
+        log_dir: Path,
+        extra_args: tuple[str, ...] = (),
     ) -> None:
         self.name = name
         self.stderr_file = log_dir / f"{name}.stderr"
         command = [sys.executable, str(MEMBER_SCRIPT), "--client", client, "--assignor", assignor]
-        command += ["--bootstrap", bootstrap, "--topic", topic, "--group", group, "--name", name]
+        command += ["--bootstrap", bootstrap, "--topic", topic, "--group", group, "--name", name, *extra_args]
         with self.stderr_file.open("wb") as stderr:
             self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL)
         self._lock = threading.Lock()
@@ -229,8 +238,9 @@ class MemberPool:
         self.log_dir = log_dir
         self.members: list[Member] = []
 
-    def start(self, name: str) -> Member:
-        member = Member(name, group=self.group, log_dir=self.log_dir, **self.settings)
+    def start(self, name: str, *extra_args: str) -> Member:
+        """A new member; `extra_args` go to group_member.py (e.g. "--instance-id", "s1")."""
+        member = Member(name, group=self.group, log_dir=self.log_dir, extra_args=extra_args, **self.settings)
         self.members.append(member)
         return member
 

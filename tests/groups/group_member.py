@@ -9,7 +9,8 @@ It subscribes TOPIC in GROUP with the given client library and assignor and writ
     {"ev": "rec", "p": 0, "o": 41, "v": "17"}             a record, written (and flushed) before its commit
     {"ev": "commit", "offsets": {"0": 42}}                a synchronous commit the coordinator accepted
     {"ev": "commit_failed", "error": "..."}               a commit refused (a rebalance took the partition)
-    {"ev": "closed"}                                      after SIGTERM: consumer closed, group left
+    {"ev": "closed"}                                      after SIGTERM: consumer closed (and group left,
+                                                          unless it is a static member: --instance-id)
 
 Records are processed (printed) and then committed synchronously, so everything before a committed offset
 was printed: at-least-once, the contract the tests check. SIGTERM is a clean shutdown (close(): the member
@@ -27,7 +28,6 @@ import signal
 import sys
 from typing import Any
 
-SESSION_TIMEOUT_MS = 6000
 HEARTBEAT_INTERVAL_MS = 1000
 # The rebalance timeout (Java and librdkafka take max.poll.interval.ms): how long a rebalance waits for a
 # member that stopped polling. Bounded well below the default 5 minutes so a test cannot hang on one.
@@ -82,9 +82,10 @@ def run_confluent(args: argparse.Namespace, out: Output) -> None:
             "partition.assignment.strategy": args.assignor,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
-            "session.timeout.ms": SESSION_TIMEOUT_MS,
+            "session.timeout.ms": args.session_timeout_ms,
             "heartbeat.interval.ms": HEARTBEAT_INTERVAL_MS,
             "max.poll.interval.ms": MAX_POLL_INTERVAL_MS,
+            **({"group.instance.id": args.instance_id} if args.instance_id else {}),
         }
     )
     consumer.subscribe([args.topic])
@@ -132,9 +133,10 @@ def run_kafka_python(args: argparse.Namespace, out: Output) -> None:
         partition_assignment_strategy=[assignors[args.assignor]],
         enable_auto_commit=False,
         auto_offset_reset="earliest",
-        session_timeout_ms=SESSION_TIMEOUT_MS,
+        session_timeout_ms=args.session_timeout_ms,
         heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
         max_poll_interval_ms=MAX_POLL_INTERVAL_MS,
+        group_instance_id=args.instance_id,
     )
     consumer.subscribe([args.topic])
     try:
@@ -172,10 +174,11 @@ async def run_aiokafka(args: argparse.Namespace, out: Output) -> None:
         partition_assignment_strategy=(assignors[args.assignor],),
         enable_auto_commit=False,
         auto_offset_reset="earliest",
-        session_timeout_ms=SESSION_TIMEOUT_MS,
+        session_timeout_ms=args.session_timeout_ms,
         heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
         max_poll_interval_ms=MAX_POLL_INTERVAL_MS,
         rebalance_timeout_ms=MAX_POLL_INTERVAL_MS,
+        group_instance_id=args.instance_id,
     )
     await consumer.start()
     try:
@@ -203,6 +206,9 @@ def main() -> None:
     parser.add_argument("--topic", required=True)
     parser.add_argument("--group", required=True)
     parser.add_argument("--name", default="group-member")
+    parser.add_argument("--instance-id", help="group.instance.id: a static member (KIP-345)")
+    # The broker's group.min.session.timeout.ms is 6000.
+    parser.add_argument("--session-timeout-ms", type=int, default=6000)
     args = parser.parse_args()
     # The clients' own account of rebalances goes to stderr, which the test prints when it fails.
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s")

@@ -99,3 +99,50 @@ def test_members_leave_join_and_crash_and_every_record_is_consumed_and_committed
         assert first_read == {p: ends[p] for p in first_read}
         wait_committed_at_end(bootstrap, group, topic, PARTITIONS, CATCH_UP_S)
         e.leave()
+
+
+STATIC_CASES = [("confluent-kafka", "range"), ("kafka-python", "range"), ("aiokafka", "roundrobin")]
+# Long enough that a killed static member's successor is back before the coordinator gives up on it.
+STATIC_SESSION_MS = "20000"
+
+
+@pytest.mark.parametrize(("client", "assignor"), STATIC_CASES, ids=[c for c, _ in STATIC_CASES])
+def test_a_static_member_restarted_within_its_session_takes_its_partitions_back_without_a_rebalance(
+    cluster: LocalCluster, tmp_path: Path, client: str, assignor: str
+) -> None:
+    """KIP-345: a member with a group.instance.id that comes back (with a new member id) before its session
+    times out replaces its old self; the coordinator hands it the same partitions and the other members
+    see no rebalance. It resumes at its predecessor's commits."""
+    bootstrap = cluster.bootstrap
+    partitions = 4
+    topic, group = unique("static"), unique(f"static-{client}")
+    create_topic(bootstrap, topic, partitions)
+    producer = ContinuousProducer(bootstrap, topic, partitions)
+    settings = {"client": client, "assignor": assignor, "bootstrap": bootstrap, "topic": topic, "group": group}
+    with member_pool(log_dir=tmp_path, **settings) as pool:
+        producer.start()
+        static = ("--session-timeout-ms", STATIC_SESSION_MS)
+        first = pool.start("first", "--instance-id", "one", *static)
+        other = pool.start("other", "--instance-id", "two", *static)
+        pool.wait_balanced([first, other], partitions)
+        wait_for_progress(lambda: len(pool.consumed()), PROGRESS, CATCH_UP_S, "records consumed by both")
+        owned = first.assignment
+        rebalances_seen_by_other = len(other.events("assigned"))
+
+        first.kill()
+        committed_at_kill = committed_offsets(bootstrap, group, topic, owned)
+        second = pool.start("second", "--instance-id", "one", *static)
+        pool.wait_balanced([second, other], partitions)
+        assert second.assignment == owned
+        wait_for_progress(lambda: len(second.records), PROGRESS // 2, CATCH_UP_S, "records consumed by the successor")
+        for p in owned:
+            assert min(r.offset for r in second.records if r.partition == p) == committed_at_kill[p], p
+        assert len(other.events("assigned")) == rebalances_seen_by_other
+        assert {m.group_instance_id for m in describe_group(bootstrap, group).members} == {"one", "two"}
+
+        producer.stop()
+        wait_committed_at_end(bootstrap, group, topic, partitions, CATCH_UP_S)
+        consumed = {(r.partition, r.offset) for r in pool.consumed()}
+        assert not [r for r in producer.acked if (r.partition, r.offset) not in consumed]
+        second.leave()
+        other.leave()
