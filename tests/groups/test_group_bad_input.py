@@ -11,6 +11,7 @@ SyncGroup) and commits offset 5 of partition 0 and 7 of partition 1 as that memb
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -41,8 +42,8 @@ async def _connect(address: str) -> KafkaConnection:
     return await KafkaConnection.open(host, int(port), client_id="bad-input", timeout_s=TIMEOUT_S)
 
 
-async def coordinator_of(cluster: LocalCluster, group: str) -> KafkaConnection:
-    """A connection to the broker FindCoordinator names for `group`."""
+async def find_coordinator(cluster: LocalCluster, group: str) -> int:
+    """The node id FindCoordinator names for `group`."""
     any_broker = await _connect(cluster.broker(1).bootstrap)
     try:
         request = find_coordinator_v3.FindCoordinatorRequest(key=group, key_type=0)
@@ -50,7 +51,14 @@ async def coordinator_of(cluster: LocalCluster, group: str) -> KafkaConnection:
     finally:
         await any_broker.close()
     assert found.error_code == ErrorCode.none, found
-    return await _connect(f"{found.host}:{found.port}")
+    assert cluster.broker(found.node_id).bootstrap == f"{found.host}:{found.port}"
+    node_id: int = found.node_id
+    return node_id
+
+
+async def coordinator_of(cluster: LocalCluster, group: str) -> KafkaConnection:
+    """A connection to the broker FindCoordinator names for `group`."""
+    return await _connect(cluster.broker(await find_coordinator(cluster, group)).bootstrap)
 
 
 def join_request(group: str, member_id: str = "", session: datetime.timedelta = SESSION) -> Any:
@@ -259,5 +267,64 @@ def test_join_with_a_session_timeout_out_of_bounds_or_an_empty_group_id_is_refus
         assert (await live.send(join_request(""))).error_code == ErrorCode.invalid_group_id
         empty = heartbeat_v4.HeartbeatRequest(group_id="", generation_id=1, member_id="m", group_instance_id=None)
         assert (await live.send(empty)).error_code == ErrorCode.invalid_group_id
+
+    with_live_group(cluster, test)
+
+
+def test_commits_for_unknown_topics_or_partitions_fail_only_those(cluster: LocalCluster) -> None:
+    async def test(live: LiveGroup) -> None:
+        request = commit_request(live.group, live.generation, live.member_id, {0: (100, None)}, "no-such-topic")
+        unknown_topic = offset_commit_v8.OffsetCommitRequestTopic(
+            name="no-such-topic", partitions=request.topics[0].partitions
+        )
+        beyond = offset_commit_v8.OffsetCommitRequestPartition(
+            partition_index=99, committed_offset=100, committed_leader_epoch=-1, committed_metadata=None
+        )
+        known = commit_request(live.group, live.generation, live.member_id, {1: (COMMITTED[1], "ok")}, live.topic)
+        known_topic = offset_commit_v8.OffsetCommitRequestTopic(
+            name=live.topic, partitions=(*known.topics[0].partitions, beyond)
+        )
+        response = await live.send(dataclasses.replace(known, topics=(unknown_topic, known_topic)))
+        errors = {(t.name, p.partition_index): p.error_code for t in response.topics for p in t.partitions}
+        assert errors == {
+            ("no-such-topic", 0): ErrorCode.unknown_topic_or_partition,
+            (live.topic, 1): ErrorCode.none,
+            (live.topic, 99): ErrorCode.unknown_topic_or_partition,
+        }
+
+    with_live_group(cluster, test)
+
+
+def test_group_requests_to_a_broker_that_is_not_the_coordinator_get_not_coordinator(cluster: LocalCluster) -> None:
+    async def test(live: LiveGroup) -> None:
+        coordinator = await find_coordinator(cluster, live.group)
+        other = next(n for n in cluster.node_ids if n != coordinator)
+        connection = await _connect(cluster.broker(other).bootstrap)
+        try:
+            elsewhere = LiveGroup(connection, live.group, live.topic, live.member_id, live.generation)
+            assert await elsewhere.commit({0: (100, None)}) == {0: ErrorCode.not_coordinator}
+            heartbeat = heartbeat_v4.HeartbeatRequest(
+                group_id=live.group, generation_id=live.generation, member_id=live.member_id, group_instance_id=None
+            )
+            assert (await elsewhere.send(heartbeat)).error_code == ErrorCode.not_coordinator
+            assert (await elsewhere.send(join_request(live.group))).error_code == ErrorCode.not_coordinator
+        finally:
+            await connection.close()
+
+    with_live_group(cluster, test)
+
+
+def test_a_member_whose_protocols_the_group_cannot_share_is_refused(cluster: LocalCluster) -> None:
+    async def test(live: LiveGroup) -> None:
+        other_type = dataclasses.replace(join_request(live.group), protocol_type="connect")
+        assert (await live.send(other_type)).error_code == ErrorCode.inconsistent_group_protocol
+        roundrobin = join_group_v7.JoinGroupRequestProtocol(name="roundrobin", metadata=b"subscription")
+        no_common = dataclasses.replace(join_request(live.group), protocols=(roundrobin,))
+        assert (await live.send(no_common)).error_code == ErrorCode.inconsistent_group_protocol
+        # Neither became a member: the live member's generation is still current.
+        heartbeat = heartbeat_v4.HeartbeatRequest(
+            group_id=live.group, generation_id=live.generation, member_id=live.member_id, group_instance_id=None
+        )
+        assert (await live.send(heartbeat)).error_code == ErrorCode.none
 
     with_live_group(cluster, test)
