@@ -257,3 +257,29 @@ def test_consumer_offsets_is_compacted_and_committed_offsets_survive_a_restart(
         return [tp.offset for tp in answer]
 
     poll_until(lambda: committed() == [3000, 3001], kafka.timeout_s, "the committed offsets after the restart")
+
+
+def test_a_broker_killed_while_it_compacts_loses_nothing_and_finishes_the_clean_after_restart(
+    broker_factory: Any, kafka: Any, poll_until: PollUntil
+) -> None:
+    # An offset map of 18 keys: each pass cleans a few dozen offsets and the cleaner keeps writing,
+    # swapping and checkpointing for seconds, so the kills land in every phase of a clean.
+    broker: BrokerProcess = broker_factory({**CLEANER_OVERRIDES, "log.cleaner.dedupe.buffer.size": "480"})
+    topic = kafka.topic_name()
+    kafka.create_topic(broker.bootstrap, topic, config=COMPACTED)
+    written: list[Entry] = []
+    for round_, delay_s in enumerate((0.2, 0.45, 0.7, 1.1)):
+        written += produce(kafka, broker.bootstrap, topic, updates(keys=100, rounds=10, tag=f"r{round_}"))
+        time.sleep(delay_s)  # not an assertion: where in the cleaning the kill lands
+        broker.kill()
+        broker.start()
+        broker.wait_ready(30)
+        # After each restart: every key's latest record, nothing that was not written, offsets unchanged.
+        got = [(r.offset, r.key, r.value) for r in kafka.consume_all(broker.bootstrap, topic)]
+        offsets = [offset for offset, _, _ in got]
+        assert offsets == sorted(set(offsets))
+        assert set(got) <= set(written) and set(latest_per_key(written)) <= set(got)
+        assert kafka.watermarks(broker.bootstrap, topic) == (0, len(written))
+    active_base = wait_cleaned_up_to_the_active_segment(broker.log_dir, topic, poll_until)
+    got = [(r.offset, r.key, r.value) for r in kafka.consume_all(broker.bootstrap, topic)]
+    assert got == compacted_view(written, active_base)
