@@ -640,3 +640,17 @@ def test_a_partition_recreated_between_two_passes_starts_dirty(tmp_path: Path) -
     roll_and_seal(recreated)
     assert cleaner.clean_filthiest_log(T0)
     assert read_all(recreated) == latest_per_key(written)
+
+
+def test_compact_delete_topics_are_compacted_and_their_expired_segments_deleted(tmp_path: Path) -> None:
+    _, log, cleaner = new_log(tmp_path, cleanup_policy="compact,delete", retention_ms=DAY_MS)
+    for i in range(40):
+        append(log, [(f"old-{i}".encode(), b"v")], now_ms=T0)
+    roll_and_seal(log, T0)
+    recent = produce_updates(log, keys=3, rounds=20, now_ms=T0 + DAY_MS)
+    roll_and_seal(log, T0 + DAY_MS)
+    # Retention removes the segments whose records are all older than retention.ms; compaction the rest.
+    assert log.delete_old_segments(T0 + DAY_MS + 1) > 0
+    assert log.log_start_offset == 40
+    assert cleaner.clean_filthiest_log(T0 + DAY_MS + 1)
+    assert read_all(log) == latest_per_key(recent)
