@@ -21,6 +21,7 @@ from tierlog.common import TopicPartition
 from tierlog.records.codec import decode_batches
 from tierlog.storage.checkpoints import OffsetCheckpointFile
 from tierlog.storage.log_cleaner import CLEANER_OFFSET_CHECKPOINT_FILENAME
+from tierlog.storage.offset_map import BYTES_PER_ENTRY
 
 PollUntil = Callable[[Callable[[], bool], float, str], None]
 Entry = tuple[int, bytes | None, bytes | None]
@@ -264,7 +265,9 @@ def test_a_broker_killed_while_it_compacts_loses_nothing_and_finishes_the_clean_
 ) -> None:
     # An offset map of 18 keys: each pass cleans a few dozen offsets and the cleaner keeps writing,
     # swapping and checkpointing for seconds, so the kills land in every phase of a clean.
-    broker: BrokerProcess = broker_factory({**CLEANER_OVERRIDES, "log.cleaner.dedupe.buffer.size": "480"})
+    broker: BrokerProcess = broker_factory(
+        {**CLEANER_OVERRIDES, "log.cleaner.dedupe.buffer.size": str(BYTES_PER_ENTRY * 20)}
+    )
     topic = kafka.topic_name()
     kafka.create_topic(broker.bootstrap, topic, config=COMPACTED)
     written: list[Entry] = []

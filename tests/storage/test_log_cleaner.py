@@ -24,6 +24,7 @@ from tierlog.storage.log_cleaner import (
     LogCleaningAbortedError,
 )
 from tierlog.storage.log_manager import LogManager
+from tierlog.storage.offset_map import BYTES_PER_ENTRY
 from tierlog.storage.segment import CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, SWAP_FILE_SUFFIX, LogSegment
 
 T0 = 1_700_000_000_000
@@ -275,8 +276,8 @@ def test_min_compaction_lag_keeps_young_segments_dirty(tmp_path: Path) -> None:
 
 
 def test_a_full_offset_map_cleans_only_up_to_the_last_key_it_mapped(tmp_path: Path) -> None:
-    # 24 bytes per entry and a load factor of 0.9: room for 9 keys.
-    _, log, cleaner = new_log(tmp_path, dedupe_buffer_size=24 * 10)
+    # A load factor of 0.9: room for 9 keys.
+    _, log, cleaner = new_log(tmp_path, dedupe_buffer_size=BYTES_PER_ENTRY * 10)
     written: list[Entry] = []
     for key in range(30):
         k = f"key-{key}".encode()
@@ -584,7 +585,7 @@ def test_a_dirty_range_ending_in_an_offset_gap_is_cleaned_once(tmp_path: Path) -
 
 def test_an_offset_map_full_in_the_middle_of_a_batch_still_advances(tmp_path: Path) -> None:
     # Room for 2 keys: each pass maps 2 keys of the 10-key batch and cleans up to the second.
-    _, log, cleaner = new_log(tmp_path, dedupe_buffer_size=24 * 3)
+    _, log, cleaner = new_log(tmp_path, dedupe_buffer_size=BYTES_PER_ENTRY * 3)
     append(log, [(f"k{i}".encode(), b"old") for i in range(10)])
     append(log, [(f"k{i}".encode(), b"new") for i in range(10)])
     roll_and_seal(log)

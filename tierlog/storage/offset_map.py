@@ -3,7 +3,9 @@
 Kafka stores a 16-byte MD5 of each key plus its 8-byte offset in a preallocated buffer of
 `log.cleaner.dedupe.buffer.size / log.cleaner.threads` bytes; the cleaner stops mapping once the map holds
 `slots * log.cleaner.io.buffer.load.factor` keys and cleans only up to the last offset it mapped. The same
-bound applies here (a dict of MD5 digests), so the memory a clean may use is the one Kafka documents.
+rule applies here, but to a dict of MD5 digests, whose entry costs far more than Kafka's 24 bytes: slots are
+counted at the measured cost of an entry, so the setting still bounds the memory a clean uses (a log with
+more distinct keys in its dirty part than fit is cleaned in several passes, as in Kafka).
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from __future__ import annotations
 import hashlib
 
 HASH_SIZE = 16
-BYTES_PER_ENTRY = HASH_SIZE + 8
+# A 16-byte bytes object, an int above the small-int cache and the dict's slot at its worst load, measured
+# with tracemalloc on CPython 3.11-3.13 (133 bytes settled, 150 while the dict resizes).
+BYTES_PER_ENTRY = 150
 NOT_FOUND = -1
 
 
