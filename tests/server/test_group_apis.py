@@ -141,6 +141,8 @@ async def commit(
     generation: int = -1,
     metadata: str = "",
     version: int = 9,
+    topic: str = "events",
+    partition: int = 0,
 ) -> ErrorCode:
     s = request_schema(API_OFFSET_COMMIT, version)
     response = await call(
@@ -154,10 +156,10 @@ async def commit(
         retention_time=datetime.timedelta(milliseconds=-1),
         topics=(
             s.OffsetCommitRequestTopic(
-                name="events",
+                name=topic,
                 partitions=(
                     s.OffsetCommitRequestPartition(
-                        partition_index=0,
+                        partition_index=partition,
                         committed_offset=offset,
                         committed_leader_epoch=-1,
                         committed_metadata=metadata,
@@ -264,6 +266,8 @@ def test_bad_commits_get_kafkas_error_codes_and_nothing_is_corrupted(tmp_path: P
             ErrorCode.offset_metadata_too_large
         )
         assert await commit(apis, "", 11, member, generation) == ErrorCode.illegal_generation
+        assert await commit(apis, "g", 11, member, generation, topic="missing") == ErrorCode.unknown_topic_or_partition
+        assert await commit(apis, "g", 11, member, generation, partition=2) == ErrorCode.unknown_topic_or_partition
         assert await fetch_offset(apis, "g") == (10, "")
         heartbeat = await call(
             apis, API_HEARTBEAT, 4, group_id="g", generation_id=generation, member_id=member, group_instance_id=None

@@ -81,6 +81,10 @@ class GroupApis:
     def _schema(request: Request) -> ResponseSchema:
         return response_schema(request.api_key, request.api_version)
 
+    def _exists(self, tp: TopicPartition) -> bool:
+        topic = self._image().topics.get(tp.topic)
+        return topic is not None and 0 <= tp.partition < len(topic.partitions)
+
     async def _parked(self, call: Callable[[Callable[[T], None]], None]) -> T:
         """Call into the core with a callback and wait for it (at once, or when the core answers later)."""
         loop = asyncio.get_running_loop()
@@ -233,29 +237,38 @@ class GroupApis:
         retention = getattr(body, "retention_time", None)
         retention_ms = _ms(retention) if retention is not None else -1
         offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+        requested: list[TopicPartition] = []
+        errors: dict[TopicPartition, str | None] = {}
         for topic in body.topics:
             for p in topic.partitions:
-                offsets[TopicPartition(topic.name, p.partition_index)] = OffsetAndMetadata(
+                tp = TopicPartition(topic.name, p.partition_index)
+                requested.append(tp)
+                if not self._exists(tp):
+                    # Kafka's KafkaApis refuses these before the coordinator sees the request.
+                    errors[tp] = "UNKNOWN_TOPIC_OR_PARTITION"
+                    continue
+                offsets[tp] = OffsetAndMetadata(
                     offset=p.committed_offset,
                     leader_epoch=getattr(p, "committed_leader_epoch", -1),
                     metadata=p.committed_metadata or "",
                     commit_timestamp=now,
                     expire_timestamp=now + retention_ms if retention_ms >= 0 else -1,
                 )
-        errors: dict[TopicPartition, str | None] = await self._parked(
-            lambda respond: self.coordinator.commit_offsets(
-                body.group_id,
-                body.member_id,
-                getattr(body, "group_instance_id", None),
-                body.generation_id_or_member_epoch,
-                offsets,
-                now,
-                respond,
+        if offsets:
+            errors |= await self._parked(
+                lambda respond: self.coordinator.commit_offsets(
+                    body.group_id,
+                    body.member_id,
+                    getattr(body, "group_instance_id", None),
+                    body.generation_id_or_member_epoch,
+                    offsets,
+                    now,
+                    respond,
+                )
             )
-        )
         s = self._schema(request)
         by_topic: dict[str, list[Any]] = {}
-        for tp in offsets:
+        for tp in dict.fromkeys(requested):
             by_topic.setdefault(tp.topic, []).append(
                 s.OffsetCommitResponsePartition(partition_index=tp.partition, error_code=error_code(errors.get(tp)))
             )
@@ -317,9 +330,12 @@ class GroupApis:
     async def handle_offset_delete(self, request: Request) -> Any:
         body = request.body
         s = self._schema(request)
-        partitions = [TopicPartition(t.name, p.partition_index) for t in body.topics for p in t.partitions]
-        error, errors = self.coordinator.delete_offsets(body.group_id, partitions, now_ms())
+        requested = [TopicPartition(t.name, p.partition_index) for t in body.topics for p in t.partitions]
+        known = [tp for tp in requested if self._exists(tp)]
+        error, errors = self.coordinator.delete_offsets(body.group_id, known, now_ms())
         self.service.after_call()
+        errors.update({tp: "UNKNOWN_TOPIC_OR_PARTITION" for tp in requested if tp not in known})
+        partitions = list(dict.fromkeys(requested))
         by_topic: dict[str, list[Any]] = {}
         if error is None:
             for tp in partitions:
