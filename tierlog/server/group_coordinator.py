@@ -105,7 +105,7 @@ class GroupCoordinatorService:
         clients must retry, as Kafka's FindCoordinator answers COORDINATOR_NOT_AVAILABLE meanwhile."""
         if GROUP_METADATA_TOPIC in self._image().topics:
             return None
-        if self._creating is None or self._creating.done():
+        if not self._stopped and (self._creating is None or self._creating.done()):
             self._creating = asyncio.create_task(self._create_offsets_topic(), name="create-consumer-offsets")
         return self._creation_error or f"{GROUP_METADATA_TOPIC} is being created"
 
