@@ -422,3 +422,16 @@ def test_a_leader_rejoining_a_stable_group_starts_a_rebalance_and_a_follower_wit
     assert state(h, "g") is GroupState.STABLE
     assert h.join("g", leader) == []
     assert state(h, "g") is GroupState.PREPARING_REBALANCE
+
+
+def test_a_commit_completing_after_the_partition_moved_is_still_a_success_and_loads_at_the_new_leader() -> None:
+    h = Harness()
+    h.appends.hold = True
+    answers = h.commit("g", {TP0: 9})
+    h.coordinator.on_resignation(h.coordinator.partition_for("g"), h.now)
+    h.appends.release()
+    assert answers == [{TP0: None}]
+    partition = h.coordinator.partition_for("g")
+    h.coordinator.on_election(partition, 1)
+    h.coordinator.complete_load(partition, 1, h.appends.log[partition], h.now)
+    assert h.committed("g", TP0) == 9
