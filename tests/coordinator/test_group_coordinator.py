@@ -9,6 +9,7 @@ from tierlog.coordinator.group.group_metadata import GroupState
 
 TP0 = TopicPartition("events", 0)
 TP1 = TopicPartition("events", 1)
+TPS_OTHER = TopicPartition("other", 0)
 
 
 def state(h: Harness, group: str) -> GroupState:
@@ -435,3 +436,13 @@ def test_a_commit_completing_after_the_partition_moved_is_still_a_success_and_lo
     h.coordinator.on_election(partition, 1)
     h.coordinator.complete_load(partition, 1, h.appends.log[partition], h.now)
     assert h.committed("g", TP0) == 9
+
+
+def test_offsets_of_a_group_whose_subscription_cannot_be_read_are_never_deleted_while_it_has_members() -> None:
+    h = Harness()
+    answers = h.join("g", protocols=[("range", b"\x00\x00\x7f\xff\xff\xff garbage")])
+    member, generation = answers[0].member_id, answers[0].generation_id
+    h.sync("g", member, generation, {member: b""})
+    h.commit("g", {TPS_OTHER: 3}, member, generation)
+    assert h.coordinator.delete_offsets("g", [TPS_OTHER], h.now) == (None, {TPS_OTHER: "GROUP_SUBSCRIBED_TO_TOPIC"})
+    assert h.committed("g", TPS_OTHER) == 3
