@@ -411,7 +411,8 @@ _OBJECT_KEY = re.compile(rf"^{re.escape(S3_PREFIX)}/{re.escape(TOPIC)}-(\d+)-[^/
 
 def _bucket_objects(run: DemoRun) -> list[S3Object]:
     """Every object of the topic in the bucket: `<prefix>/<topic>-<partition>-<topic id>/<20-digit start
-    offset>-<segment uuid><suffix>`, a .log, .index, .timeindex and .leader_epoch_checkpoint per segment."""
+    offset>-<segment uuid><suffix>`, a .log, .index, .timeindex, .leader_epoch_checkpoint and producer .snapshot
+    per segment."""
     client = run.started_s3().client()
     objects = []
     try:
@@ -483,7 +484,7 @@ def show_tiers(run: DemoRun) -> None:
     share = 100 * s3_total / (s3_total + disk_total) if s3_total + disk_total else 0
     run.console.print(
         f"S3 holds {remote_total:,} of the {hw_total:,} events in {objects_total} objects "
-        f"(.log, .index, .timeindex, .leader_epoch_checkpoint per segment): {share:.0f}% of the bytes; "
+        f"(.log, .index, .timeindex, .leader_epoch_checkpoint, .snapshot per segment): {share:.0f}% of the bytes; "
         f"each broker keeps about {disk_total:,} bytes on its disk (one replica of each partition)"
     )
 
