@@ -59,3 +59,20 @@ def test_missing_config_file_is_reported(tmp_path: Path) -> None:
 
 def test_parse_properties_keeps_separators_inside_values() -> None:
     assert parse_properties("a=b=c\nurl: http://x:1\n! bang comment\n") == {"a": "b=c", "url": "http://x:1"}
+
+
+def test_internal_topics_of_a_standalone_node_default_to_one_replica_as_kafkas_single_node_properties() -> None:
+    standalone = KafkaConfig()
+    assert standalone.internal_topic_replication_factor("offsets.topic.replication.factor") == 1
+    rlmm = "remote.log.metadata.topic.replication.factor"
+    assert standalone.internal_topic_replication_factor(rlmm, {}) == 1
+    assert standalone.internal_topic_replication_factor(rlmm, {rlmm: "2"}) == 2
+
+
+def test_internal_topics_of_a_cluster_member_keep_kafkas_default_of_three_replicas_unless_set() -> None:
+    member = KafkaConfig({"process.roles": "broker", "node.id": "2", "controller.quorum.voters": "1@127.0.0.1:9093"})
+    assert member.internal_topic_replication_factor("offsets.topic.replication.factor") == 3
+    explicit = KafkaConfig({"controller.quorum.voters": "1@127.0.0.1:9093", "offsets.topic.replication.factor": "1"})
+    assert explicit.internal_topic_replication_factor("offsets.topic.replication.factor") == 1
+    with pytest.raises(ConfigError, match="is not an integer"):
+        member.internal_topic_replication_factor("x", {"x": "three"})

@@ -92,7 +92,7 @@ BROKER_CONFIGS: dict[str, BrokerConfigDef] = {
         _d("remote.log.metadata.initialization.retry.interval.ms", "100", "long", "RLMM start-up retry."),
         # Group coordinator and __consumer_offsets, Kafka's names and defaults.
         _d("offsets.topic.num.partitions", "50", "int", "Partitions of __consumer_offsets."),
-        _d("offsets.topic.replication.factor", "3", "short", "Replication factor of __consumer_offsets."),
+        _d("offsets.topic.replication.factor", "3", "short", "__consumer_offsets replicas (1 if standalone)."),
         _d("offsets.topic.segment.bytes", "104857600", "int", "Segment size of __consumer_offsets."),
         _d("offsets.load.buffer.size", "5242880", "int", "Bytes read at a time when loading groups."),
         _d("offsets.commit.timeout.ms", "5000", "int", "Longest wait for a commit to be replicated."),
@@ -250,6 +250,24 @@ class KafkaConfig:
         if not servers:
             return None
         return parse_host_port("controller address", servers[0])
+
+    @property
+    def is_standalone(self) -> bool:
+        """No controller.quorum.voters nor bootstrap servers: this node is its own controller, the one-broker
+        cluster `tierlog broker` starts on embedded defaults."""
+        return self.controller_address is None
+
+    def internal_topic_replication_factor(self, name: str, configured: Mapping[str, str] | None = None) -> int:
+        """The replication factor of an internal topic (`offsets.topic.replication.factor`, or an rlmm.config.
+        one in `configured`): as set, else 1 on a standalone node (Kafka's single-node server.properties sets
+        these to 1, so groups and tiered storage work out of the box) and the Kafka default of 3 otherwise."""
+        values = self.originals if configured is None else configured
+        if name in values:
+            try:
+                return int(values[name])
+            except ValueError:
+                raise ConfigError(f"{name}={values[name]!r} is not an integer") from None
+        return 1 if self.is_standalone else 3
 
     @property
     def http_listener(self) -> tuple[str, int] | None:

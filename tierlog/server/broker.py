@@ -44,6 +44,9 @@ from tierlog.server.meta_properties import cluster_id_on_disk, ensure_meta_prope
 from tierlog.server.metadata_loader import MetadataLoader
 from tierlog.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from tierlog.server.metrics import MetricsRegistry, broker_metrics
+from tierlog.server.remote_log_metadata_topic import (
+    REPLICATION_FACTOR_CONFIG as RLMM_REPLICATION_FACTOR_CONFIG,
+)
 from tierlog.server.remote_log_metadata_topic import TopicBasedRemoteLogMetadataManager
 from tierlog.server.remote_log_tasks import RemoteLogStats, RemoteLogTasks
 from tierlog.server.trace_log import TraceLog, trace_stream_route
@@ -163,9 +166,13 @@ class Broker:
             rsm = FsspecRemoteStorageManager.from_config(config.prefixed("remote.log.storage.manager.impl.prefix"))
         except ValueError as e:
             raise ConfigError(str(e)) from None
+        rlmm_settings = config.prefixed("remote.log.metadata.manager.impl.prefix")
+        rlmm_settings[RLMM_REPLICATION_FACTOR_CONFIG] = str(
+            config.internal_topic_replication_factor(RLMM_REPLICATION_FACTOR_CONFIG, rlmm_settings)
+        )
         self.rlmm = TopicBasedRemoteLogMetadataManager(
             config.node_id,
-            config.prefixed("remote.log.metadata.manager.impl.prefix"),
+            rlmm_settings,
             lambda: self.loader.image,
             self._leader_endpoint,
             self.apis.create_topic,

@@ -115,7 +115,7 @@ class GroupCoordinatorService:
             "compression.type": "producer",
             "segment.bytes": str(self.config.get_int("offsets.topic.segment.bytes")),
         }
-        replication_factor = self.config.get_int("offsets.topic.replication.factor")
+        replication_factor = self.config.internal_topic_replication_factor("offsets.topic.replication.factor")
         try:
             error = await self._create_topic(GROUP_METADATA_TOPIC, self.num_partitions, replication_factor, configs)
         except Exception as e:  # the controller may be away; the next FindCoordinator tries again
