@@ -44,12 +44,16 @@ class CheckpointFileError(OSError):
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Replace `path` with `text` durably: write `<path>.tmp`, fsync it, rename it over `path`, fsync the
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` durably: write `<path>.tmp`, fsync it, rename it over `path`, fsync the
     directory so the rename itself survives a power loss (Kafka's Utils.atomicMoveWithFallback)."""
     tmp = path.with_name(path.name + ".tmp")
     # "wb" truncates a .tmp left behind by a crash in an earlier write.
     with open(tmp, "wb") as f:
-        f.write(text.encode("utf-8"))
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

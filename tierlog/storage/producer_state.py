@@ -16,7 +16,6 @@ Nothing here reads a clock: `now_ms` comes in as an argument.
 from __future__ import annotations
 
 import logging
-import os
 import struct
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -28,6 +27,7 @@ from crc32c import crc32c
 
 from tierlog.common import TopicPartition
 from tierlog.records.record_batch import NO_PRODUCER_ID, RecordBatchHeader
+from tierlog.storage.checkpoints import atomic_write_bytes
 from tierlog.storage.errors import InvalidProducerEpochError, OutOfOrderSequenceError
 
 NUM_BATCHES_TO_RETAIN = 5
@@ -330,18 +330,8 @@ def read_snapshot(path: Path) -> list[ProducerStateEntry]:
 
 
 def write_snapshot(path: Path, entries: Iterable[ProducerStateEntry]) -> None:
-    """Write `<path>.tmp`, fsync it and rename it over `path`: a crash leaves no torn snapshot."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(encode_snapshot(entries))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    """Written atomically: a crash leaves the previous snapshot or this one, never a torn file."""
+    atomic_write_bytes(path, encode_snapshot(entries))
 
 
 def list_snapshot_offsets(directory: Path) -> list[int]:
