@@ -19,6 +19,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from tierlog.common import TopicPartition
 from tierlog.coordinator.group.group_metadata import DelayedJoin, GroupMetadata, GroupState
@@ -86,6 +87,17 @@ class _Api(enum.Enum):
 
 # Kafka lets these name the empty group id (clients that commit without a group.id did so once).
 _EMPTY_GROUP_ID_ALLOWED = frozenset({_Api.OFFSET_COMMIT, _Api.OFFSET_FETCH, _Api.DESCRIBE_GROUP, _Api.DELETE_GROUP})
+
+
+class JoinArgs(NamedTuple):
+    """What a JoinGroup says about the member, carried through the join paths unchanged."""
+
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
 
 
 class _PartitionState(enum.Enum):
@@ -294,7 +306,7 @@ class GroupCoordinator:
         if not group.supports_protocols(protocol_type, {name for name, _ in protocols}):
             respond(JoinGroupResult(member_id, "INCONSISTENT_GROUP_PROTOCOL"))
             return
-        args = (client_id, client_host, rebalance_timeout_ms, session_timeout_ms, protocol_type, protocols)
+        args = JoinArgs(client_id, client_host, rebalance_timeout_ms, session_timeout_ms, protocol_type, protocols)
         if is_unknown:
             self._new_member_join(group, group_instance_id, require_known_member_id, args, now_ms, respond)
         else:
@@ -315,11 +327,11 @@ class GroupCoordinator:
         group: GroupMetadata,
         group_instance_id: str | None,
         require_known_member_id: bool,
-        args: tuple[str, str, int, int, str, list[tuple[str, bytes]]],
+        args: JoinArgs,
         now_ms: int,
         respond: JoinCallback,
     ) -> None:
-        client_id = args[0]
+        client_id = args.client_id
         new_member_id = f"{client_id}-{self._new_uuid()}"
         if group_instance_id is not None:
             old_member_id = group.static_members.get(group_instance_id)
@@ -332,7 +344,7 @@ class GroupCoordinator:
         elif require_known_member_id:
             # KIP-394: hand out the id first, so a client that times out and retries does not leave a
             # defunct member behind; the id expires unless it joins within the session timeout.
-            group.pending_members[new_member_id] = now_ms + args[3]
+            group.pending_members[new_member_id] = now_ms + args.session_timeout_ms
             respond(JoinGroupResult(new_member_id, "MEMBER_ID_REQUIRED"))
         else:
             self._add_member_and_rebalance(group, new_member_id, None, args, now_ms, respond)
@@ -342,11 +354,11 @@ class GroupCoordinator:
         group: GroupMetadata,
         member_id: str,
         group_instance_id: str | None,
-        args: tuple[str, str, int, int, str, list[tuple[str, bytes]]],
+        args: JoinArgs,
         now_ms: int,
         respond: JoinCallback,
     ) -> None:
-        protocols = args[5]
+        protocols = args.protocols
         if group.is_pending_member(member_id):
             self._add_member_and_rebalance(group, member_id, group_instance_id, args, now_ms, respond)
             return
@@ -397,7 +409,7 @@ class GroupCoordinator:
         group: GroupMetadata,
         member_id: str,
         group_instance_id: str | None,
-        args: tuple[str, str, int, int, str, list[tuple[str, bytes]]],
+        args: JoinArgs,
         now_ms: int,
         respond: JoinCallback,
     ) -> None:
@@ -426,7 +438,7 @@ class GroupCoordinator:
         self,
         group: GroupMetadata,
         member: MemberMetadata,
-        args: tuple[str, str, int, int, str, list[tuple[str, bytes]]],
+        args: JoinArgs,
         now_ms: int,
         respond: JoinCallback,
     ) -> None:
@@ -438,12 +450,12 @@ class GroupCoordinator:
         self,
         group: GroupMetadata,
         member: MemberMetadata,
-        args: tuple[str, str, int, int, str, list[tuple[str, bytes]]],
+        args: JoinArgs,
         respond: JoinCallback | None,
     ) -> None:
-        member.rebalance_timeout_ms = args[2]
-        member.session_timeout_ms = args[3]
-        member.supported_protocols = list(args[5])
+        member.rebalance_timeout_ms = args.rebalance_timeout_ms
+        member.session_timeout_ms = args.session_timeout_ms
+        member.supported_protocols = list(args.protocols)
         # Kafka overwrites a parked callback; answering it lets a client that retried on another connection
         # never leave a request hanging.
         group.maybe_invoke_join_callback(member, JoinGroupResult(member.member_id, "REBALANCE_IN_PROGRESS"))
@@ -455,7 +467,7 @@ class GroupCoordinator:
         old_member_id: str,
         new_member_id: str,
         group_instance_id: str,
-        args: tuple[str, str, int, int, str, list[tuple[str, bytes]]],
+        args: JoinArgs,
         now_ms: int,
         respond: JoinCallback,
     ) -> None:
