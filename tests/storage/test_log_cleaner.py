@@ -49,6 +49,24 @@ def new_log(
     return manager, log, LogCleaner(CleanerConfig(dedupe_buffer_size=dedupe_buffer_size), manager)
 
 
+def reopen_without_snapshots(log: Log, *, high_watermark: int) -> Log:
+    """Close `log`, delete its producer snapshots and open it after an unclean shutdown, so producer state
+    is rebuilt from the (cleaned) batches alone."""
+    log.close()
+    for snapshot in log.dir.glob("*.snapshot"):
+        snapshot.unlink()
+    return Log.open(
+        log.dir,
+        log.config,
+        topic_partition=TP,
+        recovery_point=0,
+        log_start_offset=0,
+        high_watermark=high_watermark,
+        had_clean_shutdown=False,
+        now_ms=T0,
+    )
+
+
 def append(
     log: Log,
     records: Sequence[tuple[bytes | None, bytes | None]],
@@ -220,20 +238,7 @@ def test_a_producers_last_batch_is_kept_empty_and_its_earlier_emptied_batches_go
     ]
     assert read_all(log) == [(2, b"a", b"3")]
     # Producer state rebuilt from the cleaned log alone (no snapshot) still knows the producer's last sequence.
-    log.close()
-    for snapshot in log.dir.glob("*.snapshot"):
-        snapshot.unlink()
-    reopened = Log.open(
-        log.dir,
-        log.config,
-        topic_partition=TP,
-        recovery_point=0,
-        log_start_offset=0,
-        high_watermark=3,
-        had_clean_shutdown=False,
-        now_ms=T0,
-    )
-    entry = reopened.producer_state_manager.last_entry(9)
+    entry = reopen_without_snapshots(log, high_watermark=3).producer_state_manager.last_entry(9)
     assert entry is not None and entry.last_seq == 1
 
 
@@ -507,19 +512,7 @@ def test_the_cleaned_log_is_the_latest_record_per_key_minus_expired_tombstones(
     assert [e for e in result if e[0] >= end] == [e for e in written if e[0] >= end]
     if idempotent:
         # Producer state rebuilt from the cleaned log alone (no snapshot) still ends at the last sequence.
-        log.close()
-        for snapshot in log.dir.glob("*.snapshot"):
-            snapshot.unlink()
-        reopened = Log.open(
-            log.dir,
-            log.config,
-            topic_partition=TP,
-            recovery_point=0,
-            log_start_offset=0,
-            high_watermark=0,
-            had_clean_shutdown=False,
-            now_ms=T0,
-        )
+        reopened = reopen_without_snapshots(log, high_watermark=0)
         entry = reopened.producer_state_manager.last_entry(1)
         produced = sum(count for _, _, count in workload)
         assert entry is not None and entry.last_seq == produced - 1
