@@ -59,6 +59,8 @@ def test_members_leave_join_and_crash_and_every_record_is_consumed_and_committed
         producer.start()
         a, b, c = pool.start("a"), pool.start("b"), pool.start("c")
         pool.wait_balanced([a, b, c], PARTITIONS)
+        # The protocol the members voted for, relayed by the coordinator as they named it.
+        assert describe_group(bootstrap, group).partition_assignor == assignor
         wait_for_progress(lambda: len(pool.consumed()), PROGRESS, CATCH_UP_S, "records consumed by a, b and c")
 
         a.leave()
