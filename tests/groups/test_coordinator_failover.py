@@ -118,3 +118,43 @@ def test_group_carries_on_when_its_coordinator_is_killed(
             killed.start()
             killed.wait_ready(RESTART_S)
             cluster.wait_for_brokers(3, timeout_s=RESTART_S)
+
+
+def test_groups_and_offsets_survive_a_restart_of_every_broker(cluster: LocalCluster, tmp_path: Path) -> None:
+    """Every broker stops (SIGTERM) and starts again: each __consumer_offsets leader loads its groups from
+    its own log, and a member of a group that had committed resumes exactly where the commits were."""
+    bootstrap = cluster.bootstrap
+    topic, group = unique("restart"), unique("restart")
+    create_topic(bootstrap, topic, PARTITIONS)
+    producer = ContinuousProducer(bootstrap, topic, PARTITIONS)
+    producer.produce(6 * PARTITIONS)
+    settings = {"client": "confluent-kafka", "assignor": "range", "bootstrap": bootstrap, "topic": topic}
+    with member_pool(log_dir=tmp_path, group=group, **settings) as pool:
+        before = pool.start("before")
+        ends = wait_committed_at_end(bootstrap, group, topic, PARTITIONS, CATCH_UP_S)
+        before.leave()
+
+    cluster.stop(timeout_s=RESTART_S)
+    cluster.start(RESTART_S)
+    assert (
+        wait_until(
+            lambda: _committed_or_none(bootstrap, group, topic), RESTART_S, f"the offsets of {group} after the restart"
+        )
+        == ends
+    )
+
+    producer.produce(2 * PARTITIONS)
+    with member_pool(log_dir=tmp_path, group=group, **settings) as pool:
+        after = pool.start("after")
+        wait_for_progress(lambda: len(after.records), 2 * PARTITIONS, CATCH_UP_S, "the new records")
+        assert sorted((r.partition, r.offset) for r in after.records) == [
+            (p, o) for p in range(PARTITIONS) for o in (ends[p], ends[p] + 1)
+        ]
+        after.leave()
+
+
+def _committed_or_none(bootstrap: str, group: str, topic: str) -> dict[int, int] | None:
+    try:
+        return committed_offsets(bootstrap, group, topic, range(PARTITIONS))
+    except (KafkaException, TimeoutError):
+        return None
