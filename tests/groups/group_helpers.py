@@ -27,7 +27,6 @@ from tierlog.cli.local_cluster import LocalCluster, wait_until
 
 OFFSETS_TOPIC = "__consumer_offsets"
 OFFSETS_PARTITIONS = 6
-CONTROLLER_NODE = 1
 
 # What Kafka users set for group tests: no initial rebalance delay, a small __consumer_offsets replicated
 # on every broker, and fast fencing of a killed broker so the coordinator fails over within seconds.
@@ -342,9 +341,6 @@ class ContinuousProducer:
         self._stop.set()
         self._thread.join(30.0)
         self.flush()
-
-    def acked_count(self) -> int:
-        return len(self.acked)
 
 
 def wait_for_progress(count: Callable[[], int], more: int, timeout_s: float, what: str) -> None:
