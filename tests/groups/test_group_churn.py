@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from confluent_kafka import ConsumerGroupState
 from group_helpers import (
     CATCH_UP_S,
     REBALANCE_S,
@@ -59,8 +60,14 @@ def test_members_leave_join_and_crash_and_every_record_is_consumed_and_committed
         producer.start()
         a, b, c = pool.start("a"), pool.start("b"), pool.start("c")
         pool.wait_balanced([a, b, c], PARTITIONS)
-        # The protocol the members voted for, relayed by the coordinator as they named it.
-        assert describe_group(bootstrap, group).partition_assignor == assignor
+        # The protocol the members voted for, relayed by the coordinator as they named it (DescribeGroups
+        # names it only while the group is Stable, as Kafka's GroupMetadata.summary does).
+        stable = wait_until(
+            lambda: (d := describe_group(bootstrap, group)).state == ConsumerGroupState.STABLE and d,
+            REBALANCE_S,
+            f"{group} Stable",
+        )
+        assert stable.partition_assignor == assignor
         wait_for_progress(lambda: len(pool.consumed()), PROGRESS, CATCH_UP_S, "records consumed by a, b and c")
 
         a.leave()
@@ -87,7 +94,9 @@ def test_members_leave_join_and_crash_and_every_record_is_consumed_and_committed
         assert {m.client_id for m in description.members} == {"c", "d"}
         c.leave()
         d.leave()
-        wait_until(lambda: describe_group(bootstrap, group).state.name == "EMPTY", REBALANCE_S, f"{group} empty")
+        wait_until(
+            lambda: describe_group(bootstrap, group).state == ConsumerGroupState.EMPTY, REBALANCE_S, f"{group} empty"
+        )
         assert committed_offsets(bootstrap, group, topic, range(PARTITIONS)) == ends
 
         # A member started now resumes at the committed offsets: it reads the new records and only those.
