@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from storage_helpers import T0, log_config, open_log
 
-from tests.storage.storage_helpers import T0, log_config, open_log
 from tierlog.common import TopicPartition
 from tierlog.records.codec import build_batch
 from tierlog.records.record_batch import iter_batches
