@@ -39,7 +39,11 @@ def test_every_record_of_every_codec_is_decoded_with_its_offset_timestamp_and_he
     assert [r["value"] for r in rows] == [b"v0", b"v1", b"v2", b"v3", b"v4"]
     assert {r["topic"] for r in rows} == {"t"} and {r["partition"] for r in rows} == {4}
     assert [int(r["timestamp"].timestamp() * 1000) for r in rows] == [
-        1_700_000_000_000, 1_700_000_000_001, 1_700_000_000_002, 1_700_000_000_000, 1_700_000_000_001
+        1_700_000_000_000,
+        1_700_000_000_001,
+        1_700_000_000_002,
+        1_700_000_000_000,
+        1_700_000_000_001,
     ]
     assert {r["timestampType"] for r in rows} == {0}
     assert rows[1]["headers"] == [{"key": "h", "value": b"1"}]

@@ -37,10 +37,7 @@ def schema(include_headers: bool) -> pa.Schema:
 
 def spark_ddl(include_headers: bool) -> str:
     """The same schema as a Spark DDL string, for DataSource.schema()."""
-    ddl = (
-        "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp, "
-        "timestampType int"
-    )
+    ddl = "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp, timestampType int"
     if include_headers:
         ddl += ", headers array<struct<key: string, value: binary>>"
     return ddl
