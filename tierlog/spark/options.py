@@ -1,0 +1,141 @@
+"""The options of Spark's Kafka source (KafkaSourceProvider), parsed and checked on the driver.
+
+Errors are one line naming the option, as Spark's IllegalArgumentExceptions do, so a job ported from
+`format("kafka")` fails with the message its author already knows.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+EARLIEST = -2
+LATEST = -1
+
+# A starting/ending position: EARLIEST, LATEST, or per-partition offsets (-2/-1 allowed inside, as Kafka).
+OffsetSpec = int | dict[tuple[str, int], int]
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    bootstrap_servers: str
+    subscribe: tuple[str, ...] | None
+    subscribe_pattern: str | None
+    assign: tuple[tuple[str, int], ...] | None
+    starting: OffsetSpec
+    ending: OffsetSpec
+    min_partitions: int | None
+    fail_on_data_loss: bool
+    include_headers: bool
+
+
+def _get(options: Mapping[str, str], name: str) -> str | None:
+    # Spark's options are case-insensitive maps.
+    lowered = name.lower()
+    for key, value in options.items():
+        if key.lower() == lowered:
+            return value
+    return None
+
+
+def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = _get(options, name)
+    if raw is None:
+        return default
+    if raw.strip().lower() in ("true", "false"):
+        return raw.strip().lower() == "true"
+    raise ValueError(f"option '{name}' must be true or false, got '{raw}'")
+
+
+def _partition_offsets(name: str, raw: str) -> dict[tuple[str, int], int]:
+    try:
+        parsed = json.loads(raw)
+        if not isinstance(parsed, dict):
+            raise ValueError
+        return {
+            (str(topic), int(partition)): int(offset)
+            for topic, partitions in parsed.items()
+            for partition, offset in partitions.items()
+        }
+    except (ValueError, AttributeError, TypeError):
+        raise ValueError(
+            f'option \'{name}\' must be earliest, latest or JSON like {{"topicA":{{"0":23,"1":-1}}}}, got \'{raw}\''
+        ) from None
+
+
+def _offset_spec(options: Mapping[str, str], name: str, default: int, allowed: tuple[str, ...]) -> OffsetSpec:
+    raw = _get(options, name)
+    if raw is None:
+        return default
+    word = raw.strip().lower()
+    if word in allowed:
+        return EARLIEST if word == "earliest" else LATEST
+    if word in ("earliest", "latest"):
+        raise ValueError(f"option '{name}' cannot be {word} for a batch query")
+    return _partition_offsets(name, raw)
+
+
+def parse_assign(raw: str) -> tuple[tuple[str, int], ...]:
+    try:
+        parsed = json.loads(raw)
+        pairs = tuple((str(t), int(p)) for t, ps in parsed.items() for p in ps)
+    except (ValueError, AttributeError, TypeError):
+        raise ValueError(f"option 'assign' must be JSON like {{\"topicA\":[0,1]}}, got '{raw}'") from None
+    if not pairs:
+        raise ValueError("option 'assign' names no partitions")
+    return pairs
+
+
+def parse_batch_options(options: Mapping[str, str]) -> SourceOptions:
+    """The options of spark.read.format("tierlog"): as Kafka's batch source, startingOffsets may not be
+    latest and endingOffsets may not be earliest."""
+    bootstrap = _get(options, "kafka.bootstrap.servers") or _get(options, "bootstrap.servers")
+    if not bootstrap:
+        raise ValueError("option 'kafka.bootstrap.servers' must be specified for configuring tierlog consumer")
+    strategies = {name: _get(options, name) for name in ("assign", "subscribe", "subscribePattern")}
+    given = [name for name, value in strategies.items() if value is not None]
+    if len(given) != 1:
+        raise ValueError(
+            "one of the options 'assign', 'subscribe' or 'subscribePattern' must be specified"
+            + (f", got {', '.join(given)}" if given else "")
+        )
+    subscribe = subscribe_pattern = assign = None
+    if strategies["subscribe"] is not None:
+        subscribe = tuple(t.strip() for t in strategies["subscribe"].split(",") if t.strip())
+        if not subscribe:
+            raise ValueError("no topics to subscribe to in option 'subscribe'")
+    elif strategies["subscribePattern"] is not None:
+        subscribe_pattern = strategies["subscribePattern"].strip()
+        if not subscribe_pattern:
+            raise ValueError("pattern to subscribe is empty in option 'subscribePattern'")
+        try:
+            re.compile(subscribe_pattern)
+        except re.error as e:
+            raise ValueError(f"option 'subscribePattern' is not a valid pattern: {e}") from None
+    else:
+        assign = parse_assign(strategies["assign"] or "")
+    min_partitions_raw = _get(options, "minPartitions")
+    min_partitions = None
+    if min_partitions_raw is not None:
+        if not min_partitions_raw.strip().isdigit() or int(min_partitions_raw) <= 0:
+            raise ValueError(f"option 'minPartitions' must be a positive integer, got '{min_partitions_raw}'")
+        min_partitions = int(min_partitions_raw)
+    starting = _offset_spec(options, "startingOffsets", EARLIEST, ("earliest",))
+    ending = _offset_spec(options, "endingOffsets", LATEST, ("latest",))
+    if isinstance(starting, dict) and any(o == LATEST for o in starting.values()):
+        raise ValueError("option 'startingOffsets' cannot use -1 (latest) for a partition in a batch query")
+    if isinstance(ending, dict) and any(o == EARLIEST for o in ending.values()):
+        raise ValueError("option 'endingOffsets' cannot use -2 (earliest) for a partition in a batch query")
+    return SourceOptions(
+        bootstrap_servers=bootstrap,
+        subscribe=subscribe,
+        subscribe_pattern=subscribe_pattern,
+        assign=assign,
+        starting=starting,
+        ending=ending,
+        min_partitions=min_partitions,
+        fail_on_data_loss=_bool(options, "failOnDataLoss", True),
+        include_headers=_bool(options, "includeHeaders", False),
+    )
