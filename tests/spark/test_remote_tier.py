@@ -7,8 +7,10 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
@@ -31,6 +33,7 @@ from tierlog.spark.remote_tier import (
     load_remote_log_metadata,
     plan_partition,
     plan_remote_slices,
+    read_slice,
     remote_reach,
     rsm_config_from_options,
     topic_id_of,
@@ -46,6 +49,7 @@ from tierlog.tiered.segment_metadata import (
 )
 
 TOPIC = "events"
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 RECORDS = 600
 BASE_TIMESTAMP_MS = 1_700_000_000_000
 # Smaller than a segment (16 KiB) and than most runs of batches, so chunks end mid-batch and mid-segment.
@@ -146,6 +150,30 @@ def test_the_plan_covers_exactly_the_remote_offsets_and_direct_reads_equal_a_con
     expected = consume_from_brokers(tiered_topic.bootstrap, ry_plus_1)
     assert [m[0] for m in direct] == list(range(ry_plus_1))
     assert direct == expected
+
+
+def test_read_slice_yields_arrow_batches_with_every_remote_record_and_its_headers(tiered_topic: TieredTopic) -> None:
+    slices = plan_partition(tiered_topic.bootstrap, TOPIC, 0, 3, RECORDS, tiered_topic.rsm_config)
+    batches = [
+        batch
+        for piece in slices
+        for batch in read_slice(piece, tiered_topic.rsm_config, include_headers=True, chunk_bytes=SMALL_CHUNK_BYTES)
+    ]
+
+    assert len(batches) > len(slices), "small chunks give several Arrow batches per segment"
+    rows = pa.Table.from_batches(batches).to_pylist()
+    expected = [m for m in consume_from_brokers(tiered_topic.bootstrap, tiered_topic.remote_end) if m[0] >= 3]
+    assert [
+        (
+            row["offset"],
+            row["key"],
+            row["value"],
+            (row["timestamp"] - EPOCH) // timedelta(milliseconds=1),
+            [(h["key"], h["value"]) for h in row["headers"]],
+        )
+        for row in rows
+    ] == expected
+    assert {(row["topic"], row["partition"], row["timestampType"]) for row in rows} == {(TOPIC, 0, 0)}
 
 
 def test_a_range_boundary_in_the_middle_of_a_segment_is_honoured(tiered_topic: TieredTopic) -> None:

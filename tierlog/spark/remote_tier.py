@@ -7,14 +7,15 @@ RemoteSegmentSlice descriptors: plain picklable values, one Spark input partitio
 
 Executors read: `read_slice` fetches the slice's `.log` object straight from object storage through the same
 FsspecRemoteStorageManager (and `rsm.config.*` settings) the brokers use, in chunks that end on batch
-boundaries, and hands each chunk to the Arrow converter, so a 1 GiB segment never sits in memory whole.
+boundaries, and turns each chunk into an Arrow batch (tierlog.spark.arrow), so a 1 GiB segment never sits
+in memory whole.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -25,6 +26,7 @@ from confluent_kafka.admin import AdminClient
 from tierlog.common import TopicPartition
 from tierlog.records.record_batch import RECORD_BATCH_OVERHEAD, batch_size_at, read_header
 from tierlog.server.remote_log_metadata_topic import REMOTE_LOG_METADATA_TOPIC
+from tierlog.spark.arrow import record_batches_to_arrow
 from tierlog.storage.leader_epoch_cache import EpochEntry
 from tierlog.tiered.fsspec_storage import FsspecRemoteStorageManager
 from tierlog.tiered.remote_log_manager import is_within_lineage, parse_epoch_checkpoint
@@ -43,8 +45,6 @@ RSM_OPTION_PREFIX = "tierlog.remote.rsm.config."
 DEFAULT_CHUNK_BYTES = 8 * 1024 * 1024
 DEFAULT_TIMEOUT_S = 30.0
 _POLL_S = 0.2
-
-ArrowConverter = Callable[[bytes, str, int, int, int, bool], pa.RecordBatch]
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,14 +259,15 @@ def iter_slice_chunks(
 def read_slice(
     piece: RemoteSegmentSlice,
     rsm_config: Mapping[str, str],
-    convert: ArrowConverter,
     include_headers: bool = False,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
 ) -> Iterator[pa.RecordBatch]:
-    """On an executor: the slice's records as Arrow batches, read from object storage directly.
-    `convert` is tierlog.spark.arrow.record_batches_to_arrow (passed in so this module does not fix it)."""
+    """On an executor: the slice's records as Arrow batches in the Kafka source's layout, one per chunk,
+    read from object storage directly."""
     with FsspecRemoteStorageManager.from_config(rsm_config) as rsm:
         for chunk in iter_slice_chunks(rsm, piece, chunk_bytes):
-            batch = convert(chunk, piece.topic, piece.partition, piece.start_offset, piece.end_offset, include_headers)
+            batch = record_batches_to_arrow(
+                chunk, piece.topic, piece.partition, piece.start_offset, piece.end_offset, include_headers
+            )
             if batch.num_rows:
                 yield batch
