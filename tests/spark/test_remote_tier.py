@@ -36,6 +36,7 @@ from tierlog.spark.remote_tier import (
     read_slice,
     remote_reach,
     rsm_config_from_options,
+    start_position,
     topic_id_of,
 )
 from tierlog.tiered.fsspec_storage import FsspecRemoteStorageManager
@@ -191,6 +192,14 @@ def test_a_range_boundary_in_the_middle_of_a_segment_is_honoured(tiered_topic: T
     for chunk_bytes in (SMALL_CHUNK_BYTES, 8 * 1024 * 1024):
         direct = [m for piece in slices for m in read_directly(piece, tiered_topic.rsm_config, chunk_bytes)]
         assert direct == expected
+    # Near a segment's end the read starts from the offset index's position, not the segment's head.
+    late = plan_partition(
+        tiered_topic.bootstrap, TOPIC, 0, first.end_offset - 4, first.end_offset, tiered_topic.rsm_config
+    )
+    with FsspecRemoteStorageManager.from_config(tiered_topic.rsm_config) as rsm:
+        assert start_position(rsm, late[0]) > 0
+    direct = read_directly(late[0], tiered_topic.rsm_config, SMALL_CHUNK_BYTES)
+    assert [m[0] for m in direct] == list(range(first.end_offset - 4, first.end_offset))
 
 
 def test_segments_not_yet_copied_or_being_deleted_are_not_planned(tiered_topic: TieredTopic) -> None:

@@ -13,6 +13,7 @@ in memory whole.
 
 from __future__ import annotations
 
+import struct
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -221,13 +222,31 @@ def plan_partition(
     return plan_remote_slices(topic, partition, segments, start_offset, end_offset)
 
 
+def start_position(rsm: FsspecRemoteStorageManager, piece: RemoteSegmentSlice) -> int:
+    """A batch boundary at or before the batch holding the slice's first offset, from the segment's remote
+    offset index, so a slice starting deep in a segment (a streaming micro-batch) does not read its head."""
+    metadata = piece.metadata
+    if piece.start_offset <= metadata.start_offset:
+        return 0
+    data = rsm.fetch_index(metadata, IndexType.OFFSET)
+    # Kafka's `.index` entries: (relative offset, position), int32 big-endian each; an entry says the batch at
+    # `position` ends at or below the offset, so the largest entry at or below the target starts early enough.
+    position = 0
+    previous = -1
+    for relative, entry_position in struct.iter_unpack(">ii", data[: len(data) - len(data) % 8]):
+        if relative <= previous or metadata.start_offset + relative > piece.start_offset:
+            break  # past the target, or into the zero padding of a preallocated index
+        previous, position = relative, entry_position
+    return position
+
+
 def iter_slice_chunks(
     rsm: FsspecRemoteStorageManager, piece: RemoteSegmentSlice, chunk_bytes: int = DEFAULT_CHUNK_BYTES
 ) -> Iterator[bytes]:
     """Whole record batches of the slice's segment, in chunks of about `chunk_bytes`, from the first batch
     holding offsets at or above the slice start to the last one starting below its end."""
     size = piece.metadata.segment_size_in_bytes
-    position = 0
+    position = start_position(rsm, piece)
     pending = b""
     while position < size:
         data = pending + rsm.fetch_log_segment(piece.metadata, position, min(size, position + chunk_bytes))
