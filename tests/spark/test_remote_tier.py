@@ -5,6 +5,7 @@ exactly what a Kafka consumer reads through the brokers."""
 from __future__ import annotations
 
 import itertools
+import pickle
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -36,6 +37,7 @@ from tierlog.spark.remote_tier import (
     read_slice,
     remote_reach,
     rsm_config_from_options,
+    split_slice,
     start_position,
     topic_id_of,
 )
@@ -143,6 +145,8 @@ def test_the_plan_covers_exactly_the_remote_offsets_and_direct_reads_equal_a_con
     assert remote_reach(slices, 0) == ry_plus_1
     for before, after in itertools.pairwise(slices):
         assert before.end_offset == after.start_offset
+    # Spark ships the descriptors to executors pickled.
+    assert pickle.loads(pickle.dumps(slices)) == slices
     for piece in slices:
         assert piece.metadata.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
         assert piece.end_offset == piece.metadata.end_offset + 1
@@ -192,6 +196,10 @@ def test_a_range_boundary_in_the_middle_of_a_segment_is_honoured(tiered_topic: T
     for chunk_bytes in (SMALL_CHUNK_BYTES, 8 * 1024 * 1024):
         direct = [m for piece in slices for m in read_directly(piece, tiered_topic.rsm_config, chunk_bytes)]
         assert direct == expected
+    # Cut into pieces for more Spark tasks, the same records come back, each once.
+    pieces = [part for piece in slices for part in split_slice(piece, 17)]
+    assert len(pieces) > len(slices) and all(p.end_offset - p.start_offset <= 17 for p in pieces)
+    assert [m for piece in pieces for m in read_directly(piece, tiered_topic.rsm_config, SMALL_CHUNK_BYTES)] == expected
     # Near a segment's end the read starts from the offset index's position, not the segment's head.
     late = plan_partition(
         tiered_topic.bootstrap, TOPIC, 0, first.end_offset - 4, first.end_offset, tiered_topic.rsm_config

@@ -17,7 +17,7 @@ import struct
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaException, TopicCollection
@@ -76,15 +76,22 @@ def rsm_config_from_options(options: Mapping[str, str]) -> dict[str, str]:
     return {key[len(RSM_OPTION_PREFIX) :]: value for key, value in options.items() if key.startswith(RSM_OPTION_PREFIX)}
 
 
-def topic_id_of(bootstrap: str, topic: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> uuid.UUID:
-    """The topic's id: remote metadata is keyed by it, so a deleted and re-created topic's segments are ignored."""
+def topic_ids_of(bootstrap: str, topics: list[str], timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, uuid.UUID]:
+    """Each topic's id: remote metadata is keyed by it, so a deleted and re-created topic's segments are ignored."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    description = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)[topic].result(timeout_s)
-    topic_id = description.topic_id
-    # confluent-kafka's Uuid prints base64 (Kafka's form); the metadata events carry the 128-bit value.
-    high = topic_id.get_most_significant_bits() & (2**64 - 1)
-    low = topic_id.get_least_significant_bits() & (2**64 - 1)
-    return uuid.UUID(int=(high << 64) | low)
+    futures = admin.describe_topics(TopicCollection(sorted(set(topics))), request_timeout=timeout_s)
+    ids = {}
+    for topic, future in futures.items():
+        topic_id = future.result(timeout_s).topic_id
+        # confluent-kafka's Uuid prints base64 (Kafka's form); the metadata events carry the 128-bit value.
+        high = topic_id.get_most_significant_bits() & (2**64 - 1)
+        low = topic_id.get_least_significant_bits() & (2**64 - 1)
+        ids[topic] = uuid.UUID(int=(high << 64) | low)
+    return ids
+
+
+def topic_id_of(bootstrap: str, topic: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> uuid.UUID:
+    return topic_ids_of(bootstrap, [topic], timeout_s)[topic]
 
 
 def load_remote_log_metadata(
@@ -201,6 +208,28 @@ def remote_reach(slices: list[RemoteSegmentSlice], start_offset: int) -> int:
     return slices[-1].end_offset if slices else start_offset
 
 
+def plan_remote_reads(
+    bootstrap: str,
+    ranges: Mapping[TopicPartition, tuple[int, int]],
+    rsm_config: Mapping[str, str],
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> dict[TopicPartition, list[RemoteSegmentSlice]]:
+    """The driver's whole job: for each topic-partition's [start, end), the remote slices from `start` on,
+    as far as the remote tier reaches contiguously (possibly none). The metadata topic is read once for all."""
+    ids = topic_ids_of(bootstrap, [tp.topic for tp in ranges], timeout_s)
+    wanted = {tp: TopicIdPartition(ids[tp.topic], tp) for tp in ranges}
+    caches = load_remote_log_metadata(bootstrap, list(wanted.values()), timeout_s)
+    plans: dict[TopicPartition, list[RemoteSegmentSlice]] = {tp: [] for tp in ranges}
+    if not caches:
+        return plans
+    with FsspecRemoteStorageManager.from_config(rsm_config) as rsm:
+        for tp, (start, end) in ranges.items():
+            cache = caches.get(wanted[tp])
+            if cache is not None:
+                plans[tp] = plan_remote_slices(tp.topic, tp.partition, lineage_segments(cache, rsm), start, end)
+    return plans
+
+
 def plan_partition(
     bootstrap: str,
     topic: str,
@@ -210,16 +239,20 @@ def plan_partition(
     rsm_config: Mapping[str, str],
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> list[RemoteSegmentSlice]:
-    """The driver's whole job for one topic-partition: the remote slices covering [start_offset, ...) up to
-    end_offset, as far as the remote tier reaches contiguously."""
-    topic_id_partition = TopicIdPartition(topic_id_of(bootstrap, topic, timeout_s), TopicPartition(topic, partition))
-    caches = load_remote_log_metadata(bootstrap, [topic_id_partition], timeout_s)
-    cache = caches.get(topic_id_partition)
-    if cache is None:
-        return []
-    with FsspecRemoteStorageManager.from_config(rsm_config) as rsm:
-        segments = lineage_segments(cache, rsm)
-    return plan_remote_slices(topic, partition, segments, start_offset, end_offset)
+    """plan_remote_reads for one topic-partition."""
+    tp = TopicPartition(topic, partition)
+    return plan_remote_reads(bootstrap, {tp: (start_offset, end_offset)}, rsm_config, timeout_s)[tp]
+
+
+def split_slice(piece: RemoteSegmentSlice, max_offsets: int) -> list[RemoteSegmentSlice]:
+    """The slice cut into pieces of at most `max_offsets` offsets, for more Spark tasks than segments
+    (minPartitions); each piece starts reading at its own offset-index position."""
+    if max_offsets <= 0:
+        raise ValueError(f"max_offsets must be positive, not {max_offsets}")
+    return [
+        replace(piece, start_offset=start, end_offset=min(start + max_offsets, piece.end_offset))
+        for start in range(piece.start_offset, piece.end_offset, max_offsets)
+    ]
 
 
 def start_position(rsm: FsspecRemoteStorageManager, piece: RemoteSegmentSlice) -> int:
