@@ -1,6 +1,6 @@
-"""Direct remote-tier reads for the Spark source, against a real tiered broker on file:// storage: the driver's
-plan (which segments, which offsets) and the executor's read (bytes straight from the object store) give
-exactly what a Kafka consumer reads through the brokers."""
+"""Direct remote-tier reads for the Spark source, against a real tiered broker on file:// and on S3 (SeaweedFS):
+the driver's plan (which segments, which offsets) and the executor's read (bytes straight from the object
+store) give exactly what a Kafka consumer reads through the brokers."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from remote_tier_helpers import (
 )
 
 from tierlog.cli.local_cluster import LocalCluster, wait_until
+from tierlog.cli.local_s3 import LocalS3Server
 from tierlog.common import TopicPartition
 from tierlog.records.codec import Record, decode_batches
 from tierlog.spark.remote_tier import (
@@ -52,6 +53,8 @@ from tierlog.tiered.segment_metadata import (
 )
 
 TOPIC = "events"
+S3_BUCKET = "tierlog-spark-test"
+S3_START_TIMEOUT_S = 60.0
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 RECORDS = 600
 BASE_TIMESTAMP_MS = 1_700_000_000_000
@@ -69,12 +72,29 @@ class TieredTopic:
         self.remote_end = remote_end  # Ry + 1: the first offset the remote tier does not hold
 
 
-@pytest.fixture
-def tiered_topic(tmp_path: Path) -> Iterator[TieredTopic]:
-    remote = tmp_path / "remote"
-    remote.mkdir()
+@pytest.fixture(scope="module")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalS3Server]:
+    """A real S3 server (SeaweedFS) on 127.0.0.1 with the bucket S3_BUCKET; tests use prefixes of their own."""
+    server = LocalS3Server(tmp_path_factory.mktemp("s3"))
+    try:
+        server.start(timeout_s=S3_START_TIMEOUT_S)
+        server.create_bucket(S3_BUCKET)
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=["file", "s3"])
+def tiered_topic(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[TieredTopic]:
+    if request.param == "s3":
+        server: LocalS3Server = request.getfixturevalue("s3_server")
+        broker_properties = server.rsm_properties(S3_BUCKET, prefix=tmp_path.name)
+    else:
+        remote = tmp_path / "remote"
+        remote.mkdir()
+        broker_properties = {"rsm.config.url": f"file://{remote}"}
     # The job hands the brokers' rsm.config.* settings to the source as Spark options.
-    options = {"tierlog.remote.rsm.config.url": f"file://{remote}", "subscribe": TOPIC}
+    options = {f"tierlog.remote.{key}": value for key, value in broker_properties.items()} | {"subscribe": TOPIC}
     rsm_config = rsm_config_from_options(options)
     for cluster in running_cluster(start_tiered_broker(tmp_path / "cluster", rsm_config)):
         create_tiered_topic(cluster.bootstrap, TOPIC)
