@@ -163,3 +163,44 @@ def test_a_starting_offset_before_the_log_start_fails_unless_fail_on_data_loss_i
         _read(spark, broker.bootstrap, subscribe=topic, startingOffsets=start).collect()
     rows = _read(spark, broker.bootstrap, subscribe=topic, startingOffsets=start, failOnDataLoss="false").collect()
     assert sorted(r.offset for r in rows) == list(range(10, 30))
+
+
+def test_starting_and_ending_timestamps_pick_the_first_offsets_at_or_after_them(
+    spark: SparkSession, shared_broker: BrokerProcess, kafka: Any
+) -> None:
+    topic = kafka.topic_name()
+    _fill(kafka, shared_broker.bootstrap, topic, partitions=2, per_partition=20)
+    df = _read(
+        spark,
+        shared_broker.bootstrap,
+        subscribe=topic,
+        startingTimestamp=str(BASE_TS + 5),
+        endingTimestamp=str(BASE_TS + 9),
+    )
+    assert sorted((r.partition, r.offset) for r in df.collect()) == [(p, i) for p in range(2) for i in range(5, 9)]
+    by_partition = _read(
+        spark,
+        shared_broker.bootstrap,
+        subscribe=topic,
+        startingOffsetsByTimestamp=json.dumps({topic: {"0": BASE_TS + 18, "1": BASE_TS}}),
+        endingOffsetsByTimestamp=json.dumps({topic: {"0": BASE_TS + 10_000, "1": BASE_TS + 2}}),
+    )
+    assert sorted((r.partition, r.offset) for r in by_partition.collect()) == [(0, 18), (0, 19), (1, 0), (1, 1)]
+
+
+def test_a_starting_timestamp_after_every_record_fails_unless_the_strategy_is_latest(
+    spark: SparkSession, shared_broker: BrokerProcess, kafka: Any
+) -> None:
+    topic = kafka.topic_name()
+    _fill(kafka, shared_broker.bootstrap, topic, partitions=1, per_partition=5)
+    late = str(BASE_TS + 10_000)
+    with pytest.raises(Exception, match="startingOffsetsByTimestampStrategy"):
+        _read(spark, shared_broker.bootstrap, subscribe=topic, startingTimestamp=late).collect()
+    rows = _read(
+        spark,
+        shared_broker.bootstrap,
+        subscribe=topic,
+        startingTimestamp=late,
+        startingOffsetsByTimestampStrategy="latest",
+    ).collect()
+    assert rows == []

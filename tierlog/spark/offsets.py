@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from confluent_kafka import Consumer, TopicPartition
 
-from tierlog.spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions
+from tierlog.spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, TimestampSpec
 
 # Bound on each metadata or offsets request the driver makes.
 DRIVER_REQUEST_TIMEOUT_S = 30.0
@@ -43,6 +43,10 @@ class PartitionState:
     leader: str
     earliest: int
     latest: int
+    # The first offsets at or after the query's starting/ending timestamps, when it gives them; -1 when no
+    # record is that recent.
+    starting_at_time: int | None = None
+    ending_at_time: int | None = None
 
 
 def _consumer(bootstrap_servers: str) -> Consumer:
@@ -80,9 +84,35 @@ def partition_states(options: SourceOptions) -> list[PartitionState]:
                 TopicPartition(topic, partition), timeout=DRIVER_REQUEST_TIMEOUT_S, cached=False
             )
             states.append(PartitionState(topic, partition, leader, low, high))
-        return states
+        return [
+            replace(
+                state,
+                starting_at_time=_offset_for_time(consumer, state, options.starting_timestamps, "startingTimestamp"),
+                ending_at_time=_offset_for_time(consumer, state, options.ending_timestamps, "endingTimestamp"),
+            )
+            for state in states
+        ]
     finally:
         consumer.close()
+
+
+def _offset_for_time(consumer: Consumer, state: PartitionState, spec: TimestampSpec | None, name: str) -> int | None:
+    if spec is None:
+        return None
+    if isinstance(spec, dict):
+        key = (state.topic, state.partition)
+        if key not in spec:
+            raise ValueError(f"option '{name}' does not specify a timestamp for {state.topic}-{state.partition}")
+        timestamp = spec[key]
+    else:
+        timestamp = spec
+    # ListOffsets with a timestamp: the earliest offset whose timestamp is at or after it, -1 if none.
+    (answer,) = consumer.offsets_for_times(
+        [TopicPartition(state.topic, state.partition, timestamp)], timeout=DRIVER_REQUEST_TIMEOUT_S
+    )
+    if answer.error is not None:
+        raise RuntimeError(f"looking up {name} {timestamp} in {state.topic}-{state.partition} failed: {answer.error}")
+    return int(answer.offset)
 
 
 def _position(spec: OffsetSpec, state: PartitionState, default: int, name: str) -> int:
@@ -106,8 +136,22 @@ def batch_ranges(options: SourceOptions, states: list[PartitionState]) -> list[O
     deleted) or after the end fails the query when failOnDataLoss is true, else is clamped."""
     ranges = []
     for state in states:
-        start = _position(options.starting, state, state.earliest, "startingOffsets")
-        end = _position(options.ending, state, state.latest, "endingOffsets")
+        if state.starting_at_time is None:
+            start = _position(options.starting, state, state.earliest, "startingOffsets")
+        elif state.starting_at_time >= 0:
+            start = state.starting_at_time
+        elif options.starting_timestamp_strategy == "latest":
+            start = state.latest
+        else:
+            raise ValueError(
+                f"{state.topic}-{state.partition}: no record at or after the starting timestamp; set the option "
+                "startingOffsetsByTimestampStrategy to latest to start at the end instead"
+            )
+        if state.ending_at_time is None:
+            end = _position(options.ending, state, state.latest, "endingOffsets")
+        else:
+            # As Kafka's source: an ending timestamp after the last record reads to the end.
+            end = state.ending_at_time if state.ending_at_time >= 0 else state.latest
         if start < state.earliest:
             if options.fail_on_data_loss:
                 raise DataLossError(

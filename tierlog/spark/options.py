@@ -16,6 +16,8 @@ LATEST = -1
 
 # A starting/ending position: EARLIEST, LATEST, or per-partition offsets (-2/-1 allowed inside, as Kafka).
 OffsetSpec = int | dict[tuple[str, int], int]
+# A timestamp (ms) for every partition, or one per partition: the position is the first offset at or after it.
+TimestampSpec = int | dict[tuple[str, int], int]
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,11 @@ class SourceOptions:
     min_partitions: int | None
     fail_on_data_loss: bool
     include_headers: bool
+    # As Kafka's source, a timestamp option takes precedence over the offsets option of the same end.
+    starting_timestamps: TimestampSpec | None = None
+    ending_timestamps: TimestampSpec | None = None
+    # What a starting timestamp after the partition's last record means: fail ("error") or start at latest.
+    starting_timestamp_strategy: str = "error"
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -49,7 +56,10 @@ def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     raise ValueError(f"option '{name}' must be true or false, got '{raw}'")
 
 
-def _partition_offsets(name: str, raw: str) -> dict[tuple[str, int], int]:
+_OFFSETS_FORM = 'earliest, latest or JSON like {"topicA":{"0":23,"1":-1}}'
+
+
+def _partition_offsets(name: str, raw: str, form: str = _OFFSETS_FORM) -> dict[tuple[str, int], int]:
     try:
         parsed = json.loads(raw)
         if not isinstance(parsed, dict):
@@ -60,9 +70,7 @@ def _partition_offsets(name: str, raw: str) -> dict[tuple[str, int], int]:
             for partition, offset in partitions.items()
         }
     except (ValueError, AttributeError, TypeError):
-        raise ValueError(
-            f'option \'{name}\' must be earliest, latest or JSON like {{"topicA":{{"0":23,"1":-1}}}}, got \'{raw}\''
-        ) from None
+        raise ValueError(f"option '{name}' must be {form}, got '{raw}'") from None
 
 
 def _offset_spec(options: Mapping[str, str], name: str, default: int, allowed: tuple[str, ...]) -> OffsetSpec:
@@ -75,6 +83,21 @@ def _offset_spec(options: Mapping[str, str], name: str, default: int, allowed: t
     if word in ("earliest", "latest"):
         raise ValueError(f"option '{name}' cannot be {word} for a batch query")
     return _partition_offsets(name, raw)
+
+
+def _timestamp_spec(options: Mapping[str, str], single: str, by_partition: str) -> TimestampSpec | None:
+    raw = _get(options, single)
+    if raw is not None:
+        if not raw.strip().isdigit():
+            raise ValueError(f"option '{single}' must be a timestamp in milliseconds, got '{raw}'")
+        return int(raw)
+    raw = _get(options, by_partition)
+    if raw is None:
+        return None
+    spec = _partition_offsets(by_partition, raw, 'JSON like {"topicA":{"0":1700000000000}}')
+    if any(t < 0 for t in spec.values()):
+        raise ValueError(f"option '{by_partition}' must give non-negative timestamps, got '{raw}'")
+    return spec
 
 
 def parse_assign(raw: str) -> tuple[tuple[str, int], ...]:
@@ -122,6 +145,9 @@ def parse_batch_options(options: Mapping[str, str]) -> SourceOptions:
         if not min_partitions_raw.strip().isdigit() or int(min_partitions_raw) <= 0:
             raise ValueError(f"option 'minPartitions' must be a positive integer, got '{min_partitions_raw}'")
         min_partitions = int(min_partitions_raw)
+    strategy = (_get(options, "startingOffsetsByTimestampStrategy") or "error").strip().lower()
+    if strategy not in ("error", "latest"):
+        raise ValueError(f"option 'startingOffsetsByTimestampStrategy' must be error or latest, got '{strategy}'")
     starting = _offset_spec(options, "startingOffsets", EARLIEST, ("earliest",))
     ending = _offset_spec(options, "endingOffsets", LATEST, ("latest",))
     if isinstance(starting, dict) and any(o == LATEST for o in starting.values()):
@@ -138,4 +164,7 @@ def parse_batch_options(options: Mapping[str, str]) -> SourceOptions:
         min_partitions=min_partitions,
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),
         include_headers=_bool(options, "includeHeaders", False),
+        starting_timestamps=_timestamp_spec(options, "startingTimestamp", "startingOffsetsByTimestamp"),
+        ending_timestamps=_timestamp_spec(options, "endingTimestamp", "endingOffsetsByTimestamp"),
+        starting_timestamp_strategy=strategy,
     )

@@ -62,7 +62,10 @@ class TierlogBatchReader(DataSourceReader):
         return [RangePartition(r, self.options.include_headers, self.options.fail_on_data_loss) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)
+        if not isinstance(partition, RangePartition):
+            # partitions() gave no range (nothing to read): PySpark then plans one placeholder
+            # InputPartition(None) anyway, which holds no records.
+            return
         yield from read_range(partition.range, partition.include_headers, partition.fail_on_data_loss)
 
 
