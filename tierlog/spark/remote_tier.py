@@ -136,9 +136,6 @@ def load_remote_log_metadata(
             for message in consumer.consume(1000, timeout=_POLL_S):
                 if message.error() is not None:
                     raise KafkaException(message.error())
-                partition, offset = message.partition(), message.offset()
-                if partition in remaining and offset >= remaining[partition] - 1:
-                    del remaining[partition]
                 value = message.value()
                 if value is None:
                     continue
@@ -148,6 +145,12 @@ def load_remote_log_metadata(
                     continue  # not one of ours; the brokers skip such records too
                 if event.segment_id.topic_id_partition in wanted:
                     store.apply(event)
+            # Positions, not the offsets of the messages seen: a partition's last offsets may hold no message
+            # (a transaction marker), and the position still moves past them.
+            positions = consumer.position([KafkaTopicPartition(REMOTE_LOG_METADATA_TOPIC, p) for p in remaining])
+            for position in positions:
+                if position.offset >= remaining[position.partition]:
+                    del remaining[position.partition]
     finally:
         consumer.close()
     return {tip: cache for tip in topic_id_partitions if (cache := store.cache(tip)) is not None}
