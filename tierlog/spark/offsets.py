@@ -131,22 +131,26 @@ def _position(spec: OffsetSpec, state: PartitionState, default: int, name: str) 
     return value if value >= 0 else default
 
 
+def starting_offset(options: SourceOptions, state: PartitionState) -> int:
+    """Where the query starts in `state`'s partition, from its starting timestamp or offsets option."""
+    if state.starting_at_time is None:
+        return _position(options.starting, state, state.earliest, "startingOffsets")
+    if state.starting_at_time >= 0:
+        return state.starting_at_time
+    if options.starting_timestamp_strategy == "latest":
+        return state.latest
+    raise ValueError(
+        f"{state.topic}-{state.partition}: no record at or after the starting timestamp; set the option "
+        "startingOffsetsByTimestampStrategy to latest to start at the end instead"
+    )
+
+
 def batch_ranges(options: SourceOptions, states: list[PartitionState]) -> list[OffsetRange]:
     """One [start, end) per partition, checked against the log: a start before the log start (records
     deleted) or after the end fails the query when failOnDataLoss is true, else is clamped."""
     ranges = []
     for state in states:
-        if state.starting_at_time is None:
-            start = _position(options.starting, state, state.earliest, "startingOffsets")
-        elif state.starting_at_time >= 0:
-            start = state.starting_at_time
-        elif options.starting_timestamp_strategy == "latest":
-            start = state.latest
-        else:
-            raise ValueError(
-                f"{state.topic}-{state.partition}: no record at or after the starting timestamp; set the option "
-                "startingOffsetsByTimestampStrategy to latest to start at the end instead"
-            )
+        start = starting_offset(options, state)
         if state.ending_at_time is None:
             end = _position(options.ending, state, state.latest, "endingOffsets")
         else:

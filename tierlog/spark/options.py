@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 EARLIEST = -2
 LATEST = -1
@@ -36,6 +36,8 @@ class SourceOptions:
     ending_timestamps: TimestampSpec | None = None
     # What a starting timestamp after the partition's last record means: fail ("error") or start at latest.
     starting_timestamp_strategy: str = "error"
+    # Streaming admission control: at most this many offsets per micro-batch, over all partitions.
+    max_offsets_per_trigger: int | None = None
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -111,7 +113,22 @@ def parse_assign(raw: str) -> tuple[tuple[str, int], ...]:
     return pairs
 
 
-def parse_batch_options(options: Mapping[str, str]) -> SourceOptions:
+def parse_stream_options(options: Mapping[str, str]) -> SourceOptions:
+    """The options of spark.readStream.format("tierlog"): as Kafka's streaming source, startingOffsets
+    defaults to latest and endingOffsets is refused (a stream has no end)."""
+    for name in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
+        if _get(options, name) is not None:
+            raise ValueError(f"option '{name}' is not supported for streaming queries")
+    parsed = parse_batch_options(options, streaming=True)
+    raw = _get(options, "maxOffsetsPerTrigger")
+    if raw is None:
+        return parsed
+    if not raw.strip().isdigit() or int(raw) <= 0:
+        raise ValueError(f"option 'maxOffsetsPerTrigger' must be a positive integer, got '{raw}'")
+    return replace(parsed, max_offsets_per_trigger=int(raw))
+
+
+def parse_batch_options(options: Mapping[str, str], streaming: bool = False) -> SourceOptions:
     """The options of spark.read.format("tierlog"): as Kafka's batch source, startingOffsets may not be
     latest and endingOffsets may not be earliest."""
     bootstrap = _get(options, "kafka.bootstrap.servers") or _get(options, "bootstrap.servers")
@@ -148,9 +165,13 @@ def parse_batch_options(options: Mapping[str, str]) -> SourceOptions:
     strategy = (_get(options, "startingOffsetsByTimestampStrategy") or "error").strip().lower()
     if strategy not in ("error", "latest"):
         raise ValueError(f"option 'startingOffsetsByTimestampStrategy' must be error or latest, got '{strategy}'")
-    starting = _offset_spec(options, "startingOffsets", EARLIEST, ("earliest",))
+    starting = (
+        _offset_spec(options, "startingOffsets", LATEST, ("earliest", "latest"))
+        if streaming
+        else _offset_spec(options, "startingOffsets", EARLIEST, ("earliest",))
+    )
     ending = _offset_spec(options, "endingOffsets", LATEST, ("latest",))
-    if isinstance(starting, dict) and any(o == LATEST for o in starting.values()):
+    if not streaming and isinstance(starting, dict) and any(o == LATEST for o in starting.values()):
         raise ValueError("option 'startingOffsets' cannot use -1 (latest) for a partition in a batch query")
     if isinstance(ending, dict) and any(o == EARLIEST for o in ending.values()):
         raise ValueError("option 'endingOffsets' cannot use -2 (earliest) for a partition in a batch query")

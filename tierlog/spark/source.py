@@ -9,12 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import StructType
 
 from tierlog.protocol.errors import error_code
@@ -22,8 +29,15 @@ from tierlog.records.record_batch import batch_size_at, read_header
 from tierlog.server.entities import request_schema
 from tierlog.server.kafka_client import KafkaConnection
 from tierlog.spark.arrow import record_batches_to_arrow, spark_ddl
-from tierlog.spark.offsets import DataLossError, OffsetRange, batch_ranges, partition_states
-from tierlog.spark.options import SourceOptions, parse_batch_options
+from tierlog.spark.offsets import (
+    DataLossError,
+    OffsetRange,
+    batch_ranges,
+    partition_states,
+    split_ranges,
+    starting_offset,
+)
+from tierlog.spark.options import SourceOptions, parse_batch_options, parse_stream_options
 
 FETCH_VERSION = 12
 # Per-request bounds on an executor's fetches; a range is read in as many fetches as it takes.
@@ -52,6 +66,9 @@ class TierlogDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         return TierlogBatchReader(parse_batch_options(self.options))
 
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return TierlogStreamReader(parse_stream_options(self.options))
+
 
 class TierlogBatchReader(DataSourceReader):
     def __init__(self, options: SourceOptions) -> None:
@@ -67,6 +84,109 @@ class TierlogBatchReader(DataSourceReader):
             # InputPartition(None) anyway, which holds no records.
             return
         yield from read_range(partition.range, partition.include_headers, partition.fail_on_data_loss)
+
+
+# A stream offset, as in Spark's Kafka source checkpoints: {"topic": {"0": 23, "1": 7}}.
+StreamOffset = dict[str, dict[str, int]]
+
+
+def _to_json(offsets: dict[tuple[str, int], int]) -> StreamOffset:
+    out: StreamOffset = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        out.setdefault(topic, {})[str(partition)] = offset
+    return out
+
+
+def _from_json(offsets: StreamOffset) -> dict[tuple[str, int], int]:
+    return {(topic, int(p)): int(o) for topic, partitions in offsets.items() for p, o in partitions.items()}
+
+
+class TierlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches over offset ranges. The offsets of each batch are Spark's to checkpoint, so a restart
+    resumes exactly where the last committed batch ended; nothing is committed to the brokers."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._initial: StreamOffset | None = None
+        # Trigger.AvailableNow's target: what was in the log when the query started, never read beyond.
+        self._target: dict[tuple[str, int], int] | None = None
+
+    def initialOffset(self) -> dict:
+        # Spark may ask more than once; latest and timestamps must resolve to the same offsets each time.
+        if self._initial is None:
+            states = partition_states(self.options)
+            self._initial = _to_json({(s.topic, s.partition): starting_offset(self.options, s) for s in states})
+        return self._initial
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_offsets_per_trigger is None:
+            return ReadAllAvailable()
+        return ReadMaxRows(self.options.max_offsets_per_trigger)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = {(s.topic, s.partition): s.latest for s in partition_states(self.options)}
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = _from_json(start)
+        states = partition_states(self.options)
+        # Partitions that appeared since the last batch are read from their beginning, as Kafka's source.
+        latest = {(s.topic, s.partition): s.latest for s in states}
+        for s in states:
+            begin.setdefault((s.topic, s.partition), s.earliest)
+        if self._target is not None:
+            latest = {tp: min(o, self._target[tp]) for tp, o in latest.items() if tp in self._target}
+        end = {tp: max(o, begin[tp]) for tp, o in latest.items()}
+        if isinstance(limit, ReadMaxRows):
+            end = rate_limit(limit.max_rows, begin, end)
+        for tp, offset in _from_json(start).items():
+            end.setdefault(tp, offset)
+        return _to_json(end)
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        begin = _from_json(start)
+        states = {(s.topic, s.partition): s for s in partition_states(self.options)}
+        ranges = []
+        for tp, until in _from_json(end).items():
+            state = states.get(tp)
+            if state is None:
+                continue
+            offset = begin.get(tp, state.earliest)
+            if offset < state.earliest:
+                if self.options.fail_on_data_loss:
+                    raise DataLossError(
+                        f"{tp[0]}-{tp[1]}: offsets {offset} to {state.earliest - 1} were deleted before they "
+                        f"were read (the log now starts at {state.earliest}); some data may have been lost. "
+                        "Set the option failOnDataLoss to false to go on from the log start."
+                    )
+                offset = state.earliest
+            if offset < until:
+                ranges.append(OffsetRange(tp[0], tp[1], offset, until, state.leader))
+        include, fail = self.options.include_headers, self.options.fail_on_data_loss
+        return [RangePartition(r, include, fail) for r in split_ranges(ranges, self.options.min_partitions)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, RangePartition)
+        yield from read_range(partition.range, partition.include_headers, partition.fail_on_data_loss)
+
+    # commit() is the base class's no-op on purpose: the Spark checkpoint holds the offsets, and the
+    # brokers keep no state for this query.
+
+
+def rate_limit(
+    limit: int, begin: dict[tuple[str, int], int], end: dict[tuple[str, int], int]
+) -> dict[tuple[str, int], int]:
+    """Kafka's source rateLimit: `limit` offsets shared among partitions in proportion to what each has
+    available; a share below one offset is rounded up, so a small partition is not starved."""
+    sizes = {tp: end[tp] - begin[tp] for tp in end}
+    total = sum(sizes.values())
+    if total <= limit:
+        return dict(end)
+    out = {}
+    for tp, size in sizes.items():
+        share = limit * size / total
+        take = math.ceil(share) if share < 1 else math.floor(share)
+        out[tp] = min(end[tp], begin[tp] + take)
+    return out
 
 
 def read_range(r: OffsetRange, include_headers: bool, fail_on_data_loss: bool) -> Iterator[pa.RecordBatch]:

@@ -1,0 +1,83 @@
+"""spark.readStream.format("tierlog"): micro-batches with offsets in the Spark checkpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from tierlog.cli.local_cluster import BrokerProcess
+from tierlog.spark.source import rate_limit
+
+QUERY_TIMEOUT_S = 120
+
+
+def _produce(kafka: Any, bootstrap: str, topic: str, start: int, count: int, partitions: int = 2) -> None:
+    kafka.produce(
+        bootstrap,
+        topic,
+        [{"value": f"v{i}".encode(), "partition": i % partitions} for i in range(start, start + count)],
+    )
+
+
+def _run_available_now(
+    spark: SparkSession, bootstrap: str, topic: str, out: Path, checkpoint: Path, **opts: str
+) -> Any:
+    reader = (
+        spark.readStream.format("tierlog")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+    )
+    for name, value in opts.items():
+        reader = reader.option(name, value)
+    query = (
+        reader.load()
+        .selectExpr("CAST(value AS STRING) AS value", "partition", "offset")
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(QUERY_TIMEOUT_S), "query did not finish"
+    assert query.exception() is None, query.exception()
+    return query
+
+
+def test_available_now_writes_every_record_once_and_a_restart_resumes_from_the_checkpoint(
+    spark: SparkSession, shared_broker: BrokerProcess, kafka: Any, tmp_path: Path
+) -> None:
+    topic = kafka.topic_name()
+    kafka.create_topic(shared_broker.bootstrap, topic, partitions=2)
+    _produce(kafka, shared_broker.bootstrap, topic, 0, 40)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    _run_available_now(spark, shared_broker.bootstrap, topic, out, checkpoint)
+    assert sorted(r.value for r in spark.read.parquet(str(out)).collect()) == sorted(f"v{i}" for i in range(40))
+    _produce(kafka, shared_broker.bootstrap, topic, 40, 20)
+    _run_available_now(spark, shared_broker.bootstrap, topic, out, checkpoint)
+    values = [r.value for r in spark.read.parquet(str(out)).collect()]
+    assert sorted(values) == sorted(f"v{i}" for i in range(60))
+
+
+def test_max_offsets_per_trigger_bounds_every_micro_batch(
+    spark: SparkSession, shared_broker: BrokerProcess, kafka: Any, tmp_path: Path
+) -> None:
+    topic = kafka.topic_name()
+    kafka.create_topic(shared_broker.bootstrap, topic, partitions=2)
+    _produce(kafka, shared_broker.bootstrap, topic, 0, 50)
+    query = _run_available_now(
+        spark, shared_broker.bootstrap, topic, tmp_path / "out", tmp_path / "cp", maxOffsetsPerTrigger="10"
+    )
+    rows = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert sum(rows) == 50 and max(rows) <= 10 and len(rows) >= 5
+    assert spark.read.parquet(str(tmp_path / "out")).count() == 50
+
+
+def test_rate_limit_shares_the_limit_in_proportion_and_rounds_small_shares_up() -> None:
+    begin = {("t", 0): 0, ("t", 1): 0, ("t", 2): 5}
+    end = {("t", 0): 90, ("t", 1): 9, ("t", 2): 6}
+    # 90/100 of 10 = 9, 9/100 of 10 = 0.9 -> 1, 1/100 of 10 = 0.1 -> 1
+    assert rate_limit(10, begin, end) == {("t", 0): 9, ("t", 1): 1, ("t", 2): 6}
+    assert rate_limit(1000, begin, end) == end
