@@ -65,10 +65,6 @@ class RemoteSegmentSlice:
     def size_in_bytes(self) -> int:
         return self.metadata.segment_size_in_bytes
 
-    @property
-    def segment_id(self) -> uuid.UUID:
-        return self.metadata.segment_id.id
-
 
 def rsm_config_from_options(options: Mapping[str, str]) -> dict[str, str]:
     """The RSM settings (prefix stripped, as FsspecRemoteStorageManager.from_config takes them) from Spark
