@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+from confluent_kafka import TopicPartition
 from pyspark.sql import SparkSession
 
 from tierlog.cli.local_cluster import BrokerProcess
@@ -81,3 +84,31 @@ def test_rate_limit_shares_the_limit_in_proportion_and_rounds_small_shares_up() 
     # 90/100 of 10 = 9, 9/100 of 10 = 0.9 -> 1, 1/100 of 10 = 0.1 -> 1
     assert rate_limit(10, begin, end) == {("t", 0): 9, ("t", 1): 1, ("t", 2): 6}
     assert rate_limit(1000, begin, end) == end
+
+
+def test_deleted_offsets_fail_the_stream_with_fail_on_data_loss_and_are_skipped_without_it(
+    spark: SparkSession, shared_broker: BrokerProcess, kafka: Any, tmp_path: Path, poll_until: Any
+) -> None:
+    topic = kafka.topic_name()
+    kafka.create_topic(shared_broker.bootstrap, topic, partitions=1)
+    _produce(kafka, shared_broker.bootstrap, topic, 0, 30, partitions=1)
+    admin = kafka.admin(shared_broker.bootstrap)
+    for future in admin.delete_records([TopicPartition(topic, 0, 10)], request_timeout=30).values():
+        future.result(30)
+    poll_until(lambda: kafka.watermarks(shared_broker.bootstrap, topic)[0] == 10, 30, "log start 10")
+    start = json.dumps({topic: {"0": 0}})
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        _run_available_now(
+            spark, shared_broker.bootstrap, topic, tmp_path / "a", tmp_path / "cpa", startingOffsets=start
+        )
+    _run_available_now(
+        spark,
+        shared_broker.bootstrap,
+        topic,
+        tmp_path / "b",
+        tmp_path / "cpb",
+        startingOffsets=start,
+        failOnDataLoss="false",
+    )
+    offsets = sorted(r.offset for r in spark.read.parquet(str(tmp_path / "b")).collect())
+    assert offsets == list(range(10, 30))
