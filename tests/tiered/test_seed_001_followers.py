@@ -67,6 +67,12 @@ def test_seed_001_scenario_1_brand_new_follower_builds_its_state_from_the_remote
     cluster = _cluster(start_cluster, tmp_path)
     topic = "new-follower"
     create_topic(cluster.bootstrap, topic, tiered_topic_configs(), assignment=[[LEADER, FOLLOWER]])
+    # The follower must have created its replica before it loses it (under load it may not have yet).
+    wait_until(
+        lambda: replica_state(cluster, FOLLOWER, topic) is not None,
+        TIERING_S,
+        lambda: f"broker {FOLLOWER} hosting {topic}-0",
+    )
     cluster.kill(FOLLOWER)
     # A brand-new disk: the follower comes back knowing nothing of the partition.
     shutil.rmtree(cluster.base_dir / f"broker-{FOLLOWER}" / f"{topic}-0")
