@@ -46,6 +46,39 @@ def metadata_partition(bootstrap: str, topic: str, partition: int, timeout_s: fl
     return metadata.partitions.get(partition)
 
 
+def confirmed_leader(cluster: LocalCluster, topic: str, partition: int) -> tuple[int, int] | None:
+    """(leader, leader epoch) once Metadata names a leader that itself reports being leader with every broker
+    of the cluster in its ISR; None meanwhile (a broker just killed may be asked first: callers poll)."""
+    named = metadata_partition(cluster.bootstrap, topic, partition, timeout_s=5)
+    leader = -1 if named is None else named.leader
+    if leader not in cluster.node_ids or not cluster.broker(leader).running:
+        return None
+    state = (partition_states(cluster, leader, topic) or {}).get(partition)
+    if state is None or state["role"] != "leader" or sorted(state["isr"]) != sorted(cluster.node_ids):
+        return None
+    return leader, int(state["leader_epoch"])
+
+
+def partition_views(cluster: LocalCluster, topic: str) -> dict[int, dict[int, dict[str, Any]] | None]:
+    """node -> its own view of `topic`'s partitions; None for a broker that is down or does not answer."""
+    return {n: partition_states(cluster, n, topic) if cluster.broker(n).running else None for n in cluster.node_ids}
+
+
+def describe_partitions(cluster: LocalCluster, topic: str) -> str:
+    """One line of every broker's role, leader, epoch, ISR, HW and LEO per partition, for wait messages."""
+    rows = []
+    for node, partitions in partition_views(cluster, topic).items():
+        if partitions is None:
+            rows.append(f"broker {node}: no answer")
+            continue
+        for p, s in sorted(partitions.items()):
+            rows.append(
+                f"broker {node} p{p}: {s['role']} leader={s['leader']} epoch={s['leader_epoch']} isr={s['isr']} "
+                f"hw={s['high_watermark']} leo={s['log_end_offset']}"
+            )
+    return "; ".join(rows)
+
+
 def print_log_tails(cluster: LocalCluster, lines: int = 40) -> None:
     for node_id in cluster.node_ids:
         broker = cluster.broker(node_id)

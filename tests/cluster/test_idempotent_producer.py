@@ -17,7 +17,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cluster_helpers import metadata_partition, partition_states, print_log_tails
+from cluster_helpers import (
+    confirmed_leader,
+    describe_partitions,
+    print_log_tails,
+)
 from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -99,33 +103,6 @@ class ProducerThread(threading.Thread):
             self.error = e
 
 
-def confirmed_leader(cluster: LocalCluster, partition: int) -> tuple[int, int] | None:
-    """(leader, leader epoch) once Metadata names a leader that itself reports being leader with the full ISR."""
-    named = metadata_partition(cluster.bootstrap, TOPIC, partition, timeout_s=5)
-    leader = -1 if named is None else named.leader
-    if leader not in BROKERS or not cluster.broker(leader).running:
-        return None
-    state = (partition_states(cluster, leader, TOPIC) or {}).get(partition)
-    if state is None or state["role"] != "leader" or sorted(state["isr"]) != list(BROKERS):
-        return None
-    return leader, int(state["leader_epoch"])
-
-
-def describe(cluster: LocalCluster) -> str:
-    rows = []
-    for node in BROKERS:
-        states = partition_states(cluster, node, TOPIC) if cluster.broker(node).running else None
-        if states is None:
-            rows.append(f"broker {node}: no answer")
-            continue
-        for p, s in sorted(states.items()):
-            rows.append(
-                f"broker {node} p{p}: {s['role']} epoch={s['leader_epoch']} isr={s['isr']} "
-                f"hw={s['high_watermark']} leo={s['log_end_offset']}"
-            )
-    return "; ".join(rows)
-
-
 def test_idempotent_producer_sends_every_record_once_in_order_while_leaders_crash(tmp_path: Path, kafka: Any) -> None:
     cluster = LocalCluster(tmp_path, brokers=len(BROKERS), overrides=OVERRIDES)
     producer: ProducerThread | None = None
@@ -142,9 +119,9 @@ def test_idempotent_producer_sends_every_record_once_in_order_while_leaders_cras
         admin.create_topics([new_topic], request_timeout=15)[TOPIC].result(timeout=30)
         for partition in PARTITIONS:
             wait_until(
-                lambda p=partition: confirmed_leader(cluster, p),
+                lambda p=partition: confirmed_leader(cluster, TOPIC, p),
                 LEADER_S,
-                lambda: f"a leader with the full ISR for every partition ({describe(cluster)})",
+                lambda: f"a leader with the full ISR for every partition ({describe_partitions(cluster, TOPIC)})",
             )
         producer = ProducerThread(cluster.bootstrap)
         producer.start()
@@ -152,19 +129,23 @@ def test_idempotent_producer_sends_every_record_once_in_order_while_leaders_cras
 
         for round_no, (partition, down_s) in enumerate(ROUNDS, 1):
             leader, epoch = wait_until(
-                lambda p=partition: confirmed_leader(cluster, p),
+                lambda p=partition: confirmed_leader(cluster, TOPIC, p),
                 LEADER_S,
-                lambda p=partition, r=round_no: f"round {r}: a confirmed leader of p{p} ({describe(cluster)})",
+                lambda p=partition, r=round_no: (
+                    f"round {r}: a confirmed leader of p{p} ({describe_partitions(cluster, TOPIC)})"
+                ),
             )
             assert leader in KILLABLE, f"round {round_no}: p{partition} is led by node {leader}, the controller"
             cluster.kill(leader)
             time.sleep(down_s)
             cluster.restart(leader, timeout_s=RESTART_S)
             wait_until(
-                lambda p=partition, e=epoch: (lambda c: c is not None and c[1] > e)(confirmed_leader(cluster, p)),
+                lambda p=partition, e=epoch: (lambda c: c is not None and c[1] > e)(
+                    confirmed_leader(cluster, TOPIC, p)
+                ),
                 REJOIN_S,
                 lambda n=leader, r=round_no: (
-                    f"round {r}: broker {n} back in the ISR under a new epoch ({describe(cluster)})"
+                    f"round {r}: broker {n} back in the ISR under a new epoch ({describe_partitions(cluster, TOPIC)})"
                 ),
             )
             kills.append((partition, leader, epoch))

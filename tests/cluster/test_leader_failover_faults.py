@@ -19,7 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cluster_helpers import metadata_partition, partition_states, print_log_tails
+from cluster_helpers import (
+    confirmed_leader,
+    describe_partitions,
+    partition_views,
+    print_log_tails,
+)
 from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -125,28 +130,9 @@ class ProducerThread(threading.Thread):
             self.error = e
 
 
-def views(cluster: LocalCluster) -> dict[int, dict[int, dict[str, Any]] | None]:
-    """node -> its own view of TOPIC's partitions (GET /v1/partitions); None for a broker that does not answer."""
-    return {n: partition_states(cluster, n, TOPIC) if cluster.broker(n).running else None for n in BROKERS}
-
-
-def confirmed_leader(cluster: LocalCluster, partition: int) -> tuple[int, int] | None:
-    """(leader, leader epoch) once Metadata names a leader that itself reports being leader with the full ISR."""
-    # A broker just killed may be asked first and not answer: the caller polls again.
-    named = metadata_partition(cluster.bootstrap, TOPIC, partition, timeout_s=5)
-    leader = -1 if named is None else named.leader
-    if leader not in BROKERS or not cluster.broker(leader).running:
-        return None
-    own = partition_states(cluster, leader, TOPIC)
-    state = (own or {}).get(partition)
-    if state is None or state["role"] != "leader" or sorted(state["isr"]) != list(BROKERS):
-        return None
-    return leader, int(state["leader_epoch"])
-
-
 def rejoined(cluster: LocalCluster, node_id: int) -> dict[int, int] | None:
     """partition -> leader epoch once `node_id` is back in the ISR of every partition, as each leader reports."""
-    seen = views(cluster)
+    seen = partition_views(cluster, TOPIC)
     epochs: dict[int, int] = {}
     for partition in PARTITIONS:
         leaders = [v[partition] for v in seen.values() if v and partition in v and v[partition]["role"] == "leader"]
@@ -161,7 +147,7 @@ def rejoined(cluster: LocalCluster, node_id: int) -> dict[int, int] | None:
 
 def converged(cluster: LocalCluster) -> dict[int, dict[str, Any]] | None:
     """partition -> the leader's state once every replica has the same LEO == HW and the ISR is full."""
-    seen = views(cluster)
+    seen = partition_views(cluster, TOPIC)
     if any(v is None for v in seen.values()):
         return None
     result: dict[int, dict[str, Any]] = {}
@@ -178,20 +164,6 @@ def converged(cluster: LocalCluster) -> dict[int, dict[str, Any]] | None:
             return None
         result[partition] = leaders[0]
     return result
-
-
-def describe(seen: dict[int, dict[int, dict[str, Any]] | None]) -> str:
-    rows = []
-    for node, partitions in seen.items():
-        if partitions is None:
-            rows.append(f"broker {node}: no answer")
-            continue
-        for p, s in sorted(partitions.items()):
-            rows.append(
-                f"broker {node} p{p}: {s['role']} leader={s['leader']} epoch={s['leader_epoch']} isr={s['isr']} "
-                f"hw={s['high_watermark']} leo={s['log_end_offset']}"
-            )
-    return "; ".join(rows)
 
 
 @dataclass(frozen=True)
@@ -236,9 +208,9 @@ def test_leader_killed_again_and_again_loses_no_acknowledged_record(tmp_path: Pa
         admin.create_topics([new_topic], request_timeout=15)[TOPIC].result(timeout=30)
         for partition in PARTITIONS:
             wait_until(
-                lambda p=partition: confirmed_leader(cluster, p),
+                lambda p=partition: confirmed_leader(cluster, TOPIC, p),
                 LEADER_S,
-                lambda: f"a leader with the full ISR for every partition ({describe(views(cluster))})",
+                lambda: f"a leader with the full ISR for every partition ({describe_partitions(cluster, TOPIC)})",
             )
 
         producer = ProducerThread(cluster.bootstrap)
@@ -248,9 +220,11 @@ def test_leader_killed_again_and_again_loses_no_acknowledged_record(tmp_path: Pa
 
         for round_no, (partition, down_s) in enumerate(ROUNDS, 1):
             leader, epoch_before = wait_until(
-                lambda p=partition: confirmed_leader(cluster, p),
+                lambda p=partition: confirmed_leader(cluster, TOPIC, p),
                 LEADER_S,
-                lambda p=partition, r=round_no: f"round {r}: a confirmed leader of p{p} ({describe(views(cluster))})",
+                lambda p=partition, r=round_no: (
+                    f"round {r}: a confirmed leader of p{p} ({describe_partitions(cluster, TOPIC)})"
+                ),
             )
             acked_before = len(acks.acked)
             cluster.kill(leader)
@@ -259,7 +233,9 @@ def test_leader_killed_again_and_again_loses_no_acknowledged_record(tmp_path: Pa
             epochs = wait_until(
                 lambda n=leader: rejoined(cluster, n),
                 REJOIN_S,
-                lambda n=leader, r=round_no: f"round {r}: broker {n} back in every ISR ({describe(views(cluster))})",
+                lambda n=leader, r=round_no: (
+                    f"round {r}: broker {n} back in every ISR ({describe_partitions(cluster, TOPIC)})"
+                ),
             )
             kills.append((partition, leader, epoch_before, epochs[partition]))
             print(
@@ -284,7 +260,7 @@ def test_leader_killed_again_and_again_loses_no_acknowledged_record(tmp_path: Pa
         final = wait_until(
             lambda: converged(cluster),
             CONVERGE_S,
-            lambda: f"every replica at LEO == HW with the full ISR ({describe(views(cluster))})",
+            lambda: f"every replica at LEO == HW with the full ISR ({describe_partitions(cluster, TOPIC)})",
         )
         high_watermarks = {p: int(final[p]["high_watermark"]) for p in PARTITIONS}
         final_epochs = {p: int(final[p]["leader_epoch"]) for p in PARTITIONS}

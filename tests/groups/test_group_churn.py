@@ -139,6 +139,13 @@ def test_a_static_member_restarted_within_its_session_takes_its_partitions_back_
         wait_for_progress(lambda: len(pool.consumed()), PROGRESS, CATCH_UP_S, "records consumed by both")
         owned = first.assignment
         rebalances_seen_by_other = len(other.events("assigned"))
+        # The story is "resumes at its predecessor's commits": a partition the first member has not committed
+        # yet would make the successor start at the reset position instead, which proves nothing.
+        wait_until(
+            lambda: min(committed_offsets(bootstrap, group, topic, owned).values()) > 0,
+            CATCH_UP_S,
+            lambda: f"the first member to commit each of {owned}",
+        )
 
         first.kill()
         committed_at_kill = committed_offsets(bootstrap, group, topic, owned)

@@ -8,7 +8,6 @@ offsets finds them only in the remote tier and must rebuild its epoch history fr
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from tiered_helpers import (
     consume_all,
     create_topic,
     leader_of,
+    lose_replica_disk,
     produce,
     record_values,
     replica_state,
@@ -67,9 +67,7 @@ def test_seed_001_scenario_1_brand_new_follower_builds_its_state_from_the_remote
     cluster = _cluster(start_cluster, tmp_path)
     topic = "new-follower"
     create_topic(cluster.bootstrap, topic, tiered_topic_configs(), assignment=[[LEADER, FOLLOWER]])
-    cluster.kill(FOLLOWER)
-    # A brand-new disk: the follower comes back knowing nothing of the partition.
-    shutil.rmtree(cluster.base_dir / f"broker-{FOLLOWER}" / f"{topic}-0")
+    lose_replica_disk(cluster, FOLLOWER, topic)
     values = record_values("new", 2000)
     produce(cluster.bootstrap, topic, values)
     leader_state = wait_tiered(cluster, LEADER, topic, local_start_above=1000)

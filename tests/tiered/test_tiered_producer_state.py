@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import shutil
 import time
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from tiered_helpers import (
     ClusterFactory,
     create_topic,
     leader_of,
+    lose_replica_disk,
     produce,
     record_values,
     replica_state,
@@ -117,8 +117,7 @@ def test_a_follower_rebuilt_from_the_remote_tier_deduplicates_a_retry_once_it_le
     cluster = _cluster(start_cluster, tmp_path)
     topic = "rebuilt-producer-state"
     create_topic(cluster.bootstrap, topic, tiered_topic_configs(), assignment=[[LEADER, FOLLOWER]])
-    cluster.kill(FOLLOWER)
-    shutil.rmtree(cluster.base_dir / f"broker-{FOLLOWER}" / f"{topic}-0")
+    lose_replica_disk(cluster, FOLLOWER, topic)
     batches = 10
     offsets = []
     for batch_number in range(batches):

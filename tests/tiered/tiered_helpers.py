@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -173,6 +174,19 @@ def replica_state(cluster: LocalCluster, node_id: int, topic: str, partition: in
         if state["topic"] == topic and state["partition"] == partition:
             return dict(state)
     return None
+
+
+def lose_replica_disk(cluster: LocalCluster, node_id: int, topic: str, partition: int = 0) -> None:
+    """Kill `node_id` and delete its replica of `topic`-`partition`, as a broker whose disk was replaced: it
+    comes back knowing nothing of the partition. Waits first until the broker hosts the replica (right after
+    CreateTopics it may not have applied the metadata yet)."""
+    wait_until(
+        lambda: replica_state(cluster, node_id, topic, partition) is not None,
+        TIERING_S,
+        lambda: f"broker {node_id} hosting {topic}-{partition}",
+    )
+    cluster.kill(node_id)
+    shutil.rmtree(cluster.base_dir / f"broker-{node_id}" / f"{topic}-{partition}")
 
 
 def leader_of(cluster: LocalCluster, topic: str, partition: int = 0) -> int:
