@@ -28,6 +28,7 @@ from tierlog.cli.local_cluster import LocalCluster, wait_until
 from tierlog.cli.local_s3 import LocalS3Server
 from tierlog.common import TopicPartition
 from tierlog.records.codec import Record, decode_batches
+from tierlog.spark.options import rsm_config_from_options
 from tierlog.spark.remote_tier import (
     RemoteSegmentSlice,
     iter_slice_chunks,
@@ -37,7 +38,6 @@ from tierlog.spark.remote_tier import (
     plan_remote_slices,
     read_slice,
     remote_reach,
-    rsm_config_from_options,
     split_slice,
     start_position,
     topic_id_of,

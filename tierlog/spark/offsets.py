@@ -146,8 +146,9 @@ def starting_offset(options: SourceOptions, state: PartitionState) -> int:
 
 
 def batch_ranges(options: SourceOptions, states: list[PartitionState]) -> list[OffsetRange]:
-    """One [start, end) per partition, checked against the log: a start before the log start (records
-    deleted) or after the end fails the query when failOnDataLoss is true, else is clamped."""
+    """One [start, end) per partition (the reader cuts them into Spark partitions), checked against the log: a
+    start before the log start (records deleted) or after the end fails the query when failOnDataLoss is true,
+    else is clamped."""
     ranges = []
     for state in states:
         start = starting_offset(options, state)
@@ -175,7 +176,7 @@ def batch_ranges(options: SourceOptions, states: list[PartitionState]) -> list[O
         if start > end:
             raise ValueError(f"{state.topic}-{state.partition}: startingOffsets {start} is after endingOffsets {end}")
         ranges.append(OffsetRange(state.topic, state.partition, start, end, state.leader))
-    return split_ranges(ranges, options.min_partitions)
+    return ranges
 
 
 def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:

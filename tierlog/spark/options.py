@@ -13,6 +13,12 @@ from dataclasses import dataclass, replace
 
 EARLIEST = -2
 LATEST = -1
+# Kafka's source: maxTriggerDelay defaults to 15 minutes.
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
+# The Spark options that carry the brokers' `rsm.config.*` settings: `tierlog.remote.rsm.config.url` etc.
+RSM_OPTION_PREFIX = "tierlog.remote.rsm.config."
+REMOTE_READ_OPTION = "tierlog.remote.read"
+_DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 # A starting/ending position: EARLIEST, LATEST, or per-partition offsets (-2/-1 allowed inside, as Kafka).
 OffsetSpec = int | dict[tuple[str, int], int]
@@ -36,8 +42,15 @@ class SourceOptions:
     ending_timestamps: TimestampSpec | None = None
     # What a starting timestamp after the partition's last record means: fail ("error") or start at latest.
     starting_timestamp_strategy: str = "error"
-    # Streaming admission control: at most this many offsets per micro-batch, over all partitions.
+    # Streaming admission control: at most this many offsets per micro-batch, over all partitions; and no
+    # micro-batch with fewer than min_offsets_per_trigger unless max_trigger_delay_ms passed since the last one.
     max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+    # How offsets held by the remote tier are read: straight from object storage ("direct") with the brokers'
+    # rsm.config.* settings, or through the brokers' Fetch ("broker").
+    remote_read: str = "broker"
+    rsm_config: tuple[tuple[str, str], ...] = ()
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -120,12 +133,53 @@ def parse_stream_options(options: Mapping[str, str]) -> SourceOptions:
         if _get(options, name) is not None:
             raise ValueError(f"option '{name}' is not supported for streaming queries")
     parsed = parse_batch_options(options, streaming=True)
-    raw = _get(options, "maxOffsetsPerTrigger")
+    delay = _get(options, "maxTriggerDelay")
+    return replace(
+        parsed,
+        max_offsets_per_trigger=_positive_int(options, "maxOffsetsPerTrigger"),
+        min_offsets_per_trigger=_positive_int(options, "minOffsetsPerTrigger"),
+        max_trigger_delay_ms=DEFAULT_MAX_TRIGGER_DELAY_MS if delay is None else _duration_ms("maxTriggerDelay", delay),
+    )
+
+
+def _positive_int(options: Mapping[str, str], name: str) -> int | None:
+    raw = _get(options, name)
     if raw is None:
-        return parsed
+        return None
     if not raw.strip().isdigit() or int(raw) <= 0:
-        raise ValueError(f"option 'maxOffsetsPerTrigger' must be a positive integer, got '{raw}'")
-    return replace(parsed, max_offsets_per_trigger=int(raw))
+        raise ValueError(f"option '{name}' must be a positive integer, got '{raw}'")
+    return int(raw)
+
+
+def _duration_ms(name: str, raw: str) -> int:
+    """Spark's time strings as the Kafka source takes them: `15m`, `30s`, `500ms`, `1h`; a bare number is ms."""
+    match = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", raw.lower())
+    if match is None or match.group(2) not in ("", *_DURATION_UNITS_MS):
+        raise ValueError(f"option '{name}' must be a duration like 15m, 30s or 500ms, got '{raw}'")
+    return int(match.group(1)) * _DURATION_UNITS_MS.get(match.group(2), 1)
+
+
+def rsm_config_from_options(options: Mapping[str, str]) -> dict[str, str]:
+    """The RSM settings (prefix stripped, as FsspecRemoteStorageManager.from_config takes them) from Spark
+    options; empty when the job gave none, which means the remote tier is not reachable directly."""
+    prefix = RSM_OPTION_PREFIX.lower()
+    return {key[len(prefix) :]: value for key, value in options.items() if key.lower().startswith(prefix)}
+
+
+def _remote_read(options: Mapping[str, str], rsm_config: Mapping[str, str]) -> str:
+    raw = _get(options, REMOTE_READ_OPTION)
+    if raw is None:
+        # Direct when the job says where the remote tier is: the executors can then reach it themselves.
+        return "direct" if rsm_config else "broker"
+    mode = raw.strip().lower()
+    if mode not in ("direct", "broker"):
+        raise ValueError(f"option '{REMOTE_READ_OPTION}' must be direct or broker, got '{raw}'")
+    if mode == "direct" and not rsm_config:
+        raise ValueError(
+            f"option '{REMOTE_READ_OPTION}' is direct but no remote tier settings were given: pass the brokers' "
+            f"rsm.config.* settings as {RSM_OPTION_PREFIX}* options (e.g. {RSM_OPTION_PREFIX}url)"
+        )
+    return mode
 
 
 def parse_batch_options(options: Mapping[str, str], streaming: bool = False) -> SourceOptions:
@@ -171,6 +225,7 @@ def parse_batch_options(options: Mapping[str, str], streaming: bool = False) -> 
         else _offset_spec(options, "startingOffsets", EARLIEST, ("earliest",))
     )
     ending = _offset_spec(options, "endingOffsets", LATEST, ("latest",))
+    rsm_config = rsm_config_from_options(options)
     if not streaming and isinstance(starting, dict) and any(o == LATEST for o in starting.values()):
         raise ValueError("option 'startingOffsets' cannot use -1 (latest) for a partition in a batch query")
     if isinstance(ending, dict) and any(o == EARLIEST for o in ending.values()):
@@ -188,4 +243,6 @@ def parse_batch_options(options: Mapping[str, str], streaming: bool = False) -> 
         starting_timestamps=_timestamp_spec(options, "startingTimestamp", "startingOffsetsByTimestamp"),
         ending_timestamps=_timestamp_spec(options, "endingTimestamp", "endingOffsetsByTimestamp"),
         starting_timestamp_strategy=strategy,
+        remote_read=_remote_read(options, rsm_config),
+        rsm_config=tuple(sorted(rsm_config.items())),
     )

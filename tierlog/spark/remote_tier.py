@@ -40,8 +40,6 @@ from tierlog.tiered.segment_metadata import (
     decode_event,
 )
 
-# The Spark options that carry the brokers' `rsm.config.*` settings: `tierlog.remote.rsm.config.url` etc.
-RSM_OPTION_PREFIX = "tierlog.remote.rsm.config."
 # Bytes per ranged GET: large enough that object-store latency is amortised, small enough to bound memory.
 DEFAULT_CHUNK_BYTES = 8 * 1024 * 1024
 DEFAULT_TIMEOUT_S = 30.0
@@ -64,12 +62,6 @@ class RemoteSegmentSlice:
     @property
     def size_in_bytes(self) -> int:
         return self.metadata.segment_size_in_bytes
-
-
-def rsm_config_from_options(options: Mapping[str, str]) -> dict[str, str]:
-    """The RSM settings (prefix stripped, as FsspecRemoteStorageManager.from_config takes them) from Spark
-    options; empty when the job gave none, which means the remote tier is not reachable directly."""
-    return {key[len(RSM_OPTION_PREFIX) :]: value for key, value in options.items() if key.startswith(RSM_OPTION_PREFIX)}
 
 
 def topic_ids_of(bootstrap: str, topics: list[str], timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, uuid.UUID]:

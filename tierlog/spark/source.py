@@ -1,7 +1,9 @@
-"""`spark.read.format("tierlog")`: the batch reader, through the brokers.
+"""`spark.read.format("tierlog")` and `spark.readStream.format("tierlog")`: the readers.
 
-The driver resolves the offset ranges (offsets.py); each Spark partition is one range, read on an
-executor with raw Fetch requests to the partition's leader, so the record-batch bytes go straight to the
+The driver resolves the offset ranges (offsets.py) and cuts them into Spark partitions: with direct remote
+reads (remote_tier.py), one per remote segment a range reaches into, read by the executor straight from object
+storage; the rest, and everything without direct reads, one per range (split for minPartitions), read on the
+executor with raw Fetch requests to the partition's leader. Either way the record-batch bytes go straight to the
 Arrow decoder instead of through a client's per-record objects.
 """
 
@@ -11,7 +13,7 @@ import asyncio
 import datetime
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -24,6 +26,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from tierlog.common import TopicPartition
 from tierlog.protocol.errors import error_code
 from tierlog.records.record_batch import batch_size_at, read_header
 from tierlog.server.entities import request_schema
@@ -38,6 +41,8 @@ from tierlog.spark.offsets import (
     starting_offset,
 )
 from tierlog.spark.options import SourceOptions, parse_batch_options, parse_stream_options
+from tierlog.spark.remote_tier import RemoteSegmentSlice, plan_remote_reads, read_slice, remote_reach, split_slice
+from tierlog.tiered.remote_storage_manager import RemoteResourceNotFoundError
 
 FETCH_VERSION = 12
 # Per-request bounds on an executor's fetches; a range is read in as many fetches as it takes.
@@ -49,9 +54,70 @@ _NO_ERROR = error_code(None)
 
 @dataclass(frozen=True)
 class RangePartition(InputPartition):
+    """Offsets read through the partition's leader with Fetch."""
+
     range: OffsetRange
     include_headers: bool
     fail_on_data_loss: bool
+
+
+@dataclass(frozen=True)
+class RemoteSlicePartition(InputPartition):
+    """Offsets of one remote segment, read by the executor straight from object storage."""
+
+    slice: RemoteSegmentSlice
+    rsm_config: tuple[tuple[str, str], ...]
+    include_headers: bool
+    fail_on_data_loss: bool
+
+
+def plan_input_partitions(options: SourceOptions, ranges: list[OffsetRange]) -> list[InputPartition]:
+    """The Spark partitions for `ranges`: with direct remote reads, one per remote segment a range reaches into,
+    and the rest of the range (the local tail) through the brokers; together exactly the ranges, once.
+
+    minPartitions is met as Kafka's KafkaOffsetRangeCalculator meets it, counting remote slices as ranges."""
+    include, fail = options.include_headers, options.fail_on_data_loss
+    ranges = [r for r in ranges if r.size > 0]
+    if options.remote_read != "direct" or not ranges:
+        return [RangePartition(r, include, fail) for r in split_ranges(ranges, options.min_partitions)]
+    rsm_config = dict(options.rsm_config)
+    plans = plan_remote_reads(
+        options.bootstrap_servers, {TopicPartition(r.topic, r.partition): (r.start, r.end) for r in ranges}, rsm_config
+    )
+    slices: list[RemoteSegmentSlice] = []
+    tails: list[OffsetRange] = []
+    for r in ranges:
+        planned = plans.get(TopicPartition(r.topic, r.partition), [])
+        slices.extend(planned)
+        reach = remote_reach(planned, r.start)
+        if reach < r.end:
+            tails.append(replace(r, start=reach))
+    pieces = len(slices) + len(tails)
+    if options.min_partitions is not None and pieces < options.min_partitions:
+        total = sum(r.size for r in ranges)
+        # Each piece gets parts in proportion to its share of the offsets, as split_ranges cuts the tails.
+        slices = [
+            part
+            for piece in slices
+            for part in split_slice(piece, _max_offsets(piece.end_offset - piece.start_offset, total, options))
+        ]
+        tails = split_ranges(tails, _tail_partitions(tails, total, options.min_partitions))
+    remote: list[InputPartition] = [RemoteSlicePartition(s, options.rsm_config, include, fail) for s in slices]
+    return remote + [RangePartition(r, include, fail) for r in tails]
+
+
+def _max_offsets(size: int, total: int, options: SourceOptions) -> int:
+    assert options.min_partitions is not None
+    parts = max(math.floor(size / total * options.min_partitions + 0.5), 1)
+    return max(math.ceil(size / parts), 1)
+
+
+def _tail_partitions(tails: list[OffsetRange], total: int, min_partitions: int) -> int | None:
+    # split_ranges spreads its minPartitions over the tails' own total; scale it to the tails' share.
+    tail_total = sum(r.size for r in tails)
+    if not tails or tail_total == 0:
+        return None
+    return max(math.floor(tail_total / total * min_partitions + 0.5), len(tails))
 
 
 class TierlogDataSource(DataSource):
@@ -75,15 +141,12 @@ class TierlogBatchReader(DataSourceReader):
         self.options = options
 
     def partitions(self) -> list[InputPartition]:
-        ranges = batch_ranges(self.options, partition_states(self.options))
-        return [RangePartition(r, self.options.include_headers, self.options.fail_on_data_loss) for r in ranges]
+        return plan_input_partitions(self.options, batch_ranges(self.options, partition_states(self.options)))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, RangePartition):
-            # partitions() gave no range (nothing to read): PySpark then plans one placeholder
-            # InputPartition(None) anyway, which holds no records.
-            return
-        yield from read_range(partition.range, partition.include_headers, partition.fail_on_data_loss)
+        # partitions() gave nothing to read: PySpark then plans one placeholder InputPartition(None) anyway,
+        # which read_partition answers with no records.
+        yield from read_partition(partition)
 
 
 # A stream offset, as in Spark's Kafka source checkpoints: {"topic": {"0": 23, "1": 7}}.
@@ -161,12 +224,10 @@ class TierlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 offset = state.earliest
             if offset < until:
                 ranges.append(OffsetRange(tp[0], tp[1], offset, until, state.leader))
-        include, fail = self.options.include_headers, self.options.fail_on_data_loss
-        return [RangePartition(r, include, fail) for r in split_ranges(ranges, self.options.min_partitions)]
+        return plan_input_partitions(self.options, ranges)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)
-        yield from read_range(partition.range, partition.include_headers, partition.fail_on_data_loss)
+        yield from read_partition(partition)
 
     # commit() is the base class's no-op on purpose: the Spark checkpoint holds the offsets, and the
     # brokers keep no state for this query.
@@ -187,6 +248,27 @@ def rate_limit(
         take = math.ceil(share) if share < 1 else math.floor(share)
         out[tp] = min(end[tp], begin[tp] + take)
     return out
+
+
+def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    if isinstance(partition, RangePartition):
+        yield from read_range(partition.range, partition.include_headers, partition.fail_on_data_loss)
+    elif isinstance(partition, RemoteSlicePartition):
+        yield from read_remote_slice(partition)
+
+
+def read_remote_slice(partition: RemoteSlicePartition) -> Iterator[pa.RecordBatch]:
+    piece = partition.slice
+    try:
+        yield from read_slice(piece, dict(partition.rsm_config), partition.include_headers)
+    except RemoteResourceNotFoundError as e:
+        # Retention deleted the segment after the driver planned it: its records are gone.
+        if partition.fail_on_data_loss:
+            raise DataLossError(
+                f"{piece.topic}-{piece.partition}: offsets {piece.start_offset} to {piece.end_offset - 1} were "
+                f"deleted from the remote tier before they were read ({e}); some data may have been lost. Set the "
+                "option failOnDataLoss to false to go on without them."
+            ) from None
 
 
 def read_range(r: OffsetRange, include_headers: bool, fail_on_data_loss: bool) -> Iterator[pa.RecordBatch]:
