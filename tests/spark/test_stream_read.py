@@ -11,7 +11,8 @@ from confluent_kafka import TopicPartition
 from pyspark.sql import SparkSession
 
 from tierlog.cli.local_cluster import BrokerProcess
-from tierlog.spark.source import rate_limit
+from tierlog.spark.options import parse_stream_options
+from tierlog.spark.source import TierlogStreamReader, rate_limit
 
 QUERY_TIMEOUT_S = 120
 
@@ -112,3 +113,58 @@ def test_deleted_offsets_fail_the_stream_with_fail_on_data_loss_and_are_skipped_
     )
     offsets = sorted(r.offset for r in spark.read.parquet(str(tmp_path / "b")).collect())
     assert offsets == list(range(10, 30))
+
+
+def test_min_offsets_per_trigger_holds_back_a_micro_batch_until_enough_offsets_or_the_max_trigger_delay(
+    shared_broker: BrokerProcess, kafka: Any, poll_until: Any
+) -> None:
+    topic = kafka.topic_name()
+    kafka.create_topic(shared_broker.bootstrap, topic, partitions=2)
+    _produce(kafka, shared_broker.bootstrap, topic, 0, 10)
+    options = {"kafka.bootstrap.servers": shared_broker.bootstrap, "subscribe": topic, "startingOffsets": "earliest"}
+    patient = TierlogStreamReader(parse_stream_options(options | {"minOffsetsPerTrigger": "25"}))
+    start = patient.initialOffset()
+    assert patient.latestOffset(start, patient.getDefaultReadLimit()) == start, "10 offsets are fewer than 25"
+    _produce(kafka, shared_broker.bootstrap, topic, 10, 15)
+    assert patient.latestOffset(start, patient.getDefaultReadLimit()) == {topic: {"0": 13, "1": 12}}
+
+    hurried = TierlogStreamReader(
+        parse_stream_options(options | {"minOffsetsPerTrigger": "100", "maxTriggerDelay": "300ms"})
+    )
+    start = hurried.initialOffset()
+    assert hurried.latestOffset(start, hurried.getDefaultReadLimit()) == start
+    # Past maxTriggerDelay since the last micro-batch, what there is is read even though it is fewer; and the
+    # delay starts again from that batch.
+    ends: list[dict] = []
+    poll_until(
+        lambda: ends.append(hurried.latestOffset(start, hurried.getDefaultReadLimit())) or ends[-1] != start,
+        10,
+        "the delayed batch",
+    )
+    assert ends[-1] == {topic: {"0": 13, "1": 12}}
+    assert hurried.latestOffset(start, hurried.getDefaultReadLimit()) == start
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("minOffsetsPerTrigger", "0", "minOffsetsPerTrigger' must be a positive integer"),
+        ("maxTriggerDelay", "soon", "maxTriggerDelay' must be a duration"),
+        ("tierlog.remote.read", "s3", "must be direct or broker"),
+        ("tierlog.remote.read", "direct", "no remote tier settings were given"),
+    ],
+)
+def test_bad_admission_and_remote_read_options_fail_with_one_line(name: str, value: str, message: str) -> None:
+    options = {"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t", name: value}
+    with pytest.raises(ValueError, match=message):
+        parse_stream_options(options)
+
+
+def test_remote_read_is_direct_when_the_job_gives_the_remote_tier_settings_and_broker_otherwise() -> None:
+    options = {"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t"}
+    assert parse_stream_options(options).remote_read == "broker"
+    given = parse_stream_options(options | {"tierlog.remote.rsm.config.url": "file:///tmp/x"})
+    assert given.remote_read == "direct" and given.rsm_config == (("url", "file:///tmp/x"),)
+    forced = options | {"tierlog.remote.rsm.config.url": "file:///tmp/x", "tierlog.remote.read": "broker"}
+    assert parse_stream_options(forced).remote_read == "broker"
+    assert parse_stream_options(options | {"maxTriggerDelay": "2m"}).max_trigger_delay_ms == 120_000

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import math
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -173,6 +174,8 @@ class TierlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._initial: StreamOffset | None = None
         # Trigger.AvailableNow's target: what was in the log when the query started, never read beyond.
         self._target: dict[tuple[str, int], int] | None = None
+        # When the last micro-batch was planned, for minOffsetsPerTrigger's maxTriggerDelay (driver clock).
+        self._last_trigger_s = time.monotonic()
 
     def initialOffset(self) -> dict:
         # Spark may ask more than once; latest and timestamps must resolve to the same offsets each time.
@@ -199,11 +202,23 @@ class TierlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._target is not None:
             latest = {tp: min(o, self._target[tp]) for tp, o in latest.items() if tp in self._target}
         end = {tp: max(o, begin[tp]) for tp, o in latest.items()}
+        if self._target is None and self._too_few_to_trigger(sum(end[tp] - begin[tp] for tp in end)):
+            return start
         if isinstance(limit, ReadMaxRows):
             end = rate_limit(limit.max_rows, begin, end)
         for tp, offset in _from_json(start).items():
             end.setdefault(tp, offset)
+        if end != _from_json(start):
+            self._last_trigger_s = time.monotonic()
         return _to_json(end)
+
+    def _too_few_to_trigger(self, available: int) -> bool:
+        """Kafka's minOffsetsPerTrigger: wait for more offsets unless maxTriggerDelay has passed since the last
+        micro-batch (AvailableNow never waits: it reads what there is and stops)."""
+        minimum = self.options.min_offsets_per_trigger
+        if minimum is None or available >= minimum:
+            return False
+        return (time.monotonic() - self._last_trigger_s) * 1000 < self.options.max_trigger_delay_ms
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         begin = _from_json(start)
