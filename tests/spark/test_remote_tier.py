@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import pickle
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -15,6 +16,7 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
+from pyspark.sql import DataFrame, SparkSession
 from remote_tier_helpers import (
     CLIENT_TIMEOUT_S,
     create_tiered_topic,
@@ -28,7 +30,8 @@ from tierlog.cli.local_cluster import LocalCluster, wait_until
 from tierlog.cli.local_s3 import LocalS3Server
 from tierlog.common import TopicPartition
 from tierlog.records.codec import Record, decode_batches
-from tierlog.spark.options import rsm_config_from_options
+from tierlog.spark.offsets import DataLossError
+from tierlog.spark.options import parse_batch_options, rsm_config_from_options
 from tierlog.spark.remote_tier import (
     RemoteSegmentSlice,
     iter_slice_chunks,
@@ -42,6 +45,7 @@ from tierlog.spark.remote_tier import (
     start_position,
     topic_id_of,
 )
+from tierlog.spark.source import RangePartition, RemoteSlicePartition, TierlogBatchReader
 from tierlog.tiered.fsspec_storage import FsspecRemoteStorageManager
 from tierlog.tiered.remote_log_metadata_cache import RemoteLogMetadataCache
 from tierlog.tiered.segment_metadata import (
@@ -277,3 +281,101 @@ def test_segments_not_yet_copied_or_being_deleted_are_not_planned(tiered_topic: 
     assert plan_remote_slices(TOPIC, 0, segments, 0, RECORDS) == []
     tail = plan_remote_slices(TOPIC, 0, segments, copied[1].start_offset, RECORDS)
     assert remote_reach(tail, copied[1].start_offset) == last.end_offset + 1
+
+
+def remote_fetches_served(cluster: LocalCluster) -> float:
+    """The broker's count of reads it served from the remote tier (Kafka's RemoteFetchRequestsPerSec)."""
+    node_id = cluster.node_ids[0]
+    with urllib.request.urlopen(f"http://{cluster.http_address(node_id)}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    samples = [line.split()[-1] for line in text.splitlines() if line.startswith("tierlog_remote_fetch_requests_total")]
+    assert samples, "the broker exports tierlog_remote_fetch_requests_total"
+    return sum(float(s) for s in samples)
+
+
+def spark_options(tiered_topic: TieredTopic, remote_read: str) -> dict[str, str]:
+    return {
+        "kafka.bootstrap.servers": tiered_topic.bootstrap,
+        "subscribe": TOPIC,
+        "includeHeaders": "true",
+        "tierlog.remote.read": remote_read,
+        **{f"tierlog.remote.rsm.config.{key}": value for key, value in tiered_topic.rsm_config.items()},
+    }
+
+
+def _bytes(value: bytes | bytearray | None) -> bytes | None:
+    return None if value is None else bytes(value)  # Spark gives binary columns as bytearray
+
+
+def rows_as_messages(frame: DataFrame) -> list[Message]:
+    rows = frame.selectExpr("offset", "key", "value", "unix_millis(timestamp) AS ts", "headers").collect()
+    return sorted(
+        (r.offset, _bytes(r.key), _bytes(r.value), r.ts, [(h.key, _bytes(h.value)) for h in r.headers]) for r in rows
+    )
+
+
+@pytest.mark.parametrize("remote_read", ["direct", "broker"])
+def test_a_batch_query_reads_the_remote_and_local_parts_as_one_dataframe_exactly_once(
+    spark: SparkSession, tiered_topic: TieredTopic, remote_read: str
+) -> None:
+    options = spark_options(tiered_topic, remote_read)
+    planned = TierlogBatchReader(parse_batch_options(options)).partitions()
+    remote = [p for p in planned if isinstance(p, RemoteSlicePartition)]
+    through_brokers = [p for p in planned if isinstance(p, RangePartition)]
+    if remote_read == "direct":
+        # One Spark partition per remote segment, then the local tail from the brokers.
+        assert len(remote) >= 2 and remote[0].slice.start_offset == 0
+        assert len(through_brokers) == 1 and through_brokers[0].range.start == tiered_topic.remote_end
+    else:
+        assert not remote and [(p.range.start, p.range.end) for p in through_brokers] == [(0, RECORDS)]
+
+    served_before = remote_fetches_served(tiered_topic.cluster)
+    read = rows_as_messages(spark.read.format("tierlog").options(**options).load())
+    served = remote_fetches_served(tiered_topic.cluster) - served_before
+
+    assert [m[0] for m in read] == list(range(RECORDS))
+    assert read == consume_from_brokers(tiered_topic.bootstrap, RECORDS)
+    assert [m[3] for m in read] == [BASE_TIMESTAMP_MS + i * 10 for i in range(RECORDS)]
+    if remote_read == "direct":
+        assert served == 0, "the direct path must not read the remote tier through the broker"
+    else:
+        assert served > 0, "the broker path reads the remote part through the broker"
+
+
+def test_a_stream_with_direct_remote_reads_writes_every_record_once_in_bounded_micro_batches(
+    spark: SparkSession, tiered_topic: TieredTopic, tmp_path: Path
+) -> None:
+    options = spark_options(tiered_topic, "direct") | {"startingOffsets": "earliest", "maxOffsetsPerTrigger": "150"}
+    out = tmp_path / "out"
+    query = (
+        spark.readStream.format("tierlog")
+        .options(**options)
+        .load()
+        .selectExpr("offset", "CAST(value AS STRING) AS value")
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(120), "the query did not finish"
+    assert query.exception() is None, query.exception()
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert sum(sizes) == RECORDS and max(sizes) <= 150
+    assert sorted(r.offset for r in spark.read.parquet(str(out)).collect()) == list(range(RECORDS))
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_a_remote_segment_deleted_after_planning_is_data_loss_per_fail_on_data_loss(
+    tiered_topic: TieredTopic, fail_on_data_loss: bool
+) -> None:
+    options = spark_options(tiered_topic, "direct") | {"failOnDataLoss": str(fail_on_data_loss).lower()}
+    reader = TierlogBatchReader(parse_batch_options(options))
+    first = next(p for p in reader.partitions() if isinstance(p, RemoteSlicePartition))
+    with FsspecRemoteStorageManager.from_config(tiered_topic.rsm_config) as rsm:
+        rsm.delete_log_segment_data(first.slice.metadata)
+    if fail_on_data_loss:
+        with pytest.raises(DataLossError, match=r"deleted from the remote tier.*failOnDataLoss"):
+            list(reader.read(first))
+    else:
+        assert list(reader.read(first)) == []
