@@ -53,7 +53,7 @@ class SourceOptions:
     rsm_config: tuple[tuple[str, str], ...] = ()
 
 
-def _get(options: Mapping[str, str], name: str) -> str | None:
+def option(options: Mapping[str, str], name: str) -> str | None:
     # Spark's options are case-insensitive maps.
     lowered = name.lower()
     for key, value in options.items():
@@ -63,7 +63,7 @@ def _get(options: Mapping[str, str], name: str) -> str | None:
 
 
 def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = _get(options, name)
+    raw = option(options, name)
     if raw is None:
         return default
     if raw.strip().lower() in ("true", "false"):
@@ -89,7 +89,7 @@ def _partition_offsets(name: str, raw: str, form: str = _OFFSETS_FORM) -> dict[t
 
 
 def _offset_spec(options: Mapping[str, str], name: str, default: int, allowed: tuple[str, ...]) -> OffsetSpec:
-    raw = _get(options, name)
+    raw = option(options, name)
     if raw is None:
         return default
     word = raw.strip().lower()
@@ -101,12 +101,12 @@ def _offset_spec(options: Mapping[str, str], name: str, default: int, allowed: t
 
 
 def _timestamp_spec(options: Mapping[str, str], single: str, by_partition: str) -> TimestampSpec | None:
-    raw = _get(options, single)
+    raw = option(options, single)
     if raw is not None:
         if not raw.strip().isdigit():
             raise ValueError(f"option '{single}' must be a timestamp in milliseconds, got '{raw}'")
         return int(raw)
-    raw = _get(options, by_partition)
+    raw = option(options, by_partition)
     if raw is None:
         return None
     spec = _partition_offsets(by_partition, raw, 'JSON like {"topicA":{"0":1700000000000}}')
@@ -130,10 +130,10 @@ def parse_stream_options(options: Mapping[str, str]) -> SourceOptions:
     """The options of spark.readStream.format("tierlog"): as Kafka's streaming source, startingOffsets
     defaults to latest and endingOffsets is refused (a stream has no end)."""
     for name in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
-        if _get(options, name) is not None:
+        if option(options, name) is not None:
             raise ValueError(f"option '{name}' is not supported for streaming queries")
     parsed = parse_batch_options(options, streaming=True)
-    delay = _get(options, "maxTriggerDelay")
+    delay = option(options, "maxTriggerDelay")
     return replace(
         parsed,
         max_offsets_per_trigger=_positive_int(options, "maxOffsetsPerTrigger"),
@@ -143,7 +143,7 @@ def parse_stream_options(options: Mapping[str, str]) -> SourceOptions:
 
 
 def _positive_int(options: Mapping[str, str], name: str) -> int | None:
-    raw = _get(options, name)
+    raw = option(options, name)
     if raw is None:
         return None
     if not raw.strip().isdigit() or int(raw) <= 0:
@@ -167,7 +167,7 @@ def rsm_config_from_options(options: Mapping[str, str]) -> dict[str, str]:
 
 
 def _remote_read(options: Mapping[str, str], rsm_config: Mapping[str, str]) -> str:
-    raw = _get(options, REMOTE_READ_OPTION)
+    raw = option(options, REMOTE_READ_OPTION)
     if raw is None:
         # Direct when the job says where the remote tier is: the executors can then reach it themselves.
         return "direct" if rsm_config else "broker"
@@ -185,10 +185,10 @@ def _remote_read(options: Mapping[str, str], rsm_config: Mapping[str, str]) -> s
 def parse_batch_options(options: Mapping[str, str], streaming: bool = False) -> SourceOptions:
     """The options of spark.read.format("tierlog"): as Kafka's batch source, startingOffsets may not be
     latest and endingOffsets may not be earliest."""
-    bootstrap = _get(options, "kafka.bootstrap.servers") or _get(options, "bootstrap.servers")
+    bootstrap = option(options, "kafka.bootstrap.servers") or option(options, "bootstrap.servers")
     if not bootstrap:
         raise ValueError("option 'kafka.bootstrap.servers' must be specified for configuring tierlog consumer")
-    strategies = {name: _get(options, name) for name in ("assign", "subscribe", "subscribePattern")}
+    strategies = {name: option(options, name) for name in ("assign", "subscribe", "subscribePattern")}
     given = [name for name, value in strategies.items() if value is not None]
     if len(given) != 1:
         raise ValueError(
@@ -210,13 +210,13 @@ def parse_batch_options(options: Mapping[str, str], streaming: bool = False) -> 
             raise ValueError(f"option 'subscribePattern' is not a valid pattern: {e}") from None
     else:
         assign = parse_assign(strategies["assign"] or "")
-    min_partitions_raw = _get(options, "minPartitions")
+    min_partitions_raw = option(options, "minPartitions")
     min_partitions = None
     if min_partitions_raw is not None:
         if not min_partitions_raw.strip().isdigit() or int(min_partitions_raw) <= 0:
             raise ValueError(f"option 'minPartitions' must be a positive integer, got '{min_partitions_raw}'")
         min_partitions = int(min_partitions_raw)
-    strategy = (_get(options, "startingOffsetsByTimestampStrategy") or "error").strip().lower()
+    strategy = (option(options, "startingOffsetsByTimestampStrategy") or "error").strip().lower()
     if strategy not in ("error", "latest"):
         raise ValueError(f"option 'startingOffsetsByTimestampStrategy' must be error or latest, got '{strategy}'")
     starting = (

@@ -18,7 +18,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -43,6 +50,7 @@ from tierlog.spark.offsets import (
 )
 from tierlog.spark.options import SourceOptions, parse_batch_options, parse_stream_options
 from tierlog.spark.remote_tier import RemoteSegmentSlice, plan_remote_reads, read_slice, remote_reach, split_slice
+from tierlog.spark.sink import TierlogStreamWriter, TierlogWriter, parse_sink_options
 from tierlog.tiered.remote_storage_manager import RemoteResourceNotFoundError
 
 FETCH_VERSION = 12
@@ -135,6 +143,17 @@ class TierlogDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return TierlogStreamReader(parse_stream_options(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        if overwrite:
+            # As Kafka's sink: a log is appended to, never replaced.
+            raise ValueError(
+                "save mode overwrite is not allowed for tierlog; allowed save modes are append and errorifexists"
+            )
+        return TierlogWriter(parse_sink_options(self.options, schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return TierlogStreamWriter(parse_sink_options(self.options, schema))
 
 
 class TierlogBatchReader(DataSourceReader):
