@@ -15,6 +15,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -29,6 +30,7 @@ from tierlog.spark.source import TierlogDataSource
 DEFAULT_EVENT_SCHEMA = "event_id BIGINT, user STRING, type STRING, amount_cents BIGINT"
 CORRUPT_RECORD_COLUMN = "_corrupt_record"
 PARTITION_COLUMNS = ("date", "hour")
+LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
 @dataclass(frozen=True)
@@ -60,9 +62,10 @@ def spark_session(app_name: str, master: str = "local[*]") -> SparkSession:
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.sources.partitionOverwriteMode", "dynamic")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile={LOG4J_CONFIG}")
         .getOrCreate()
     )
-    session.sparkContext.setLogLevel("ERROR")
     session.dataSource.register(TierlogDataSource)
     return session
 
