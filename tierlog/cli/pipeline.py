@@ -6,7 +6,7 @@ command (and `--help`) should not pay for it."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -176,7 +176,7 @@ def _timestamp_ms(text: str, option: str) -> int:
     except ValueError:
         raise click.BadParameter(f"{text!r} is not an ISO-8601 time like 2026-11-22T10:00", param_hint=option) from None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)  # noqa: UP017 (read as: times without a zone are UTC)
+        moment = moment.replace(tzinfo=UTC)  # a time without a zone is UTC, as the table's partitions
     return int(moment.timestamp() * 1000)
 
 
