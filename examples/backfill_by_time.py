@@ -3,6 +3,7 @@
 python examples/backfill_by_time.py BOOTSTRAP TOPIC OUTPUT_DIR FROM TO    (ISO-8601 times, UTC)
 """
 
+import os
 import sys
 from datetime import UTC, datetime
 
@@ -17,6 +18,8 @@ def millis(text: str) -> str:
 
 
 bootstrap, topic, output, start, end = sys.argv[1:6]
+# Spark's Python workers must run this interpreter, the one that has tierlog (unless the venv is active).
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 spark = (
     SparkSession.builder.master("local[*]")
     .config("spark.sql.session.timeZone", "UTC")

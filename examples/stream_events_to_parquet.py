@@ -3,6 +3,7 @@
 python examples/stream_events_to_parquet.py BOOTSTRAP TOPIC OUTPUT_DIR
 """
 
+import os
 import sys
 
 from pyspark.sql import SparkSession
@@ -11,6 +12,8 @@ from pyspark.sql import functions as F
 from tierlog.spark.source import TierlogDataSource
 
 bootstrap, topic, output = sys.argv[1:4]
+# Spark's Python workers must run this interpreter, the one that has tierlog (unless the venv is active).
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 spark = SparkSession.builder.master("local[*]").config("spark.sql.session.timeZone", "UTC").getOrCreate()
 spark.dataSource.register(TierlogDataSource)
 
