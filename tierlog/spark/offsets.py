@@ -11,7 +11,7 @@ import math
 import re
 from dataclasses import dataclass, replace
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from tierlog.spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, TimestampSpec
 
@@ -195,3 +195,18 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[
             end = r.end if i == parts - 1 else r.start + int(r.size * (i + 1) / parts)
             out.append(OffsetRange(r.topic, r.partition, start, end, r.leader))
     return out
+
+
+def current_leader(bootstrap_servers: str, topic: str, partition: int) -> str | None:
+    """host:port of the partition's leader now, or None when it has none (an election under way) or no broker
+    answers."""
+    consumer = _consumer(bootstrap_servers)
+    try:
+        metadata = consumer.list_topics(topic, timeout=DRIVER_REQUEST_TIMEOUT_S / 3)
+    except KafkaException:
+        return None
+    finally:
+        consumer.close()
+    partitions = metadata.topics[topic].partitions if topic in metadata.topics else {}
+    broker = metadata.brokers.get(partitions[partition].leader) if partition in partitions else None
+    return None if broker is None else f"{broker.host}:{broker.port}"

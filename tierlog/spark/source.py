@@ -38,12 +38,13 @@ from tierlog.common import TopicPartition
 from tierlog.protocol.errors import error_code
 from tierlog.records.record_batch import batch_size_at, read_header
 from tierlog.server.entities import request_schema
-from tierlog.server.kafka_client import KafkaConnection
+from tierlog.server.kafka_client import KafkaConnection, KafkaConnectionError
 from tierlog.spark.arrow import record_batches_to_arrow, spark_ddl
 from tierlog.spark.offsets import (
     DataLossError,
     OffsetRange,
     batch_ranges,
+    current_leader,
     partition_states,
     split_ranges,
     starting_offset,
@@ -59,6 +60,20 @@ FETCH_TIMEOUT_S = 30.0
 FETCH_MAX_WAIT_MS = 500
 FETCH_MAX_BYTES = 8 * 1024 * 1024
 _NO_ERROR = error_code(None)
+# Fetch errors that mean "ask someone else": the leadership moved (Kafka's consumer refreshes its metadata).
+LEADERSHIP_ERRORS = frozenset(
+    {
+        "NOT_LEADER_OR_FOLLOWER",
+        "LEADER_NOT_AVAILABLE",
+        "FENCED_LEADER_EPOCH",
+        "UNKNOWN_LEADER_EPOCH",
+        "REPLICA_NOT_AVAILABLE",
+        "KAFKA_STORAGE_ERROR",
+    }
+)
+# How long a task keeps looking for a leader before it fails (Spark then retries the task).
+LEADER_CHANGE_TIMEOUT_S = 60.0
+LEADER_RETRY_BACKOFF_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -68,6 +83,7 @@ class RangePartition(InputPartition):
     range: OffsetRange
     include_headers: bool
     fail_on_data_loss: bool
+    bootstrap_servers: str  # to find the leader again if it moved
 
 
 @dataclass(frozen=True)
@@ -85,10 +101,10 @@ def plan_input_partitions(options: SourceOptions, ranges: list[OffsetRange]) -> 
     and the rest of the range (the local tail) through the brokers; together exactly the ranges, once.
 
     minPartitions is met as Kafka's KafkaOffsetRangeCalculator meets it, counting remote slices as ranges."""
-    include, fail = options.include_headers, options.fail_on_data_loss
+    include, fail, bootstrap = options.include_headers, options.fail_on_data_loss, options.bootstrap_servers
     ranges = [r for r in ranges if r.size > 0]
     if options.remote_read != "direct" or not ranges:
-        return [RangePartition(r, include, fail) for r in split_ranges(ranges, options.min_partitions)]
+        return [RangePartition(r, include, fail, bootstrap) for r in split_ranges(ranges, options.min_partitions)]
     rsm_config = dict(options.rsm_config)
     plans = plan_remote_reads(
         options.bootstrap_servers, {TopicPartition(r.topic, r.partition): (r.start, r.end) for r in ranges}, rsm_config
@@ -112,7 +128,7 @@ def plan_input_partitions(options: SourceOptions, ranges: list[OffsetRange]) -> 
         ]
         tails = split_ranges(tails, _tail_partitions(tails, total, options.min_partitions))
     remote: list[InputPartition] = [RemoteSlicePartition(s, options.rsm_config, include, fail) for s in slices]
-    return remote + [RangePartition(r, include, fail) for r in tails]
+    return remote + [RangePartition(r, include, fail, bootstrap) for r in tails]
 
 
 def _max_offsets(size: int, total: int, options: SourceOptions) -> int:
@@ -286,7 +302,9 @@ def rate_limit(
 
 def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     if isinstance(partition, RangePartition):
-        yield from read_range(partition.range, partition.include_headers, partition.fail_on_data_loss)
+        yield from read_range(
+            partition.range, partition.include_headers, partition.fail_on_data_loss, partition.bootstrap_servers
+        )
     elif isinstance(partition, RemoteSlicePartition):
         yield from read_remote_slice(partition)
 
@@ -305,35 +323,63 @@ def read_remote_slice(partition: RemoteSlicePartition) -> Iterator[pa.RecordBatc
             ) from None
 
 
-def read_range(r: OffsetRange, include_headers: bool, fail_on_data_loss: bool) -> Iterator[pa.RecordBatch]:
-    """The records of `r` as Arrow batches, one per Fetch response, fetched from the range's leader."""
-    # One event loop for the whole range: the connection is opened once and reused by every fetch.
+def read_range(
+    r: OffsetRange, include_headers: bool, fail_on_data_loss: bool, bootstrap_servers: str
+) -> Iterator[pa.RecordBatch]:
+    """The records of `r` as Arrow batches, one per Fetch response, fetched from the partition's leader.
+
+    A leader that moved since the driver planned the range (NOT_LEADER_OR_FOLLOWER, a fenced epoch, a lost
+    connection) is looked up again and the read goes on from the same offset, for up to
+    LEADER_CHANGE_TIMEOUT_S without progress, as a Kafka consumer refreshes its metadata."""
+    # One event loop for the whole range: a connection is opened once per leader and reused by every fetch.
     loop = asyncio.new_event_loop()
     connection: KafkaConnection | None = None
+    leader = r.leader
+    offset = r.start
+    stuck_since: float | None = None
     try:
-        host, _, port = r.leader.rpartition(":")
-        connection = loop.run_until_complete(
-            KafkaConnection.open(host, int(port), client_id="tierlog-spark", timeout_s=FETCH_TIMEOUT_S)
-        )
-        offset = r.start
         while offset < r.end:
-            response = loop.run_until_complete(connection.send(_fetch_request(r, offset), timeout_s=FETCH_TIMEOUT_S))
-            answer = response.responses[0].partitions[0]
-            if answer.error_code != _NO_ERROR:
-                name = answer.error_code.name.upper()
-                if name == "OFFSET_OUT_OF_RANGE":
-                    # Deleted since the driver planned the range: retention or truncation got there first.
-                    if fail_on_data_loss:
-                        raise DataLossError(
-                            f"{r.topic}-{r.partition}: offset {offset} is no longer in the log (log start "
-                            f"{int(answer.log_start_offset)}); some data may have been lost. Set the option "
-                            "failOnDataLoss to false to read what remains."
-                        )
-                    if int(answer.log_start_offset) <= offset:
-                        return
-                    offset = int(answer.log_start_offset)
-                    continue
-                raise RuntimeError(f"fetch of {r.topic}-{r.partition} at {offset} from {r.leader} failed: {name}")
+            try:
+                if connection is None:
+                    host, _, port = leader.rpartition(":")
+                    connection = loop.run_until_complete(
+                        KafkaConnection.open(host, int(port), client_id="tierlog-spark", timeout_s=FETCH_TIMEOUT_S)
+                    )
+                request = _fetch_request(r, offset)
+                response = loop.run_until_complete(connection.send(request, timeout_s=FETCH_TIMEOUT_S))
+                answer = response.responses[0].partitions[0]
+                problem = None if answer.error_code == _NO_ERROR else answer.error_code.name.upper()
+            except KafkaConnectionError as e:
+                answer, problem = None, str(e)
+            if answer is None or problem in LEADERSHIP_ERRORS:
+                if connection is not None:
+                    loop.run_until_complete(connection.close())
+                    connection = None
+                now = time.monotonic()
+                stuck_since = now if stuck_since is None else stuck_since
+                if now - stuck_since > LEADER_CHANGE_TIMEOUT_S:
+                    raise RuntimeError(
+                        f"fetch of {r.topic}-{r.partition} at {offset} found no leader to read from for "
+                        f"{LEADER_CHANGE_TIMEOUT_S:.0f}s (last: {leader}: {problem})"
+                    )
+                time.sleep(LEADER_RETRY_BACKOFF_S)
+                leader = current_leader(bootstrap_servers, r.topic, r.partition) or leader
+                continue
+            stuck_since = None
+            if problem == "OFFSET_OUT_OF_RANGE":
+                # Deleted since the driver planned the range: retention or truncation got there first.
+                if fail_on_data_loss:
+                    raise DataLossError(
+                        f"{r.topic}-{r.partition}: offset {offset} is no longer in the log (log start "
+                        f"{int(answer.log_start_offset)}); some data may have been lost. Set the option "
+                        "failOnDataLoss to false to read what remains."
+                    )
+                if int(answer.log_start_offset) <= offset:
+                    return
+                offset = int(answer.log_start_offset)
+                continue
+            if problem is not None:
+                raise RuntimeError(f"fetch of {r.topic}-{r.partition} at {offset} from {leader} failed: {problem}")
             records = answer.records or b""
             next_offset = _next_offset(records)
             if next_offset is None:
