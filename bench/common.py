@@ -142,7 +142,8 @@ def write_report(
 
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
-    fig, axes = plt.subplots(1, panels, figsize=figsize)
+    fig, grid = plt.subplots(1, panels, figsize=figsize, squeeze=False)
+    axes = list(grid[0])
     draw(axes)
     for ax in axes:
         ax.set_xticks(list(range(len(labels))), labels)

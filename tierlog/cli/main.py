@@ -14,6 +14,7 @@ from tierlog.cli.consume import consume
 from tierlog.cli.demo import demo
 from tierlog.cli.dump_log import dump_log
 from tierlog.cli.groups import groups
+from tierlog.cli.pipeline import pipeline
 from tierlog.cli.produce import produce
 from tierlog.cli.topic import topic
 from tierlog.cli.trace import trace
@@ -84,6 +85,7 @@ cli.add_command(groups)
 cli.add_command(demo)
 cli.add_command(cluster)
 cli.add_command(trace)
+cli.add_command(pipeline)
 
 
 def main() -> None:

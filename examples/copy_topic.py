@@ -1,0 +1,32 @@
+"""Read a topic, transform the values, write them to another topic (the sink: acks=all, idempotent producer).
+
+python examples/copy_topic.py BOOTSTRAP SOURCE_TOPIC TARGET_TOPIC
+"""
+
+import os
+import sys
+
+from pyspark.sql import SparkSession
+
+from tierlog.spark.source import TierlogDataSource
+
+bootstrap, source, target = sys.argv[1:4]
+# Spark's Python workers must run this interpreter, the one that has tierlog (unless the venv is active).
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+spark = SparkSession.builder.master("local[*]").getOrCreate()
+spark.dataSource.register(TierlogDataSource)
+
+(
+    spark.read.format("tierlog")
+    .option("kafka.bootstrap.servers", bootstrap)
+    .option("subscribe", source)
+    .option("includeHeaders", "true")  # to carry the headers over
+    .load()
+    .selectExpr("key", "upper(CAST(value AS STRING)) AS value", "headers")
+    .write.format("tierlog")
+    .mode("append")  # a log is appended to; PySpark data sources have no errorifexists mode
+    .option("kafka.bootstrap.servers", bootstrap)
+    .option("topic", target)
+    .save()
+)
+print(f"copied {source} to {target}")

@@ -1,0 +1,324 @@
+"""Direct reads of the remote tier for the Spark source (issue 6, item 2).
+
+The driver plans: it reads `__remote_log_metadata` with an ordinary Kafka consumer (never the brokers' Fetch
+path for user data), folds the events into a RemoteLogMetadataCache exactly as the brokers do, keeps the
+COPY_SEGMENT_FINISHED segments of the partition's current lineage, and cuts [start, end) into
+RemoteSegmentSlice descriptors: plain picklable values, one Spark input partition each.
+
+Executors read: `read_slice` fetches the slice's `.log` object straight from object storage through the same
+FsspecRemoteStorageManager (and `rsm.config.*` settings) the brokers use, in chunks that end on batch
+boundaries, and turns each chunk into an Arrow batch (tierlog.spark.arrow), so a 1 GiB segment never sits
+in memory whole.
+"""
+
+from __future__ import annotations
+
+import functools
+import struct
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaException, TopicCollection
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient
+
+from tierlog.common import TopicPartition
+from tierlog.records.record_batch import RECORD_BATCH_OVERHEAD, batch_size_at, read_header
+from tierlog.server.remote_log_metadata_topic import REMOTE_LOG_METADATA_TOPIC
+from tierlog.spark.arrow import record_batches_to_arrow
+from tierlog.storage.leader_epoch_cache import EpochEntry
+from tierlog.tiered.fsspec_storage import FsspecRemoteStorageManager
+from tierlog.tiered.remote_log_manager import is_within_lineage, parse_epoch_checkpoint
+from tierlog.tiered.remote_log_metadata_cache import RemoteLogMetadataCache, RemoteLogMetadataStore
+from tierlog.tiered.remote_storage_manager import IndexType
+from tierlog.tiered.segment_metadata import (
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+    decode_event,
+)
+
+# Bytes per ranged GET: large enough that object-store latency is amortised, small enough to bound memory.
+DEFAULT_CHUNK_BYTES = 8 * 1024 * 1024
+DEFAULT_TIMEOUT_S = 30.0
+_POLL_S = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteSegmentSlice:
+    """Offsets [start_offset, end_offset) of one remote segment: one Spark input partition.
+
+    `metadata` is the segment's own metadata (it names the object: topic id, segment id, start offset), so the
+    executor's RemoteStorageManager finds the `.log` without asking anyone."""
+
+    topic: str
+    partition: int
+    start_offset: int
+    end_offset: int
+    metadata: RemoteLogSegmentMetadata
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self.metadata.segment_size_in_bytes
+
+
+def topic_ids_of(bootstrap: str, topics: list[str], timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, uuid.UUID]:
+    """Each topic's id: remote metadata is keyed by it, so a deleted and re-created topic's segments are ignored."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.describe_topics(TopicCollection(sorted(set(topics))), request_timeout=timeout_s)
+    ids = {}
+    for topic, future in futures.items():
+        topic_id = future.result(timeout_s).topic_id
+        # confluent-kafka's Uuid prints base64 (Kafka's form); the metadata events carry the 128-bit value.
+        high = topic_id.get_most_significant_bits() & (2**64 - 1)
+        low = topic_id.get_least_significant_bits() & (2**64 - 1)
+        ids[topic] = uuid.UUID(int=(high << 64) | low)
+    return ids
+
+
+def topic_id_of(bootstrap: str, topic: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> uuid.UUID:
+    return topic_ids_of(bootstrap, [topic], timeout_s)[topic]
+
+
+def load_remote_log_metadata(
+    bootstrap: str, topic_id_partitions: list[TopicIdPartition], timeout_s: float = DEFAULT_TIMEOUT_S
+) -> dict[TopicIdPartition, RemoteLogMetadataCache]:
+    """Replay `__remote_log_metadata` up to each partition's high watermark (what the brokers act on) and
+    return the cache of every asked-for partition that has remote segments."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "tierlog-spark-remote-planner",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            "fetch.wait.max.ms": 100,
+        }
+    )
+    store = RemoteLogMetadataStore()
+    try:
+        metadata = consumer.list_topics(REMOTE_LOG_METADATA_TOPIC, timeout=timeout_s)
+        topic_metadata = metadata.topics.get(REMOTE_LOG_METADATA_TOPIC)
+        if topic_metadata is None or topic_metadata.error is not None or not topic_metadata.partitions:
+            return {}
+        # Every partition is read, not just metadata_partition_for's: the broker-side partition count is a
+        # broker setting the job does not know, and the topic is small next to the data it describes.
+        ends: dict[int, int] = {}
+        for partition in topic_metadata.partitions:
+            low, high = consumer.get_watermark_offsets(
+                KafkaTopicPartition(REMOTE_LOG_METADATA_TOPIC, partition), timeout=timeout_s
+            )
+            if high > low:
+                ends[partition] = high
+        if not ends:
+            return {}
+        consumer.assign([KafkaTopicPartition(REMOTE_LOG_METADATA_TOPIC, p, 0) for p in ends])
+        wanted = set(topic_id_partitions)
+        remaining = dict(ends)
+        deadline = time.monotonic() + timeout_s
+        while remaining:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{REMOTE_LOG_METADATA_TOPIC} not read to its end in {timeout_s}s: {remaining}")
+            for message in consumer.consume(1000, timeout=_POLL_S):
+                if message.error() is not None:
+                    raise KafkaException(message.error())
+                value = message.value()
+                if value is None:
+                    continue
+                try:
+                    event = decode_event(value)
+                except (ValueError, KeyError, TypeError):
+                    continue  # not one of ours; the brokers skip such records too
+                if event.segment_id.topic_id_partition in wanted:
+                    store.apply(event)
+            # Positions, not the offsets of the messages seen: a partition's last offsets may hold no message
+            # (a transaction marker), and the position still moves past them.
+            positions = consumer.position([KafkaTopicPartition(REMOTE_LOG_METADATA_TOPIC, p) for p in remaining])
+            for position in positions:
+                if position.offset >= remaining[position.partition]:
+                    del remaining[position.partition]
+    finally:
+        consumer.close()
+    return {tip: cache for tip in topic_id_partitions if (cache := store.cache(tip)) is not None}
+
+
+def lineage_segments(cache: RemoteLogMetadataCache, rsm: FsspecRemoteStorageManager) -> list[RemoteLogSegmentMetadata]:
+    """The COPY_SEGMENT_FINISHED segments on the log's current lineage, by start offset, without overlaps.
+
+    The driver has no broker's leader-epoch cache, so the lineage is taken from the remote tier itself: the
+    leader-epoch checkpoint uploaded with the copied segment of the highest epoch (then highest end) is the
+    history of the leader that copied last, and epochs only grow across leaders. Copies a deposed leader
+    made of offsets the new one rewrote fall outside it (is_within_lineage, the brokers' own test)."""
+    copied = [s for s in cache.list_remote_log_segments() if s.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+    if not copied:
+        return []
+    newest = max(copied, key=lambda s: (s.segment_leader_epochs[-1][0], s.end_offset, s.event_timestamp_ms))
+    history = [
+        EpochEntry(epoch, start)
+        for epoch, start in parse_epoch_checkpoint(rsm.fetch_index(newest, IndexType.LEADER_EPOCH))
+    ]
+    reach = newest.end_offset + 1
+    lineage = [s for s in copied if is_within_lineage(s, history, reach)]
+    # Overlapping copies of the same offsets (a retried copy) hold the same records: keep, for each offset,
+    # the segment starting last at or below it, as the brokers' lookup does, so no record is read twice.
+    chosen: list[RemoteLogSegmentMetadata] = []
+    for segment in sorted(lineage, key=lambda s: (s.start_offset, -s.end_offset)):
+        if chosen and segment.end_offset <= chosen[-1].end_offset:
+            continue
+        chosen.append(segment)
+    return chosen
+
+
+def plan_remote_slices(
+    topic: str,
+    partition: int,
+    segments: list[RemoteLogSegmentMetadata],
+    start_offset: int,
+    end_offset: int,
+) -> list[RemoteSegmentSlice]:
+    """Cut [start_offset, end_offset) into one slice per remote segment holding part of it. Offsets the
+    remote tier does not hold (the local tail, or a gap) are the caller's to read through the brokers:
+    `remote_reach(slices)` says where the remote part stops."""
+    slices: list[RemoteSegmentSlice] = []
+    position = start_offset
+    for segment in segments:
+        if segment.end_offset < position:
+            continue
+        if segment.start_offset > position or position >= end_offset:
+            break  # a gap: what follows it cannot be stitched to the remote part seamlessly
+        slice_end = min(segment.end_offset + 1, end_offset)
+        slices.append(RemoteSegmentSlice(topic, partition, position, slice_end, segment))
+        position = slice_end
+    return slices
+
+
+def remote_reach(slices: list[RemoteSegmentSlice], start_offset: int) -> int:
+    """The first offset at or above `start_offset` the slices do not cover."""
+    return slices[-1].end_offset if slices else start_offset
+
+
+def plan_remote_reads(
+    bootstrap: str,
+    ranges: Mapping[TopicPartition, tuple[int, int]],
+    rsm_config: Mapping[str, str],
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> dict[TopicPartition, list[RemoteSegmentSlice]]:
+    """The driver's whole job: for each topic-partition's [start, end), the remote slices from `start` on,
+    as far as the remote tier reaches contiguously (possibly none). The metadata topic is read once for all."""
+    ids = topic_ids_of(bootstrap, [tp.topic for tp in ranges], timeout_s)
+    wanted = {tp: TopicIdPartition(ids[tp.topic], tp) for tp in ranges}
+    caches = load_remote_log_metadata(bootstrap, list(wanted.values()), timeout_s)
+    plans: dict[TopicPartition, list[RemoteSegmentSlice]] = {tp: [] for tp in ranges}
+    if not caches:
+        return plans
+    with FsspecRemoteStorageManager.from_config(rsm_config) as rsm:
+        for tp, (start, end) in ranges.items():
+            cache = caches.get(wanted[tp])
+            if cache is not None:
+                plans[tp] = plan_remote_slices(tp.topic, tp.partition, lineage_segments(cache, rsm), start, end)
+    return plans
+
+
+def plan_partition(
+    bootstrap: str,
+    topic: str,
+    partition: int,
+    start_offset: int,
+    end_offset: int,
+    rsm_config: Mapping[str, str],
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> list[RemoteSegmentSlice]:
+    """plan_remote_reads for one topic-partition."""
+    tp = TopicPartition(topic, partition)
+    return plan_remote_reads(bootstrap, {tp: (start_offset, end_offset)}, rsm_config, timeout_s)[tp]
+
+
+def split_slice(piece: RemoteSegmentSlice, max_offsets: int) -> list[RemoteSegmentSlice]:
+    """The slice cut into pieces of at most `max_offsets` offsets, for more Spark tasks than segments
+    (minPartitions); each piece starts reading at its own offset-index position."""
+    if max_offsets <= 0:
+        raise ValueError(f"max_offsets must be positive, not {max_offsets}")
+    return [
+        replace(piece, start_offset=start, end_offset=min(start + max_offsets, piece.end_offset))
+        for start in range(piece.start_offset, piece.end_offset, max_offsets)
+    ]
+
+
+def start_position(rsm: FsspecRemoteStorageManager, piece: RemoteSegmentSlice) -> int:
+    """A batch boundary at or before the batch holding the slice's first offset, from the segment's remote
+    offset index, so a slice starting deep in a segment (a streaming micro-batch) does not read its head."""
+    metadata = piece.metadata
+    if piece.start_offset <= metadata.start_offset:
+        return 0
+    data = rsm.fetch_index(metadata, IndexType.OFFSET)
+    # Kafka's `.index` entries: (relative offset, position), int32 big-endian each; an entry says the batch at
+    # `position` ends at or below the offset, so the largest entry at or below the target starts early enough.
+    position = 0
+    previous = -1
+    for relative, entry_position in struct.iter_unpack(">ii", data[: len(data) - len(data) % 8]):
+        if relative <= previous or metadata.start_offset + relative > piece.start_offset:
+            break  # past the target, or into the zero padding of a preallocated index
+        previous, position = relative, entry_position
+    return position
+
+
+def iter_slice_chunks(
+    rsm: FsspecRemoteStorageManager, piece: RemoteSegmentSlice, chunk_bytes: int = DEFAULT_CHUNK_BYTES
+) -> Iterator[bytes]:
+    """Whole record batches of the slice's segment, in chunks of about `chunk_bytes`, from the first batch
+    holding offsets at or above the slice start to the last one starting below its end."""
+    size = piece.metadata.segment_size_in_bytes
+    position = start_position(rsm, piece)
+    pending = b""
+    while position < size:
+        data = pending + rsm.fetch_log_segment(piece.metadata, position, min(size, position + chunk_bytes))
+        position += len(data) - len(pending)
+        if len(data) == len(pending):
+            break  # the object is shorter than its metadata says: nothing more to read
+        cut = 0
+        start = None
+        done = False
+        while True:
+            batch_size = batch_size_at(data, cut)
+            if batch_size is None or cut + max(batch_size, RECORD_BATCH_OVERHEAD) > len(data):
+                break
+            header = read_header(data, cut)
+            if header.base_offset >= piece.end_offset:
+                done = True
+                break
+            if start is None and header.last_offset >= piece.start_offset:
+                start = cut
+            cut += batch_size
+        if start is not None and cut > start:
+            yield data[start:cut]
+        if done:
+            return
+        # A batch cut by the chunk's end is read again whole with the next chunk.
+        pending = data[cut:]
+
+
+def read_slice(
+    piece: RemoteSegmentSlice,
+    rsm_config: Mapping[str, str],
+    include_headers: bool = False,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+) -> Iterator[pa.RecordBatch]:
+    """On an executor: the slice's records as Arrow batches in the Kafka source's layout, one per chunk,
+    read from object storage directly."""
+    rsm = _storage_manager(tuple(sorted(rsm_config.items())))
+    for chunk in iter_slice_chunks(rsm, piece, chunk_bytes):
+        batch = record_batches_to_arrow(
+            chunk, piece.topic, piece.partition, piece.start_offset, piece.end_offset, include_headers
+        )
+        if batch.num_rows:
+            yield batch
+
+
+@functools.lru_cache(maxsize=4)
+def _storage_manager(rsm_config: tuple[tuple[str, str], ...]) -> FsspecRemoteStorageManager:
+    """One storage manager per settings for the life of the Python worker: Spark reuses its workers for task
+    after task, and creating the S3 client costs ~0.2 s, as much as reading a segment."""
+    return FsspecRemoteStorageManager.from_config(dict(rsm_config))

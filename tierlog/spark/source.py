@@ -1,0 +1,448 @@
+"""`spark.read.format("tierlog")` and `spark.readStream.format("tierlog")`: the readers.
+
+The driver resolves the offset ranges (offsets.py) and cuts them into Spark partitions: with direct remote
+reads (remote_tier.py), one per remote segment a range reaches into, read by the executor straight from object
+storage; the rest, and everything without direct reads, one per range (split for minPartitions), read on the
+executor with raw Fetch requests to the partition's leader. Either way the record-batch bytes go straight to the
+Arrow decoder instead of through a client's per-record objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from tierlog.common import TopicPartition
+from tierlog.protocol.errors import error_code
+from tierlog.records.record_batch import batch_size_at, read_header
+from tierlog.server.entities import request_schema
+from tierlog.server.kafka_client import KafkaConnection, KafkaConnectionError
+from tierlog.spark.arrow import record_batches_to_arrow, spark_ddl
+from tierlog.spark.offsets import (
+    DataLossError,
+    OffsetRange,
+    batch_ranges,
+    current_leader,
+    partition_states,
+    split_ranges,
+    starting_offset,
+)
+from tierlog.spark.options import SourceOptions, parse_batch_options, parse_stream_options
+from tierlog.spark.remote_tier import RemoteSegmentSlice, plan_remote_reads, read_slice, remote_reach, split_slice
+from tierlog.spark.sink import TierlogStreamWriter, TierlogWriter, parse_sink_options
+from tierlog.tiered.remote_storage_manager import RemoteResourceNotFoundError
+
+FETCH_VERSION = 12
+# Per-request bounds on an executor's fetches; a range is read in as many fetches as it takes.
+FETCH_TIMEOUT_S = 30.0
+FETCH_MAX_WAIT_MS = 500
+FETCH_MAX_BYTES = 8 * 1024 * 1024
+_NO_ERROR = error_code(None)
+# Fetch errors that mean "ask someone else": the leadership moved (Kafka's consumer refreshes its metadata).
+LEADERSHIP_ERRORS = frozenset(
+    {
+        "NOT_LEADER_OR_FOLLOWER",
+        "LEADER_NOT_AVAILABLE",
+        "FENCED_LEADER_EPOCH",
+        "UNKNOWN_LEADER_EPOCH",
+        "REPLICA_NOT_AVAILABLE",
+        "KAFKA_STORAGE_ERROR",
+    }
+)
+# How long a task keeps looking for a leader before it fails (Spark then retries the task).
+LEADER_CHANGE_TIMEOUT_S = 60.0
+LEADER_RETRY_BACKOFF_S = 0.5
+
+
+@dataclass(frozen=True)
+class RangePartition(InputPartition):
+    """Offsets read through the partition's leader with Fetch."""
+
+    range: OffsetRange
+    include_headers: bool
+    fail_on_data_loss: bool
+    bootstrap_servers: str  # to find the leader again if it moved
+
+
+@dataclass(frozen=True)
+class RemoteSlicePartition(InputPartition):
+    """Offsets of one remote segment, read by the executor straight from object storage."""
+
+    slice: RemoteSegmentSlice
+    rsm_config: tuple[tuple[str, str], ...]
+    include_headers: bool
+    fail_on_data_loss: bool
+
+
+def plan_input_partitions(options: SourceOptions, ranges: list[OffsetRange]) -> list[InputPartition]:
+    """The Spark partitions for `ranges`: with direct remote reads, one per remote segment a range reaches into,
+    and the rest of the range (the local tail) through the brokers; together exactly the ranges, once.
+
+    minPartitions is met as Kafka's KafkaOffsetRangeCalculator meets it, counting remote slices as ranges."""
+    include, fail, bootstrap = options.include_headers, options.fail_on_data_loss, options.bootstrap_servers
+    ranges = [r for r in ranges if r.size > 0]
+    if options.remote_read != "direct" or not ranges:
+        return [RangePartition(r, include, fail, bootstrap) for r in split_ranges(ranges, options.min_partitions)]
+    rsm_config = dict(options.rsm_config)
+    plans = plan_remote_reads(
+        options.bootstrap_servers, {TopicPartition(r.topic, r.partition): (r.start, r.end) for r in ranges}, rsm_config
+    )
+    slices: list[RemoteSegmentSlice] = []
+    tails: list[OffsetRange] = []
+    for r in ranges:
+        planned = plans.get(TopicPartition(r.topic, r.partition), [])
+        slices.extend(planned)
+        reach = remote_reach(planned, r.start)
+        if reach < r.end:
+            tails.append(replace(r, start=reach))
+    pieces = len(slices) + len(tails)
+    if options.min_partitions is not None and pieces < options.min_partitions:
+        total = sum(r.size for r in ranges)
+        # Each piece gets parts in proportion to its share of the offsets, as split_ranges cuts the tails.
+        slices = [
+            part
+            for piece in slices
+            for part in split_slice(piece, _max_offsets(piece.end_offset - piece.start_offset, total, options))
+        ]
+        tails = split_ranges(tails, _tail_partitions(tails, total, options.min_partitions))
+    remote: list[InputPartition] = [RemoteSlicePartition(s, options.rsm_config, include, fail) for s in slices]
+    return remote + [RangePartition(r, include, fail, bootstrap) for r in tails]
+
+
+def _max_offsets(size: int, total: int, options: SourceOptions) -> int:
+    assert options.min_partitions is not None
+    parts = max(math.floor(size / total * options.min_partitions + 0.5), 1)
+    return max(math.ceil(size / parts), 1)
+
+
+def _tail_partitions(tails: list[OffsetRange], total: int, min_partitions: int) -> int | None:
+    # split_ranges spreads its minPartitions over the tails' own total; scale it to the tails' share.
+    tail_total = sum(r.size for r in tails)
+    if not tails or tail_total == 0:
+        return None
+    return max(math.floor(tail_total / total * min_partitions + 0.5), len(tails))
+
+
+class TierlogDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "tierlog"
+
+    def schema(self) -> str:
+        include_headers = str(self.options.get("includeHeaders", "false")).strip().lower() == "true"
+        return spark_ddl(include_headers)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return TierlogBatchReader(parse_batch_options(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return TierlogStreamReader(parse_stream_options(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        if overwrite:
+            # As Kafka's sink: a log is appended to, never replaced.
+            raise ValueError(
+                "save mode overwrite is not allowed for tierlog; allowed save modes are append and errorifexists"
+            )
+        return TierlogWriter(parse_sink_options(self.options, schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return TierlogStreamWriter(parse_sink_options(self.options, schema))
+
+
+class TierlogBatchReader(DataSourceReader):
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> list[InputPartition]:
+        return plan_input_partitions(self.options, batch_ranges(self.options, partition_states(self.options)))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        # partitions() gave nothing to read: PySpark then plans one placeholder InputPartition(None) anyway,
+        # which read_partition answers with no records.
+        yield from read_partition(partition)
+
+
+# A stream offset, as in Spark's Kafka source checkpoints: {"topic": {"0": 23, "1": 7}}.
+StreamOffset = dict[str, dict[str, int]]
+
+
+def _to_json(offsets: dict[tuple[str, int], int]) -> StreamOffset:
+    out: StreamOffset = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        out.setdefault(topic, {})[str(partition)] = offset
+    return out
+
+
+def _from_json(offsets: StreamOffset) -> dict[tuple[str, int], int]:
+    return {(topic, int(p)): int(o) for topic, partitions in offsets.items() for p, o in partitions.items()}
+
+
+class TierlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches over offset ranges. The offsets of each batch are Spark's to checkpoint, so a restart
+    resumes exactly where the last committed batch ended; nothing is committed to the brokers."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._initial: StreamOffset | None = None
+        # Trigger.AvailableNow's target: what was in the log when the query started, never read beyond.
+        self._target: dict[tuple[str, int], int] | None = None
+        # When the last micro-batch was planned, for minOffsetsPerTrigger's maxTriggerDelay (driver clock).
+        self._last_trigger_s = time.monotonic()
+
+    def initialOffset(self) -> dict:
+        # Spark may ask more than once; latest and timestamps must resolve to the same offsets each time.
+        if self._initial is None:
+            states = partition_states(self.options)
+            self._initial = _to_json({(s.topic, s.partition): starting_offset(self.options, s) for s in states})
+        return self._initial
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_offsets_per_trigger is None:
+            return ReadAllAvailable()
+        return ReadMaxRows(self.options.max_offsets_per_trigger)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = {(s.topic, s.partition): s.latest for s in partition_states(self.options)}
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = _from_json(start)
+        states = partition_states(self.options)
+        # Partitions that appeared since the last batch are read from their beginning, as Kafka's source.
+        latest = {(s.topic, s.partition): s.latest for s in states}
+        for s in states:
+            begin.setdefault((s.topic, s.partition), s.earliest)
+        if self._target is not None:
+            latest = {tp: min(o, self._target[tp]) for tp, o in latest.items() if tp in self._target}
+        end = {tp: max(o, begin[tp]) for tp, o in latest.items()}
+        if self._target is None and self._too_few_to_trigger(sum(end[tp] - begin[tp] for tp in end)):
+            return start
+        if isinstance(limit, ReadMaxRows):
+            end = rate_limit(limit.max_rows, begin, end)
+        for tp, offset in _from_json(start).items():
+            end.setdefault(tp, offset)
+        if end != _from_json(start):
+            self._last_trigger_s = time.monotonic()
+        return _to_json(end)
+
+    def _too_few_to_trigger(self, available: int) -> bool:
+        """Kafka's minOffsetsPerTrigger: wait for more offsets unless maxTriggerDelay has passed since the last
+        micro-batch (AvailableNow never waits: it reads what there is and stops)."""
+        minimum = self.options.min_offsets_per_trigger
+        if minimum is None or available >= minimum:
+            return False
+        return (time.monotonic() - self._last_trigger_s) * 1000 < self.options.max_trigger_delay_ms
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        begin = _from_json(start)
+        states = {(s.topic, s.partition): s for s in partition_states(self.options)}
+        ranges = []
+        for tp, until in _from_json(end).items():
+            state = states.get(tp)
+            if state is None:
+                continue
+            offset = begin.get(tp, state.earliest)
+            if offset < state.earliest:
+                if self.options.fail_on_data_loss:
+                    raise DataLossError(
+                        f"{tp[0]}-{tp[1]}: offsets {offset} to {state.earliest - 1} were deleted before they "
+                        f"were read (the log now starts at {state.earliest}); some data may have been lost. "
+                        "Set the option failOnDataLoss to false to go on from the log start."
+                    )
+                offset = state.earliest
+            if offset < until:
+                ranges.append(OffsetRange(tp[0], tp[1], offset, until, state.leader))
+        return plan_input_partitions(self.options, ranges)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        yield from read_partition(partition)
+
+    # commit() is the base class's no-op on purpose: the Spark checkpoint holds the offsets, and the
+    # brokers keep no state for this query.
+
+
+def rate_limit(
+    limit: int, begin: dict[tuple[str, int], int], end: dict[tuple[str, int], int]
+) -> dict[tuple[str, int], int]:
+    """Kafka's source rateLimit: `limit` offsets shared among partitions in proportion to what each has
+    available; a share below one offset is rounded up, so a small partition is not starved."""
+    sizes = {tp: end[tp] - begin[tp] for tp in end}
+    total = sum(sizes.values())
+    if total <= limit:
+        return dict(end)
+    out = {}
+    for tp, size in sizes.items():
+        share = limit * size / total
+        take = math.ceil(share) if share < 1 else math.floor(share)
+        out[tp] = min(end[tp], begin[tp] + take)
+    return out
+
+
+def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    if isinstance(partition, RangePartition):
+        yield from read_range(
+            partition.range, partition.include_headers, partition.fail_on_data_loss, partition.bootstrap_servers
+        )
+    elif isinstance(partition, RemoteSlicePartition):
+        yield from read_remote_slice(partition)
+
+
+def read_remote_slice(partition: RemoteSlicePartition) -> Iterator[pa.RecordBatch]:
+    piece = partition.slice
+    try:
+        yield from read_slice(piece, dict(partition.rsm_config), partition.include_headers)
+    except RemoteResourceNotFoundError as e:
+        # Retention deleted the segment after the driver planned it: its records are gone.
+        if partition.fail_on_data_loss:
+            raise DataLossError(
+                f"{piece.topic}-{piece.partition}: offsets {piece.start_offset} to {piece.end_offset - 1} were "
+                f"deleted from the remote tier before they were read ({e}); some data may have been lost. Set the "
+                "option failOnDataLoss to false to go on without them."
+            ) from None
+
+
+def read_range(
+    r: OffsetRange, include_headers: bool, fail_on_data_loss: bool, bootstrap_servers: str
+) -> Iterator[pa.RecordBatch]:
+    """The records of `r` as Arrow batches, one per Fetch response, fetched from the partition's leader.
+
+    A leader that moved since the driver planned the range (NOT_LEADER_OR_FOLLOWER, a fenced epoch, a lost
+    connection) is looked up again and the read goes on from the same offset, for up to
+    LEADER_CHANGE_TIMEOUT_S without progress, as a Kafka consumer refreshes its metadata."""
+    # One event loop for the whole range: a connection is opened once per leader and reused by every fetch.
+    loop = asyncio.new_event_loop()
+    connection: KafkaConnection | None = None
+    leader = r.leader
+    offset = r.start
+    stuck_since: float | None = None
+    try:
+        while offset < r.end:
+            try:
+                if connection is None:
+                    host, _, port = leader.rpartition(":")
+                    connection = loop.run_until_complete(
+                        KafkaConnection.open(host, int(port), client_id="tierlog-spark", timeout_s=FETCH_TIMEOUT_S)
+                    )
+                request = _fetch_request(r, offset)
+                response = loop.run_until_complete(connection.send(request, timeout_s=FETCH_TIMEOUT_S))
+                answer = response.responses[0].partitions[0]
+                problem = None if answer.error_code == _NO_ERROR else answer.error_code.name.upper()
+            except KafkaConnectionError as e:
+                answer, problem = None, str(e)
+            if answer is None or problem in LEADERSHIP_ERRORS:
+                if connection is not None:
+                    loop.run_until_complete(connection.close())
+                    connection = None
+                now = time.monotonic()
+                stuck_since = now if stuck_since is None else stuck_since
+                if now - stuck_since > LEADER_CHANGE_TIMEOUT_S:
+                    raise RuntimeError(
+                        f"fetch of {r.topic}-{r.partition} at {offset} found no leader to read from for "
+                        f"{LEADER_CHANGE_TIMEOUT_S:.0f}s (last: {leader}: {problem})"
+                    )
+                time.sleep(LEADER_RETRY_BACKOFF_S)
+                leader = current_leader(bootstrap_servers, r.topic, r.partition) or leader
+                continue
+            stuck_since = None
+            if problem == "OFFSET_OUT_OF_RANGE":
+                # Deleted since the driver planned the range: retention or truncation got there first.
+                if fail_on_data_loss:
+                    raise DataLossError(
+                        f"{r.topic}-{r.partition}: offset {offset} is no longer in the log (log start "
+                        f"{int(answer.log_start_offset)}); some data may have been lost. Set the option "
+                        "failOnDataLoss to false to read what remains."
+                    )
+                if int(answer.log_start_offset) <= offset:
+                    return
+                offset = int(answer.log_start_offset)
+                continue
+            if problem is not None:
+                raise RuntimeError(f"fetch of {r.topic}-{r.partition} at {offset} from {leader} failed: {problem}")
+            records = answer.records or b""
+            next_offset = _next_offset(records)
+            if next_offset is None:
+                if int(answer.high_watermark) <= offset:
+                    # The range was planned below the high watermark; the log now ends earlier (truncated).
+                    if fail_on_data_loss:
+                        raise DataLossError(
+                            f"{r.topic}-{r.partition}: the log ends at {int(answer.high_watermark)}, before "
+                            f"offset {offset} the query planned to read; set failOnDataLoss to false to go on."
+                        )
+                    return
+                raise RuntimeError(
+                    f"fetch of {r.topic}-{r.partition} at {offset} returned no complete batch within "
+                    f"{FETCH_MAX_BYTES} bytes"
+                )
+            batch = record_batches_to_arrow(records, r.topic, r.partition, offset, r.end, include_headers)
+            if batch.num_rows:
+                yield batch
+            offset = next_offset
+    finally:
+        if connection is not None:
+            loop.run_until_complete(connection.close())
+        loop.close()
+
+
+def _next_offset(records: bytes | memoryview) -> int | None:
+    """The offset after the last complete batch in `records`, or None when there is none."""
+    view = memoryview(records)
+    position = 0
+    next_offset = None
+    while True:
+        size = batch_size_at(view, position)
+        if size is None or size > len(view) - position:
+            return next_offset
+        next_offset = read_header(view, position).next_offset
+        position += size
+
+
+def _fetch_request(r: OffsetRange, offset: int) -> Any:
+    s = request_schema(1, FETCH_VERSION)
+    return s.FetchRequest(
+        replica_id=-1,  # a consumer: the broker answers up to the high watermark only
+        max_wait=datetime.timedelta(milliseconds=FETCH_MAX_WAIT_MS),
+        min_bytes=1,
+        max_bytes=FETCH_MAX_BYTES,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=(
+            s.FetchTopic(
+                topic=r.topic,
+                partitions=(
+                    s.FetchPartition(
+                        partition=r.partition,
+                        current_leader_epoch=-1,
+                        fetch_offset=offset,
+                        last_fetched_epoch=-1,
+                        log_start_offset=-1,
+                        partition_max_bytes=FETCH_MAX_BYTES,
+                    ),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
