@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import TopicPartition
+from confluent_kafka.admin import NewPartitions
 from pyspark.sql import SparkSession
 
 from tierlog.cli.local_cluster import BrokerProcess
@@ -168,3 +169,23 @@ def test_remote_read_is_direct_when_the_job_gives_the_remote_tier_settings_and_b
     forced = options | {"tierlog.remote.rsm.config.url": "file:///tmp/x", "tierlog.remote.read": "broker"}
     assert parse_stream_options(forced).remote_read == "broker"
     assert parse_stream_options(options | {"maxTriggerDelay": "2m"}).max_trigger_delay_ms == 120_000
+
+
+def test_partitions_added_to_a_topic_are_picked_up_and_read_from_their_start(
+    spark: SparkSession, shared_broker: BrokerProcess, kafka: Any, tmp_path: Path, poll_until: Any
+) -> None:
+    topic = kafka.topic_name()
+    kafka.create_topic(shared_broker.bootstrap, topic, partitions=1)
+    _produce(kafka, shared_broker.bootstrap, topic, 0, 10, partitions=1)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    _run_available_now(spark, shared_broker.bootstrap, topic, out, checkpoint)
+
+    admin = kafka.admin(shared_broker.bootstrap)
+    admin.create_partitions([NewPartitions(topic, 3)])[topic].result(30)
+    poll_until(lambda: len(admin.list_topics(topic, timeout=5).topics[topic].partitions) == 3, 30, "3 partitions")
+    _produce(kafka, shared_broker.bootstrap, topic, 10, 30, partitions=3)
+    _run_available_now(spark, shared_broker.bootstrap, topic, out, checkpoint)
+
+    rows = spark.read.parquet(str(out)).collect()
+    assert sorted(r.value for r in rows) == sorted(f"v{i}" for i in range(40))
+    assert {r.partition for r in rows} == {0, 1, 2}
