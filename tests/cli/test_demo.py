@@ -76,7 +76,9 @@ def test_demo_runs_end_to_end_and_cleans_up(tmp_path: Path) -> None:
     # The first segment object of partition 0, downloaded from the bucket: Kafka's format, the producer's lz4.
     assert re.search(r"s3://tierlog-demo/tierlog/demo-events-0-[^/]+/00000000000000000000-\S+\.log \(", out), out
     assert "baseOffset: 0" in out
-    assert "compresscodec: lz4" in out
+    # librdkafka sends a batch uncompressed when lz4 would not shrink it: a first batch of one small event,
+    # which a loaded machine's linger can produce. Either way it is the producer's choice, kept as is.
+    assert re.search(r"compresscodec: (lz4|none) ", out), out
 
     assert "3 brokers shut down cleanly (wrote .kafka_cleanshutdown)" in out
     assert "S3 server stopped" in out

@@ -89,6 +89,14 @@ def test_tolerant_reader_reads_like_kio(api_key: int, version: int) -> None:
         out = io.BytesIO()
         entity_writer(request_type)(out, entity)
         data = memoryview(out.getvalue()).toreadonly()
-        assert tolerant(data, 0) == native(data, 0) == (entity, len(data))
+        try:
+            expected = native(data, 0)
+        except ValueError as refused:
+            # kio writes what its reader refuses: a timedelta beyond Python's range (retention_time near
+            # Int64.MAX ms). The tolerant reader must refuse it alike, which the broker answers as malformed.
+            with pytest.raises(type(refused)):
+                tolerant(data, 0)
+            return
+        assert tolerant(data, 0) == expected == (entity, len(data))
 
     check()
