@@ -48,20 +48,24 @@ def timeout_option(default: float, help: str, minimum: float = 0.1) -> Callable[
     )
 
 
+# `-b/--bootstrap-server`, passed to the command as `bootstrap` (also $TIERLOG_BOOTSTRAP).
+bootstrap_option = click.option(
+    "-b",
+    "--bootstrap-server",
+    "bootstrap",
+    envvar=BOOTSTRAP_ENV,
+    default=DEFAULT_BOOTSTRAP,
+    show_default=True,
+    metavar="HOST:PORT[,...]",
+    help=f"Broker(s) to connect to (also ${BOOTSTRAP_ENV}).",
+)
+
+
 def client_options(command: F) -> F:
-    """`-b/--bootstrap-server` (also $TIERLOG_BOOTSTRAP) and `--timeout`, as flags of the command itself
-    so they go anywhere on the line, as in rpk."""
+    """`-b/--bootstrap-server` and `--timeout`, as flags of the command itself so they go anywhere on the
+    line, as in rpk."""
     command = timeout_option(DEFAULT_TIMEOUT_S, "Seconds to wait for the broker before giving up.")(command)
-    return click.option(
-        "-b",
-        "--bootstrap-server",
-        "bootstrap",
-        envvar=BOOTSTRAP_ENV,
-        default=DEFAULT_BOOTSTRAP,
-        show_default=True,
-        metavar="HOST:PORT[,...]",
-        help=f"Broker(s) to connect to (also ${BOOTSTRAP_ENV}).",
-    )(command)
+    return bootstrap_option(command)
 
 
 def ensure_reachable(bootstrap: str, timeout_s: float) -> None:

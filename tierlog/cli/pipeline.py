@@ -14,7 +14,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from tierlog.cli.clients import BOOTSTRAP_ENV, DEFAULT_BOOTSTRAP, CliError, ensure_reachable, parse_key_values
+from tierlog.cli.clients import CliError, bootstrap_option, ensure_reachable, parse_key_values
 from tierlog.config import parse_properties
 
 RSM_PREFIX = "rsm.config."
@@ -37,16 +37,7 @@ def remote_storage_settings(remote: tuple[str, ...], broker_config: Path | None)
 
 def _common(command: Any) -> Any:
     options = [
-        click.option(
-            "-b",
-            "--bootstrap-server",
-            "bootstrap",
-            envvar=BOOTSTRAP_ENV,
-            default=DEFAULT_BOOTSTRAP,
-            show_default=True,
-            metavar="HOST:PORT[,...]",
-            help=f"Broker(s) to connect to (also ${BOOTSTRAP_ENV}).",
-        ),
+        bootstrap_option,
         click.option("-t", "--topic", required=True, help="Topic of JSON events to read."),
         click.option("-o", "--output", required=True, type=click.Path(path_type=Path), help="Parquet table directory."),
         click.option(
