@@ -16,6 +16,7 @@ from tierlog.cli.dump_log import dump_log
 from tierlog.cli.groups import groups
 from tierlog.cli.pipeline import pipeline
 from tierlog.cli.produce import produce
+from tierlog.cli.sim import sim
 from tierlog.cli.topic import topic
 from tierlog.cli.trace import trace
 from tierlog.config import ConfigError, KafkaConfig
@@ -86,6 +87,7 @@ cli.add_command(demo)
 cli.add_command(cluster)
 cli.add_command(trace)
 cli.add_command(pipeline)
+cli.add_command(sim)
 
 
 def main() -> None:

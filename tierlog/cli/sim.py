@@ -1,0 +1,105 @@
+"""`tierlog sim`: run the deterministic simulator (tierlog/sim) for one seed, or explore many."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import click
+
+from tierlog.sim.run import RunResult, SimConfig, simulate
+
+
+@click.command()
+@click.option("--seed", type=int, help="Run this one seed and show its whole story (replays a failure exactly).")
+@click.option("--runs", type=click.IntRange(min=1), default=100, show_default=True, help="Seeds to explore.")
+@click.option("--first-seed", type=int, default=1, show_default=True, help="The first seed explored.")
+@click.option(
+    "--seconds",
+    type=click.IntRange(min=1),
+    default=40,
+    show_default=True,
+    help="Virtual seconds of workload and faults per run (healing and the checks follow).",
+)
+@click.option("--brokers", type=click.IntRange(min=3), default=3, show_default=True)
+@click.option("--partitions", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--no-faults", is_flag=True, help="Run the workload without faults.")
+@click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Runs at once (processes).")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Also write every run's result here.")
+@click.option("--keep", type=click.Path(path_type=Path), help="With --seed: keep the simulated disks in this dir.")
+def sim(
+    seed: int | None,
+    runs: int,
+    first_seed: int,
+    seconds: int,
+    brokers: int,
+    partitions: int,
+    no_faults: bool,
+    jobs: int,
+    json_path: Path | None,
+    keep: Path | None,
+) -> None:
+    """Run brokers, the controller and clients in one process under a virtual clock, with a seeded schedule of
+    crashes, power losses, pauses, network cuts, drops and duplicates, and check the replication invariants
+    (docs/simulation.md). Exits 1 if any run breaks one; `--seed N` replays that run event for event."""
+    config = replace(
+        SimConfig(), workload_ms=seconds * 1000, brokers=brokers, partitions=partitions, faults=not no_faults
+    )
+    if seed is not None:
+        result = simulate(seed, config, keep_dir=keep)
+        click.echo(result.report())
+        if result.ok:
+            click.echo("faults:")
+            for fault in result.faults:
+                click.echo(f"  {fault}")
+        _write_json(json_path, [result])
+        sys.exit(0 if result.ok else 1)
+    seeds = range(first_seed, first_seed + runs)
+    started = time.monotonic()
+    results: list[RunResult] = []
+    with multiprocessing.get_context("fork").Pool(jobs) if jobs > 1 else _InProcess() as pool:
+        for result in pool.imap(_run_seed, [(s, config) for s in seeds]):
+            results.append(result)
+            click.echo(result.report() if not result.ok else f"seed {result.seed}: ok ({_summary(result)})")
+    failed = [r for r in results if not r.ok]
+    faults = sum(len(r.faults) for r in results)
+    acknowledged = sum(r.acknowledged for r in results)
+    click.echo(
+        f"{len(results)} runs in {time.monotonic() - started:.0f} s: {len(results) - len(failed)} ok, {len(failed)} "
+        f"failed; {faults} faults, {acknowledged} acknowledged writes, {sum(r.reads for r in results)} reads checked"
+    )
+    for result in failed:
+        click.echo(f"replay: tierlog sim --seed {result.seed} --seconds {seconds}", err=True)
+    _write_json(json_path, results)
+    sys.exit(1 if failed else 0)
+
+
+def _run_seed(args: tuple[int, SimConfig]) -> RunResult:
+    seed, config = args
+    return simulate(seed, config)
+
+
+def _summary(result: RunResult) -> str:
+    return f"{len(result.faults)} faults, {result.acknowledged} acked, {result.reads} read, {result.scenario}"
+
+
+def _write_json(path: Path | None, results: list[RunResult]) -> None:
+    if path is not None:
+        path.write_text(json.dumps([asdict(r) for r in results], indent=1))
+
+
+class _InProcess:
+    """The Pool interface, run in this process (one job needs no fork)."""
+
+    def __enter__(self) -> _InProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def imap(self, function, items):  # type: ignore[no-untyped-def]
+        return map(function, items)

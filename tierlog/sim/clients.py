@@ -1,0 +1,190 @@
+"""Simulated Kafka clients: producers that send unique values with acks=all and retry the way a client does
+(refresh metadata, send again), and consumers that read every partition from offset 0 at the leader.
+
+They record what they were told (acknowledgements with their offsets, records read with the HW they came
+with) in the run's `History`; the invariants judge the cluster by it.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from tierlog.common import TopicPartition
+from tierlog.records.codec import build_batch, decode_batches
+from tierlog.replication.fetcher import FetchRequestData, FetchRequestPartition, FetchResponsePartition
+from tierlog.replication.replica_manager import AppendResult
+from tierlog.sim.broker_node import SimBroker
+from tierlog.sim.invariants import History
+from tierlog.sim.world import Network, Node, Simulation
+
+REQUEST_TIMEOUT_MS = 30_000
+DELIVERY_ATTEMPTS = 20
+RETRY_BACKOFF_MS = 100
+
+
+class SimClient(Node):
+    """What both kinds of client share: a cache of partition leaders, refreshed from any broker."""
+
+    def __init__(self, sim: Simulation, network: Network, name: str, brokers: dict[int, SimBroker]) -> None:
+        super().__init__(sim, name)
+        self._network = network
+        self._brokers = brokers
+        self.leaders: dict[TopicPartition, int] = {}
+        self.running = True
+
+    def refresh_metadata(self) -> None:
+        broker = self._brokers[self.sim.rng.choice(sorted(self._brokers))]
+
+        def on_reply(reply: object) -> None:
+            self.leaders = dict(reply)  # type: ignore[call-overload]
+
+        self._network.call(self, broker, broker.handle_metadata, on_reply, lambda: None, REQUEST_TIMEOUT_MS)
+
+    def leader_of(self, tp: TopicPartition) -> SimBroker | None:
+        leader_id = self.leaders.get(tp, -1)
+        return self._brokers.get(leader_id)
+
+
+class SimProducer(SimClient):
+    def __init__(
+        self,
+        sim: Simulation,
+        network: Network,
+        name: str,
+        brokers: dict[int, SimBroker],
+        partitions: list[TopicPartition],
+        history: History,
+    ) -> None:
+        super().__init__(sim, network, name, brokers)
+        self._partitions = partitions
+        self._history = history
+        self._sequence = 0
+
+    def on_start(self) -> None:
+        self.refresh_metadata()
+        self.after(50, self._send_next)
+
+    def _send_next(self) -> None:
+        if not self.running:
+            return
+        tp = self._partitions[self.sim.rng.randrange(len(self._partitions))]
+        value = f"{self.name}-{self._sequence}"
+        self._sequence += 1
+        self._history.invoked(value)
+        self._send(tp, value, 1)
+
+    def _send(self, tp: TopicPartition, value: str, attempt: int) -> None:
+        leader = self.leader_of(tp)
+        if leader is None:
+            self._retry(tp, value, attempt)
+            return
+        batch = build_batch([(None, value.encode(), [], self.sim.now)])
+
+        def on_reply(reply: object) -> None:
+            assert isinstance(reply, AppendResult)
+            if reply.error is None:
+                assert reply.info is not None
+                self._history.acknowledged(tp, reply.info.first_offset, value, self.sim.now)
+                self.after(self.sim.rng.randint(0, 20), self._send_next)
+            else:
+                self._retry(tp, value, attempt)
+
+        self._network.call(
+            self,
+            leader,
+            lambda respond: leader.handle_produce(tp, batch, -1, REQUEST_TIMEOUT_MS, respond),
+            on_reply,
+            lambda: self._retry(tp, value, attempt),
+            REQUEST_TIMEOUT_MS + 2000,
+        )
+
+    def _retry(self, tp: TopicPartition, value: str, attempt: int) -> None:
+        """Send the same value again (it may then be in the log twice: idempotence is off), up to
+        `DELIVERY_ATTEMPTS` times; then the value's fate stays unknown and the producer moves on."""
+        self.refresh_metadata()
+        if attempt >= DELIVERY_ATTEMPTS:
+            self.after(RETRY_BACKOFF_MS, self._send_next)
+            return
+        self.after(RETRY_BACKOFF_MS, lambda: self._send(tp, value, attempt + 1))
+
+
+class SimConsumer(SimClient):
+    """Reads each partition from offset 0, one fetch at a time, round robin."""
+
+    def __init__(
+        self,
+        sim: Simulation,
+        network: Network,
+        name: str,
+        brokers: dict[int, SimBroker],
+        partitions: list[TopicPartition],
+        history: History,
+    ) -> None:
+        super().__init__(sim, network, name, brokers)
+        self._partitions = partitions
+        self._history = history
+        self.positions = dict.fromkeys(partitions, 0)
+        self._turn = 0
+
+    def on_start(self) -> None:
+        self.refresh_metadata()
+        self.after(50, self._fetch_next)
+
+    def _fetch_next(self) -> None:
+        if not self.running:
+            return
+        tp = self._partitions[self._turn % len(self._partitions)]
+        self._turn += 1
+        leader = self.leader_of(tp)
+        if leader is None:
+            self.refresh_metadata()
+            self.after(RETRY_BACKOFF_MS, self._fetch_next)
+            return
+        position = self.positions[tp]
+        request = FetchRequestData(
+            replica_id=-1,
+            max_wait_ms=100,
+            min_bytes=1,
+            max_bytes=1 << 20,
+            partitions=[FetchRequestPartition(tp, uuid.UUID(int=0), position, -1, -1, -1, 1 << 20)],
+        )
+
+        def on_reply(reply: object) -> None:
+            if isinstance(reply, list):
+                self._on_partition_data(tp, position, reply[0])
+            else:
+                self.refresh_metadata()
+            self.after(self.sim.rng.randint(0, 20), self._fetch_next)
+
+        def on_failure() -> None:
+            self.refresh_metadata()
+            self._fetch_next()
+
+        self._network.call(
+            self,
+            leader,
+            lambda respond: leader.handle_fetch(request, respond),
+            on_reply,
+            on_failure,
+            REQUEST_TIMEOUT_MS,
+        )
+
+    def _on_partition_data(self, tp: TopicPartition, position: int, data: FetchResponsePartition) -> None:
+        if data.error is not None:
+            if data.error == "OFFSET_OUT_OF_RANGE":
+                self._history.violation(
+                    "consumer position beyond the log",
+                    f"{self.name} at {tp} offset {position} was told OFFSET_OUT_OF_RANGE: committed records are gone",
+                )
+            self.refresh_metadata()
+            return
+        if self.positions[tp] != position or not data.records:
+            return  # a reply to an older fetch, or nothing new
+        for batch in decode_batches(bytes(data.records)):
+            for record in batch.records:
+                if record.offset < position:
+                    continue
+                value = record.value.decode() if record.value is not None else ""
+                self._history.read(self.name, tp, record.offset, value, data.high_watermark, expected=position)
+                position = record.offset + 1
+        self.positions[tp] = position

@@ -1,0 +1,136 @@
+"""The controller as a simulated node: the real `Controller` over a real metadata log on the simulated disk.
+
+It serves what brokers ask over the network (registration, heartbeats, AlterPartition, long-polling
+metadata fetches) and fences brokers whose session expired. A crash loses the session deadlines and the
+parked fetches; the metadata log is fsynced on every append, so a restart replays everything committed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from tierlog.controller.controller import Controller, ControllerConfig
+from tierlog.controller.errors import ControllerError
+from tierlog.controller.metadata_log import DiskMetadataLog
+from tierlog.controller.records import Endpoint, MetadataRecord
+from tierlog.replication.partition import AlterPartitionProposal
+from tierlog.sim.world import Node, Respond, Simulation
+
+FENCE_CHECK_INTERVAL_MS = 100
+METADATA_FETCH_WAIT_MS = 500
+
+
+class RecordingMetadataLog(DiskMetadataLog):
+    """The metadata log, with every record also kept in memory so fetches need not read the disk."""
+
+    def __init__(self, log_dir: Path) -> None:
+        super().__init__(log_dir)
+        self.records: list[tuple[int, MetadataRecord]] = super().records_from(0)
+
+    def append(self, records: Sequence[MetadataRecord], now_ms: int) -> int:
+        first = super().append(records, now_ms)
+        self.records.extend((first + i, record) for i, record in enumerate(records))
+        return first
+
+
+class SimController(Node):
+    def __init__(self, sim: Simulation, data_dir: Path, config: ControllerConfig, cluster_id: str) -> None:
+        super().__init__(sim, "controller")
+        self._data_dir = data_dir
+        self._config = config
+        self._cluster_id = cluster_id
+        self.controller: Controller | None = None
+        self._metadata_log: RecordingMetadataLog | None = None
+        self._parked_fetches: list[tuple[int, Respond]] = []
+
+    def on_start(self) -> None:
+        self._metadata_log = RecordingMetadataLog(self._data_dir)
+        self.controller = Controller(self._metadata_log, self._config, self.sim.now, self._cluster_id)
+        self.every(FENCE_CHECK_INTERVAL_MS, self._fence_stale_brokers)
+
+    def on_crash(self) -> None:
+        if self._metadata_log is not None:
+            self._metadata_log.close()
+        self._metadata_log = None
+        self.controller = None
+        self._parked_fetches.clear()
+
+    @property
+    def records(self) -> list[tuple[int, MetadataRecord]]:
+        assert self._metadata_log is not None
+        return self._metadata_log.records
+
+    def _fence_stale_brokers(self) -> None:
+        assert self.controller is not None
+        if self.controller.fence_stale_brokers(self.sim.now):
+            self._answer_parked_fetches()
+
+    # Requests (each runs on this node when the message arrives)
+
+    def register(self, broker_id: int, incarnation_id: str, endpoints: list[Endpoint], respond: Respond) -> None:
+        assert self.controller is not None
+        try:
+            epoch = self.controller.register_broker(
+                broker_id, incarnation_id, self._cluster_id, endpoints, None, self.sim.now
+            )
+        except ControllerError as error:
+            respond(error.error_name)
+            return
+        self._answer_parked_fetches()
+        respond(epoch)
+
+    def heartbeat(self, broker_id: int, broker_epoch: int, metadata_offset: int, respond: Respond) -> None:
+        assert self.controller is not None
+        try:
+            result = self.controller.heartbeat(broker_id, broker_epoch, metadata_offset, False, False, self.sim.now)
+        except ControllerError as error:
+            respond(error.error_name)
+            return
+        self._answer_parked_fetches()
+        respond(result)
+
+    def alter_partition(self, broker_id: int, broker_epoch: int, p: AlterPartitionProposal, respond: Respond) -> None:
+        assert self.controller is not None
+        try:
+            registration = self.controller.alter_partition(
+                broker_id,
+                broker_epoch,
+                p.topic_id,
+                p.topic_partition.partition,
+                p.leader_epoch,
+                p.partition_epoch,
+                p.new_isr,
+            )
+        except ControllerError as error:
+            respond((None, error.error_name))
+            return
+        self._answer_parked_fetches()
+        respond((registration, None))
+
+    def create_topic(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]) -> None:
+        """An admin's CreateTopics, handed straight to the controller (the run's set-up, not under test)."""
+        assert self.controller is not None
+        self.controller.create_topic(name, partitions, replication_factor, configs)
+        self._answer_parked_fetches()
+
+    def fetch_metadata(self, from_offset: int, respond: Respond) -> None:
+        """Records from `from_offset` at once if there are any, else when the next commit comes or the wait
+        ends (KRaft's long-polling Fetch)."""
+        if from_offset < len(self.records):
+            respond((self.records[from_offset:], len(self.records)))
+            return
+        parked = (from_offset, respond)
+        self._parked_fetches.append(parked)
+
+        def expire() -> None:
+            if parked in self._parked_fetches:
+                self._parked_fetches.remove(parked)
+                respond(([], len(self.records)))
+
+        self.after(METADATA_FETCH_WAIT_MS, expire)
+
+    def _answer_parked_fetches(self) -> None:
+        parked, self._parked_fetches = self._parked_fetches, []
+        for from_offset, respond in parked:
+            respond((self.records[from_offset:], len(self.records)))
