@@ -2,7 +2,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test lint bench
+.PHONY: setup demo test lint bench sim soak
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -25,3 +25,9 @@ bench: setup
 	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/replication.py
 	$(BIN)/python bench/tiered.py
+
+sim: setup
+	$(BIN)/tierlog sim --runs 1000 --jobs 2
+
+soak: setup
+	$(BIN)/python bench/jepsen.py

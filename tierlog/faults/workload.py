@@ -1,0 +1,297 @@
+"""A fault run: a 3-broker ProxiedCluster, producers and consumers of confluent-kafka (librdkafka) recording a
+History, a seeded nemesis, healing, a final read, and the checker's verdict.
+
+    history, verdict = fault_run(Path("/tmp/run"), seconds=45, seed=7, say=print)
+
+Faults (one at a time, 1-3 s apart): SIGKILL of broker 2 or 3 then a restart; SIGSTOP/SIGCONT of broker 2
+or 3 (sometimes beyond the session timeout, so the controller fences it); a cut ("reset" or "blackhole")
+of one broker's inter-broker listener, so nobody can fetch from it; a cut of broker 2's or 3's link to the
+controller, so it is fenced while it still serves clients. Node 1 hosts the single controller and is never
+killed or paused (a known limit of tierlog: one controller, no quorum).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Message, Producer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tierlog.cli.local_cluster import CONTROLLER_NODE_ID
+from tierlog.faults.checker import History, Send, Verdict, check
+from tierlog.faults.cluster import ProxiedCluster
+
+TOPIC = "jepsen"
+PARTITIONS = 3
+OVERRIDES = {
+    "broker.session.timeout.ms": "3000",
+    "broker.heartbeat.interval.ms": "500",
+    "replica.lag.time.max.ms": "5000",
+    "replica.socket.timeout.ms": "5000",
+    "default.replication.factor": "3",
+    "min.insync.replicas": "2",
+    "log.segment.bytes": str(64 * 1024),
+}
+SEND_INTERVAL_S = 0.01
+CONVERGE_S = 90.0
+FLUSH_S = 60.0
+FINAL_READ_S = 60.0
+
+
+class ProducerThread(threading.Thread):
+    def __init__(self, name: str, bootstrap: str, idempotent: bool, history: History, lock: threading.Lock) -> None:
+        super().__init__(name=name, daemon=True)
+        self.stopping = threading.Event()
+        self._history = history
+        self._lock = lock
+        self._idempotent = idempotent
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "log_level": 2,  # connection errors are the point of the run: keep them off stderr
+                "acks": "all",
+                "enable.idempotence": idempotent,
+                "linger.ms": 5,
+                "request.timeout.ms": 5000,
+                "message.timeout.ms": 60_000,
+                "retry.backoff.ms": 100,
+                "reconnect.backoff.max.ms": 1000,
+                "topic.metadata.refresh.interval.ms": 1000,
+            }
+        )
+
+    def run(self) -> None:
+        seq = 0
+        while not self.stopping.is_set():
+            send = Send(f"{self.name}-{seq}", self._idempotent)
+            seq += 1
+            with self._lock:
+                self._history.sends.append(send)
+            try:
+                self.producer.produce(TOPIC, send.value.encode(), on_delivery=_on_delivery(send))
+            except BufferError:
+                send.outcome = "failed"
+            self.producer.poll(SEND_INTERVAL_S)
+        self.producer.flush(FLUSH_S)
+
+
+def _on_delivery(send: Send) -> Callable[[KafkaError | None, Message], None]:
+    def delivered(error: KafkaError | None, message: Message) -> None:
+        if error is not None:
+            send.outcome = "failed"
+            return
+        send.outcome = "ok"
+        send.partition = message.partition() or 0
+        send.offset = message.offset() or 0
+
+    return delivered
+
+
+class ConsumerThread(threading.Thread):
+    """Assigned every partition from offset 0 (no group, no seeks): what it polls must be the log, in order."""
+
+    def __init__(self, name: str, bootstrap: str, records: list[tuple[int, int, str]]) -> None:
+        super().__init__(name=name, daemon=True)
+        self.stopping = threading.Event()
+        self.records = records
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "log_level": 2,  # connection errors are the point of the run: keep them off stderr
+                "group.id": f"jepsen-{name}",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "topic.metadata.refresh.interval.ms": 1000,
+            }
+        )
+        self.consumer.assign([KafkaTopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            message = self.consumer.poll(0.2)
+            if message is None or message.error() is not None:
+                continue
+            value = message.value()
+            self.records.append((message.partition() or 0, message.offset() or 0, (value or b"").decode()))
+        self.consumer.close()
+
+
+class Nemesis(threading.Thread):
+    def __init__(
+        self, cluster: ProxiedCluster, seed: int, history: History, started: float, say: Callable[[str], None]
+    ) -> None:
+        super().__init__(name="nemesis", daemon=True)
+        self.stopping = threading.Event()
+        self.error: BaseException | None = None
+        self._cluster = cluster
+        self._rng = random.Random(seed)
+        self._history = history
+        self._t0 = started
+        self._say = say
+
+    def note(self, what: str) -> None:
+        at = time.monotonic() - self._t0
+        self._history.faults.append((round(at, 2), what))
+        self._say(f"  t={at:5.1f}s {what}")
+
+    def run(self) -> None:
+        try:
+            while not self.stopping.wait(self._rng.uniform(1.0, 3.0)):
+                self._one_fault()
+        except BaseException as error:  # reported by the caller, which heals the cluster either way
+            self.error = error
+
+    def _hold(self, seconds: float) -> None:
+        self.stopping.wait(seconds)
+
+    def _one_fault(self) -> None:
+        rng, cluster = self._rng, self._cluster
+        others = [n for n in cluster.node_ids if n != CONTROLLER_NODE_ID]
+        fault = rng.choice(["kill", "pause", "cut-replication", "cut-controller"])
+        if fault == "kill":
+            node = rng.choice(others)
+            down = rng.uniform(0.5, 5.0)
+            self.note(f"kill -9 broker {node} for {down:.1f} s")
+            cluster.kill(node)
+            self._hold(down)
+            self.note(f"restart broker {node}")
+            cluster.restart(node)
+        elif fault == "pause":
+            node = rng.choice(others)
+            paused = rng.uniform(0.5, 8.0)
+            self.note(f"SIGSTOP broker {node} for {paused:.1f} s")
+            cluster.pause(node)
+            self._hold(paused)
+            self.note(f"SIGCONT broker {node}")
+            cluster.resume(node)
+        elif fault == "cut-replication":
+            node = rng.choice(cluster.node_ids)
+            mode = rng.choice(["reset", "blackhole"])
+            seconds = rng.uniform(1.0, 8.0)
+            self.note(f"cut ({mode}) fetches from broker {node} for {seconds:.1f} s")
+            cluster.replication_proxy(node).cut(mode)  # type: ignore[arg-type]
+            self._hold(seconds)
+            self.note(f"heal fetches from broker {node}")
+            cluster.replication_proxy(node).heal()
+        else:
+            node = rng.choice(others)
+            mode = rng.choice(["reset", "blackhole"])
+            seconds = rng.uniform(1.0, 8.0)
+            self.note(f"cut ({mode}) broker {node} <-> controller for {seconds:.1f} s")
+            cluster.controller_proxy(node).cut(mode)  # type: ignore[arg-type]
+            self._hold(seconds)
+            self.note(f"heal broker {node} <-> controller")
+            cluster.controller_proxy(node).heal()
+
+
+def fault_run(
+    base_dir: Path, seconds: float, seed: int, say: Callable[[str], None] = lambda _: None
+) -> tuple[History, Verdict]:
+    history = History()
+    lock = threading.Lock()
+    with ProxiedCluster(base_dir, 3, OVERRIDES) as cluster:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3)])[TOPIC].result(30)
+        _wait(lambda: _converged(cluster), 30, "topic replicas to start")
+        producers = [ProducerThread(f"idempotent-{i}", cluster.bootstrap, True, history, lock) for i in (1, 2)] + [
+            ProducerThread("plain-1", cluster.bootstrap, False, history, lock)
+        ]
+        consumers = []
+        for i in (1, 2):
+            history.polls[f"consumer-{i}"] = []
+            consumers.append(ConsumerThread(f"consumer-{i}", cluster.bootstrap, history.polls[f"consumer-{i}"]))
+        started = time.monotonic()
+        nemesis = Nemesis(cluster, seed, history, started, say)
+        for thread in [*producers, *consumers, nemesis]:
+            thread.start()
+        time.sleep(seconds)
+        nemesis.stopping.set()
+        nemesis.join(120)
+        say("  healing: every link restored, every broker running")
+        cluster.heal_network()
+        for node in cluster.node_ids:
+            broker = cluster.broker(node)
+            if broker.paused:
+                cluster.resume(node)
+            if not broker.running:
+                cluster.restart(node)
+        if nemesis.error is not None:
+            raise RuntimeError(f"the nemesis failed: {nemesis.error!r}") from nemesis.error
+        for producer in producers:
+            producer.stopping.set()
+        for producer in producers:
+            producer.join(FLUSH_S + 10)
+        _wait(lambda: _converged(cluster), CONVERGE_S, "every replica to catch up and every ISR to be whole")
+        history.final = _final_read(cluster.bootstrap)
+        ends = {p: (records[-1][0] + 1 if records else 0) for p, records in history.final.items()}
+        _wait(lambda: all(_consumed(c.records, ends) for c in consumers), 30, "consumers to reach the log end")
+        for consumer in consumers:
+            consumer.stopping.set()
+            consumer.join(30)
+    return history, check(history)
+
+
+def _consumed(records: list[tuple[int, int, str]], ends: dict[int, int]) -> bool:
+    last: dict[int, int] = {}
+    for partition, offset, _ in list(records):
+        last[partition] = offset
+    return all(last.get(p, -1) + 1 >= end for p, end in ends.items() if end > 0)
+
+
+def _converged(cluster: ProxiedCluster) -> bool:
+    """Every broker reports every partition's replica at one LEO equal to the HW, and each leader's ISR whole."""
+    views: list[dict[str, Any]] = []
+    for node in cluster.node_ids:
+        try:
+            with urllib.request.urlopen(f"http://{cluster.http_address(node)}/v1/partitions", timeout=5) as r:
+                views.extend(p for p in json.loads(r.read())["partitions"] if p["topic"] == TOPIC)
+        except (OSError, ValueError):
+            return False
+    for partition in range(PARTITIONS):
+        replicas = [v for v in views if v["partition"] == partition]
+        leaders = [v for v in replicas if v["role"] == "leader"]
+        if len(replicas) != 3 or len(leaders) != 1 or len(leaders[0]["isr"]) != 3:
+            return False
+        ends = {(v["log_end_offset"], v["high_watermark"]) for v in replicas}
+        if len(ends) != 1 or len({e for pair in ends for e in pair}) != 1:
+            return False
+    return True
+
+
+def _final_read(bootstrap: str) -> dict[int, list[tuple[int, str]]]:
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "jepsen-final", "enable.auto.commit": False, "log_level": 2}
+    )
+    try:
+        ends = {
+            p: consumer.get_watermark_offsets(KafkaTopicPartition(TOPIC, p), timeout=10)[1] for p in range(PARTITIONS)
+        }
+        consumer.assign([KafkaTopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+        final: dict[int, list[tuple[int, str]]] = {p: [] for p in range(PARTITIONS)}
+        deadline = time.monotonic() + FINAL_READ_S
+        while any((final[p][-1][0] + 1 if final[p] else 0) < ends[p] for p in range(PARTITIONS)):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the final read did not reach the log ends {ends} in {FINAL_READ_S} s")
+            message = consumer.poll(0.5)
+            if message is None or message.error() is not None:
+                continue
+            final[message.partition() or 0].append((message.offset() or 0, (message.value() or b"").decode()))
+        return final
+    finally:
+        consumer.close()
+
+
+def _wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout_s:.0f} s for {what}")
+        time.sleep(0.5)
