@@ -46,6 +46,12 @@ def test_an_acknowledged_value_missing_from_the_log_is_a_lost_write() -> None:
     assert failing(history(sends=[acked("z", 3)])) == {"lost writes": 1}
 
 
+def test_a_value_acknowledged_without_an_offset_must_still_be_in_the_log() -> None:
+    verdict = check(history(sends=[acked("b", -1), acked("z", -1)]))
+    assert {kind: n for kind, n in verdict.counts.items() if n} == {"lost writes": 1}
+    assert verdict.stats["acknowledged without an offset"] == 1
+
+
 def test_an_acknowledged_value_found_at_another_offset_is_inconsistent() -> None:
     assert failing(history(sends=[acked("b", 2)])) == {"inconsistent offsets": 2}
 

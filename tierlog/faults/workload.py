@@ -90,7 +90,10 @@ def _on_delivery(send: Send) -> Callable[[KafkaError | None, Message], None]:
             return
         send.outcome = "ok"
         send.partition = message.partition() or 0
-        send.offset = message.offset() or 0
+        # librdkafka may confirm an idempotent batch without its offset (None), e.g. after retries of a
+        # timed-out request: the value must then be in the log, at an offset the checker does not know.
+        offset = message.offset()
+        send.offset = -1 if offset is None else offset
 
     return delivered
 

@@ -290,6 +290,10 @@ class Cluster:
         elif fault == "one-way-cut":
             other = self.brokers[rng.choice(sorted(set(self.brokers) - {broker.broker_id}))]
             self.cut(f"cut {broker.name} -> {other.name} (one way)", [(broker.name, other.name)], duration)
+        elif fault == "pause-controller" and self.controller.up and not self.controller.paused:
+            self.note(f"SIGSTOP controller for {duration} ms")
+            self.controller.pause()
+            self.sim.after(duration, lambda: self.resume(self.controller))
         elif fault == "kill-controller" and self.controller.up:
             short = rng.randint(100, 4000)
             self.note(f"kill -9 controller for {short} ms")
@@ -331,6 +335,7 @@ FAULTS = (
     "cut-broker-link",
     "one-way-cut",
     "kill-controller",
+    "pause-controller",
 )
 
 
