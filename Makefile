@@ -2,7 +2,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test lint bench sim soak
+.PHONY: setup demo test lint bench sim soak fuzz
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -31,3 +31,6 @@ sim: setup
 
 soak: setup
 	$(BIN)/python bench/jepsen.py
+
+fuzz: setup
+	TIERLOG_FUZZ_EXAMPLES=2000 $(BIN)/pytest tests/protocol/test_live_broker_fuzz.py
