@@ -14,6 +14,7 @@ import pytest
 
 from tierlog.replication.fetcher import FETCHING, PartitionFetchState, ReplicaFetcher
 from tierlog.sim.run import Cluster, SimConfig, simulate
+from tierlog.storage.producer_state import ProducerStateEntry
 
 # CI's budget: a few hundred seeds (`tierlog sim --runs 1000` explores more).
 SEEDS = int(os.environ.get("TIERLOG_SIM_SEEDS", "300"))
@@ -123,3 +124,16 @@ def test_truncating_to_the_hw_instead_of_by_epoch_is_caught(monkeypatch: pytest.
     )
     assert any(rule in v for v in result.violations for rule in data_rules), result.report()
     print(f"caught at seed {seed}:\n{result.report()}")
+
+
+def test_a_leader_that_no_longer_recognises_a_retried_batch_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Idempotence broken on purpose: the producer state never finds a duplicate, so a retried batch is
+    refused or written twice."""
+    monkeypatch.setattr(ProducerStateEntry, "find_duplicate_batch", lambda self, header: None)
+    for seed in range(1, SEEDS + 1):
+        result = simulate(seed)
+        if not result.ok:
+            break
+    else:
+        pytest.fail(f"{SEEDS} seeds ran with duplicate detection off and no invariant noticed")
+    assert any("idempotent" in v for v in result.violations), result.report()

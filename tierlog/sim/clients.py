@@ -1,6 +1,10 @@
 """Simulated Kafka clients: producers that send unique values with acks=all and retry the way a client does
 (refresh metadata, send again), and consumers that read every partition from offset 0 at the leader.
 
+An idempotent producer (enable.idempotence) takes a producer id from the controller, numbers its batches per
+partition and sends the very same batch again until it is acknowledged, so every value must end up in the
+log exactly once; a plain producer gives a value up after `DELIVERY_ATTEMPTS` and may write it twice.
+
 They record what they were told (acknowledgements with their offsets, records read with the HW they came
 with) in the run's `History`; the invariants judge the cluster by it.
 """
@@ -14,6 +18,7 @@ from tierlog.records.codec import build_batch, decode_batches
 from tierlog.replication.fetcher import FetchRequestData, FetchRequestPartition, FetchResponsePartition
 from tierlog.replication.replica_manager import AppendResult
 from tierlog.sim.broker_node import SimBroker
+from tierlog.sim.controller_node import SimController
 from tierlog.sim.invariants import History
 from tierlog.sim.world import Network, Node, Simulation
 
@@ -54,15 +59,44 @@ class SimProducer(SimClient):
         brokers: dict[int, SimBroker],
         partitions: list[TopicPartition],
         history: History,
+        controller: SimController | None = None,
     ) -> None:
+        """With `controller`, the producer is idempotent: it asks the controller for its producer id."""
         super().__init__(sim, network, name, brokers)
         self._partitions = partitions
         self._history = history
+        self._controller = controller
         self._sequence = 0
+        self.producer_id = -1
+        self._next_sequence = dict.fromkeys(partitions, 0)
+
+    @property
+    def idempotent(self) -> bool:
+        return self._controller is not None
 
     def on_start(self) -> None:
         self.refresh_metadata()
-        self.after(50, self._send_next)
+        if self.idempotent:
+            self._init_producer_id()
+        else:
+            self.after(50, self._send_next)
+
+    def _init_producer_id(self) -> None:
+        controller = self._controller
+        assert controller is not None
+
+        def on_reply(reply: object) -> None:
+            self.producer_id = int(reply)  # type: ignore[call-overload]
+            self._send_next()
+
+        self._network.call(
+            self,
+            controller,
+            controller.allocate_producer_id,
+            on_reply,
+            lambda: self.after(RETRY_BACKOFF_MS, self._init_producer_id),
+            REQUEST_TIMEOUT_MS,
+        )
 
     def _send_next(self) -> None:
         if not self.running:
@@ -70,42 +104,59 @@ class SimProducer(SimClient):
         tp = self._partitions[self.sim.rng.randrange(len(self._partitions))]
         value = f"{self.name}-{self._sequence}"
         self._sequence += 1
-        self._history.invoked(value)
-        self._send(tp, value, 1)
+        self._history.invoked(value, idempotent=self.idempotent)
+        if self.idempotent:
+            batch = build_batch(
+                [(None, value.encode(), [], self.sim.now)],
+                producer_id=self.producer_id,
+                producer_epoch=0,
+                base_sequence=self._next_sequence[tp],
+            )
+        else:
+            batch = build_batch([(None, value.encode(), [], self.sim.now)])
+        self._send(tp, value, batch, 1)
 
-    def _send(self, tp: TopicPartition, value: str, attempt: int) -> None:
+    def _send(self, tp: TopicPartition, value: str, batch: bytes, attempt: int) -> None:
         leader = self.leader_of(tp)
         if leader is None:
-            self._retry(tp, value, attempt)
+            self._retry(tp, value, batch, attempt)
             return
-        batch = build_batch([(None, value.encode(), [], self.sim.now)])
 
         def on_reply(reply: object) -> None:
             assert isinstance(reply, AppendResult)
             if reply.error is None:
                 assert reply.info is not None
                 self._history.acknowledged(tp, reply.info.first_offset, value, self.sim.now)
+                self._next_sequence[tp] += 1
                 self.after(self.sim.rng.randint(0, 20), self._send_next)
+            elif reply.error == "OUT_OF_ORDER_SEQUENCE_NUMBER":
+                # Every batch is retried until acknowledged, so the leader must know the previous one.
+                self._history.violation(
+                    "idempotent producer refused",
+                    f"{self.name} {tp} sequence {self._next_sequence[tp]}: {reply.error} {reply.message}",
+                )
             else:
-                self._retry(tp, value, attempt)
+                self._retry(tp, value, batch, attempt)
 
         self._network.call(
             self,
             leader,
             lambda respond: leader.handle_produce(tp, batch, -1, REQUEST_TIMEOUT_MS, respond),
             on_reply,
-            lambda: self._retry(tp, value, attempt),
+            lambda: self._retry(tp, value, batch, attempt),
             REQUEST_TIMEOUT_MS + 2000,
         )
 
-    def _retry(self, tp: TopicPartition, value: str, attempt: int) -> None:
-        """Send the same value again (it may then be in the log twice: idempotence is off), up to
-        `DELIVERY_ATTEMPTS` times; then the value's fate stays unknown and the producer moves on."""
+    def _retry(self, tp: TopicPartition, value: str, batch: bytes, attempt: int) -> None:
+        """Send the same batch again. A plain producer may then write the value twice, and gives it up after
+        `DELIVERY_ATTEMPTS` (its fate stays unknown); an idempotent one keeps trying while it runs."""
         self.refresh_metadata()
-        if attempt >= DELIVERY_ATTEMPTS:
+        if not self.running:
+            return
+        if attempt >= DELIVERY_ATTEMPTS and not self.idempotent:
             self.after(RETRY_BACKOFF_MS, self._send_next)
             return
-        self.after(RETRY_BACKOFF_MS, lambda: self._send(tp, value, attempt + 1))
+        self.after(RETRY_BACKOFF_MS, lambda: self._send(tp, value, batch, attempt + 1))
 
 
 class SimConsumer(SimClient):

@@ -114,6 +114,12 @@ class SimController(Node):
         self.controller.create_topic(name, partitions, replication_factor, configs)
         self._answer_parked_fetches()
 
+    def allocate_producer_id(self, respond: Respond) -> None:
+        """InitProducerId, as a broker would answer it from a block the controller handed out."""
+        assert self.controller is not None
+        respond(self.controller.allocate_producer_id_block().start)
+        self._answer_parked_fetches()
+
     def fetch_metadata(self, from_offset: int, respond: Respond) -> None:
         """Records from `from_offset` at once if there are any, else when the next commit comes or the wait
         ends (KRaft's long-polling Fetch)."""

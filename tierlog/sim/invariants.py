@@ -13,7 +13,8 @@ After the faults stop and every broker is back, once every ISR is whole and ever
   hold records (a leader records its epoch when elected, a follower only once a batch of it arrives);
 - every acknowledged write (acks=all, min.insync.replicas respected) is in the log at the offset it was
   acknowledged with;
-- every record a consumer read is still there, at the offset it was read at.
+- every record a consumer read is still there, at the offset it was read at;
+- no value of an idempotent producer is in the log twice (it resends the same batch until acknowledged).
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ class History:
 
     now_ms: int = 0
     invocations: int = 0
+    # Values sent by idempotent producers: each must be in the log at most once.
+    idempotent_values: set[str] = field(default_factory=set)
     acked: dict[tuple[TopicPartition, int], str] = field(default_factory=dict)
     reads: dict[tuple[TopicPartition, int], str] = field(default_factory=dict)
     read_count: int = 0
@@ -59,8 +62,10 @@ class History:
             return  # the same finding again, e.g. a consumer retrying against the same short log
         self.violations.append(Violation(rule, detail, self.now_ms))
 
-    def invoked(self, value: str) -> None:
+    def invoked(self, value: str, *, idempotent: bool) -> None:
         self.invocations += 1
+        if idempotent:
+            self.idempotent_values.add(value)
 
     def acknowledged(self, tp: TopicPartition, offset: int, value: str, now_ms: int) -> None:
         earlier = self.acked.get((tp, offset))
@@ -220,6 +225,14 @@ class ClusterChecker:
                     f"{_epochs_with_records(leader_log)}",
                 )
         values = log_values(leader_log)
+        seen: dict[str, int] = {}
+        for offset, value in sorted(values.items()):
+            if value in self.history.idempotent_values:
+                if value in seen:
+                    self.history.violation(
+                        "idempotent write duplicated", f"{tp}: {value!r} at offsets {seen[value]} and {offset}"
+                    )
+                seen[value] = offset
         for (acked_tp, offset), value in sorted(self.history.acked.items()):
             if acked_tp != tp:
                 continue

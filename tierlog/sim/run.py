@@ -123,8 +123,17 @@ class Cluster:
                 {},
             )
         self.partitions = [TopicPartition(TOPIC, p) for p in range(config.partitions)]
+        # Every other producer is idempotent, the first one of them included.
         self.producers = [
-            SimProducer(self.sim, self.network, f"producer-{i}", self.brokers, self.partitions, self.history)
+            SimProducer(
+                self.sim,
+                self.network,
+                f"{'idempotent' if i % 2 else 'plain'}-producer-{i}",
+                self.brokers,
+                self.partitions,
+                self.history,
+                self.controller if i % 2 else None,
+            )
             for i in range(1, config.producers + 1)
         ]
         self.consumers = [
