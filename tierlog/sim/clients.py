@@ -129,8 +129,9 @@ class SimProducer(SimClient):
                 self._history.acknowledged(tp, reply.info.first_offset, value, self.sim.now)
                 self._next_sequence[tp] += 1
                 self.after(self.sim.rng.randint(0, 20), self._send_next)
-            elif reply.error == "OUT_OF_ORDER_SEQUENCE_NUMBER":
-                # Every batch is retried until acknowledged, so the leader must know the previous one.
+            elif reply.error == "OUT_OF_ORDER_SEQUENCE_NUMBER" and self._is_current_leader(leader, tp):
+                # Every batch is retried until acknowledged, so the rightful leader must know the previous one.
+                # (A deposed leader that has not heard yet may refuse, as Kafka's would: the retry goes on.)
                 self._history.violation(
                     "idempotent producer refused",
                     f"{self.name} {tp} sequence {self._next_sequence[tp]}: {reply.error} {reply.message}",
@@ -146,6 +147,20 @@ class SimProducer(SimClient):
             lambda: self._retry(tp, value, batch, attempt),
             REQUEST_TIMEOUT_MS + 2000,
         )
+
+    def _is_current_leader(self, broker: SimBroker, tp: TopicPartition) -> bool:
+        """The simulator's truth, not the client's view: whether `broker` leads `tp` in the controller's image,
+        in the epoch it holds itself. Unknown (controller down) counts as no."""
+        controller = self._controller.controller if self._controller is not None else None
+        if controller is None or not self._controller.up:  # type: ignore[union-attr]
+            return False
+        topic = controller.metadata.topics.get(tp.topic)
+        rm = broker.replica_manager
+        partition = rm.partitions.get(tp) if rm is not None else None
+        if topic is None or partition is None:
+            return False
+        registration = topic.partitions[tp.partition]
+        return registration.leader == broker.broker_id and partition.leader_epoch == registration.leader_epoch
 
     def _retry(self, tp: TopicPartition, value: str, batch: bytes, attempt: int) -> None:
         """Send the same batch again. A plain producer may then write the value twice, and gives it up after
