@@ -59,6 +59,10 @@ class ProducerThread(threading.Thread):
                 "log_level": 2,  # connection errors are the point of the run: keep them off stderr
                 "acks": "all",
                 "enable.idempotence": idempotent,
+                # librdkafka 2.x may resend a possibly-written batch under a new producer epoch after an
+                # OUT_OF_ORDER_SEQUENCE_NUMBER on a later in-flight request (librdkafka #4953), which no broker
+                # can recognise as a retry: one request at a time keeps the history about the broker.
+                "max.in.flight.requests.per.connection": 1 if idempotent else 5,
                 "linger.ms": 5,
                 "request.timeout.ms": 5000,
                 "message.timeout.ms": 60_000,
