@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
+from hypothesis import strategies as st
 from kio.serial import entity_writer
 from kio.static.primitive import i16, i32
 
@@ -30,3 +31,28 @@ def kio_frame(entity: Any, correlation_id: int = 7, client_id: str | None = "kio
     )
     entity_writer(type(entity))(out, entity)
     return out.getvalue()
+
+
+# Byte edits for fuzzing a frame: (kind, where, value), applied in order by `mutate`.
+Edit = tuple[str, int, int]
+edits = st.one_of(
+    st.tuples(st.just("flip"), st.integers(min_value=0), st.integers(min_value=1, max_value=255)),
+    st.tuples(st.just("truncate"), st.integers(min_value=0), st.just(0)),
+    st.tuples(st.just("insert"), st.integers(min_value=0), st.integers(min_value=0, max_value=255)),
+    st.tuples(st.just("delete"), st.integers(min_value=0), st.just(0)),
+)
+
+
+def mutate(frame: bytes, edit_list: list[Edit]) -> bytes:
+    data = bytearray(frame)
+    for kind, where, value in edit_list:
+        position = where % (len(data) + 1)
+        if kind == "flip" and position < len(data):
+            data[position] ^= value
+        elif kind == "truncate":
+            del data[position:]
+        elif kind == "insert":
+            data.insert(position, value)
+        elif kind == "delete" and position < len(data):
+            del data[position]
+    return bytes(data)

@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from kio.index import load_request_schema
 from kio.static.primitive import Records
-from protocol_helpers import SERVED, kio_frame
+from protocol_helpers import SERVED, edits, kio_frame, mutate
 
 from tierlog.cli.local_cluster import BrokerProcess
 from tierlog.records.record_batch import iter_batches
@@ -95,30 +95,7 @@ def correlation_ids_answered(port: int, frame: bytes) -> list[int] | None:
                 return answered
 
 
-def mutate(frame: bytes, edits: list[tuple[str, int, int]]) -> bytes:
-    data = bytearray(frame)
-    for kind, where, value in edits:
-        position = where % (len(data) + 1)
-        if kind == "flip" and position < len(data):
-            data[position] ^= value
-        elif kind == "truncate":
-            del data[position:]
-        elif kind == "insert":
-            data.insert(position, value)
-        elif kind == "delete" and position < len(data):
-            del data[position]
-    return bytes(data)
-
-
-edit_lists = st.lists(
-    st.one_of(
-        st.tuples(st.just("flip"), st.integers(min_value=0), st.integers(min_value=1, max_value=255)),
-        st.tuples(st.just("truncate"), st.integers(min_value=0), st.just(0)),
-        st.tuples(st.just("insert"), st.integers(min_value=0), st.integers(min_value=0, max_value=255)),
-        st.tuples(st.just("delete"), st.integers(min_value=0), st.just(0)),
-    ),
-    max_size=3,
-)
+edit_lists = st.lists(edits, max_size=3)
 
 
 def reasonable(entity: Any) -> bool:

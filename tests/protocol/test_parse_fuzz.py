@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from kio.index import load_request_schema
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import Records
-from protocol_helpers import SERVED, kio_frame
+from protocol_helpers import SERVED, edits, kio_frame, mutate
 
 from tierlog.protocol.codec import InvalidRequest, UnsupportedVersion, parse_request
 from tierlog.protocol.tolerant_reader import tolerant_entity_reader
@@ -46,31 +46,10 @@ def test_random_bodies_behind_a_served_header(api: tuple[int, int], correlation_
     parse_only_expected_errors(struct.pack(">hhi", *api, correlation_id) + rest)
 
 
-mutations = st.one_of(
-    st.tuples(st.just("flip"), st.integers(min_value=0), st.integers(min_value=1, max_value=255)),
-    st.tuples(st.just("truncate"), st.integers(min_value=0), st.just(0)),
-    st.tuples(st.just("insert"), st.integers(min_value=0), st.integers(min_value=0, max_value=255)),
-    st.tuples(st.just("delete"), st.integers(min_value=0), st.just(0)),
-)
-
-
-def mutate(frame: bytes, edits: list[tuple[str, int, int]]) -> bytes:
-    data = bytearray(frame)
-    for kind, where, value in edits:
-        position = where % (len(data) + 1)
-        if kind == "flip" and position < len(data):
-            data[position] ^= value
-        elif kind == "truncate":
-            del data[position:]
-        elif kind == "insert":
-            data.insert(position, value)
-        elif kind == "delete" and position < len(data):
-            del data[position]
-    return bytes(data)
 
 
 @settings(max_examples=800, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(served_entities(), st.lists(mutations, min_size=1, max_size=4))
+@given(served_entities(), st.lists(edits, min_size=1, max_size=4))
 def test_mutated_valid_frames(entity: Any, edits: list[tuple[str, int, int]]) -> None:
     frame = kio_frame(entity)
     assert parse_request(frame).body == entity
