@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+import re
 from pathlib import Path
 
 import pytest
 
-from tierlog.config import ConfigError, KafkaConfig, parse_properties
+from tierlog.config import KafkaConfig, parse_properties
+from tierlog.config_def import ConfigException
 
 
 def test_embedded_defaults_serve_localhost_9092() -> None:
@@ -43,17 +46,135 @@ def test_legacy_broker_id_and_log_dir_names_are_accepted() -> None:
     assert config.log_dirs == [Path("/tmp/x")]
 
 
-def test_bad_values_are_one_clear_line() -> None:
-    with pytest.raises(ConfigError, match=r"node\.id=.one. is not an integer"):
-        KafkaConfig({"node.id": "one"})
-    with pytest.raises(ConfigError, match=r"auto\.create\.topics\.enable"):
-        KafkaConfig({"auto.create.topics.enable": "yes"})
-    with pytest.raises(ConfigError, match="no port"):
-        KafkaConfig({"listeners": "PLAINTEXT://localhost"})
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("node.id", "one", "Invalid value one for configuration node.id: Not a number of type INT"),
+        (
+            "auto.create.topics.enable",
+            "yes",
+            "Invalid value yes for configuration auto.create.topics.enable: Expected value to be either true or false",
+        ),
+        ("log.segment.bytes", "-5", "Invalid value -5 for configuration log.segment.bytes: Value must be at least 14"),
+        ("log.retention.ms", "1h", "Invalid value 1h for configuration log.retention.ms: Not a number of type LONG"),
+        (
+            "log.retention.hours",
+            "forever",
+            "Invalid value forever for configuration log.retention.hours: Not a number of type INT",
+        ),
+        ("message.max.bytes", "-1", "Invalid value -1 for configuration message.max.bytes: Value must be at least 0"),
+        (
+            "default.replication.factor",
+            "0",
+            "Invalid value 0 for configuration default.replication.factor: Value must be at least 1",
+        ),
+        ("num.partitions", "0", "Invalid value 0 for configuration num.partitions: Value must be at least 1"),
+        (
+            "log.retention.bytes",
+            "1GB",
+            "Invalid value 1GB for configuration log.retention.bytes: Not a number of type LONG",
+        ),
+        (
+            "controller.quorum.voters",
+            "garbage",
+            "Invalid value garbage for configuration controller.quorum.voters: "
+            "each entry should be in the form {id}@{host}:{port}",
+        ),
+        (
+            "listeners",
+            "PLAINTEXT://127.0.0.1:notaport",
+            "Invalid value PLAINTEXT://127.0.0.1:notaport for configuration listeners: expected NAME://host:port",
+        ),
+        (
+            "listeners",
+            "PLAINTEXT://127.0.0.1:99999",
+            "Invalid value PLAINTEXT://127.0.0.1:99999 for configuration listeners: "
+            "port 99999 is not between 0 and 65535",
+        ),
+        ("listeners", "PLAINTEXT://localhost", "expected NAME://host:port"),
+        (
+            "log.cleanup.policy",
+            "shred",
+            "Invalid value shred for configuration log.cleanup.policy: String must be one of: compact, delete",
+        ),
+        ("log.retention.ms", "0", "log.retention.ms must be unlimited (-1) or, greater than or equal to 1"),
+        ("tierlog.http.listener", "nowhere", "Invalid value nowhere for configuration tierlog.http.listener"),
+        ("process.roles", "broker,zookeeper", "String must be one of: broker, controller"),
+    ],
+)
+def test_a_bad_value_is_refused_with_kafkas_one_line_naming_key_value_and_rule(
+    key: str, value: str, message: str
+) -> None:
+    with pytest.raises(ConfigException) as refused:
+        KafkaConfig({key: value})
+    assert message in str(refused.value)
+    assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (
+            {"listeners": "SASL_PLAINTEXT://127.0.0.1:9094"},
+            "SASL_PLAINTEXT://127.0.0.1:9094 uses security protocol SASL_PLAINTEXT, which tierlog does not support",
+        ),
+        ({"listeners": "SSL://127.0.0.1:9094"}, "uses security protocol SSL"),
+        (
+            {"listeners": "CLIENT://127.0.0.1:9094", "listener.security.protocol.map": "CLIENT:SASL_SSL"},
+            "uses security protocol SASL_SSL",
+        ),
+        (
+            {"listeners": "CLIENT://127.0.0.1:9094"},
+            "Listener with name CLIENT defined in listeners not found in listener.security.protocol.map.",
+        ),
+        ({"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"}, "has no authorizer"),
+        ({"sasl.enabled.mechanisms": "PLAIN"}, "sasl.enabled.mechanisms is set, but tierlog does not support SASL"),
+        ({"ssl.keystore.location": "/k.jks"}, "ssl.keystore.location is set, but tierlog does not support TLS"),
+        (
+            {"listener.name.client.plain.sasl.jaas.config": "org.apache...PlainLoginModule required;"},
+            "listener.name.client.plain.sasl.jaas.config is set, but tierlog does not support TLS or SASL",
+        ),
+        ({"security.inter.broker.protocol": "SSL"}, "supports only PLAINTEXT between brokers"),
+        (
+            {"controller.quorum.voters": "1@h1:9093,2@h2:9093,3@h3:9093"},
+            "controller.quorum.voters lists 3 voters (1@h1:9093, 2@h2:9093, 3@h3:9093), but tierlog runs a single",
+        ),
+        ({"controller.quorum.bootstrap.servers": "h1:9093,h2:9093"}, "lists 2 servers"),
+        ({"zookeeper.connect": "localhost:2181"}, "tierlog runs in KRaft mode only"),
+        (
+            {
+                "node.id": "2",
+                "controller.quorum.voters": "1@h1:9093",
+                "listeners": "PLAINTEXT://:9092,CONTROLLER://:9093",
+            },
+            "the node id 2 must be included in the set of voters",
+        ),
+        (
+            {"process.roles": "broker", "controller.quorum.voters": "1@h1:9093"},
+            "the node id 1 must not be included in the set of voters",
+        ),
+        (
+            {"controller.quorum.voters": "1@h1:9093"},
+            "controller.listener.names must only contain values appearing in the 'listeners' configuration",
+        ),
+        ({"replica.fetch.wait.max.ms": "40000"}, "replica.socket.timeout.ms should always be at least"),
+    ],
+)
+def test_settings_of_what_tierlog_does_not_do_are_refused_not_ignored(settings: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigException, match=re.escape(message)):
+        KafkaConfig(settings)
+
+
+def test_kafka_settings_tierlog_does_not_use_are_reported_once(caplog: pytest.LogCaptureFixture) -> None:
+    config = KafkaConfig({"num.network.threads": "3", "log.retention.hours": "24", "rsm.config.url": "file:///x"})
+    assert config.unused_keys() == ["num.network.threads"]
+    with caplog.at_level(logging.INFO, logger="tierlog.config"):
+        config.log_unused()
+    assert caplog.messages == ["These configurations '[num.network.threads]' were supplied but are not used yet."]
 
 
 def test_missing_config_file_is_reported(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="cannot read"):
+    with pytest.raises(ConfigException, match="cannot read"):
         KafkaConfig.from_file(tmp_path / "nope.properties")
 
 
@@ -72,7 +193,13 @@ def test_internal_topics_of_a_standalone_node_default_to_one_replica_as_kafkas_s
 def test_internal_topics_of_a_cluster_member_keep_kafkas_default_of_three_replicas_unless_set() -> None:
     member = KafkaConfig({"process.roles": "broker", "node.id": "2", "controller.quorum.voters": "1@127.0.0.1:9093"})
     assert member.internal_topic_replication_factor("offsets.topic.replication.factor") == 3
-    explicit = KafkaConfig({"controller.quorum.voters": "1@127.0.0.1:9093", "offsets.topic.replication.factor": "1"})
+    explicit = KafkaConfig(
+        {
+            "controller.quorum.voters": "1@127.0.0.1:9093",
+            "listeners": "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+            "offsets.topic.replication.factor": "1",
+        }
+    )
     assert explicit.internal_topic_replication_factor("offsets.topic.replication.factor") == 1
-    with pytest.raises(ConfigError, match="is not an integer"):
+    with pytest.raises(ConfigException, match="Invalid value three for configuration x: Not a number of type SHORT"):
         member.internal_topic_replication_factor("x", {"x": "three"})

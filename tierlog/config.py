@@ -1,117 +1,37 @@
-"""Broker configuration: a `server.properties` file with Kafka's names and defaults.
+"""Broker configuration: a `server.properties` file with Kafka's names, types, defaults and validation.
 
 Every setting has an embedded default so `tierlog broker` alone starts a working broker on 127.0.0.1:9092.
-Topic-level defaults (`log.segment.bytes`, `log.retention.ms`, ...) are read through `broker_log_defaults`
-by `tierlog.storage.log_config`, which owns the topic config table. Unknown names are kept (Kafka warns
-about them and carries on), so a real Kafka `server.properties` starts a tierlog broker unchanged.
+Every setting tierlog knows is typed and validated when the configuration is read, before the broker touches
+a disk or a socket, and a bad one is refused with Kafka's one-line message naming the key, the value and the
+rule. Settings of features tierlog does not have yet (TLS, SASL, authorizers, a controller quorum of more
+than one voter, ZooKeeper mode) are refused the same way rather than ignored. Names tierlog does not know are
+logged once at start-up, as Kafka does, and otherwise left alone, so a real Kafka `server.properties` starts
+a tierlog broker. The rules are in docs/configuration.md.
+
+The broker defaults of topic configs (`log.segment.bytes`, `log.retention.ms`, ...) are defined from the topic
+config table of `tierlog.storage.log_config`, which resolves a topic's effective values from them.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
+
+from tierlog.config_def import ConfigDef, ConfigException, Validator, invalid, parse_config_value, parse_typed, render
+from tierlog.storage.log_config import ALL_TOPIC_CONFIGS, LogConfig
 
 log = logging.getLogger(__name__)
 
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+DEFAULT_SECURITY_PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
+FSSPEC_RSM_CLASS_NAME = "tierlog.tiered.fsspec_storage.FsspecRemoteStorageManager"
 
-@dataclass(frozen=True, slots=True)
-class BrokerConfigDef:
-    name: str
-    default: str
-    type: str  # Kafka's ConfigDef type names: int, long, string, boolean, list, double
-    doc: str
-
-
-def _d(name: str, default: str, type_: str, doc: str) -> BrokerConfigDef:
-    return BrokerConfigDef(name, default, type_, doc)
-
-
-BROKER_CONFIGS: dict[str, BrokerConfigDef] = {
-    d.name: d
-    for d in (
-        _d("node.id", "1", "int", "The node id of this server."),
-        _d("process.roles", "broker,controller", "list", "The roles this node plays."),
-        _d("listeners", "PLAINTEXT://127.0.0.1:9092", "list", "Listener URIs the broker binds."),
-        _d("advertised.listeners", "", "list", "Listeners given to clients; defaults to listeners."),
-        _d("log.dirs", "/tmp/tierlog-logs", "list", "Directories where partition data is kept."),
-        _d("num.partitions", "1", "int", "Default partition count of auto-created topics."),
-        _d("default.replication.factor", "1", "int", "Default replication factor of new topics."),
-        _d("auto.create.topics.enable", "true", "boolean", "Create unknown topics on metadata request."),
-        _d("delete.topic.enable", "true", "boolean", "Allow DeleteTopics."),
-        _d("socket.request.max.bytes", "104857600", "int", "Largest request frame accepted."),
-        _d("message.max.bytes", "1048588", "int", "Largest record batch accepted (max.message.bytes)."),
-        _d("fetch.max.bytes", "57671680", "int", "Upper bound of bytes in one fetch response."),
-        _d("min.insync.replicas", "1", "int", "ISR size needed for acks=all."),
-        _d("log.retention.check.interval.ms", "300000", "long", "How often retention runs."),
-        # The log cleaner (compaction of cleanup.policy=compact topics); the last four are the brokers'
-        # defaults of the topic configs min.cleanable.dirty.ratio, min/max.compaction.lag.ms, delete.retention.ms.
-        _d("log.cleaner.enable", "true", "boolean", "Run the log cleaner, which compacts compacted topics."),
-        _d("log.cleaner.threads", "1", "int", "Logs cleaned at the same time; they share the dedupe buffer."),
-        _d("log.cleaner.backoff.ms", "15000", "long", "Pause of the cleaner when no log needs cleaning."),
-        _d("log.cleaner.dedupe.buffer.size", "134217728", "long", "Memory of the cleaners' key -> offset maps."),
-        _d("log.cleaner.io.buffer.size", "524288", "int", "Read buffer of a cleaner."),
-        _d("log.cleaner.io.buffer.load.factor", "0.9", "double", "How full a cleaner's offset map may get."),
-        _d("log.cleaner.min.cleanable.ratio", "0.5", "double", "Dirty share of a log that makes it cleanable."),
-        _d("log.cleaner.min.compaction.lag.ms", "0", "long", "Minimum age of a record before it is compacted."),
-        _d("log.cleaner.max.compaction.lag.ms", "9223372036854775807", "long", "Age that forces compaction."),
-        _d("log.cleaner.delete.retention.ms", "86400000", "long", "How long tombstones are kept once cleaned."),
-        _d("log.flush.offset.checkpoint.interval.ms", "60000", "int", "Recovery point checkpoint period."),
-        _d("log.flush.start.offset.checkpoint.interval.ms", "60000", "int", "Log start checkpoint period."),
-        _d("replica.high.watermark.checkpoint.interval.ms", "5000", "long", "HW checkpoint period."),
-        _d("controller.quorum.voters", "", "list", "Controller voters as id@host:port; empty: this node."),
-        _d("controller.quorum.bootstrap.servers", "", "list", "Controller host:port list (KIP-853)."),
-        _d("controller.listener.names", "CONTROLLER", "list", "Listeners that serve only the controller."),
-        _d("inter.broker.listener.name", "", "string", "Listener brokers use to reach each other."),
-        _d("metadata.log.dir", "", "string", "Directory of __cluster_metadata-0; default: first of log.dirs."),
-        _d("broker.session.timeout.ms", "9000", "int", "A broker without a heartbeat this long is fenced."),
-        _d("broker.heartbeat.interval.ms", "2000", "int", "Period of broker heartbeats to the controller."),
-        _d("replica.lag.time.max.ms", "30000", "long", "A follower not caught up this long leaves the ISR."),
-        _d("replica.fetch.wait.max.ms", "500", "int", "Longest wait of a follower fetch at the leader."),
-        _d("replica.fetch.min.bytes", "1", "int", "Bytes a follower fetch waits for."),
-        _d("replica.fetch.max.bytes", "1048576", "int", "Bytes a follower fetches per partition."),
-        _d("replica.fetch.response.max.bytes", "10485760", "int", "Bytes a follower fetches per request."),
-        _d("replica.fetch.backoff.ms", "1000", "int", "Pause of a follower partition after a fetch error."),
-        _d("replica.socket.timeout.ms", "30000", "int", "Timeout of inter-broker requests."),
-        _d("unclean.leader.election.enable", "false", "boolean", "Elect an out-of-sync replica as last resort."),
-        _d("producer.id.expiration.ms", "86400000", "int", "Idle time after which a producer's state is dropped."),
-        _d("producer.id.expiration.check.interval.ms", "600000", "int", "How often idle producers are dropped."),
-        _d("tierlog.http.listener", "", "string", "host:port of /metrics, /v1/partitions, /v1/trace; empty: off."),
-        # Tiered storage (KIP-405), Kafka's names and defaults.
-        _d("remote.log.storage.system.enable", "false", "boolean", "Enable the remote tier on this broker."),
-        _d("remote.log.storage.manager.class.name", "", "string", "RemoteStorageManager; empty: fsspec's."),
-        _d("remote.log.storage.manager.impl.prefix", "rsm.config.", "string", "Prefix of RSM settings."),
-        _d("remote.log.metadata.manager.impl.prefix", "rlmm.config.", "string", "Prefix of RLMM settings."),
-        _d("remote.log.manager.task.interval.ms", "30000", "long", "Period of the copy and expiration tasks."),
-        _d("remote.log.manager.copier.thread.pool.size", "10", "int", "Threads copying segments."),
-        _d("remote.log.reader.threads", "10", "int", "Threads reading the remote tier for fetches."),
-        _d("remote.fetch.max.wait.ms", "500", "int", "Longest wait of a fetch served from the remote tier."),
-        _d("remote.log.index.file.cache.total.size.bytes", "1073741824", "long", "Bound of the index cache."),
-        _d("remote.log.metadata.initialization.retry.interval.ms", "100", "long", "RLMM start-up retry."),
-        # Group coordinator and __consumer_offsets, Kafka's names and defaults.
-        _d("offsets.topic.num.partitions", "50", "int", "Partitions of __consumer_offsets."),
-        _d("offsets.topic.replication.factor", "3", "short", "__consumer_offsets replicas (1 if standalone)."),
-        _d("offsets.topic.segment.bytes", "104857600", "int", "Segment size of __consumer_offsets."),
-        _d("offsets.load.buffer.size", "5242880", "int", "Bytes read at a time when loading groups."),
-        _d("offsets.commit.timeout.ms", "5000", "int", "Longest wait for a commit to be replicated."),
-        _d("offsets.retention.minutes", "10080", "int", "How long offsets of an empty group are kept."),
-        _d("offsets.retention.check.interval.ms", "600000", "long", "How often expired offsets are removed."),
-        _d("offset.metadata.max.bytes", "4096", "int", "Largest metadata string of an offset commit."),
-        _d("group.min.session.timeout.ms", "6000", "int", "Smallest session timeout a member may ask for."),
-        _d("group.max.session.timeout.ms", "1800000", "int", "Largest session timeout a member may ask for."),
-        _d("group.initial.rebalance.delay.ms", "3000", "int", "Wait for more members at a group's first join."),
-        _d("group.max.size", "2147483647", "int", "Most members of one consumer group."),
-    )
-}
-
-# Kafka accepts the legacy name too.
-_SYNONYMS = {"broker.id": "node.id", "log.dir": "log.dirs"}
-
-
-class ConfigError(ValueError):
-    """A configuration a person must fix; the message is one line that says what and where."""
+# Kafka's CoreUtils.listenerListToEndPoints pattern: NAME://host:port, the host optionally in [brackets].
+_LISTENER = re.compile(r"^([A-Za-z0-9_]+)://\[?([0-9a-zA-Z\-%._:]*?)\]?:(-?[0-9]+)$")
+_HOST_PORT = re.compile(r"^\[?([0-9a-zA-Z\-%._:]*?)\]?:([0-9]+)$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +39,362 @@ class Listener:
     name: str
     host: str
     port: int
+
+
+def _listener_problem(uri: str) -> str | None:
+    match = _LISTENER.match(uri)
+    if match is None:
+        return "expected NAME://host:port"
+    if not 0 <= int(match.group(3)) <= 65535:
+        return f"port {match.group(3)} is not between 0 and 65535"
+    return None
+
+
+def _each(entries: object, problem_of: Callable[[str], str | None]) -> str | None:
+    """The first entry's problem; the entry is named when the list has several."""
+    items = entries if isinstance(entries, tuple) else ()
+    for entry in items:
+        problem = problem_of(entry)
+        if problem is not None:
+            return f"{problem} (in {entry})" if len(items) > 1 else problem
+    return None
+
+
+def _listeners_problem(value: object) -> str | None:
+    problem = _each(value, _listener_problem)
+    if problem is not None:
+        return problem
+    names = [uri.partition("://")[0].upper() for uri in value]  # type: ignore[attr-defined]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        return f"each listener must have a different name, {', '.join(duplicates)} is used twice"
+    return None
+
+
+def _host_port_problem(entry: str) -> str | None:
+    match = _HOST_PORT.match(entry)
+    if match is None or not match.group(1):
+        return "expected host:port"
+    if not 0 < int(match.group(2)) <= 65535:
+        return f"port {match.group(2)} is not between 1 and 65535"
+    return None
+
+
+def _voter_problem(entry: str) -> str | None:
+    """Kafka's ControllerQuorumVotersValidator: each entry is {id}@{host}:{port}."""
+    node_id, at, address = entry.partition("@")
+    if not at or "@" in address:
+        return "each entry should be in the form {id}@{host}:{port}"
+    if not node_id.strip().isdigit():
+        return f"voter id {node_id!r} is not an integer"
+    return _host_port_problem(address)
+
+
+def _security_protocol_map_problem(value: object) -> str | None:
+    for entry in str(value).split(","):
+        name, colon, protocol = entry.strip().partition(":")
+        if not colon or not name:
+            return f"{entry.strip()} is not of the form LISTENER_NAME:SECURITY_PROTOCOL"
+        if protocol.strip().upper() not in SECURITY_PROTOCOLS:
+            return f"{protocol.strip()} is not a security protocol ({', '.join(SECURITY_PROTOCOLS)})"
+    return None
+
+
+def _optional_host_port_problem(value: object) -> str | None:
+    return _host_port_problem(str(value)) if value else None
+
+
+def _rsm_class_problem(value: object) -> str | None:
+    if value in ("", FSSPEC_RSM_CLASS_NAME):
+        return None
+    return f"tierlog ships {FSSPEC_RSM_CLASS_NAME} (file://, s3://, memory:// through fsspec); leave it empty to use it"
+
+
+def _d(
+    name: str,
+    default: str | None,
+    type_: str,
+    doc: str,
+    *,
+    at_least: float | None = None,
+    at_most: float | None = None,
+    choices: tuple[str, ...] | None = None,
+    validator: Validator | None = None,
+) -> ConfigDef:
+    """A broker config whose default is written as in a server.properties file; None: no default."""
+    typed = None if default is None else parse_typed(name, type_, default)
+    return ConfigDef(name, type_, typed, doc, at_least=at_least, at_most=at_most, choices=choices, validator=validator)
+
+
+_BROKER_OWN_CONFIGS: tuple[ConfigDef, ...] = (
+    _d("node.id", "1", "int", "The node id of this server.", at_least=0),
+    _d("process.roles", "broker,controller", "list", "The roles this node plays.", choices=("broker", "controller")),
+    _d(
+        "listeners",
+        "PLAINTEXT://127.0.0.1:9092",
+        "list",
+        "Listener URIs the broker binds.",
+        validator=_listeners_problem,
+    ),
+    _d(
+        "advertised.listeners",
+        "",
+        "list",
+        "Listeners given to clients; defaults to listeners.",
+        validator=_listeners_problem,
+    ),
+    _d(
+        "listener.security.protocol.map",
+        DEFAULT_SECURITY_PROTOCOL_MAP,
+        "string",
+        "Security protocol of each listener name.",
+        validator=_security_protocol_map_problem,
+    ),
+    _d(
+        "security.inter.broker.protocol",
+        "PLAINTEXT",
+        "string",
+        "Security protocol between brokers.",
+        choices=SECURITY_PROTOCOLS,
+    ),
+    _d("authorizer.class.name", "", "string", "The authorizer of requests; empty: none."),
+    _d("zookeeper.connect", None, "string", "ZooKeeper mode; tierlog runs in KRaft mode only."),
+    _d("log.dirs", "/tmp/tierlog-logs", "list", "Directories where partition data is kept."),
+    _d("num.partitions", "1", "int", "Default partition count of auto-created topics.", at_least=1),
+    # Kafka leaves this one unchecked until a topic is created; a factor below 1 can create no topic at all, so
+    # tierlog refuses it at start-up.
+    _d("default.replication.factor", "1", "int", "Default replication factor of new topics.", at_least=1),
+    _d("auto.create.topics.enable", "true", "boolean", "Create unknown topics on metadata request."),
+    _d("delete.topic.enable", "true", "boolean", "Allow DeleteTopics."),
+    _d("socket.request.max.bytes", "104857600", "int", "Largest request frame accepted.", at_least=1),
+    _d("message.max.bytes", "1048588", "int", "Largest record batch accepted (max.message.bytes).", at_least=0),
+    _d("fetch.max.bytes", "57671680", "int", "Upper bound of bytes in one fetch response.", at_least=1024),
+    _d("min.insync.replicas", "1", "int", "ISR size needed for acks=all.", at_least=1),
+    _d("log.retention.check.interval.ms", "300000", "long", "How often retention runs.", at_least=1),
+    # The log cleaner (compaction of cleanup.policy=compact topics); the last four are the brokers'
+    # defaults of the topic configs min.cleanable.dirty.ratio, min/max.compaction.lag.ms, delete.retention.ms.
+    _d("log.cleaner.enable", "true", "boolean", "Run the log cleaner, which compacts compacted topics."),
+    # Kafka declares atLeast(0) but then divides the dedupe buffer by the thread count: 0 fails there too.
+    _d("log.cleaner.threads", "1", "int", "Logs cleaned at the same time; they share the dedupe buffer.", at_least=1),
+    _d("log.cleaner.backoff.ms", "15000", "long", "Pause of the cleaner when no log needs cleaning.", at_least=0),
+    _d("log.cleaner.dedupe.buffer.size", "134217728", "long", "Memory of the cleaners' key -> offset maps."),
+    _d("log.cleaner.io.buffer.size", "524288", "int", "Read buffer of a cleaner.", at_least=0),
+    _d("log.cleaner.io.buffer.load.factor", "0.9", "double", "How full a cleaner's offset map may get."),
+    _d(
+        "log.cleaner.min.cleanable.ratio",
+        "0.5",
+        "double",
+        "Dirty share of a log that makes it cleanable.",
+        at_least=0,
+        at_most=1,
+    ),
+    _d(
+        "log.cleaner.min.compaction.lag.ms",
+        "0",
+        "long",
+        "Minimum age of a record before it is compacted.",
+        at_least=0,
+    ),
+    _d(
+        "log.cleaner.max.compaction.lag.ms",
+        "9223372036854775807",
+        "long",
+        "Age that forces compaction.",
+        at_least=1,
+    ),
+    _d(
+        "log.cleaner.delete.retention.ms",
+        "86400000",
+        "long",
+        "How long tombstones are kept once cleaned.",
+        at_least=0,
+    ),
+    # The periods of the broker's timers: Kafka's scheduler refuses a period of 0 at start-up too.
+    _d(
+        "log.flush.offset.checkpoint.interval.ms",
+        "60000",
+        "int",
+        "Recovery point checkpoint period.",
+        at_least=1,
+    ),
+    _d(
+        "log.flush.start.offset.checkpoint.interval.ms",
+        "60000",
+        "int",
+        "Log start checkpoint period.",
+        at_least=1,
+    ),
+    _d("replica.high.watermark.checkpoint.interval.ms", "5000", "long", "HW checkpoint period.", at_least=1),
+    _d(
+        "controller.quorum.voters",
+        "",
+        "list",
+        "Controller voters as id@host:port; empty: this node.",
+        validator=lambda value: _each(value, _voter_problem),
+    ),
+    _d(
+        "controller.quorum.bootstrap.servers",
+        "",
+        "list",
+        "Controller host:port list (KIP-853).",
+        validator=lambda value: _each(value, _host_port_problem),
+    ),
+    _d("controller.listener.names", "CONTROLLER", "list", "Listeners that serve only the controller."),
+    _d("inter.broker.listener.name", "", "string", "Listener brokers use to reach each other."),
+    _d("metadata.log.dir", "", "string", "Directory of __cluster_metadata-0; default: first of log.dirs."),
+    _d(
+        "broker.session.timeout.ms",
+        "9000",
+        "int",
+        "A broker without a heartbeat this long is fenced.",
+        at_least=1,
+    ),
+    _d("broker.heartbeat.interval.ms", "2000", "int", "Period of broker heartbeats to the controller.", at_least=1),
+    _d(
+        "replica.lag.time.max.ms",
+        "30000",
+        "long",
+        "A follower not caught up this long leaves the ISR.",
+        at_least=1,
+    ),
+    _d("replica.fetch.wait.max.ms", "500", "int", "Longest wait of a follower fetch at the leader.", at_least=0),
+    _d("replica.fetch.min.bytes", "1", "int", "Bytes a follower fetch waits for.", at_least=0),
+    _d("replica.fetch.max.bytes", "1048576", "int", "Bytes a follower fetches per partition.", at_least=0),
+    _d("replica.fetch.response.max.bytes", "10485760", "int", "Bytes a follower fetches per request.", at_least=0),
+    _d("replica.fetch.backoff.ms", "1000", "int", "Pause of a follower partition after a fetch error.", at_least=0),
+    _d("replica.socket.timeout.ms", "30000", "int", "Timeout of inter-broker requests.", at_least=1),
+    _d("unclean.leader.election.enable", "false", "boolean", "Elect an out-of-sync replica as last resort."),
+    _d(
+        "producer.id.expiration.ms",
+        "86400000",
+        "int",
+        "Idle time after which a producer's state is dropped.",
+        at_least=1,
+    ),
+    _d(
+        "producer.id.expiration.check.interval.ms",
+        "600000",
+        "int",
+        "How often idle producers are dropped.",
+        at_least=1,
+    ),
+    _d(
+        "tierlog.http.listener",
+        "",
+        "string",
+        "host:port of /metrics, /v1/partitions, /v1/trace; empty: off.",
+        validator=_optional_host_port_problem,
+    ),
+    # Tiered storage (KIP-405), Kafka's names and defaults.
+    _d("remote.log.storage.system.enable", "false", "boolean", "Enable the remote tier on this broker."),
+    _d(
+        "remote.log.storage.manager.class.name",
+        "",
+        "string",
+        "RemoteStorageManager; empty: fsspec's.",
+        validator=_rsm_class_problem,
+    ),
+    _d("remote.log.storage.manager.impl.prefix", "rsm.config.", "string", "Prefix of RSM settings."),
+    _d("remote.log.metadata.manager.impl.prefix", "rlmm.config.", "string", "Prefix of RLMM settings."),
+    _d(
+        "remote.log.manager.task.interval.ms",
+        "30000",
+        "long",
+        "Period of the copy and expiration tasks.",
+        at_least=1,
+    ),
+    _d("remote.log.manager.copier.thread.pool.size", "10", "int", "Threads copying segments.", at_least=1),
+    _d("remote.log.reader.threads", "10", "int", "Threads reading the remote tier for fetches.", at_least=1),
+    _d("remote.fetch.max.wait.ms", "500", "int", "Longest wait of a fetch served from the remote tier.", at_least=1),
+    _d(
+        "remote.log.index.file.cache.total.size.bytes",
+        "1073741824",
+        "long",
+        "Bound of the index cache.",
+        at_least=1,
+    ),
+    _d(
+        "remote.log.metadata.initialization.retry.interval.ms",
+        "100",
+        "long",
+        "RLMM start-up retry.",
+        at_least=0,
+    ),
+    # Group coordinator and __consumer_offsets, Kafka's names and defaults.
+    _d("offsets.topic.num.partitions", "50", "int", "Partitions of __consumer_offsets.", at_least=1),
+    _d(
+        "offsets.topic.replication.factor",
+        "3",
+        "short",
+        "__consumer_offsets replicas (1 if standalone).",
+        at_least=1,
+    ),
+    _d("offsets.topic.segment.bytes", "104857600", "int", "Segment size of __consumer_offsets.", at_least=1),
+    _d("offsets.load.buffer.size", "5242880", "int", "Bytes read at a time when loading groups.", at_least=1),
+    _d("offsets.commit.timeout.ms", "5000", "int", "Longest wait for a commit to be replicated.", at_least=1),
+    _d("offsets.retention.minutes", "10080", "int", "How long offsets of an empty group are kept.", at_least=1),
+    _d(
+        "offsets.retention.check.interval.ms",
+        "600000",
+        "long",
+        "How often expired offsets are removed.",
+        at_least=1,
+    ),
+    _d("offset.metadata.max.bytes", "4096", "int", "Largest metadata string of an offset commit."),
+    _d("group.min.session.timeout.ms", "6000", "int", "Smallest session timeout a member may ask for."),
+    _d("group.max.session.timeout.ms", "1800000", "int", "Largest session timeout a member may ask for."),
+    _d("group.initial.rebalance.delay.ms", "3000", "int", "Wait for more members at a group's first join."),
+    _d("group.max.size", "2147483647", "int", "Most members of one consumer group.", at_least=1),
+    # Broker settings of topic configs that Kafka resolves through coarser units (KafkaConfig
+    # .logRetentionTimeMillis, .logRollTimeMillis, ...); LogConfig reads them in that order.
+    _d("log.retention.ms", None, "long", "Retention time; overrides log.retention.minutes and .hours."),
+    _d("log.retention.minutes", None, "int", "Retention time in minutes; overrides log.retention.hours."),
+    _d("log.retention.hours", "168", "int", "Retention time in hours."),
+    _d("log.roll.ms", None, "long", "Time after which a segment is rolled; overrides log.roll.hours."),
+    _d("log.roll.hours", "168", "int", "Time after which a segment is rolled, in hours.", at_least=1),
+    _d("log.roll.jitter.ms", None, "long", "Jitter of segment rolls; overrides log.roll.jitter.hours."),
+    _d("log.roll.jitter.hours", "0", "int", "Jitter of segment rolls, in hours.", at_least=0),
+    _d("log.flush.interval.ms", None, "long", "Longest time between fsyncs; overrides the scheduler interval."),
+    _d("log.flush.scheduler.interval.ms", "9223372036854775807", "long", "How often logs are checked for a flush."),
+)
+
+
+def _topic_synonyms(defined: set[str]) -> list[ConfigDef]:
+    """The broker settings that give topic configs their defaults (log.segment.bytes for segment.bytes, ...),
+    typed and validated as the topic config itself, as Kafka's LogConfig.SERVER_CONFIG_DEF does."""
+    synonyms = []
+    for topic_config in ALL_TOPIC_CONFIGS.values():
+        name = topic_config.broker_synonym
+        if name is not None and name not in defined:
+            synonyms.append(
+                ConfigDef(
+                    name,
+                    topic_config.type,
+                    topic_config.default,
+                    f"Default of the topic config {topic_config.name}: {topic_config.doc}",
+                    at_least=topic_config.at_least,
+                    at_most=topic_config.at_most,
+                    choices=topic_config.choices,
+                    validator=topic_config.validator,
+                )
+            )
+            defined.add(name)
+    return synonyms
+
+
+BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in _BROKER_OWN_CONFIGS}
+BROKER_CONFIGS.update({d.name: d for d in _topic_synonyms(set(BROKER_CONFIGS))})
+
+# Kafka accepts the legacy names too.
+_SYNONYMS = {"broker.id": "node.id", "log.dir": "log.dirs"}
+
+# Prefixes of settings for features tierlog does not have yet: one set is refused at start-up, not ignored.
+_UNSUPPORTED_PREFIXES = {
+    "ssl.": "TLS (ssl.*)",
+    "sasl.": "SASL authentication (sasl.*)",
+}
+# Per-listener overrides (listener.name.<name>.<config>) of those same features.
+_UNSUPPORTED_LISTENER_OVERRIDE = re.compile(r"^listener\.name\.[^.]+\.(ssl\.|sasl\.|[a-z0-9-]+\.sasl\.jaas\.config$)")
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -144,33 +420,35 @@ def parse_properties(text: str) -> dict[str, str]:
 
 def parse_listener(uri: str) -> Listener:
     """`PLAINTEXT://host:port`; an empty host means every interface, as in Kafka."""
-    name, sep, _ = uri.partition("://")
-    if not sep:
-        raise ConfigError(f"listener {uri!r} is not of the form NAME://host:port")
-    parts = urlsplit("tcp://" + uri.split("://", 1)[1])
-    if parts.port is None:
-        raise ConfigError(f"listener {uri!r} has no port")
-    return Listener(name.upper(), parts.hostname or "", parts.port)
+    problem = _listener_problem(uri)
+    if problem is not None:
+        raise ConfigException(f"listener {problem}")
+    match = _LISTENER.match(uri)
+    assert match is not None
+    return Listener(match.group(1).upper(), match.group(2), int(match.group(3)))
 
 
 def parse_host_port(name: str, address: str) -> tuple[str, int]:
     """`host:port` (an empty host means 127.0.0.1)."""
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit():
-        raise ConfigError(f"{name} {address!r} is not host:port")
-    return host or "127.0.0.1", int(port)
+        raise ConfigException(f"{name} {address!r} is not host:port")
+    return host.strip("[]") or "127.0.0.1", int(port)
 
 
 class KafkaConfig:
-    """Broker settings: the explicit properties laid over the embedded defaults."""
+    """Broker settings: the explicit properties laid over the embedded defaults, every one validated."""
 
     def __init__(self, props: Mapping[str, str] | None = None) -> None:
         self.originals: dict[str, str] = {}
         for key, value in (props or {}).items():
             self.originals[_SYNONYMS.get(key, key)] = value
-        for key in sorted(set(self.originals) - set(BROKER_CONFIGS)):
-            if not key.startswith(("log.", "controller.", "listener.", "inter.broker.", "group.")):
-                log.debug("configuration %s is not used by tierlog", key)
+        self._values: dict[str, object] = {}
+        for name, definition in BROKER_CONFIGS.items():
+            if name in self.originals:
+                self._values[name] = parse_config_value(definition, self.originals[name])
+            else:
+                self._values[name] = definition.default
         self._check()
 
     @classmethod
@@ -180,53 +458,179 @@ class KafkaConfig:
             try:
                 props = parse_properties(path.read_text())
             except OSError as e:
-                raise ConfigError(f"cannot read {path}: {e.strerror}") from None
+                raise ConfigException(f"cannot read {path}: {e.strerror}") from None
         props.update(overrides or {})
         return cls(props)
 
     def get(self, name: str) -> str:
+        """The setting as text: as given, else its default as Kafka shows it ('' for no default)."""
         if name in self.originals:
             return self.originals[name]
-        return BROKER_CONFIGS[name].default
+        return render(BROKER_CONFIGS[name].default)
 
     def get_int(self, name: str) -> int:
-        value = self.get(name)
-        try:
-            return int(value)
-        except ValueError:
-            raise ConfigError(f"{name}={value!r} is not an integer") from None
+        value = self._values[name]
+        assert isinstance(value, int) and not isinstance(value, bool), f"{name} is not an integer config"
+        return value
+
+    def get_double(self, name: str) -> float:
+        value = self._values[name]
+        assert isinstance(value, float), f"{name} is not a double config"
+        return value
 
     def get_bool(self, name: str) -> bool:
-        value = self.get(name).strip().lower()
-        if value not in ("true", "false"):
-            raise ConfigError(f"{name}={value!r} must be true or false")
-        return value == "true"
+        value = self._values[name]
+        assert isinstance(value, bool), f"{name} is not a boolean config"
+        return value
 
     def get_list(self, name: str) -> list[str]:
-        return [item.strip() for item in self.get(name).split(",") if item.strip()]
+        value = self._values[name]
+        assert isinstance(value, tuple), f"{name} is not a list config"
+        return list(value)
+
+    def unused_keys(self) -> list[str]:
+        """Supplied settings tierlog does not read: Kafka logs these once at start-up."""
+        prefixes = (
+            self.get("remote.log.storage.manager.impl.prefix"),
+            self.get("remote.log.metadata.manager.impl.prefix"),
+        )
+        return sorted(k for k in self.originals if k not in BROKER_CONFIGS and not k.startswith(prefixes))
+
+    def log_unused(self) -> None:
+        """Kafka's AbstractConfig.logUnused: one line naming every supplied setting that is not used."""
+        unused = self.unused_keys()
+        if unused:
+            log.warning("These configurations '[%s]' were supplied but are not used yet.", ", ".join(unused))
 
     def _check(self) -> None:
-        for name, definition in BROKER_CONFIGS.items():
-            if definition.type in ("short", "int", "long"):
-                self.get_int(name)
-            elif definition.type == "boolean":
-                self.get_bool(name)
-        if not self.listeners:
-            raise ConfigError("listeners is empty: set e.g. listeners=PLAINTEXT://127.0.0.1:9092")
+        """Kafka's KafkaConfig.validateValues, for the settings tierlog has, and the refusal of settings of
+        features it does not have yet."""
         if not self.log_dirs:
-            raise ConfigError("log.dirs is empty")
-        roles = self.process_roles
-        if not roles or roles - {"broker", "controller"}:
-            raise ConfigError(f"process.roles={self.get('process.roles')!r} must be broker, controller or both")
-        if "broker" not in roles:
-            raise ConfigError(
-                "process.roles=controller (a dedicated controller) is not supported yet: use broker,controller"
+            raise ConfigException("At least one log directory must be defined via log.dirs or log.dir.")
+        if self.get("zookeeper.connect"):
+            raise ConfigException(
+                "zookeeper.connect is set, but tierlog runs in KRaft mode only: use process.roles, node.id and "
+                "controller.quorum.voters instead"
             )
-        self.http_listener  # noqa: B018 (refuses a malformed address at start-up, not after the broker came up)
+        roles = self.get_list("process.roles")
+        if not roles:
+            raise invalid("process.roles", "", "give broker, controller or both")
+        if len(set(roles)) != len(roles):
+            raise ConfigException(f"Duplicate role names found in `process.roles`: {', '.join(roles)}")
+        if "broker" not in roles:
+            raise ConfigException(
+                "process.roles=controller (a dedicated controller) is not supported by tierlog yet: "
+                "use process.roles=broker,controller"
+            )
+        self._check_unsupported_security()
+        self._check_quorum()
+        self._check_listeners()
+        if self.get_int("replica.fetch.wait.max.ms") > self.get_int("replica.socket.timeout.ms"):
+            raise ConfigException("replica.socket.timeout.ms should always be at least replica.fetch.wait.max.ms")
+        if self.get_int("replica.fetch.wait.max.ms") > self.get_int("replica.lag.time.max.ms"):
+            raise ConfigException(
+                "replica.fetch.wait.max.ms should always be less than or equal to replica.lag.time.max.ms"
+            )
+        # The topic defaults these settings give must make a valid topic configuration, and Kafka's
+        # log.retention rule holds on the resolved value (any negative time means unlimited, 0 is refused).
+        defaults = LogConfig.from_props({}, self.originals)
+        if defaults.retention_ms == 0:
+            raise ConfigException("log.retention.ms must be unlimited (-1) or, greater than or equal to 1")
+        if defaults.segment_ms < 1:
+            raise ConfigException("log.roll.ms must be greater than or equal to 1")
+
+    def _check_unsupported_security(self) -> None:
+        for key in sorted(self.originals):
+            for prefix, feature in _UNSUPPORTED_PREFIXES.items():
+                if key.startswith(prefix):
+                    raise ConfigException(f"{key} is set, but tierlog does not support {feature} yet")
+            if _UNSUPPORTED_LISTENER_OVERRIDE.match(key):
+                raise ConfigException(f"{key} is set, but tierlog does not support TLS or SASL listeners yet")
+        if self.get("authorizer.class.name"):
+            raise ConfigException(
+                f"authorizer.class.name={self.get('authorizer.class.name')} is set, but tierlog has no authorizer "
+                "yet: every client could do everything, so it refuses to start"
+            )
+        protocol = self.get("security.inter.broker.protocol")
+        if protocol != "PLAINTEXT":
+            raise ConfigException(
+                f"security.inter.broker.protocol={protocol}: tierlog supports only PLAINTEXT between brokers yet"
+            )
+
+    def _check_quorum(self) -> None:
+        voters = self.get_list("controller.quorum.voters")
+        if len(voters) > 1:
+            raise ConfigException(
+                f"controller.quorum.voters lists {len(voters)} voters ({', '.join(voters)}), but tierlog runs a "
+                "single controller yet: give only the controller node, e.g. controller.quorum.voters=1@host:9093"
+            )
+        servers = self.get_list("controller.quorum.bootstrap.servers")
+        if len(servers) > 1:
+            raise ConfigException(
+                f"controller.quorum.bootstrap.servers lists {len(servers)} servers, but tierlog runs a single "
+                "controller yet: give only the controller's address"
+            )
+        voter_ids = {int(voter.partition("@")[0]) for voter in voters}
+        if self.is_controller and voter_ids and self.node_id not in voter_ids:
+            raise ConfigException(
+                f"If process.roles contains the 'controller' role, the node id {self.node_id} must be included in "
+                f"the set of voters controller.quorum.voters={','.join(voters)}"
+            )
+        if not self.is_controller and self.node_id in voter_ids:
+            raise ConfigException(
+                f"If process.roles contains just the 'broker' role, the node id {self.node_id} must not be included "
+                f"in the set of voters controller.quorum.voters={','.join(voters)}"
+            )
         if not self.is_controller and self.controller_address is None:
-            raise ConfigError(
+            raise ConfigException(
                 "process.roles=broker needs controller.quorum.voters or controller.quorum.bootstrap.servers"
             )
+
+    def _check_listeners(self) -> None:
+        protocols = self.listener_security_protocols
+        all_listeners = [parse_listener(uri) for uri in self.get_list("listeners")]
+        for listener in all_listeners:
+            protocol = protocols.get(listener.name)
+            if protocol is None:
+                raise ConfigException(
+                    f"Listener with name {listener.name} defined in listeners not found in "
+                    "listener.security.protocol.map."
+                )
+            if protocol != "PLAINTEXT":
+                raise ConfigException(
+                    f"listeners: {listener.name}://{listener.host}:{listener.port} uses security protocol "
+                    f"{protocol}, which tierlog does not support yet (PLAINTEXT only): its clients would be "
+                    "neither authenticated nor encrypted"
+                )
+        if not self.listeners:
+            raise ConfigException("listeners has no broker listener: set e.g. listeners=PLAINTEXT://127.0.0.1:9092")
+        names = {listener.name for listener in all_listeners}
+        if self.is_controller and not self.is_standalone:
+            controller_names = {n.upper() for n in self.get_list("controller.listener.names")}
+            if not controller_names or not controller_names <= names:
+                raise ConfigException(
+                    "controller.listener.names must only contain values appearing in the 'listeners' configuration "
+                    "when running the KRaft controller role"
+                )
+        inter_broker = self.get("inter.broker.listener.name").upper()
+        if inter_broker and inter_broker not in {listener.name for listener in self.advertised_listeners}:
+            raise ConfigException(
+                f"inter.broker.listener.name must be a listener name defined in advertised.listeners. The valid "
+                f"options based on currently configured listeners are {','.join(sorted(names))}"
+            )
+
+    @property
+    def listener_security_protocols(self) -> dict[str, str]:
+        """listener.security.protocol.map as a dict; as in Kafka's KRaft mode, controller listeners missing from
+        a map left at its default are PLAINTEXT."""
+        protocols = {}
+        for entry in self.get("listener.security.protocol.map").split(","):
+            name, _, protocol = entry.strip().partition(":")
+            protocols[name.strip().upper()] = protocol.strip().upper()
+        if "listener.security.protocol.map" not in self.originals:
+            for name in self.get_list("controller.listener.names"):
+                protocols.setdefault(name.upper(), "PLAINTEXT")
+        return protocols
 
     @property
     def node_id(self) -> int:
@@ -238,7 +642,7 @@ class KafkaConfig:
 
     @property
     def process_roles(self) -> set[str]:
-        return {role.lower() for role in self.get_list("process.roles")}
+        return set(self.get_list("process.roles"))
 
     @property
     def controller_address(self) -> tuple[str, int] | None:
@@ -266,7 +670,7 @@ class KafkaConfig:
             try:
                 return int(values[name])
             except ValueError:
-                raise ConfigError(f"{name}={values[name]!r} is not an integer") from None
+                raise invalid(name, values[name], "Not a number of type SHORT") from None
         return 1 if self.is_standalone else 3
 
     @property
@@ -331,7 +735,14 @@ class KafkaConfig:
         """Every explicit property: LogConfig picks the `log.*` and other broker synonyms it knows."""
         return dict(self.originals)
 
-    def describe(self) -> list[tuple[str, str, bool]]:
-        """(name, value, is_default) for DescribeConfigs on the broker resource."""
-        names = sorted(set(BROKER_CONFIGS) | set(self.originals))
-        return [(n, self.get(n) if n in BROKER_CONFIGS else self.originals[n], n not in self.originals) for n in names]
+    def describe(self) -> list[tuple[str, str | None, bool]]:
+        """(name, value, is_default) for DescribeConfigs on the broker resource; a config without a default
+        that is not set has no value (Kafka's null)."""
+        described: list[tuple[str, str | None, bool]] = []
+        for name in sorted(set(BROKER_CONFIGS) | set(self.originals)):
+            if name in self.originals:
+                described.append((name, self.originals[name], False))
+            else:
+                default = BROKER_CONFIGS[name].default
+                described.append((name, None if default is None else render(default), True))
+        return described

@@ -88,14 +88,24 @@ def run_broker(tmp_path: Path, test: Callable[[KafkaApis], Awaitable[None]]) -> 
 
 
 async def find_coordinator(apis: KafkaApis, group: str) -> Any:
-    """FindCoordinator v4 until the group's coordinator is known (the first ones create __consumer_offsets)."""
+    """FindCoordinator v4 until the group's coordinator is known (the first ones create __consumer_offsets),
+    then, as a client's first group request would, until the coordinator has loaded the group's partition
+    (FindCoordinator answers during the load, as Kafka's does)."""
     async with asyncio.timeout(20):
         while True:
             response = await call(apis, API_FIND_COORDINATOR, 4, key_type=0, coordinator_keys=(group,))
             (found,) = response.coordinators
             if found.error_code == ErrorCode.none:
-                return found
+                break
             assert found.error_code in (ErrorCode.coordinator_not_available, ErrorCode.coordinator_load_in_progress)
+            await asyncio.sleep(0.05)
+        s = request_schema(API_OFFSET_FETCH, 9)
+        while True:
+            probe = await call(
+                apis, API_OFFSET_FETCH, 9, groups=(s.OffsetFetchRequestGroup(group_id=group, topics=()),)
+            )
+            if probe.groups[0].error_code != ErrorCode.coordinator_load_in_progress:
+                return found
             await asyncio.sleep(0.05)
 
 

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from tierlog.common import TopicPartition
-from tierlog.config import ConfigError, KafkaConfig
+from tierlog.config import KafkaConfig
+from tierlog.config_def import ConfigException
 from tierlog.records.codec import build_batch
 from tierlog.server import log_cleaner_threads
 from tierlog.server.log_cleaner_threads import LogCleanerThreads
@@ -122,13 +123,13 @@ def test_unreadable_data_marks_the_partition_uncleanable(tmp_path: Path, monkeyp
 @pytest.mark.parametrize(
     ("name", "value", "message"),
     [
-        ("log.cleaner.threads", "0", "log.cleaner.threads=0 must be at least 1"),
-        ("log.cleaner.io.buffer.load.factor", "lots", "is not a number"),
+        ("log.cleaner.threads", "0", "Invalid value 0 for configuration log.cleaner.threads: Value must be at least 1"),
+        ("log.cleaner.io.buffer.load.factor", "lots", "Not a number of type DOUBLE"),
         ("log.cleaner.dedupe.buffer.size", "10", "too small"),
     ],
 )
 def test_bad_cleaner_settings_are_one_line_errors(tmp_path: Path, name: str, value: str, message: str) -> None:
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigException, match=message):
         LogCleanerThreads(
             KafkaConfig({"log.dirs": str(tmp_path), name: value}), LogManager([tmp_path], {}), MetricsRegistry()
         )

@@ -19,7 +19,8 @@ from tierlog.cli.produce import produce
 from tierlog.cli.sim import sim
 from tierlog.cli.topic import topic
 from tierlog.cli.trace import trace
-from tierlog.config import ConfigError, KafkaConfig
+from tierlog.config import KafkaConfig
+from tierlog.config_def import ConfigException
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -44,7 +45,7 @@ def cli() -> None:
 )
 def broker(config_file: Path | None, overrides: tuple[str, ...], log_level: str) -> None:
     """Run a broker. Without CONFIG_FILE it serves 127.0.0.1:9092 with data in /tmp/tierlog-logs."""
-    from tierlog.server.broker import run_broker
+    from tierlog.server.broker import StartupError, run_broker
 
     logging.basicConfig(
         level=log_level.upper(),
@@ -54,10 +55,10 @@ def broker(config_file: Path | None, overrides: tuple[str, ...], log_level: str)
     try:
         config = KafkaConfig.from_file(config_file, dict(parse_key_values(overrides, "--override")))
         run_broker(config)
-    except ConfigError as e:
+    except (ConfigException, StartupError) as e:
         raise click.ClickException(str(e)) from None
     except OSError as e:
-        raise click.ClickException(f"cannot start the broker: {e}") from None
+        raise click.ClickException(f"the broker stopped on an I/O error: {e}") from None
 
 
 @cli.command(name="dump-log")

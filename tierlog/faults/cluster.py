@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
-from tierlog.cli.local_cluster import CONTROLLER_NODE_ID, LocalCluster, free_ports
+from tierlog.cli.local_cluster import CONTROLLER_LISTENER, CONTROLLER_NODE_ID, LocalCluster, free_ports
 from tierlog.faults.proxy import FaultProxy
 
 REPLICATION_LISTENER = "REPLICATION"
@@ -38,6 +38,10 @@ class ProxiedCluster(LocalCluster):
         proxy = self._replication_proxies[node_id]
         settings["advertised.listeners"] = f"{client},{REPLICATION_LISTENER}://{_HOST}:{proxy.port}"
         settings["inter.broker.listener.name"] = REPLICATION_LISTENER
+        # A listener name of one's own needs its security protocol, as in Kafka.
+        settings["listener.security.protocol.map"] = (
+            f"PLAINTEXT:PLAINTEXT,{REPLICATION_LISTENER}:PLAINTEXT,{CONTROLLER_LISTENER}:PLAINTEXT"
+        )
         if node_id != CONTROLLER_NODE_ID:
             controller = FaultProxy(self.controller_port, f"controller-link-{node_id}")
             self._controller_proxies[node_id] = controller

@@ -14,11 +14,14 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import signal
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from tierlog.config import ConfigError, KafkaConfig, Listener
+from tierlog.config import KafkaConfig, Listener
+from tierlog.config_def import ConfigException
 from tierlog.controller.metadata import ClusterMetadata
 from tierlog.controller.records import Endpoint
 from tierlog.replication.fetcher import FetcherConfig, ReplicaFetcher
@@ -61,12 +64,37 @@ logger = logging.getLogger(__name__)
 POST_ROLL_FLUSH_INTERVAL_MS = 1000
 SHUTDOWN_DRAIN_S = 5.0
 REMOTE_INDEX_CACHE_DIR = "remote-log-index-cache"
-FSSPEC_RSM_CLASS_NAME = "tierlog.tiered.fsspec_storage.FsspecRemoteStorageManager"
+
+
+class StartupError(Exception):
+    """The broker cannot start (a port in use, a log directory it cannot use); one line for a person."""
+
+
+def _prepare_log_dir(log_dir: Path) -> None:
+    """Create a missing log directory (as Kafka's LogManager does) and check that it can be written, before
+    anything is written into any of them."""
+    try:
+        log_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise StartupError(f"cannot use log directory {log_dir}: {_reason(e)}") from None
+    if not os.access(log_dir, os.W_OK | os.X_OK):
+        raise StartupError(f"cannot use log directory {log_dir}: it is not writable")
+
+
+def _reason(error: OSError) -> str:
+    """An OSError as a person reads it ("Address already in use"), without asyncio's restatement of the address."""
+    return os.strerror(error.errno) if error.errno else str(error)
 
 
 class Broker:
     def __init__(self, config: KafkaConfig) -> None:
         self.config = config
+        # The one piece of I/O here: a log directory that cannot be used stops the broker before anything
+        # reads or writes any of them.
+        for log_dir in (*config.log_dirs, config.metadata_log_dir):
+            _prepare_log_dir(log_dir)
+        # Set once start() has bound its ports: only then is there anything to shut down.
+        self._started = False
         self._servers: list[asyncio.Server] = []
         self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self._periodic: list[asyncio.Task[None]] = []
@@ -156,16 +184,10 @@ class Broker:
         """KIP-405's RemoteLogManager with the default (fsspec) RemoteStorageManager and the topic-based
         RemoteLogMetadataManager, both configured through Kafka's impl prefixes (rsm.config.*, rlmm.config.*)."""
         config = self.config
-        rsm_class = config.get("remote.log.storage.manager.class.name")
-        if rsm_class not in ("", FSSPEC_RSM_CLASS_NAME):
-            raise ConfigError(
-                f"remote.log.storage.manager.class.name={rsm_class!r}: tierlog ships {FSSPEC_RSM_CLASS_NAME} "
-                "(file://, s3://, memory:// through fsspec); leave it empty to use it"
-            )
         try:
             rsm = FsspecRemoteStorageManager.from_config(config.prefixed("remote.log.storage.manager.impl.prefix"))
         except ValueError as e:
-            raise ConfigError(str(e)) from None
+            raise ConfigException(str(e)) from None
         rlmm_settings = config.prefixed("remote.log.metadata.manager.impl.prefix")
         rlmm_settings[RLMM_REPLICATION_FACTOR_CONFIG] = str(
             config.internal_topic_replication_factor(RLMM_REPLICATION_FACTOR_CONFIG, rlmm_settings)
@@ -192,22 +214,28 @@ class Broker:
         self.apis.remote_log = self.remote_log
 
     async def start(self) -> None:
+        """Start-up fails before it writes anything when a port cannot be bound (log directories were checked
+        when the broker was built), so a broker that cannot run leaves no cluster id behind and prints nothing
+        that looks like a start (docs/configuration.md)."""
         config = self.config
-        for log_dir in config.log_dirs:
-            log_dir.mkdir(parents=True, exist_ok=True)
         max_request = config.get_int("socket.request.max.bytes")
+        # Every port is bound now, as Kafka's SocketServer binds its acceptors when it is built; each serves
+        # once its side is ready (the controller's at once, the clients' once the broker is unfenced).
+        controller_servers = [await self._bind(listener, max_request) for listener in config.controller_listeners]
+        client_servers = [await self._bind(listener, max_request) for listener in config.listeners]
+        await self._start_http(self._metrics_registry)
+        self._started = True
         if self.controller_server is not None:
             self.controller_server.start()
             # Other brokers register through this listener before this node's broker side is ready.
-            for listener in config.controller_listeners:
-                await self._listen(listener, max_request)
+            for server in controller_servers:
+                await server.start_serving()
         self._background.append(asyncio.create_task(self.loader.run(), name="metadata-loader"))
         self._background.append(asyncio.create_task(self.lifecycle.run(), name="broker-lifecycle"))
         self._background.append(asyncio.create_task(self._send_alter_partitions(), name="alter-partition"))
         await self.lifecycle.unfenced.wait()
-        for listener in config.listeners:
-            await self._listen(listener, max_request)
-        await self._start_http(self._metrics_registry)
+        for server in client_servers:
+            await server.start_serving()
         if self.rlmm is not None and self.remote_log is not None:
             self.rlmm.start()
             self.remote_log.start()
@@ -238,15 +266,22 @@ class Broker:
     def _advertised_endpoints(self) -> list[Endpoint]:
         return [Endpoint(listener.name, listener.host, listener.port) for listener in self.config.advertised_listeners]
 
-    async def _listen(self, listener: Listener, max_request: int) -> None:
-        server = await asyncio.start_server(
-            lambda r, w: self._accept(r, w, max_request),
-            listener.host or None,
-            listener.port,
-            reuse_address=True,
-            limit=2**20,
-        )
+    async def _bind(self, listener: Listener, max_request: int) -> asyncio.Server:
+        try:
+            server = await asyncio.start_server(
+                lambda r, w: self._accept(r, w, max_request),
+                listener.host or None,
+                listener.port,
+                reuse_address=True,
+                limit=2**20,
+                start_serving=False,
+            )
+        except OSError as e:
+            raise StartupError(
+                f"cannot listen on {listener.name}://{listener.host}:{listener.port}: {_reason(e)}"
+            ) from None
         self._servers.append(server)
+        return server
 
     async def _start_http(self, registry: MetricsRegistry) -> None:
         address = self.config.http_listener
@@ -264,7 +299,10 @@ class Broker:
         self.http_server = HttpServer(
             {"/metrics": metrics, "/v1/partitions": partitions, "/v1/trace": trace_stream_route(self.trace_log)}
         )
-        bound = await self.http_server.start(host, port)
+        try:
+            bound = await self.http_server.start(host, port)
+        except OSError as e:
+            raise StartupError(f"cannot listen on tierlog.http.listener {host}:{port}: {_reason(e)}") from None
         logger.info("[Broker id=%d] HTTP (metrics, partitions, trace) on %s:%d", self.config.node_id, host, bound)
 
     def _wire_metrics(self) -> None:
@@ -475,6 +513,11 @@ class Broker:
     async def stop(self) -> None:
         """Controlled shutdown: hand leaderships to other replicas, stop accepting, end connections, then
         flush and checkpoint everything and leave the clean-shutdown marker so the next start skips recovery."""
+        if not self._started:
+            for server in self._servers:
+                server.close()
+            await self.channel.close()
+            return
         await self.lifecycle.controlled_shutdown()
         for server in self._servers:
             server.close()
@@ -517,6 +560,7 @@ class Broker:
 
 
 async def _run(config: KafkaConfig) -> None:
+    config.log_unused()
     broker = Broker(config)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -18,6 +18,7 @@ from typing import Any
 
 from tierlog.common import TopicPartition
 from tierlog.config import KafkaConfig
+from tierlog.config_def import render
 from tierlog.controller.controller import Controller, validate_topic_name
 from tierlog.controller.errors import ControllerError, InvalidConfigError, InvalidReplicaAssignmentError
 from tierlog.controller.metadata import ClusterMetadata, TopicMetadata
@@ -50,7 +51,7 @@ from tierlog.server.metadata_loader import MetadataLoader
 from tierlog.server.metrics import BrokerMetrics
 from tierlog.server.remote_log_tasks import RemoteLogTasks
 from tierlog.storage.errors import KafkaStorageError, OffsetOutOfRangeError
-from tierlog.storage.log_config import TOPIC_CONFIGS
+from tierlog.storage.log_config import ALL_TOPIC_CONFIGS
 from tierlog.tiered.remote_storage_manager import RemoteStorageError
 
 logger = logging.getLogger(__name__)
@@ -887,14 +888,14 @@ class KafkaApis:
         setting of its synonym, else Kafka's default."""
         broker = self.config.originals
         entries = []
-        for name, definition in sorted(TOPIC_CONFIGS.items()):
+        for name, definition in sorted(ALL_TOPIC_CONFIGS.items()):
             synonyms: list[tuple[str, str, int]] = []
             if name in overrides:
                 synonyms.append((name, overrides[name], SOURCE_DYNAMIC_TOPIC_CONFIG))
             synonym = definition.broker_synonym
             if synonym and synonym in broker:
                 synonyms.append((synonym, broker[synonym], SOURCE_STATIC_BROKER_CONFIG))
-            synonyms.append((synonym or name, _config_str(definition.default), SOURCE_DEFAULT_CONFIG))
+            synonyms.append((synonym or name, render(definition.default), SOURCE_DEFAULT_CONFIG))
             value, source = synonyms[0][1], synonyms[0][2]
             entries.append((name, value, source, synonyms))
         return entries
@@ -920,7 +921,7 @@ class KafkaApis:
                     for name, value, source, synonyms in self._topic_config_entries(topic.configs):
                         if keys is not None and name not in keys:
                             continue
-                        definition = TOPIC_CONFIGS[name]
+                        definition = ALL_TOPIC_CONFIGS[name]
                         entries.append(
                             s.DescribeConfigsResourceResult(
                                 name=name,
@@ -1055,12 +1056,6 @@ def _apply_config_operations(resource: Any, current: dict[str, str]) -> dict[str
 def _holds_several_batches(records: bytes) -> bool:
     first = batch_size_at(records, 0)
     return first is not None and first < len(records)
-
-
-def _config_str(value: object) -> str:
-    if isinstance(value, bool):
-        return str(value).lower()
-    return "" if value is None else str(value)
 
 
 def check_topic_name(name: str) -> str | None:

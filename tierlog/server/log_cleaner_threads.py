@@ -14,7 +14,8 @@ import asyncio
 import contextlib
 import logging
 
-from tierlog.config import ConfigError, KafkaConfig
+from tierlog.config import KafkaConfig
+from tierlog.config_def import ConfigException
 from tierlog.server.clock import now_ms
 from tierlog.server.metrics import Counter, Gauge, MetricsRegistry
 from tierlog.storage.log_cleaner import CleanerConfig, CleaningTask, LogCleaner, LogCleaningAbortedError
@@ -25,18 +26,10 @@ logger = logging.getLogger(__name__)
 
 def cleaner_config(config: KafkaConfig) -> CleanerConfig:
     """Kafka's CleanerConfig from the broker's log.cleaner.* settings."""
-    name = "log.cleaner.io.buffer.load.factor"
-    try:
-        load_factor = float(config.get(name))
-    except ValueError:
-        raise ConfigError(f"{name}={config.get(name)!r} is not a number") from None
-    threads = config.get_int("log.cleaner.threads")
-    if threads < 1:
-        raise ConfigError(f"log.cleaner.threads={threads} must be at least 1")
     return CleanerConfig(
-        num_threads=threads,
+        num_threads=config.get_int("log.cleaner.threads"),
         dedupe_buffer_size=config.get_int("log.cleaner.dedupe.buffer.size"),
-        dedupe_buffer_load_factor=load_factor,
+        dedupe_buffer_load_factor=config.get_double("log.cleaner.io.buffer.load.factor"),
         io_buffer_size=config.get_int("log.cleaner.io.buffer.size"),
         backoff_ms=config.get_int("log.cleaner.backoff.ms"),
         enable_cleaner=config.get_bool("log.cleaner.enable"),
@@ -49,7 +42,7 @@ class LogCleanerThreads:
         try:
             self.cleaner = LogCleaner(self.config, log_manager)
         except ValueError as e:
-            raise ConfigError(str(e)) from None
+            raise ConfigException(str(e)) from None
         self._tasks: list[asyncio.Task[None]] = []
         self._stop = asyncio.Event()
         # Read by the worker threads between batches: a plain attribute is enough for a one-way flag.

@@ -6,7 +6,8 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from tierlog.config import ConfigError, parse_properties
+from tierlog.config import parse_properties
+from tierlog.config_def import ConfigException
 from tierlog.storage.checkpoints import atomic_write_text, kafka_uuid_to_str
 
 META_PROPERTIES = "meta.properties"
@@ -28,9 +29,11 @@ def ensure_meta_properties(log_dir: Path, node_id: int, cluster_id: str) -> None
     if path.exists():
         props = parse_properties(path.read_text())
         if props.get("node.id") != str(node_id):
-            raise ConfigError(f"{path} belongs to node.id {props.get('node.id')}, but this broker is node.id {node_id}")
+            raise ConfigException(
+                f"{path} belongs to node.id {props.get('node.id')}, but this broker is node.id {node_id}"
+            )
         if props.get("cluster.id") not in (None, cluster_id):
-            raise ConfigError(
+            raise ConfigException(
                 f"{path} belongs to cluster {props.get('cluster.id')}, but the metadata says {cluster_id}"
             )
         return

@@ -9,11 +9,19 @@ KafkaConfig resolves them: `log.retention.ms` > `log.retention.minutes` > `log.r
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
-INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
+from tierlog.config_def import (
+    LONG_MAX,
+    ConfigDef,
+    ConfigException,
+    Validator,
+    parse_config_value,
+    parse_typed,
+)
+
 MINUTE_MS = 60_000
 HOUR_MS = 3_600_000
 
@@ -23,28 +31,18 @@ CLEANUP_POLICY_DELETE = "delete"
 CLEANUP_POLICY_COMPACT = "compact"
 
 
-@dataclass(frozen=True, slots=True)
-class ConfigDef:
-    """One topic config as Kafka's LogConfig defines it.
-
-    `type` is Kafka's ConfigDef type name (int, long, double, string, list, boolean); `default` is the
-    typed default, a list's as its comma-separated string, as Kafka documents it.
-    """
-
-    name: str
-    broker_synonym: str | None
-    default: object
-    type: str
-    doc: str
-    at_least: float | None = None
-    at_most: float | None = None
-    choices: tuple[str, ...] | None = None
+def _topic(
+    name: str, broker_synonym: str | None, default: object, type_: str, doc: str, **validation: object
+) -> ConfigDef:
+    if type_ == "list" and isinstance(default, str):
+        default = parse_typed(name, "list", default)
+    return ConfigDef(name, type_, default, doc, broker_synonym=broker_synonym, **validation)  # type: ignore[arg-type]
 
 
 TOPIC_CONFIGS: dict[str, ConfigDef] = {
     d.name: d
     for d in (
-        ConfigDef(
+        _topic(
             "cleanup.policy",
             "log.cleanup.policy",
             "delete",
@@ -52,7 +50,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             "The retention policy of old segments: delete, compact, or both.",
             choices=(CLEANUP_POLICY_COMPACT, CLEANUP_POLICY_DELETE),
         ),
-        ConfigDef(
+        _topic(
             "compression.type",
             "compression.type",
             "producer",
@@ -60,7 +58,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             "Final compression of the topic's data; producer keeps the codec the producer used.",
             choices=("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
         ),
-        ConfigDef(
+        _topic(
             "delete.retention.ms",
             "log.cleaner.delete.retention.ms",
             86_400_000,
@@ -68,7 +66,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             "How long delete tombstones are kept on compacted topics.",
             at_least=0,
         ),
-        ConfigDef(
+        _topic(
             "file.delete.delay.ms",
             "log.segment.delete.delay.ms",
             60_000,
@@ -76,7 +74,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             "Time to wait before deleting a file from the filesystem.",
             at_least=0,
         ),
-        ConfigDef(
+        _topic(
             "flush.messages",
             "log.flush.interval.messages",
             LONG_MAX,
@@ -84,7 +82,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             "Messages accumulated on a partition before an fsync is forced.",
             at_least=1,
         ),
-        ConfigDef(
+        _topic(
             "flush.ms",
             "log.flush.interval.ms",
             LONG_MAX,
@@ -92,7 +90,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             "Maximum time between fsyncs of a partition's log.",
             at_least=0,
         ),
-        ConfigDef(
+        _topic(
             "index.interval.bytes",
             "log.index.interval.bytes",
             4096,
@@ -100,7 +98,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             "Bytes appended between two offset index entries.",
             at_least=0,
         ),
-        ConfigDef(
+        _topic(
             "local.retention.bytes",
             "log.local.retention.bytes",
             -2,
@@ -108,7 +106,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             "Bytes kept on local disk when tiered storage is on; -2 means retention.bytes.",
             at_least=-2,
         ),
-        ConfigDef(
+        _topic(
             "local.retention.ms",
             "log.local.retention.ms",
             -2,
@@ -116,7 +114,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             "Time kept on local disk when tiered storage is on; -2 means retention.ms.",
             at_least=-2,
         ),
-        ConfigDef(
+        _topic(
             "max.compaction.lag.ms",
             "log.cleaner.max.compaction.lag.ms",
             LONG_MAX,
@@ -124,10 +122,10 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             "Maximum time a message stays ineligible for compaction.",
             at_least=1,
         ),
-        ConfigDef(
+        _topic(
             "max.message.bytes", "message.max.bytes", 1_048_588, "int", "Largest record batch size allowed.", at_least=0
         ),
-        ConfigDef(
+        _topic(
             "message.timestamp.after.max.ms",
             "log.message.timestamp.after.max.ms",
             LONG_MAX,
@@ -135,7 +133,15 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             "How far a CreateTime timestamp may be ahead of the broker's time.",
             at_least=0,
         ),
-        ConfigDef(
+        _topic(
+            "message.timestamp.difference.max.ms",
+            "log.message.timestamp.difference.max.ms",
+            LONG_MAX,
+            "long",
+            "Deprecated: the before and after bound at once, used where neither of those is set.",
+            at_least=0,
+        ),
+        _topic(
             "message.timestamp.before.max.ms",
             "log.message.timestamp.before.max.ms",
             LONG_MAX,
@@ -143,7 +149,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             "How far a CreateTime timestamp may be behind the broker's time.",
             at_least=0,
         ),
-        ConfigDef(
+        _topic(
             "message.timestamp.type",
             "log.message.timestamp.type",
             CREATE_TIME,
@@ -151,7 +157,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             "Whether a message's timestamp is its create time or the log append time.",
             choices=(CREATE_TIME, LOG_APPEND_TIME),
         ),
-        ConfigDef(
+        _topic(
             "min.cleanable.dirty.ratio",
             "log.cleaner.min.cleanable.ratio",
             0.5,
@@ -160,7 +166,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             at_least=0,
             at_most=1,
         ),
-        ConfigDef(
+        _topic(
             "min.compaction.lag.ms",
             "log.cleaner.min.compaction.lag.ms",
             0,
@@ -168,7 +174,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             "Minimum time a message stays uncompacted.",
             at_least=0,
         ),
-        ConfigDef(
+        _topic(
             "min.insync.replicas",
             "min.insync.replicas",
             1,
@@ -176,28 +182,28 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             "Replicas that must acknowledge a write with acks=all.",
             at_least=1,
         ),
-        ConfigDef(
+        _topic(
             "preallocate",
             "log.preallocate",
             False,
             "boolean",
             "Whether to preallocate a new segment's file.",
         ),
-        ConfigDef(
+        _topic(
             "remote.storage.enable",
             None,
             False,
             "boolean",
             "Whether the topic's closed segments are copied to the remote tier.",
         ),
-        ConfigDef(
+        _topic(
             "retention.bytes",
             "log.retention.bytes",
             -1,
             "long",
             "Largest size a partition's log may grow to before old segments are deleted; -1 is no limit.",
         ),
-        ConfigDef(
+        _topic(
             "retention.ms",
             "log.retention.ms",
             604_800_000,
@@ -205,8 +211,8 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             "Longest time a segment is kept before it is deleted; -1 is no limit.",
             at_least=-1,
         ),
-        ConfigDef("segment.bytes", "log.segment.bytes", 1_073_741_824, "int", "Size of a segment file.", at_least=14),
-        ConfigDef(
+        _topic("segment.bytes", "log.segment.bytes", 1_073_741_824, "int", "Size of a segment file.", at_least=14),
+        _topic(
             "segment.index.bytes",
             "log.index.size.max.bytes",
             10_485_760,
@@ -214,7 +220,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             "Largest size of a segment's offset and time index files.",
             at_least=4,
         ),
-        ConfigDef(
+        _topic(
             "segment.jitter.ms",
             "log.roll.jitter.ms",
             0,
@@ -222,7 +228,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             "Maximum random jitter subtracted from segment.ms.",
             at_least=0,
         ),
-        ConfigDef(
+        _topic(
             "segment.ms",
             "log.roll.ms",
             604_800_000,
@@ -230,7 +236,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             "Time after which a segment is rolled even if it is not full.",
             at_least=1,
         ),
-        ConfigDef(
+        _topic(
             "unclean.leader.election.enable",
             "unclean.leader.election.enable",
             False,
@@ -239,6 +245,77 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
         ),
     )
 }
+
+_MESSAGE_FORMAT_VERSION = re.compile(r"^\d+\.\d+(\.\d+)?(-IV\d+)?$")
+
+
+def _unsupported_unless(default: object, feature: str) -> Validator:
+    """A validator for a config of a feature tierlog does not have yet: only the value that leaves the feature
+    off is accepted, so a setting is never silently ignored."""
+    return lambda value: None if value == default else f"{feature} is not supported by tierlog yet"
+
+
+# Kafka 3.x topic configs that tierlog accepts (typed, validated, shown by DescribeConfigs) but that change
+# nothing here: the two deprecated ones Kafka 3.x itself ignores for the v2 record format (tierlog serves only
+# that format and Fetch v4+, so there is nothing to down-convert), and the configs of features tierlog does not
+# have yet, whose only accepted value is the one that leaves the feature off. docs/configuration.md lists them.
+ACCEPTED_UNUSED_TOPIC_CONFIGS: dict[str, ConfigDef] = {
+    d.name: d
+    for d in (
+        _topic(
+            "message.format.version",
+            "log.message.format.version",
+            "3.0-IV1",
+            "string",
+            "Deprecated and ignored, as in Kafka 3.x: the record format is always v2.",
+            validator=lambda v: (
+                None if _MESSAGE_FORMAT_VERSION.match(str(v)) else "not a Kafka version such as 3.0-IV1"
+            ),
+        ),
+        _topic(
+            "message.downconversion.enable",
+            "log.message.downconversion.enable",
+            True,
+            "boolean",
+            "Deprecated and ignored: tierlog serves Fetch v4 and newer only, so nothing is down-converted.",
+        ),
+        _topic(
+            "leader.replication.throttled.replicas",
+            None,
+            "",
+            "list",
+            "Replicas throttled on the leader side during reassignment.",
+            validator=_unsupported_unless((), "replication throttling"),
+        ),
+        _topic(
+            "follower.replication.throttled.replicas",
+            None,
+            "",
+            "list",
+            "Replicas throttled on the follower side during reassignment.",
+            validator=_unsupported_unless((), "replication throttling"),
+        ),
+        _topic(
+            "remote.log.copy.disable",
+            None,
+            False,
+            "boolean",
+            "Stop copying segments of a tiered topic to the remote tier.",
+            validator=_unsupported_unless(False, "remote.log.copy.disable=true"),
+        ),
+        _topic(
+            "remote.log.delete.on.disable",
+            None,
+            False,
+            "boolean",
+            "Delete the remote data when tiered storage is turned off for the topic.",
+            validator=_unsupported_unless(False, "turning tiered storage off for a topic"),
+        ),
+    )
+}
+
+# Every topic config name a topic may set; LogConfig holds the values of TOPIC_CONFIGS only.
+ALL_TOPIC_CONFIGS: dict[str, ConfigDef] = {**TOPIC_CONFIGS, **ACCEPTED_UNUSED_TOPIC_CONFIGS}
 
 # Broker settings consulted in order for a topic config, with the factor that turns each into the topic's
 # unit (KafkaConfig.logRollTimeMillis, logRetentionTimeMillis, ...). Others use their broker synonym alone.
@@ -253,62 +330,12 @@ _BROKER_FALLBACKS: dict[str, tuple[tuple[str, str, int], ...]] = {
     "flush.ms": (("log.flush.interval.ms", "long", 1), ("log.flush.scheduler.interval.ms", "long", 1)),
 }
 
-_TYPE_RANGES = {"int": (INT32_MIN, INT32_MAX), "long": (LONG_MIN, LONG_MAX)}
-
-
-def _invalid(name: str, value: str, reason: str) -> ValueError:
-    # Kafka's ConfigException wording, which the admin tools show verbatim.
-    return ValueError(f"Invalid value {value} for configuration {name}: {reason}")
-
-
-def _parse_typed(name: str, type_: str, value: str) -> object:
-    text = value.strip()
-    if type_ in _TYPE_RANGES:
-        low, high = _TYPE_RANGES[type_]
-        try:
-            number = int(text)
-        except ValueError:
-            raise _invalid(name, value, f"Not a number of type {type_.upper()}") from None
-        if not low <= number <= high:
-            raise _invalid(name, value, f"Not a number of type {type_.upper()}")
-        return number
-    if type_ == "double":
-        try:
-            return float(text)
-        except ValueError:
-            raise _invalid(name, value, "Not a number of type DOUBLE") from None
-    if type_ == "boolean":
-        if text.lower() not in ("true", "false"):
-            raise _invalid(name, value, "Expected value to be either true or false")
-        return text.lower() == "true"
-    if type_ == "list":
-        return tuple(item.strip() for item in text.split(",") if item.strip())
-    return text
-
-
-def parse_config_value(definition: ConfigDef, value: str) -> object:
-    """Parse and validate `value` for `definition`; ValueError with Kafka's one-line message if invalid."""
-    parsed = _parse_typed(definition.name, definition.type, value)
-    if definition.choices is not None:
-        for item in parsed if isinstance(parsed, tuple) else (parsed,):
-            if item not in definition.choices:
-                raise _invalid(definition.name, str(item), f"String must be one of: {', '.join(definition.choices)}")
-    if definition.at_least is not None and parsed < definition.at_least:  # type: ignore[operator]
-        raise _invalid(definition.name, value, f"Value must be at least {_number(definition.at_least)}")
-    if definition.at_most is not None and parsed > definition.at_most:  # type: ignore[operator]
-        raise _invalid(definition.name, value, f"Value must be no more than {_number(definition.at_most)}")
-    return parsed
-
-
-def _number(bound: float) -> str:
-    return str(int(bound)) if bound == int(bound) else str(bound)
-
 
 def validate_topic_config(name: str, value: str) -> None:
-    """Raise ValueError with a one-line message for an unknown topic config name or an invalid value."""
-    definition = TOPIC_CONFIGS.get(name)
+    """Raise ConfigException with a one-line message for an unknown topic config name or an invalid value."""
+    definition = ALL_TOPIC_CONFIGS.get(name)
     if definition is None:
-        raise ValueError(f"Unknown topic config name: {name}")
+        raise ConfigException(f"Unknown topic config name: {name}")
     parse_config_value(definition, value)
 
 
@@ -317,21 +344,15 @@ def _broker_value(definition: ConfigDef, broker_defaults: Mapping[str, str]) -> 
     if fallbacks is None:
         synonym = definition.broker_synonym
         if synonym is None or synonym not in broker_defaults:
-            return _default(definition)
+            return definition.default
         return parse_config_value(definition, broker_defaults[synonym])
     for broker_name, type_, factor in fallbacks:
         if broker_name in broker_defaults:
-            value = _parse_typed(broker_name, type_, broker_defaults[broker_name]) * factor  # type: ignore[operator]
+            value = parse_typed(broker_name, type_, broker_defaults[broker_name]) * factor  # type: ignore[operator]
             # KafkaConfig.logRetentionTimeMillis turns any negative retention into "no limit".
             if definition.name == "retention.ms" and value < 0:
                 return -1
             return parse_config_value(definition, str(value))
-    return _default(definition)
-
-
-def _default(definition: ConfigDef) -> object:
-    if definition.type == "list":
-        return _parse_typed(definition.name, "list", str(definition.default))
     return definition.default
 
 
@@ -352,6 +373,7 @@ class LogConfig:
     max_message_bytes: int
     message_timestamp_after_max_ms: int
     message_timestamp_before_max_ms: int
+    message_timestamp_difference_max_ms: int
     message_timestamp_type: str
     min_cleanable_dirty_ratio: float
     min_compaction_lag_ms: int
@@ -369,16 +391,20 @@ class LogConfig:
 
     @classmethod
     def from_props(cls, topic_overrides: Mapping[str, str], broker_defaults: Mapping[str, str]) -> LogConfig:
-        """Topic override > broker synonym > Kafka default; ValueError for unknown names or bad values."""
+        """Topic override > broker synonym > Kafka default; ConfigException for unknown names or bad values."""
+        for name, value in topic_overrides.items():
+            validate_topic_config(name, value)
         values: dict[str, object] = {}
         for name, definition in TOPIC_CONFIGS.items():
             if name in topic_overrides:
                 values[_attribute(name)] = parse_config_value(definition, topic_overrides[name])
             else:
                 values[_attribute(name)] = _broker_value(definition, broker_defaults)
-        for name in topic_overrides:
-            if name not in TOPIC_CONFIGS:
-                raise ValueError(f"Unknown topic config name: {name}")
+        # LogConfig.getMessageTimestampBefore/AfterMaxMs: the deprecated difference bound stands in for a
+        # bound left at its default.
+        for bound in ("message_timestamp_before_max_ms", "message_timestamp_after_max_ms"):
+            if values[bound] == LONG_MAX:
+                values[bound] = values["message_timestamp_difference_max_ms"]
         return cls(**values, overridden_configs=frozenset(topic_overrides))  # type: ignore[arg-type]
 
     @property
