@@ -449,7 +449,10 @@ class KafkaApis:
                     base_offset=info.first_offset if info else -1,
                     log_append_time=timestamp_or_none(info.log_append_time if info else -1),
                     log_start_offset=result.log_start_offset,
-                    record_errors=(),
+                    record_errors=tuple(
+                        s.BatchIndexAndErrorMessage(batch_index=e.batch_index, batch_index_error_message=e.message)
+                        for e in result.record_errors
+                    ),
                     error_message=result.message,
                 )
             )
