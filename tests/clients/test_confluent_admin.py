@@ -236,6 +236,12 @@ def test_delete_records_moves_the_log_start_offset(shared_broker: BrokerProcess,
     with pytest.raises(KafkaException) as raised:
         result.result(kafka.timeout_s)
     assert _error_name(raised.value) == "OFFSET_OUT_OF_RANGE"
+    # Of the negative offsets only -1 has a meaning; librdkafka passes the others (here OFFSET_INVALID) on.
+    [result] = admin.delete_records([TopicPartition(topic, 0, -1001)]).values()
+    with pytest.raises(KafkaException) as raised:
+        result.result(kafka.timeout_s)
+    assert _error_name(raised.value) == "OFFSET_OUT_OF_RANGE"
+    assert kafka.watermarks(shared_broker.bootstrap, topic) == (40, 100)
     # -1 means "up to the high watermark".
     [result] = admin.delete_records([TopicPartition(topic, 0, -1)]).values()
     assert result.result(kafka.timeout_s).low_watermark == 100

@@ -1,5 +1,6 @@
 """Answers clients rely on, as Kafka 3.x gives them, for every version the broker serves, sent raw to a real
-broker: a produce refused for some of its records names them (record_errors and error_message, v8+)."""
+broker: a produce refused for some of its records names them (record_errors and error_message, v8+), and
+DeleteRecords takes no negative offset but -1 (the high watermark)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ from tierlog.server.entities import request_schema
 from tierlog.server.kafka_client import KafkaConnection
 
 TIMEOUT_S = 10.0
-API_PRODUCE = 0
-REQUEST_CLASSES = {API_PRODUCE: "ProduceRequest"}
+API_PRODUCE, API_DELETE_RECORDS = 0, 21
+REQUEST_CLASSES = {API_PRODUCE: "ProduceRequest", API_DELETE_RECORDS: "DeleteRecordsRequest"}
 
 
 def send(broker: BrokerProcess, api_key: int, version: int, **body: Any) -> Any:
@@ -112,3 +113,35 @@ def test_records_out_of_the_timestamp_range_are_named_with_invalid_timestamp(
             text,
         )
         assert refused.error_message == "One or more records have been rejected due to invalid timestamp"
+
+
+@pytest.mark.parametrize("version", range(0, 3))
+def test_delete_records_takes_no_negative_offset_but_minus_one(
+    shared_broker: BrokerProcess, kafka: Any, version: int
+) -> None:
+    topic = kafka.topic_name(f"v{version}")
+    kafka.create_topic(shared_broker.bootstrap, topic)
+    kafka.produce(shared_broker.bootstrap, topic, [{"value": b"x"}] * 3)
+    s = request_schema(API_DELETE_RECORDS, version)
+
+    def delete(offset: int) -> tuple[int, int]:
+        response = send(
+            shared_broker,
+            API_DELETE_RECORDS,
+            version,
+            topics=(
+                s.DeleteRecordsTopic(
+                    name=topic, partitions=(s.DeleteRecordsPartition(partition_index=0, offset=offset),)
+                ),
+            ),
+            timeout=datetime.timedelta(seconds=TIMEOUT_S),
+        )
+        ((result,),) = (response.topics,)
+        (partition,) = result.partitions
+        return partition.error_code, partition.low_watermark
+
+    assert delete(-1001) == (ErrorCode.offset_out_of_range, -1)
+    assert delete(-2) == (ErrorCode.offset_out_of_range, -1)
+    assert delete(4) == (ErrorCode.offset_out_of_range, -1)  # above the high watermark
+    assert delete(1) == (ErrorCode.none, 1)
+    assert delete(-1) == (ErrorCode.none, 3)  # the high watermark
