@@ -1,6 +1,8 @@
 """Answers clients rely on, as Kafka 3.x gives them, for every version the broker serves, sent raw to a real
-broker: a produce refused for some of its records names them (record_errors and error_message, v8+), and
-DeleteRecords takes no negative offset but -1 (the high watermark)."""
+broker: a produce refused for some of its records names them (record_errors and error_message, v8+);
+DeleteRecords takes no negative offset but -1 (the high watermark); and with no authorizer, Metadata,
+DescribeCluster and DescribeGroups report every operation of the resource when asked, Integer.MIN_VALUE
+when not."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import asyncio
 import datetime
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,8 +23,32 @@ from tierlog.server.entities import request_schema
 from tierlog.server.kafka_client import KafkaConnection
 
 TIMEOUT_S = 10.0
-API_PRODUCE, API_DELETE_RECORDS = 0, 21
-REQUEST_CLASSES = {API_PRODUCE: "ProduceRequest", API_DELETE_RECORDS: "DeleteRecordsRequest"}
+API_PRODUCE, API_METADATA, API_FIND_COORDINATOR, API_DESCRIBE_GROUPS = 0, 3, 10, 15
+API_DELETE_RECORDS, API_DESCRIBE_CLUSTER = 21, 60
+REQUEST_CLASSES = {
+    API_FIND_COORDINATOR: "FindCoordinatorRequest",
+    API_PRODUCE: "ProduceRequest",
+    API_METADATA: "MetadataRequest",
+    API_DELETE_RECORDS: "DeleteRecordsRequest",
+    API_DESCRIBE_GROUPS: "DescribeGroupsRequest",
+    API_DESCRIBE_CLUSTER: "DescribeClusterRequest",
+}
+INT32_MIN = -(2**31)
+PollUntil = Callable[[Callable[[], bool], float, str], None]
+# Kafka's AclOperation codes, and the operations that apply to a topic, the cluster and a group.
+READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE = 3, 4, 5, 6, 7, 8
+CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE = 9, 10, 11, 12
+
+
+def bit_field(*operations: int) -> int:
+    return sum(1 << operation for operation in operations)
+
+
+TOPIC_OPERATIONS = bit_field(READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS)
+CLUSTER_OPERATIONS = bit_field(
+    CREATE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE
+)
+GROUP_OPERATIONS = bit_field(READ, DELETE, DESCRIBE)
 
 
 def send(broker: BrokerProcess, api_key: int, version: int, **body: Any) -> Any:
@@ -145,3 +172,80 @@ def test_delete_records_takes_no_negative_offset_but_minus_one(
     assert delete(4) == (ErrorCode.offset_out_of_range, -1)  # above the high watermark
     assert delete(1) == (ErrorCode.none, 1)
     assert delete(-1) == (ErrorCode.none, 3)  # the high watermark
+
+
+def metadata(broker: BrokerProcess, version: int, topics: list[str], asks: bool) -> Any:
+    s = request_schema(API_METADATA, version)
+    return send(
+        broker,
+        API_METADATA,
+        version,
+        topics=tuple(s.MetadataRequestTopic(name=name, topic_id=None) for name in topics),
+        allow_auto_topic_creation=False,
+        include_cluster_authorized_operations=asks,
+        include_topic_authorized_operations=asks,
+    )
+
+
+@pytest.mark.parametrize("version", range(8, 13))
+def test_metadata_reports_every_topic_and_cluster_operation_when_asked(
+    shared_broker: BrokerProcess, kafka: Any, version: int
+) -> None:
+    topic = kafka.topic_name(f"v{version}")
+    kafka.create_topic(shared_broker.bootstrap, topic)
+    missing = kafka.topic_name("missing")
+    asked = metadata(shared_broker, version, [topic, missing], asks=True)
+    assert {t.name: (t.error_code, t.topic_authorized_operations) for t in asked.topics} == {
+        topic: (ErrorCode.none, TOPIC_OPERATIONS),
+        missing: (ErrorCode.unknown_topic_or_partition, TOPIC_OPERATIONS),
+    }
+    not_asked = metadata(shared_broker, version, [topic], asks=False)
+    assert [t.topic_authorized_operations for t in not_asked.topics] == [INT32_MIN]
+    # Only v8-v10 carry the cluster's operations.
+    if version <= 10:
+        assert (asked.cluster_authorized_operations, not_asked.cluster_authorized_operations) == (
+            CLUSTER_OPERATIONS,
+            INT32_MIN,
+        )
+    else:
+        assert not hasattr(asked, "cluster_authorized_operations")
+
+
+@pytest.mark.parametrize("version", range(0, 2))
+def test_describe_cluster_reports_every_cluster_operation_when_asked(
+    shared_broker: BrokerProcess, version: int
+) -> None:
+    def operations(asks: bool) -> int:
+        response = send(
+            shared_broker, API_DESCRIBE_CLUSTER, version, include_cluster_authorized_operations=asks, endpoint_type=1
+        )
+        assert response.error_code == ErrorCode.none
+        return int(response.cluster_authorized_operations)
+
+    assert (operations(True), operations(False)) == (CLUSTER_OPERATIONS, INT32_MIN)
+
+
+@pytest.mark.parametrize("version", range(3, 6))
+def test_describe_groups_reports_every_group_operation_when_asked(
+    shared_broker: BrokerProcess, version: int, poll_until: PollUntil
+) -> None:
+    group = f"no-such-group-v{version}"
+    answers: list[tuple[int, int]] = []
+
+    def described(asks: bool) -> bool:
+        response = send(
+            shared_broker, API_DESCRIBE_GROUPS, version, groups=(group,), include_authorized_operations=asks
+        )
+        (answer,) = response.groups
+        answers.append((answer.error_code, answer.authorized_operations))
+        return answer.error_code not in (ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress)
+
+    # The first FindCoordinator creates __consumer_offsets; until its partition is loaded, the group has no
+    # coordinator (and the answer no operations).
+    send(shared_broker, API_FIND_COORDINATOR, 0, key=group)
+    poll_until(lambda: described(asks=True), TIMEOUT_S, f"a coordinator for {group}")
+    assert all(operations == INT32_MIN for _, operations in answers[:-1])
+    # A group the coordinator does not know is described as Dead, without error, as Kafka 3.x does.
+    assert answers[-1] == (ErrorCode.none, GROUP_OPERATIONS)
+    described(asks=False)
+    assert answers[-1] == (ErrorCode.none, INT32_MIN)
