@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 from click.testing import CliRunner, Result
 
@@ -97,3 +99,23 @@ def test_consume_of_a_missing_topic_fails(shared_broker: BrokerProcess) -> None:
     result = run(shared_broker, "consume", "no-such-topic", "-e")
     assert result.exit_code == 1
     assert "topic 'no-such-topic' does not exist" in result.stderr
+
+
+def test_records_without_a_key_on_a_compacted_topic_fail_with_the_reason(shared_broker: BrokerProcess) -> None:
+    created = run(shared_broker, "topic", "create", "latest", "-c", "cleanup.policy=compact")
+    assert created.exit_code == 0, created.output
+    # Two lines lack the key separator, so their records have no key; the broker refuses the whole batch.
+    lines = "a\t1\nno key\nb\t2\nnone either\n"
+    result = subprocess.run(
+        [sys.executable, "-m", "tierlog", "produce", "latest", "-K", r"\t", "-b", shared_broker.bootstrap],
+        input=lines,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stderr.splitlines()[0] == (
+        "Error: 4 of 4 records not acknowledged: topic 'latest' is compacted: every record needs a key "
+        "(-k or -K) (INVALID_RECORD) (2 records); topic 'latest': Local: an invalid record in the same batch "
+        "caused the failure of this message too (_INVALID_DIFFERENT_RECORD) (2 records)"
+    )

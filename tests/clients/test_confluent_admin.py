@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import (
+    AclOperation,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
@@ -236,6 +237,12 @@ def test_delete_records_moves_the_log_start_offset(shared_broker: BrokerProcess,
     with pytest.raises(KafkaException) as raised:
         result.result(kafka.timeout_s)
     assert _error_name(raised.value) == "OFFSET_OUT_OF_RANGE"
+    # Of the negative offsets only -1 has a meaning; librdkafka passes the others (here OFFSET_INVALID) on.
+    [result] = admin.delete_records([TopicPartition(topic, 0, -1001)]).values()
+    with pytest.raises(KafkaException) as raised:
+        result.result(kafka.timeout_s)
+    assert _error_name(raised.value) == "OFFSET_OUT_OF_RANGE"
+    assert kafka.watermarks(shared_broker.bootstrap, topic) == (40, 100)
     # -1 means "up to the high watermark".
     [result] = admin.delete_records([TopicPartition(topic, 0, -1)]).values()
     assert result.result(kafka.timeout_s).low_watermark == 100
@@ -248,6 +255,48 @@ def test_describe_cluster_reports_this_broker(shared_broker: BrokerProcess, kafk
     assert cluster.cluster_id and len(cluster.cluster_id) == 22
     assert cluster.controller is not None and cluster.controller.id == 1
     assert [(n.id, n.host, n.port) for n in cluster.nodes] == [(1, "127.0.0.1", shared_broker.port)]
+
+
+def test_authorized_operations_are_every_operation_of_the_resource_without_an_authorizer(
+    shared_broker: BrokerProcess, kafka: Any
+) -> None:
+    admin = kafka.admin(shared_broker.bootstrap)
+    topic = kafka.topic_name()
+    kafka.create_topic(shared_broker.bootstrap, topic)
+    timeout = {"request_timeout": kafka.timeout_s}
+    cluster = admin.describe_cluster(include_authorized_operations=True, **timeout).result(kafka.timeout_s)
+    assert set(cluster.authorized_operations) == {
+        AclOperation.CREATE,
+        AclOperation.CLUSTER_ACTION,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+        AclOperation.IDEMPOTENT_WRITE,
+        AclOperation.ALTER,
+        AclOperation.DESCRIBE,
+    }
+    [described] = admin.describe_topics(
+        TopicCollection([topic]), include_authorized_operations=True, **timeout
+    ).values()
+    assert set(described.result(kafka.timeout_s).authorized_operations) == {
+        AclOperation.READ,
+        AclOperation.WRITE,
+        AclOperation.CREATE,
+        AclOperation.DESCRIBE,
+        AclOperation.DELETE,
+        AclOperation.ALTER,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+    }
+    [group] = admin.describe_consumer_groups(["no-such-group"], include_authorized_operations=True, **timeout).values()
+    assert set(group.result(kafka.timeout_s).authorized_operations) == {
+        AclOperation.READ,
+        AclOperation.DESCRIBE,
+        AclOperation.DELETE,
+    }
+    # Not asked for, they are not reported.
+    assert admin.describe_cluster(**timeout).result(kafka.timeout_s).authorized_operations is None
+    [described] = admin.describe_topics(TopicCollection([topic]), **timeout).values()
+    assert described.result(kafka.timeout_s).authorized_operations is None
 
 
 def test_list_offsets_earliest_latest_by_timestamp_and_max_timestamp(shared_broker: BrokerProcess, kafka: Any) -> None:

@@ -160,6 +160,30 @@ def test_records_without_a_key_are_refused_with_invalid_record(broker_factory: A
     assert produce(kafka, broker.bootstrap, topic, [{"key": b"k", "value": b"v"}]) == [(0, b"k", b"v")]
 
 
+def test_librdkafka_fails_exactly_the_records_without_a_key_of_a_batch(broker_factory: Any, kafka: Any) -> None:
+    # The broker names the keyless records of the batch (record_errors, KIP-467); librdkafka fails those with
+    # INVALID_RECORD and the others of the batch with _INVALID_DIFFERENT_RECORD.
+    broker: BrokerProcess = broker_factory(CLEANER_OVERRIDES)
+    topic = kafka.topic_name()
+    kafka.create_topic(broker.bootstrap, topic, config=COMPACTED)
+    producer = kafka.producer(broker.bootstrap, linger_ms=500, retries=0)
+    # Connected and the partition's leader known before the batch, so its records leave together.
+    assert producer.list_topics(topic, timeout=kafka.timeout_s).topics[topic].error is None
+    keys = [b"k0", None, b"k2", b"k3", None, b"k5"]
+    codes: dict[int, int | None] = {}
+
+    def report(index: int) -> Callable[[KafkaError | None, Any], None]:
+        return lambda err, _msg: codes.update({index: err.code() if err else None})
+
+    for index, key in enumerate(keys):
+        producer.produce(topic, key=key, value=b"v", on_delivery=report(index))
+    assert producer.flush(kafka.timeout_s) == 0
+    assert [codes[i] for i in range(len(keys))] == [
+        KafkaError.INVALID_RECORD if key is None else KafkaError._INVALID_DIFFERENT_RECORD for key in keys
+    ]
+    assert kafka.watermarks(broker.bootstrap, topic) == (0, 0)
+
+
 def test_every_replica_compacts_to_the_same_records(tmp_path: Path, kafka: Any, poll_until: PollUntil) -> None:
     overrides = {**CLEANER_OVERRIDES, "default.replication.factor": "3"}
     with LocalCluster(tmp_path, brokers=3, overrides=overrides) as cluster:

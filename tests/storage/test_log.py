@@ -16,8 +16,10 @@ from tierlog.records.record_batch import (
     InvalidRecordError,
     TimestampType,
     iter_batches,
+    set_log_append_time,
     validate_batch,
 )
+from tierlog.records.validation import RecordValidationError
 from tierlog.storage.errors import (
     InvalidTimestampError,
     OffsetOutOfRangeError,
@@ -127,14 +129,29 @@ def test_an_append_above_segment_bytes_is_refused(tmp_path: Path) -> None:
 
 def test_control_batches_and_timestamps_out_of_bounds_are_refused_from_clients(tmp_path: Path) -> None:
     log = open_log(tmp_path / "topic-0", log_config(message_timestamp_before_max_ms=1000))
-    with pytest.raises(InvalidTimestampError):
+    with pytest.raises(RecordValidationError) as refused:
         log.append_as_leader(make_batch(1, timestamp=T0 - 5000), 0, T0)
+    assert refused.value.error_name == "INVALID_TIMESTAMP"
+    assert [e.batch_index for e in refused.value.record_errors] == [0]
+    log_append_time = make_batch(1)
+    set_log_append_time(log_append_time, 0, T0)
+    with pytest.raises(InvalidTimestampError, match="producers may not set LogAppendTime"):
+        log.append_as_leader(log_append_time, 0, T0)
     control = make_batch(1)
     attributes = struct.unpack_from(">h", control, ATTRIBUTES_OFFSET)[0] | CONTROL_FLAG_MASK
     struct.pack_into(">h", control, ATTRIBUTES_OFFSET, attributes)
     struct.pack_into(">I", control, CRC_OFFSET, crc32c(bytes(control[ATTRIBUTES_OFFSET:])))
     with pytest.raises(InvalidRecordError, match="control records"):
         log.append_as_leader(control, 0, T0)
+    assert log.log_end_offset == 0
+
+
+def test_a_record_older_than_the_first_of_its_batch_is_refused_for_its_timestamp(tmp_path: Path) -> None:
+    # The header's first and largest timestamps are in range; only the records show the old one.
+    log = open_log(tmp_path / "topic-0", log_config(message_timestamp_before_max_ms=1000))
+    with pytest.raises(RecordValidationError) as refused:
+        log.append_as_leader(make_batch(3, timestamps=[T0, T0 - 5000, T0]), 0, T0)
+    assert [(e.error_name, e.batch_index) for e in refused.value.record_errors] == [("INVALID_TIMESTAMP", 1)]
     assert log.log_end_offset == 0
 
 

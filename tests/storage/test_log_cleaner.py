@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from tierlog.common import TopicPartition
 from tierlog.records.codec import build_batch, decode_batches, encode_raw_batch
 from tierlog.records.record_batch import CompressionType, InvalidRecordError, iter_batches, read_header
+from tierlog.records.validation import RecordValidationError
 from tierlog.storage.errors import KafkaStorageError
 from tierlog.storage.log import Log
 from tierlog.storage.log_cleaner import (
@@ -317,11 +318,13 @@ def test_the_dirtiest_log_is_cleaned_first(tmp_path: Path) -> None:
     assert cleaner.clean_filthiest_log(T0) and cleaner.manager.checkpoint(other.topic_partition) == other.log_end_offset
 
 
-def test_a_compacted_topic_rejects_records_without_a_key(tmp_path: Path) -> None:
+def test_a_compacted_topic_rejects_a_batch_naming_each_record_without_a_key(tmp_path: Path) -> None:
     _, log, _ = new_log(tmp_path)
-    with pytest.raises(InvalidRecordError, match="Compacted topic cannot accept message without key") as raised:
-        append(log, [(b"k", b"v"), (None, b"v")], compression=CompressionType.LZ4)
-    assert not raised.value.corrupt
+    with pytest.raises(RecordValidationError) as raised:
+        append(log, [(b"k", b"v"), (None, b"v"), (b"k", b"v"), (None, b"v")], compression=CompressionType.LZ4)
+    assert raised.value.error_name == "INVALID_RECORD"
+    message = "Compacted topic cannot accept message without key in topic partition compacted-0"
+    assert [(e.batch_index, e.message) for e in raised.value.record_errors] == [(1, message), (3, message)]
     assert log.log_end_offset == 0
 
 

@@ -5,14 +5,17 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 
 import click
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka.admin import ConfigResource
 from rich.table import Table
 
 from tierlog.cli.clients import (
     CliError,
+    admin_client,
     client_config,
     client_options,
     ensure_reachable,
@@ -47,11 +50,16 @@ class DeliveryReport:
     acknowledged: int = 0
     partitions: dict[int, PartitionAcks] = field(default_factory=dict)
     errors: dict[str, int] = field(default_factory=dict)  # one-line message -> how many records
+    # Records without a key refused as INVALID_RECORD: their reason is told once the topic's policy is known.
+    keyless_refused: int = 0
 
     def __call__(self, error: KafkaError | None, message: Message) -> None:
         # An exception escaping a librdkafka callback surfaces as a SystemError from flush(): nothing here
         # may raise.
         if error is not None:
+            if error.code() == KafkaError.INVALID_RECORD and message.key() is None:
+                self.keyless_refused += 1
+                return
             text = kafka_error_message(error, f"topic {message.topic()!r}")
             self.errors[text] = self.errors.get(text, 0) + 1
             return
@@ -135,6 +143,9 @@ def produce(
         producer.poll(0)
     # Every record has delivery.timeout.ms to succeed or fail, so this bound is never the one that hits.
     unresolved = producer.flush(timeout_s + 5)
+    if report.keyless_refused:
+        # The cause first: the rest of their batches failed with them.
+        report.errors = {_keyless_refusal(bootstrap, topic, timeout_s): report.keyless_refused, **report.errors}
     _print_report(topic, report)
     if report.errors or unresolved:
         failed = sent - report.acknowledged
@@ -142,6 +153,22 @@ def produce(
             text if len(report.errors) == 1 else f"{text} ({_records(n)})" for text, n in report.errors.items()
         )
         raise CliError(f"{failed} of {_records(sent)} not acknowledged: {reasons or 'no answer from the broker'}")
+
+
+def _keyless_refusal(bootstrap: str, topic: str, timeout_s: float) -> str:
+    """Why records without a key were refused. The broker's produce response names the reason for each
+    record, but confluent-kafka leaves that text out of a producer's delivery reports; the reason is Kafka's
+    key check when the topic is compacted, so its cleanup.policy tells."""
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    admin = admin_client(bootstrap, timeout_s)
+    try:
+        configs = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result(timeout_s + 1)
+        compacted = "compact" in configs["cleanup.policy"].value.split(",")
+    except (KafkaException, FutureTimeout, KeyError):
+        compacted = False
+    if compacted:
+        return f"topic {topic!r} is compacted: every record needs a key (-k or -K) (INVALID_RECORD)"
+    return kafka_error_message(KafkaError(KafkaError.INVALID_RECORD), f"topic {topic!r}")
 
 
 def produce_bounded(producer: Producer, timeout_s: float, **record: object) -> None:

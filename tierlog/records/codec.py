@@ -5,7 +5,7 @@ are needed by dump-log, the demo clients and tests (through aiokafka's C extensi
 reader and DefaultRecordBatchBuilder, which also decompress gzip/snappy/lz4/zstd through cramjam), and by
 two broker paths that must see them exactly as stored: the log cleaner, which rewrites batches keeping each
 record's offset delta, timestamp and headers byte for byte (`decode_raw_records`, `encode_raw_batch`), and
-the key check of compacted topics (`records_without_key`).
+the leader's record checks (`tierlog.records.validation`).
 """
 
 from __future__ import annotations
@@ -273,11 +273,6 @@ def decode_raw_records(batch: bytes | bytearray | memoryview, header: RecordBatc
         # A truncated varint (IndexError), a bad length (ValueError) or a stream that does not decompress
         # (each codec library has its own exception type): all mean the stored batch is corrupt.
         raise InvalidRecordError(f"batch at offset {header.base_offset} has undecodable records: {e!r}") from e
-
-
-def records_without_key(batch: bytes | bytearray | memoryview, header: RecordBatchHeader) -> int:
-    """How many records of the batch have a null key (LogValidator's key check of compacted topics)."""
-    return sum(1 for record in decode_raw_records(batch, header) if record.key is None)
 
 
 def encode_raw_batch(

@@ -32,7 +32,12 @@ from tierlog.replication.errors import (
     UnknownLeaderEpochError,
 )
 from tierlog.replication.trace import TraceEvent, TraceSink, ignore_trace
-from tierlog.storage.errors import OffsetMovedToTieredStorageError, PolicyViolationError, UnexpectedAppendOffsetError
+from tierlog.storage.errors import (
+    OffsetMovedToTieredStorageError,
+    OffsetOutOfRangeError,
+    PolicyViolationError,
+    UnexpectedAppendOffsetError,
+)
 from tierlog.storage.file_records import FileSlice
 from tierlog.storage.log import LATEST_TIMESTAMP, MAX_TIMESTAMP, Log, LogAppendInfo
 
@@ -554,6 +559,9 @@ class Partition:
                 f"Records of partition {self.topic_partition} can not be deleted due to the configured policy"
             )
         target = log.high_watermark if offset == -1 else offset
+        if target < 0:
+            # Kafka's Partition.deleteRecordsOnLeader: only -1 stands for the HW.
+            raise OffsetOutOfRangeError(f"The offset {target} for partition {self.topic_partition} is not valid")
         self.increment_log_start_offset(target, trace.DELETE_RECORDS, f"delete before {target}", now_ms)
         return log.log_start_offset
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from tierlog.common import TopicPartition
 from tierlog.controller.metadata import BrokerRegistration, ClusterMetadata, PartitionRegistration
 from tierlog.records.record_batch import InvalidRecordError
+from tierlog.records.validation import RecordError, RecordValidationError
 from tierlog.replication.errors import InvalidRequiredAcksError, UnknownTopicOrPartitionError
 from tierlog.replication.fetcher import FetcherConfig, ReplicaFetcher
 from tierlog.replication.partition import (
@@ -53,6 +54,8 @@ class AppendResult:
     info: LogAppendInfo | None = None
     log_start_offset: int = -1
     message: str | None = None
+    # The refused records of a batch LogValidator failed one by one (the produce response's record_errors).
+    record_errors: tuple[RecordError, ...] = ()
 
 
 ProduceResponder = Callable[[dict[TopicPartition, AppendResult]], None]
@@ -328,6 +331,15 @@ class ReplicaManager:
                 partition = self.get_partition(tp)
                 high_watermark = partition.log.high_watermark
                 info = partition.append_records_to_leader(records, required_acks, now_ms)
+            except RecordValidationError as error:
+                # As Kafka's ReplicaManager: the records at fault, and the log start offset of the partition.
+                results[tp] = AppendResult(
+                    error=error.error_name,
+                    log_start_offset=partition.log.log_start_offset,
+                    message=str(error),
+                    record_errors=error.record_errors,
+                )
+                continue
             except Exception as error:  # every partition answers on its own; one bad batch fails only itself
                 results[tp] = AppendResult(error=error_name_of(error), message=str(error))
                 continue

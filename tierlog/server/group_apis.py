@@ -19,6 +19,7 @@ from tierlog.coordinator.group.member_metadata import JoinGroupResult, SyncGroup
 from tierlog.coordinator.group.records import OffsetAndMetadata
 from tierlog.protocol.codec import Request
 from tierlog.protocol.errors import error_code
+from tierlog.server.authorized_operations import GROUP_OPERATIONS, OMITTED
 from tierlog.server.clock import now_ms
 from tierlog.server.connection import client_host
 from tierlog.server.entities import NO_THROTTLE, ResponseSchema, response_schema
@@ -38,9 +39,6 @@ API_OFFSET_DELETE = 47
 
 COORDINATOR_KEY_GROUP = 0
 COORDINATOR_KEY_TRANSACTION = 1
-
-# DescribeGroups' authorized_operations when the client did not ask for them (Kafka's Integer.MIN_VALUE).
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 T = TypeVar("T")
 Handler = Callable[[Request], Awaitable[Any]]
@@ -371,6 +369,8 @@ class GroupApis:
 
     async def handle_describe_groups(self, request: Request) -> Any:
         s = self._schema(request)
+        # v3+ may ask for the operations; Kafka answers them for every group it could describe.
+        operations = GROUP_OPERATIONS if getattr(request.body, "include_authorized_operations", False) else OMITTED
         described = []
         for group_id in request.body.groups:
             d = self.coordinator.describe_group(group_id)
@@ -392,7 +392,7 @@ class GroupApis:
                         )
                         for m in d.members
                     ),
-                    authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+                    authorized_operations=operations if d.error is None else OMITTED,
                 )
             )
         return s.DescribeGroupsResponse(throttle_time=NO_THROTTLE, groups=tuple(described))

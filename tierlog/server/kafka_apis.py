@@ -37,6 +37,7 @@ from tierlog.replication.replica_manager import (
     ReplicaManager,
     error_name_of,
 )
+from tierlog.server.authorized_operations import CLUSTER_OPERATIONS, OMITTED, TOPIC_OPERATIONS
 from tierlog.server.clock import now_ms
 from tierlog.server.controller_channel import ControllerChannel, ControllerUnavailableError
 from tierlog.server.controller_server import CONTROLLER_APIS, ControllerServer
@@ -256,6 +257,11 @@ class KafkaApis:
             names = [t.name for t in requested if t.name is not None]
             names += [name for t in requested if t.name is None and (name := self._topic_name(t.topic_id)) is not None]
         allow_auto_create = getattr(body, "allow_auto_topic_creation", True)
+        # v8+ may ask for each topic's authorized operations, v8-v10 for the cluster's too.
+        asks_topic = getattr(body, "include_topic_authorized_operations", False)
+        asks_cluster = getattr(body, "include_cluster_authorized_operations", False)
+        topic_operations = TOPIC_OPERATIONS if asks_topic else OMITTED
+        cluster_operations = CLUSTER_OPERATIONS if asks_cluster else OMITTED
         live_brokers = set(self.image.unfenced_broker_ids())
         topics = []
         for name in names:
@@ -267,17 +273,22 @@ class KafkaApis:
                 error = error or check_topic_name(name) or "UNKNOWN_TOPIC_OR_PARTITION"
                 topics.append(
                     s.MetadataResponseTopic(
-                        error_code=error_code(error), name=name, topic_id=uuid.UUID(int=0), partitions=()
+                        error_code=error_code(error),
+                        name=name,
+                        topic_id=uuid.UUID(int=0),
+                        partitions=(),
+                        topic_authorized_operations=topic_operations,
                     )
                 )
                 continue
-            topics.append(self._topic_metadata(s, topic, live_brokers))
+            topics.append(self._topic_metadata(s, topic, live_brokers, topic_operations))
         return s.MetadataResponse(
             throttle_time=NO_THROTTLE,
             brokers=self._broker_entries(s, "MetadataResponseBroker"),
             cluster_id=self.image.cluster_id,
             controller_id=self._controller_id(),
             topics=tuple(topics),
+            cluster_authorized_operations=cluster_operations,
         )
 
     async def _auto_create(self, name: str) -> tuple[TopicMetadata | None, str | None]:
@@ -298,7 +309,9 @@ class KafkaApis:
         return topic, None
 
     @staticmethod
-    def _topic_metadata(s: ResponseSchema, topic: TopicMetadata, live_brokers: set[int]) -> Any:
+    def _topic_metadata(
+        s: ResponseSchema, topic: TopicMetadata, live_brokers: set[int], authorized_operations: int
+    ) -> Any:
         partitions = []
         for index, p in enumerate(topic.partitions):
             offline = [r for r in p.replicas if r not in live_brokers]
@@ -319,6 +332,7 @@ class KafkaApis:
             topic_id=topic.topic_id,
             is_internal=topic.is_internal,
             partitions=tuple(partitions),
+            topic_authorized_operations=authorized_operations,
         )
 
     async def handle_describe_cluster(self, request: Request) -> Any:
@@ -331,7 +345,9 @@ class KafkaApis:
             cluster_id=self.image.cluster_id,
             controller_id=self._controller_id(),
             brokers=self._broker_entries(s, "DescribeClusterBroker"),
-            cluster_authorized_operations=-(2**31),
+            cluster_authorized_operations=(
+                CLUSTER_OPERATIONS if request.body.include_cluster_authorized_operations else OMITTED
+            ),
         )
 
     # Producer ids
@@ -450,7 +466,10 @@ class KafkaApis:
                     base_offset=info.first_offset if info else -1,
                     log_append_time=timestamp_or_none(info.log_append_time if info else -1),
                     log_start_offset=result.log_start_offset,
-                    record_errors=(),
+                    record_errors=tuple(
+                        s.BatchIndexAndErrorMessage(batch_index=e.batch_index, batch_index_error_message=e.message)
+                        for e in result.record_errors
+                    ),
                     error_message=result.message,
                 )
             )

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tierlog.common import TopicPartition
-from tierlog.records.codec import records_without_key
+from tierlog.records.codec import decode_raw_records
 from tierlog.records.record_batch import (
     NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_ID,
@@ -37,6 +37,7 @@ from tierlog.records.record_batch import (
     set_log_append_time,
     set_partition_leader_epoch,
 )
+from tierlog.records.validation import validate_records
 from tierlog.storage.checkpoints import LEADER_EPOCH_CHECKPOINT_FILENAME, LeaderEpochCheckpointFile
 from tierlog.storage.errors import (
     CorruptIndexError,
@@ -51,7 +52,7 @@ from tierlog.storage.errors import (
 )
 from tierlog.storage.file_records import FetchDataInfo, TimestampAndOffset, offset_of_timestamp_in_batch, scan_batches
 from tierlog.storage.leader_epoch_cache import LeaderEpochFileCache
-from tierlog.storage.log_config import LogConfig
+from tierlog.storage.log_config import LONG_MAX, LogConfig
 from tierlog.storage.producer_state import (
     AppendOrigin,
     BatchMetadata,
@@ -293,9 +294,8 @@ class Log:
         config = self._config
         headers = list(iter_batches(records))
         for header in headers:
-            self._validate_client_batch(header, now_ms)
-            if config.compact:
-                self._validate_keys(records, header)
+            self._validate_client_batch(header)
+            self._validate_records(records, header, now_ms)
         self._check_append_size(len(records))
         log_append_time = config.log_append_time
         producer_appends, duplicate = self._analyze_and_validate_producer_state(
@@ -344,7 +344,7 @@ class Log:
             len(records),
         )
 
-    def _validate_client_batch(self, header: RecordBatchHeader, now_ms: int) -> None:
+    def _validate_client_batch(self, header: RecordBatchHeader) -> None:
         """Kafka's LogValidator checks that need only the batch header."""
         config = self._config
         if header.base_offset != 0:
@@ -377,38 +377,36 @@ class Log:
                 f"{header.producer_id} in topic partition {self._topic_partition}",
                 corrupt=False,
             )
-        if config.log_append_time:
-            return
-        if header.timestamp_type == TimestampType.LOG_APPEND_TIME:
-            raise InvalidTimestampError(
-                f"Invalid timestamp type in batch at position {header.position} of partition "
-                f"{self._topic_partition}: producers may not set LogAppendTime"
-            )
-        # Kafka checks every record; without decoding, the batch's first and largest timestamps bound them
-        # (records of a producer batch come in time order, so the first is the oldest).
-        for timestamp in (header.base_timestamp, header.max_timestamp):
-            if timestamp == NO_TIMESTAMP:
-                continue
-            if now_ms - timestamp > config.message_timestamp_before_max_ms:
-                raise InvalidTimestampError(
-                    f"Timestamp {timestamp} of a record in partition {self._topic_partition} is more than "
-                    f"message.timestamp.before.max.ms ({config.message_timestamp_before_max_ms}) before now"
-                )
-            if timestamp - now_ms > config.message_timestamp_after_max_ms:
-                raise InvalidTimestampError(
-                    f"Timestamp {timestamp} of a record in partition {self._topic_partition} is more than "
-                    f"message.timestamp.after.max.ms ({config.message_timestamp_after_max_ms}) after now"
-                )
 
-    def _validate_keys(self, records: bytearray, header: RecordBatchHeader) -> None:
-        """LogValidator.validateKey: a compacted topic keeps the latest record per key, so a record without
-        one could never be compacted. Decodes the records, so it runs for compacted topics only."""
+    def _validate_records(self, records: bytearray, header: RecordBatchHeader, now_ms: int) -> None:
+        """LogValidator's record checks: keys on a compacted topic, timestamps on a CreateTime one. The records
+        are decoded only when a check needs them: on a compacted topic; when the header shows a timestamp out
+        of range, to name the records at fault; and when message.timestamp.before.max.ms is set, since the
+        header bounds the records' timestamps from above (maxTimestamp) but not from below (baseTimestamp is
+        the first record's, and a producer may give the records of a batch any timestamps)."""
+        config = self._config
+        timestamp_bounds = None
+        if not config.log_append_time:
+            if header.timestamp_type == TimestampType.LOG_APPEND_TIME:
+                raise InvalidTimestampError(
+                    f"Invalid timestamp type in batch at position {header.position} of partition "
+                    f"{self._topic_partition}: producers may not set LogAppendTime"
+                )
+            low = now_ms - config.message_timestamp_before_max_ms
+            high = now_ms + config.message_timestamp_after_max_ms
+            if config.message_timestamp_before_max_ms != LONG_MAX or any(
+                t != NO_TIMESTAMP and not low <= t <= high for t in (header.base_timestamp, header.max_timestamp)
+            ):
+                timestamp_bounds = (low, high)
+        if not config.compact and timestamp_bounds is None:
+            return
         batch = memoryview(records)[header.position : header.position + header.size_in_bytes]
-        if records_without_key(batch, header):
-            raise InvalidRecordError(
-                f"Compacted topic cannot accept message without key in topic partition {self._topic_partition}.",
-                corrupt=False,
-            )
+        validate_records(
+            decode_raw_records(batch, header),
+            str(self._topic_partition),
+            compacted=config.compact,
+            timestamp_bounds=timestamp_bounds,
+        )
 
     def append_as_follower(self, records: bytes | bytearray | memoryview, now_ms: int) -> LogAppendInfo:
         """Append batches whose offsets and epochs the leader assigned; the epoch cache learns each new
