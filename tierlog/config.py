@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tierlog.config_def import ConfigDef, ConfigException, Validator, invalid, parse_config_value, parse_typed, render
-from tierlog.storage.log_config import ALL_TOPIC_CONFIGS, LogConfig
+from tierlog.storage.log_config import ALL_TOPIC_CONFIGS, TOPIC_CONFIGS, LogConfig
+from tierlog.storage.offset_map import BYTES_PER_ENTRY
 
 log = logging.getLogger(__name__)
 
@@ -385,6 +386,73 @@ def _topic_synonyms(defined: set[str]) -> list[ConfigDef]:
 BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in _BROKER_OWN_CONFIGS}
 BROKER_CONFIGS.update({d.name: d for d in _topic_synonyms(set(BROKER_CONFIGS))})
 
+# The broker configs tierlog applies while it runs, so AlterConfigs may change them (Kafka's
+# DynamicBrokerConfig.AllDynamicConfigs, less what tierlog has no live use for): the broker defaults of topic
+# configs (Kafka's DynamicLogConfig: each topic config's primary broker synonym, but message.format.version),
+# the log cleaner's settings, the producer id expiration and the remote fetch wait. Every other config is
+# read-only, and AlterConfigs refuses it.
+DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(
+    {
+        d.broker_synonym
+        for d in ALL_TOPIC_CONFIGS.values()
+        if d.broker_synonym is not None and d.name != "message.format.version"
+    }
+    | {
+        "log.cleaner.threads",
+        "log.cleaner.dedupe.buffer.size",
+        "log.cleaner.io.buffer.size",
+        "log.cleaner.io.buffer.load.factor",
+        "log.cleaner.backoff.ms",
+        "producer.id.expiration.ms",
+        "remote.fetch.max.wait.ms",
+    }
+)
+
+# Kafka's DescribeConfigs ConfigSource values.
+SOURCE_TOPIC_CONFIG = 1
+SOURCE_DYNAMIC_BROKER_CONFIG = 2
+SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+SOURCE_STATIC_BROKER_CONFIG = 4
+SOURCE_DEFAULT_CONFIG = 5
+
+# Broker configs that set one value in different units, in Kafka's order (DynamicBrokerConfig.brokerConfigSynonyms).
+_UNIT_SYNONYMS: tuple[tuple[str, ...], ...] = (
+    ("log.roll.ms", "log.roll.hours"),
+    ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+    ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+    ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+)
+
+
+def broker_config_synonyms(name: str) -> list[str]:
+    """The names that set the same value as `name`, in order of precedence (e.g. log.retention.ms, .minutes,
+    .hours); just `name` for most configs."""
+    for group in _UNIT_SYNONYMS:
+        if name in group and (name != "log.flush.scheduler.interval.ms"):
+            return list(group)
+    return [name]
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigSynonym:
+    name: str
+    value: str | None
+    source: int
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedConfig:
+    """One entry of a DescribeConfigs answer."""
+
+    name: str
+    value: str | None
+    source: int
+    read_only: bool
+    synonyms: tuple[ConfigSynonym, ...]
+    type: str | None
+    doc: str | None
+
+
 # Kafka accepts the legacy names too.
 _SYNONYMS = {"broker.id": "node.id", "log.dir": "log.dirs"}
 
@@ -437,16 +505,29 @@ def parse_host_port(name: str, address: str) -> tuple[str, int]:
 
 
 class KafkaConfig:
-    """Broker settings: the explicit properties laid over the embedded defaults, every one validated."""
+    """Broker settings: the explicit properties laid over the embedded defaults, every one validated.
 
-    def __init__(self, props: Mapping[str, str] | None = None) -> None:
+    Dynamic broker configs (set with AlterConfigs, kept in the metadata log) lie over the static ones in
+    Kafka's order of precedence: this broker's own, then the cluster-wide defaults, then `server.properties`,
+    then the embedded defaults. `reconfigure` swaps the dynamic layers while the broker runs."""
+
+    def __init__(
+        self,
+        props: Mapping[str, str] | None = None,
+        dynamic_defaults: Mapping[str, str] | None = None,
+        dynamic_broker: Mapping[str, str] | None = None,
+    ) -> None:
         self.originals: dict[str, str] = {}
         for key, value in (props or {}).items():
             self.originals[_SYNONYMS.get(key, key)] = value
+        self.dynamic_defaults = dict(dynamic_defaults or {})
+        self.dynamic_broker = dict(dynamic_broker or {})
+        # Every layer at once, the highest precedence last.
+        self.props = {**self.originals, **self.dynamic_defaults, **self.dynamic_broker}
         self._values: dict[str, object] = {}
         for name, definition in BROKER_CONFIGS.items():
-            if name in self.originals:
-                self._values[name] = parse_config_value(definition, self.originals[name])
+            if name in self.props:
+                self._values[name] = parse_config_value(definition, self.props[name])
             else:
                 self._values[name] = definition.default
         self._check()
@@ -464,8 +545,8 @@ class KafkaConfig:
 
     def get(self, name: str) -> str:
         """The setting as text: as given, else its default as Kafka shows it ('' for no default)."""
-        if name in self.originals:
-            return self.originals[name]
+        if name in self.props:
+            return self.props[name]
         return render(BROKER_CONFIGS[name].default)
 
     def get_int(self, name: str) -> int:
@@ -531,9 +612,17 @@ class KafkaConfig:
             raise ConfigException(
                 "replica.fetch.wait.max.ms should always be less than or equal to replica.lag.time.max.ms"
             )
+        # Each cleaner thread's share of the dedupe buffer must hold at least one key (tierlog's bound: Kafka
+        # asks for 1 MiB per thread, which rules out the small maps tests use to exercise a full map).
+        per_thread = self.get_int("log.cleaner.dedupe.buffer.size") // self.get_int("log.cleaner.threads")
+        if int(per_thread // BYTES_PER_ENTRY * self.get_double("log.cleaner.io.buffer.load.factor")) < 1:
+            raise ConfigException(
+                f"log.cleaner.dedupe.buffer.size={self.get('log.cleaner.dedupe.buffer.size')} is too small for "
+                f"{self.get('log.cleaner.threads')} cleaner thread(s): each needs room for at least one key"
+            )
         # The topic defaults these settings give must make a valid topic configuration, and Kafka's
         # log.retention rule holds on the resolved value (any negative time means unlimited, 0 is refused).
-        defaults = LogConfig.from_props({}, self.originals)
+        defaults = LogConfig.from_props({}, self.props)
         if defaults.retention_ms == 0:
             raise ConfigException("log.retention.ms must be unlimited (-1) or, greater than or equal to 1")
         if defaults.segment_ms < 1:
@@ -732,17 +821,107 @@ class KafkaConfig:
         return {k[len(prefix) :]: v for k, v in self.originals.items() if k.startswith(prefix)}
 
     def broker_log_defaults(self) -> dict[str, str]:
-        """Every explicit property: LogConfig picks the `log.*` and other broker synonyms it knows."""
-        return dict(self.originals)
+        """Every explicit property, dynamic ones included: LogConfig picks the broker synonyms it knows."""
+        return dict(self.props)
 
-    def describe(self) -> list[tuple[str, str | None, bool]]:
-        """(name, value, is_default) for DescribeConfigs on the broker resource; a config without a default
-        that is not set has no value (Kafka's null)."""
-        described: list[tuple[str, str | None, bool]] = []
-        for name in sorted(set(BROKER_CONFIGS) | set(self.originals)):
-            if name in self.originals:
-                described.append((name, self.originals[name], False))
+    # Dynamic broker configs (Kafka's DynamicBrokerConfig)
+
+    def validate_dynamic(self, configs: Mapping[str, str], *, per_broker: bool) -> None:
+        """Kafka's DynamicBrokerConfig.validate for a new set of dynamic configs of this broker (`per_broker`)
+        or of the cluster-wide default: only configs tierlog applies while it runs, each valid on its own and
+        together with this broker's other settings. ConfigException with Kafka's message otherwise."""
+        static = sorted(name for name in configs if name not in DYNAMIC_BROKER_CONFIGS)
+        if static:
+            raise ConfigException(f"Cannot update these configs dynamically: Set({', '.join(static)})")
+        if per_broker:
+            KafkaConfig(self.originals, self.dynamic_defaults, configs)
+        else:
+            KafkaConfig(self.originals, configs, self.dynamic_broker)
+
+    def reconfigure(self, dynamic_defaults: Mapping[str, str], dynamic_broker: Mapping[str, str]) -> set[str]:
+        """Take new dynamic layers; returns the names whose value changed. ConfigException (and nothing
+        changes) when the layers do not make a valid configuration with this broker's own settings."""
+        candidate = KafkaConfig(self.originals, dynamic_defaults, dynamic_broker)
+        changed = {name for name in BROKER_CONFIGS if candidate._values[name] != self._values[name]}
+        self.dynamic_defaults, self.dynamic_broker = candidate.dynamic_defaults, candidate.dynamic_broker
+        self.props, self._values = candidate.props, candidate._values
+        return changed
+
+    def _synonyms(self, name: str, *, per_broker: bool) -> list[ConfigSynonym]:
+        """Kafka's ConfigHelper.configSynonyms for `name`: each layer in order of precedence, every synonym of
+        the name in it, from the first entry of `name` itself on (so log.roll.ms does not list log.roll.hours,
+        and a topic's retention.ms is not said to come from log.retention.hours: Kafka's dropWhile)."""
+        names = broker_config_synonyms(name)
+        layers: list[tuple[Mapping[str, object], int]] = [
+            (self.dynamic_broker, SOURCE_DYNAMIC_BROKER_CONFIG),
+            (self.dynamic_defaults, SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG),
+            (self.originals, SOURCE_STATIC_BROKER_CONFIG),
+            (
+                {n: render(d.default) for n, d in BROKER_CONFIGS.items() if d.default is not None},
+                SOURCE_DEFAULT_CONFIG,
+            ),
+        ]
+        found = [
+            ConfigSynonym(synonym, str(layer[synonym]), source)
+            for layer, source in layers
+            for synonym in names
+            if synonym in layer
+        ]
+        while found and found[0].name != name:
+            found.pop(0)
+        return [synonym for synonym in found if per_broker or synonym.source == SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG]
+
+    def describe_broker(self, *, per_broker: bool) -> list[DescribedConfig]:
+        """DescribeConfigs of this broker (`per_broker`: every config, with its value and where it comes from)
+        or of the cluster-wide default (only the dynamic defaults that are set), as Kafka's ConfigHelper."""
+        names = set(BROKER_CONFIGS) | set(self.originals) if per_broker else set(self.dynamic_defaults)
+        described = []
+        for name in sorted(names):
+            synonyms = self._synonyms(name, per_broker=per_broker)
+            definition = BROKER_CONFIGS.get(name)
+            if not per_broker:
+                value: str | None = self.dynamic_defaults[name]
+            elif definition is not None:
+                value = None if self._values[name] is None else self.get(name)
             else:
-                default = BROKER_CONFIGS[name].default
-                described.append((name, None if default is None else render(default), True))
+                value = self.originals[name]
+            described.append(
+                DescribedConfig(
+                    name=name,
+                    value=value,
+                    source=synonyms[0].source if synonyms else SOURCE_DEFAULT_CONFIG,
+                    read_only=name not in DYNAMIC_BROKER_CONFIGS,
+                    synonyms=tuple(synonyms),
+                    type=definition.type if definition is not None else None,
+                    doc=definition.doc if definition is not None else None,
+                )
+            )
+        return described
+
+    def describe_topic(self, overrides: Mapping[str, str]) -> list[DescribedConfig]:
+        """DescribeConfigs of a topic with `overrides`: every topic config's effective value, sourced from the
+        override, else the broker synonyms in their order of precedence, as Kafka's createTopicConfigEntry."""
+        effective = LogConfig.from_props(overrides, self.props)
+        described = []
+        for name, definition in sorted(ALL_TOPIC_CONFIGS.items()):
+            synonyms: list[ConfigSynonym] = []
+            if name in overrides:
+                synonyms.append(ConfigSynonym(name, overrides[name], SOURCE_TOPIC_CONFIG))
+            if definition.broker_synonym is not None:
+                synonyms += self._synonyms(definition.broker_synonym, per_broker=True)
+            if name in TOPIC_CONFIGS:
+                value = render(getattr(effective, name.replace(".", "_")))
+            else:
+                value = synonyms[0].value if synonyms else render(definition.default)
+            described.append(
+                DescribedConfig(
+                    name=name,
+                    value=value,
+                    source=synonyms[0].source if synonyms else SOURCE_DEFAULT_CONFIG,
+                    read_only=False,
+                    synonyms=tuple(synonyms),
+                    type=definition.type,
+                    doc=definition.doc,
+                )
+            )
         return described

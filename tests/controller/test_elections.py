@@ -107,3 +107,20 @@ def test_enabling_unclean_election_on_an_offline_topic_elects_at_once(tmp_path: 
     offline_after_fencing_both(controller)
     controller.alter_topic_configs("events", {"unclean.leader.election.enable": "true"})
     assert state(controller) == (2, [2], 2, 3)
+
+
+def test_unclean_election_by_the_cluster_wide_dynamic_default_elects_at_once(tmp_path: Path) -> None:
+    controller = new_controller(tmp_path, nodes=(1, 2))
+    offline_after_fencing_both(controller)
+    controller.alter_broker_configs("", {"unclean.leader.election.enable": "true"})
+    assert state(controller) == (2, [2], 2, 3)
+    assert controller.metadata.broker_configs == {"": {"unclean.leader.election.enable": "true"}}
+
+
+def test_a_per_broker_dynamic_config_is_kept_under_its_broker_and_removed_by_its_absence(tmp_path: Path) -> None:
+    controller = new_controller(tmp_path, nodes=(1, 2))
+    controller.alter_broker_configs("2", {"log.retention.ms": "1000", "message.max.bytes": "2000"})
+    controller.alter_broker_configs("2", {"log.retention.ms": "1000"})
+    assert controller.metadata.dynamic_broker_configs(2) == ({}, {"log.retention.ms": "1000"})
+    controller.alter_broker_configs("2", {})
+    assert controller.metadata.broker_configs == {}

@@ -10,6 +10,8 @@ from typing import get_args
 import pytest
 
 from tierlog.controller.records import (
+    RESOURCE_BROKER,
+    RESOURCE_TOPIC,
     BrokerRegistrationChangeRecord,
     ClusterIdRecord,
     ConfigRecord,
@@ -102,3 +104,10 @@ def test_records_are_compact_json_with_their_type_and_string_topic_ids() -> None
 def test_garbage_is_refused_with_a_clear_message(data: bytes, message: str) -> None:
     with pytest.raises(ValueError, match="^" + re.escape(message)):
         decode_record(data)
+
+
+def test_a_config_record_written_before_broker_configs_existed_is_a_topic_config() -> None:
+    old = b'{"type":"ConfigRecord","resource_name":"events","name":"retention.ms","value":"1000"}'
+    assert decode_record(old) == ConfigRecord("events", "retention.ms", "1000", RESOURCE_TOPIC)
+    broker = ConfigRecord("", "log.retention.ms", "1000", RESOURCE_BROKER)
+    assert decode_record(encode_record(broker)) == broker

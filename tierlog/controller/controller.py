@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
+from tierlog.config_def import INT32_MAX, parse_config_value
 from tierlog.controller.errors import (
     BrokerIdNotRegisteredError,
     FencedLeaderEpochError,
@@ -42,6 +43,7 @@ from tierlog.controller.metadata import (
 )
 from tierlog.controller.metadata_log import METADATA_TOPIC, MetadataLog
 from tierlog.controller.records import (
+    RESOURCE_BROKER,
     BrokerRegistrationChangeRecord,
     ClusterIdRecord,
     ConfigRecord,
@@ -54,7 +56,7 @@ from tierlog.controller.records import (
     TopicRecord,
 )
 from tierlog.storage.checkpoints import kafka_uuid_to_str
-from tierlog.storage.log_config import TOPIC_CONFIGS, parse_config_value, validate_topic_config
+from tierlog.storage.log_config import TOPIC_CONFIGS, validate_topic_config
 
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
@@ -282,10 +284,15 @@ class Controller:
         return records
 
     def _elect_leaderless(
-        self, topic: TopicMetadata, configs: Mapping[str, str], live: Collection[int]
+        self,
+        topic: TopicMetadata,
+        configs: Mapping[str, str],
+        live: Collection[int],
+        cluster_defaults: Mapping[str, str] | None = None,
     ) -> list[PartitionRecord]:
-        """Leaders for the offline partitions of `topic` that `live` brokers can now lead."""
-        unclean = self._unclean_enabled(configs)
+        """Leaders for the offline partitions of `topic` that `live` brokers can now lead (with `configs` as the
+        topic's overrides and `cluster_defaults` as the dynamic broker defaults, when those are changing)."""
+        unclean = self._unclean_enabled(configs, cluster_defaults)
         changes = []
         for partition_id, current in enumerate(topic.partitions):
             if current.leader != NO_LEADER:
@@ -296,8 +303,16 @@ class Controller:
                 changes.append(change)
         return changes
 
-    def _unclean_enabled(self, topic_configs: Mapping[str, str]) -> bool:
+    def _unclean_enabled(
+        self, topic_configs: Mapping[str, str], cluster_defaults: Mapping[str, str] | None = None
+    ) -> bool:
+        """The topic's unclean.leader.election.enable, else the cluster-wide dynamic broker default, else the
+        controller's own setting (the precedence of DynamicBrokerConfig)."""
+        if cluster_defaults is None:
+            cluster_defaults = self.metadata.broker_configs.get("", {})
         value = topic_configs.get(UNCLEAN_LEADER_ELECTION_ENABLE)
+        if value is None:
+            value = cluster_defaults.get(UNCLEAN_LEADER_ELECTION_ENABLE)
         if value is None:
             return self._config.unclean_leader_election_enable
         return bool(parse_config_value(TOPIC_CONFIGS[UNCLEAN_LEADER_ELECTION_ENABLE], value))
@@ -467,6 +482,33 @@ class Controller:
         records.extend(self._elect_leaderless(topic, new_configs, self._live_brokers()))
         self._commit(records)
         return topic
+
+    def alter_broker_configs(
+        self, resource_name: str, new_configs: Mapping[str, str], *, validate_only: bool = False
+    ) -> None:
+        """Replace the dynamic configs of a broker (`resource_name` its id) or of every broker ("" for the
+        cluster-wide default) with `new_configs`. The receiving broker has validated them (Kafka's
+        ConfigAdminManager); the controller checks only the resource name, as Kafka's
+        ControllerConfigurationValidator does."""
+        if resource_name and not (resource_name.isdigit() and int(resource_name) <= INT32_MAX):
+            raise InvalidRequestError(f"Node id must be an integer, but it is: {resource_name}")
+        if validate_only:
+            return
+        current = self.metadata.broker_configs.get(resource_name, {})
+        records: list[MetadataRecord] = [
+            ConfigRecord(resource_name, key, value, RESOURCE_BROKER)
+            for key, value in sorted(new_configs.items())
+            if current.get(key) != value
+        ]
+        records.extend(
+            ConfigRecord(resource_name, key, None, RESOURCE_BROKER) for key in sorted(current) if key not in new_configs
+        )
+        # Turning on unclean election cluster-wide brings offline partitions back at once, as a topic's does.
+        if not resource_name and UNCLEAN_LEADER_ELECTION_ENABLE in new_configs:
+            live = self._live_brokers()
+            for topic in self.metadata.topics.values():
+                records.extend(self._elect_leaderless(topic, topic.configs, live, new_configs))
+        self._commit(records)
 
     def allocate_producer_id_block(self, broker_id: int = -1) -> range:
         """A block of producer ids no other broker or earlier run ever receives: the block is durably taken

@@ -12,6 +12,8 @@ import uuid
 from dataclasses import dataclass, field
 
 from tierlog.controller.records import (
+    RESOURCE_BROKER,
+    RESOURCE_TOPIC,
     BrokerRegistrationChangeRecord,
     ClusterIdRecord,
     ConfigRecord,
@@ -65,6 +67,8 @@ class ClusterMetadata:
     cluster_id: str = ""
     topics: dict[str, TopicMetadata] = field(default_factory=dict)
     brokers: dict[int, BrokerRegistration] = field(default_factory=dict)
+    # Dynamic broker configs by resource name: a broker id, or "" for the cluster-wide default.
+    broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     # Start of the next block of producer ids handed to a broker.
     next_producer_id: int = 0
     # Offset of the last record applied; -1 before the first.
@@ -111,13 +115,7 @@ class ClusterMetadata:
         elif isinstance(record, PartitionRecord):
             self._apply_partition(record)
         elif isinstance(record, ConfigRecord):
-            topic = self.topics.get(record.resource_name)
-            if topic is None:
-                raise ValueError(f"ConfigRecord at offset {offset} for unknown topic {record.resource_name}")
-            if record.value is None:
-                topic.configs.pop(record.name, None)
-            else:
-                topic.configs[record.name] = record.value
+            self._apply_config(offset, record)
         elif isinstance(record, RemoveTopicRecord):
             removed = self._topics_by_id.pop(record.topic_id, None)
             if removed is None:
@@ -128,6 +126,27 @@ class ClusterMetadata:
         else:
             raise ValueError(f"unknown metadata record at offset {offset}: {record!r}")
         self.offset = offset
+
+    def _apply_config(self, offset: int, record: ConfigRecord) -> None:
+        if record.resource_type == RESOURCE_BROKER:
+            configs = self.broker_configs.setdefault(record.resource_name, {})
+        elif record.resource_type == RESOURCE_TOPIC:
+            topic = self.topics.get(record.resource_name)
+            if topic is None:
+                raise ValueError(f"ConfigRecord at offset {offset} for unknown topic {record.resource_name}")
+            configs = topic.configs
+        else:
+            raise ValueError(f"ConfigRecord at offset {offset} for resource type {record.resource_type}")
+        if record.value is None:
+            configs.pop(record.name, None)
+        else:
+            configs[record.name] = record.value
+        if record.resource_type == RESOURCE_BROKER and not configs:
+            del self.broker_configs[record.resource_name]
+
+    def dynamic_broker_configs(self, broker_id: int) -> tuple[dict[str, str], dict[str, str]]:
+        """(cluster-wide defaults, this broker's own): the two dynamic layers of a broker's configuration."""
+        return dict(self.broker_configs.get("", {})), dict(self.broker_configs.get(str(broker_id), {}))
 
     def _apply_broker_change(self, record: BrokerRegistrationChangeRecord) -> None:
         broker = self.brokers.get(record.broker_id)

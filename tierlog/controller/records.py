@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from typing import Any, TypeAlias, get_args
 
 
@@ -67,13 +67,21 @@ class PartitionRecord:
     partition_epoch: int
 
 
+# Kafka's ConfigResource.Type ids, as ConfigRecord and the admin APIs carry them.
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+
+
 @dataclass(frozen=True, slots=True)
 class ConfigRecord:
-    """A topic config override; a None value removes it."""
+    """A config override of a topic, or a dynamic broker config (`resource_name` a broker id, or "" for the
+    cluster-wide default); a None value removes it."""
 
     resource_name: str
     name: str
     value: str | None
+    # Last, with a default: records written before broker configs existed are topic configs.
+    resource_type: int = RESOURCE_TOPIC
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +145,8 @@ def decode_record(data: bytes) -> MetadataRecord:
     values = {}
     for name, decode in field_decoders:
         if name not in document:
+            if name in _DEFAULTED_FIELDS.get(record_type, ()):
+                continue
             raise ValueError(f"{record_type} lacks field {name!r}")
         try:
             values[name] = decode(document[name])
@@ -206,4 +216,9 @@ _VALUE_DECODERS: dict[str, Callable[[object], Any]] = {
 
 _DECODERS: dict[str, tuple[type[MetadataRecord], list[tuple[str, Callable[[object], Any]]]]] = {
     cls.__name__: (cls, [(f.name, _VALUE_DECODERS[str(f.type)]) for f in fields(cls)]) for cls in _RECORD_TYPES
+}
+
+# Fields added after records of their type were first written: a record without one takes the default.
+_DEFAULTED_FIELDS: dict[str, frozenset[str]] = {
+    cls.__name__: frozenset(f.name for f in fields(cls) if f.default is not MISSING) for cls in _RECORD_TYPES
 }

@@ -42,7 +42,7 @@ from tierlog.server.group_coordinator import GroupCoordinatorService
 from tierlog.server.http_server import HttpResponse, HttpServer
 from tierlog.server.kafka_apis import KafkaApis
 from tierlog.server.lifecycle import BrokerLifecycleManager
-from tierlog.server.log_cleaner_threads import LogCleanerThreads
+from tierlog.server.log_cleaner_threads import LogCleanerThreads, cleaner_config
 from tierlog.server.meta_properties import cluster_id_on_disk, ensure_meta_properties
 from tierlog.server.metadata_loader import MetadataLoader
 from tierlog.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -269,7 +269,7 @@ class Broker:
     async def _bind(self, listener: Listener, max_request: int) -> asyncio.Server:
         try:
             server = await asyncio.start_server(
-                lambda r, w: self._accept(r, w, max_request),
+                lambda r, w: self._accept(r, w, max_request, listener.name),
                 listener.host or None,
                 listener.port,
                 reuse_address=True,
@@ -387,6 +387,7 @@ class Broker:
 
     def _publish(self, image: ClusterMetadata) -> None:
         now = now_ms()
+        self._apply_dynamic_configs(image)
         if not self._logs_loaded:
             for log_dir in self.config.log_dirs:
                 ensure_meta_properties(log_dir, self.config.node_id, image.cluster_id)
@@ -396,6 +397,36 @@ class Broker:
         self._reconcile_fetchers()
         self.group_coordinator.on_metadata(image)
         self._after_request()
+
+    def _apply_dynamic_configs(self, image: ClusterMetadata) -> None:
+        """Kafka's DynamicBrokerConfig: the dynamic broker configs the metadata now holds for this broker take
+        effect at once (docs/configuration.md). A set that does not make a valid configuration with this
+        broker's own settings is logged and left out, and the broker keeps its current one."""
+        config = self.config
+        layers = image.dynamic_broker_configs(config.node_id)
+        if layers == (config.dynamic_defaults, config.dynamic_broker):
+            return
+        try:
+            changed = config.reconfigure(*layers)
+        except ConfigException as e:
+            logger.error("[Broker id=%d] dynamic broker configs not applied: %s", config.node_id, e)
+            return
+        if not changed:
+            return
+        logger.info(
+            "[Broker id=%d] dynamic broker configs now in effect: %s", config.node_id, ", ".join(sorted(changed))
+        )
+        self.log_manager.reconfigure(
+            config.broker_log_defaults(),
+            ProducerStateManagerConfig(config.get_int("producer.id.expiration.ms")),
+            {name: topic.configs for name, topic in image.topics.items()},
+        )
+        if any(name.startswith("log.cleaner.") for name in changed):
+            self._background.append(
+                asyncio.create_task(
+                    self.log_cleaner.reconfigure(cleaner_config(config)), name="log-cleaner-reconfigure"
+                )
+            )
 
     def _reconcile_fetchers(self) -> None:
         wanted: dict[int, ReplicaFetcher] = dict(self.replica_manager.fetchers)
@@ -464,12 +495,14 @@ class Broker:
 
     # Connections and timers
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_request: int) -> None:
+    async def _accept(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_request: int, listener_name: str
+    ) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._connections[task] = writer
         try:
-            await serve_connection(reader, writer, self.apis, max_request)
+            await serve_connection(reader, writer, self.apis, max_request, listener_name)
         finally:
             del self._connections[task]
 

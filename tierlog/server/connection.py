@@ -8,7 +8,6 @@ closes only this connection, with one log line; everyone else is served on.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 import os
 from collections.abc import Sequence
@@ -23,6 +22,7 @@ from tierlog.protocol.codec import (
 )
 from tierlog.protocol.framing import FramingError, read_frame
 from tierlog.server.kafka_apis import API_API_VERSIONS, KafkaApis
+from tierlog.server.request_context import enter_connection
 from tierlog.storage.file_records import FileSlice
 
 logger = logging.getLogger(__name__)
@@ -30,20 +30,16 @@ logger = logging.getLogger(__name__)
 # Below this size a pread + write is cheaper than handing the socket to sendfile.
 SENDFILE_MIN_BYTES = 64 * 1024
 
-# The client's address as Kafka shows it ("/127.0.0.1"), for handlers that record it (group members' host).
-_client_host: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
-
-
-def client_host() -> str:
-    return _client_host.get()
-
 
 async def serve_connection(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, apis: KafkaApis, max_request_bytes: int
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    apis: KafkaApis,
+    max_request_bytes: int,
+    listener_name: str = "",
 ) -> None:
     peer = writer.get_extra_info("peername")
-    # Each connection is its own task, so the value is this connection's alone.
-    _client_host.set(f"/{peer[0]}" if isinstance(peer, tuple) and peer else "")
+    enter_connection(f"/{peer[0]}" if isinstance(peer, tuple) and peer else "", listener_name)
     served = enabled_apis(apis.handlers.keys())
     try:
         while True:

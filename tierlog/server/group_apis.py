@@ -21,9 +21,9 @@ from tierlog.protocol.codec import Request
 from tierlog.protocol.errors import error_code
 from tierlog.server.authorized_operations import GROUP_OPERATIONS, OMITTED
 from tierlog.server.clock import now_ms
-from tierlog.server.connection import client_host
 from tierlog.server.entities import NO_THROTTLE, ResponseSchema, response_schema
 from tierlog.server.group_coordinator import GroupCoordinatorService
+from tierlog.server.request_context import client_host
 
 API_OFFSET_COMMIT = 8
 API_OFFSET_FETCH = 9

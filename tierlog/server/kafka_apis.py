@@ -18,9 +18,8 @@ from typing import Any
 
 from tierlog.common import TopicPartition
 from tierlog.config import KafkaConfig
-from tierlog.config_def import render
 from tierlog.controller.controller import Controller, validate_topic_name
-from tierlog.controller.errors import ControllerError, InvalidConfigError, InvalidReplicaAssignmentError
+from tierlog.controller.errors import ControllerError, InvalidReplicaAssignmentError
 from tierlog.controller.metadata import ClusterMetadata, TopicMetadata
 from tierlog.controller.metadata_log import METADATA_TOPIC
 from tierlog.protocol.api_versions import supported_api_versions
@@ -39,6 +38,7 @@ from tierlog.replication.replica_manager import (
 )
 from tierlog.server.authorized_operations import CLUSTER_OPERATIONS, OMITTED, TOPIC_OPERATIONS
 from tierlog.server.clock import now_ms
+from tierlog.server.config_apis import ConfigApis
 from tierlog.server.controller_channel import ControllerChannel, ControllerUnavailableError
 from tierlog.server.controller_server import CONTROLLER_APIS, ControllerServer
 from tierlog.server.entities import (
@@ -52,7 +52,6 @@ from tierlog.server.metadata_loader import MetadataLoader
 from tierlog.server.metrics import BrokerMetrics
 from tierlog.server.remote_log_tasks import RemoteLogTasks
 from tierlog.storage.errors import KafkaStorageError, OffsetOutOfRangeError
-from tierlog.storage.log_config import ALL_TOPIC_CONFIGS
 from tierlog.tiered.remote_storage_manager import RemoteStorageError
 
 logger = logging.getLogger(__name__)
@@ -67,10 +66,7 @@ API_API_VERSIONS = 18
 API_CREATE_TOPICS = 19
 API_DELETE_TOPICS = 20
 API_DELETE_RECORDS = 21
-API_DESCRIBE_CONFIGS = 32
-API_ALTER_CONFIGS = 33
 API_CREATE_PARTITIONS = 37
-API_INCREMENTAL_ALTER_CONFIGS = 44
 API_DESCRIBE_CLUSTER = 60
 API_DESCRIBE_PRODUCERS = 61
 
@@ -79,32 +75,7 @@ FORWARDED_APIS = (
     API_CREATE_TOPICS,
     API_DELETE_TOPICS,
     API_CREATE_PARTITIONS,
-    API_ALTER_CONFIGS,
-    API_INCREMENTAL_ALTER_CONFIGS,
 )
-
-RESOURCE_TOPIC = 2
-RESOURCE_BROKER = 4
-
-# DescribeConfigs ConfigSource values.
-SOURCE_DYNAMIC_TOPIC_CONFIG = 1
-SOURCE_STATIC_BROKER_CONFIG = 4
-SOURCE_DEFAULT_CONFIG = 5
-
-# DescribeConfigs ConfigType values, by Kafka's ConfigDef type name.
-CONFIG_TYPES = {
-    "boolean": 1,
-    "string": 2,
-    "int": 3,
-    "short": 4,
-    "long": 5,
-    "double": 6,
-    "list": 7,
-    "class": 8,
-    "password": 9,
-}
-
-OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
 
 # How long an admin request waits for this broker's metadata to show the change the controller made.
@@ -140,7 +111,6 @@ class KafkaApis:
         self._fetch_max_bytes = config.get_int("fetch.max.bytes")
         # Set by the broker when remote.log.storage.system.enable is on.
         self.remote_log: RemoteLogTasks | None = None
-        self._remote_fetch_max_wait_s = config.get_int("remote.fetch.max.wait.ms") / 1000
         self.handlers: dict[int, Handler] = {
             API_PRODUCE: self.handle_produce,
             API_FETCH: self.handle_fetch,
@@ -151,10 +121,7 @@ class KafkaApis:
             API_CREATE_TOPICS: self.handle_create_topics,
             API_DELETE_TOPICS: self.handle_delete_topics,
             API_DELETE_RECORDS: self.handle_delete_records,
-            API_DESCRIBE_CONFIGS: self.handle_describe_configs,
-            API_ALTER_CONFIGS: self.handle_alter_configs,
             API_CREATE_PARTITIONS: self.handle_create_partitions,
-            API_INCREMENTAL_ALTER_CONFIGS: self.handle_incremental_alter_configs,
             API_DESCRIBE_CLUSTER: self.handle_describe_cluster,
             API_INIT_PRODUCER_ID: self.handle_init_producer_id,
             API_DESCRIBE_PRODUCERS: self.handle_describe_producers,
@@ -166,6 +133,15 @@ class KafkaApis:
             # Kafka's ForwardingManager: only the controller decides these; other brokers relay them.
             for key in FORWARDED_APIS:
                 self.handlers[key] = self._forward
+        self.handlers.update(
+            ConfigApis(
+                config,
+                lambda: self.image,
+                (lambda: self.controller) if controller_server is not None else None,
+                channel,
+                self._sync_metadata,
+            ).handlers
+        )
         self._producer_ids: Iterator[int] = iter(())
 
     @property
@@ -569,7 +545,7 @@ class KafkaApis:
                 continue
             served = True
             try:
-                async with asyncio.timeout(self._remote_fetch_max_wait_s):
+                async with asyncio.timeout(self.config.get_int("remote.fetch.max.wait.ms") / 1000):
                     records = await self.remote_log.read(result.topic_partition, read.remote_fetch)
             except TimeoutError:
                 answered.append(dataclasses.replace(result, read=empty))
@@ -839,9 +815,9 @@ class KafkaApis:
                     replication_factor=len(topic.partitions[0].replicas),
                     configs=tuple(
                         s.CreatableTopicConfigs(
-                            name=name, value=value, read_only=False, config_source=source, is_sensitive=False
+                            name=c.name, value=c.value, read_only=False, config_source=c.source, is_sensitive=False
                         )
-                        for name, value, source, _ in self._topic_config_entries(topic.configs)
+                        for c in self.config.describe_topic(topic.configs)
                     ),
                 )
             )
@@ -897,179 +873,6 @@ class KafkaApis:
         if not body.validate_only:
             await self._sync_metadata()
         return s.CreatePartitionsResponse(throttle_time=NO_THROTTLE, results=tuple(results))
-
-    # Configs
-
-    def _topic_config_entries(
-        self, overrides: dict[str, str]
-    ) -> list[tuple[str, str, int, list[tuple[str, str, int]]]]:
-        """(name, value, source, synonyms) for every topic config: the topic override, else the broker's
-        setting of its synonym, else Kafka's default."""
-        broker = self.config.originals
-        entries = []
-        for name, definition in sorted(ALL_TOPIC_CONFIGS.items()):
-            synonyms: list[tuple[str, str, int]] = []
-            if name in overrides:
-                synonyms.append((name, overrides[name], SOURCE_DYNAMIC_TOPIC_CONFIG))
-            synonym = definition.broker_synonym
-            if synonym and synonym in broker:
-                synonyms.append((synonym, broker[synonym], SOURCE_STATIC_BROKER_CONFIG))
-            synonyms.append((synonym or name, render(definition.default), SOURCE_DEFAULT_CONFIG))
-            value, source = synonyms[0][1], synonyms[0][2]
-            entries.append((name, value, source, synonyms))
-        return entries
-
-    async def handle_describe_configs(self, request: Request) -> Any:
-        s = self._schema(request)
-        body = request.body
-        include_synonyms = getattr(body, "include_synonyms", False)
-        include_docs = getattr(body, "include_documentation", False)
-        results = []
-        for resource in body.resources:
-            keys = set(resource.configuration_keys) if resource.configuration_keys else None
-            entries: list[Any] = []
-            error, message = None, None
-            if resource.resource_type == RESOURCE_TOPIC:
-                topic = self.image.topics.get(resource.resource_name)
-                if topic is None:
-                    error, message = (
-                        "UNKNOWN_TOPIC_OR_PARTITION",
-                        f"Topic '{resource.resource_name}' does not exist.",
-                    )
-                else:
-                    for name, value, source, synonyms in self._topic_config_entries(topic.configs):
-                        if keys is not None and name not in keys:
-                            continue
-                        definition = ALL_TOPIC_CONFIGS[name]
-                        entries.append(
-                            s.DescribeConfigsResourceResult(
-                                name=name,
-                                value=value,
-                                read_only=False,
-                                config_source=source,
-                                is_sensitive=False,
-                                is_default=source == SOURCE_DEFAULT_CONFIG,
-                                synonyms=tuple(
-                                    s.DescribeConfigsSynonym(name=n, value=v, source=src) for n, v, src in synonyms
-                                )
-                                if include_synonyms
-                                else (),
-                                config_type=CONFIG_TYPES.get(definition.type, 0),
-                                documentation=definition.doc if include_docs else None,
-                            )
-                        )
-            elif resource.resource_type == RESOURCE_BROKER:
-                if resource.resource_name not in ("", str(self.node_id)):
-                    error, message = "INVALID_REQUEST", f"Unexpected broker id, expected {self.node_id}"
-                else:
-                    for name, value, is_default in self.config.describe():
-                        if keys is not None and name not in keys:
-                            continue
-                        source = SOURCE_DEFAULT_CONFIG if is_default else SOURCE_STATIC_BROKER_CONFIG
-                        entries.append(
-                            s.DescribeConfigsResourceResult(
-                                name=name,
-                                value=value,
-                                read_only=True,
-                                config_source=source,
-                                is_sensitive=False,
-                                is_default=is_default,
-                                synonyms=(s.DescribeConfigsSynonym(name=name, value=value, source=source),)
-                                if include_synonyms
-                                else (),
-                                config_type=0,
-                                documentation=None,
-                            )
-                        )
-            else:
-                error, message = "INVALID_REQUEST", f"Unsupported resource type {resource.resource_type}"
-            results.append(
-                s.DescribeConfigsResult(
-                    error_code=error_code(error),
-                    error_message=message,
-                    resource_type=resource.resource_type,
-                    resource_name=resource.resource_name,
-                    configs=tuple(entries),
-                )
-            )
-        return s.DescribeConfigsResponse(throttle_time=NO_THROTTLE, results=tuple(results))
-
-    def _alter_topic_configs(
-        self,
-        resource_type: int,
-        name: str,
-        compute: Callable[[dict[str, str]], dict[str, str]],
-        validate_only: bool,
-    ) -> tuple[str | None, str | None]:
-        if resource_type != RESOURCE_TOPIC:
-            return "INVALID_REQUEST", "Only topic configs can be altered on this broker"
-        topic = self.controller.topic(name)
-        if topic is None:
-            return "UNKNOWN_TOPIC_OR_PARTITION", f"Topic '{name}' does not exist."
-        try:
-            self.controller.alter_topic_configs(name, compute(dict(topic.configs)), validate_only=validate_only)
-        except ControllerError as e:
-            return e.error_name, str(e)
-        return None, None
-
-    async def _alter_configs(
-        self, request: Request, new_configs: Callable[[Any, dict[str, str]], dict[str, str]]
-    ) -> Any:
-        """AlterConfigs and IncrementalAlterConfigs differ only in how a resource's overrides are computed."""
-        s = self._schema(request)
-        body = request.body
-        responses = []
-        for resource in body.resources:
-            error, message = self._alter_topic_configs(
-                resource.resource_type,
-                resource.resource_name,
-                lambda current, r=resource: new_configs(r, current),
-                body.validate_only,
-            )
-            responses.append(
-                s.AlterConfigsResourceResponse(
-                    error_code=error_code(error),
-                    error_message=message,
-                    resource_type=resource.resource_type,
-                    resource_name=resource.resource_name,
-                )
-            )
-        if not body.validate_only:
-            await self._sync_metadata()
-        return responses
-
-    async def handle_incremental_alter_configs(self, request: Request) -> Any:
-        responses = await self._alter_configs(request, _apply_config_operations)
-        return self._schema(request).IncrementalAlterConfigsResponse(
-            throttle_time=NO_THROTTLE, responses=tuple(responses)
-        )
-
-    async def handle_alter_configs(self, request: Request) -> Any:
-        """The legacy API replaces every override of the resource with the ones given."""
-        responses = await self._alter_configs(
-            request, lambda resource, _current: {c.name: c.value for c in resource.configs if c.value is not None}
-        )
-        return self._schema(request).AlterConfigsResponse(throttle_time=NO_THROTTLE, responses=tuple(responses))
-
-
-def _apply_config_operations(resource: Any, current: dict[str, str]) -> dict[str, str]:
-    """IncrementalAlterConfigs: SET, DELETE, and APPEND/SUBTRACT on comma-separated list values."""
-    for op in resource.configs:
-        if op.config_operation == OP_SET:
-            current[op.name] = op.value or ""
-        elif op.config_operation == OP_DELETE:
-            current.pop(op.name, None)
-        elif op.config_operation in (OP_APPEND, OP_SUBTRACT):
-            items = [i for i in current.get(op.name, "").split(",") if i]
-            changes = [i for i in (op.value or "").split(",") if i]
-            if op.config_operation == OP_APPEND:
-                items += [c for c in changes if c not in items]
-            else:
-                items = [i for i in items if i not in changes]
-            current[op.name] = ",".join(items)
-        else:
-            raise InvalidConfigError(f"Unknown config operation {op.config_operation}")
-    return current
 
 
 def _holds_several_batches(records: bytes) -> bool:

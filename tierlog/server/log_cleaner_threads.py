@@ -49,6 +49,15 @@ class LogCleanerThreads:
         self._stopping = False
         self._register_metrics(registry)
 
+    async def reconfigure(self, config: CleanerConfig) -> None:
+        """New log.cleaner.* settings (dynamic broker configs), as Kafka's LogCleaner.reconfigure: the threads
+        stop (a clean in progress is given up and redone later), then start again with them."""
+        await self.stop()
+        self.config = self.cleaner.config = config
+        self._stopping = False
+        self._stop = asyncio.Event()
+        self.start()
+
     def start(self) -> None:
         if not self.config.enable_cleaner:
             return

@@ -28,7 +28,6 @@ NDJSON_CONTENT_TYPE = "application/x-ndjson"
 DEFAULT_SUBSCRIBER_QUEUE = 10_000
 
 
-
 class _Subscription:
     def __init__(self, broker_id: int, max_queued: int) -> None:
         self.broker_id = broker_id

@@ -181,6 +181,21 @@ class LogManager:
             if tp.topic == topic:
                 log.update_config(config, self.remote_log_enabled(topic, config))
 
+    def reconfigure(
+        self,
+        broker_log_defaults: Mapping[str, str],
+        producer_state_config: ProducerStateManagerConfig,
+        topic_configs: Mapping[str, Mapping[str, str]],
+    ) -> None:
+        """New broker defaults of topic configs (dynamic broker configs, Kafka's DynamicLogConfig): every log's
+        configuration is resolved again from its topic's overrides (`topic_configs`) and the new defaults."""
+        self._broker_log_defaults = dict(broker_log_defaults)
+        self._producer_state_config = producer_state_config
+        for tp, log in self._logs.items():
+            config = self._config_for(topic_configs.get(tp.topic, {}))
+            log.update_config(config, self.remote_log_enabled(tp.topic, config))
+            log.producer_state_manager.config = producer_state_config
+
     def remote_log_enabled(self, topic: str, config: LogConfig) -> bool:
         """Kafka's UnifiedLog.remoteLogEnabled: the broker's remote.log.storage.system.enable, the topic's
         remote.storage.enable, and never for internal topics (their names start with "__")."""
