@@ -1,17 +1,66 @@
-"""A stand-in for a broker's HTTP listener (tierlog.http.listener), so `cluster status` and `trace` are tested
-against canned answers without broker processes."""
+"""What the CLI tests share: `tierlog(...)`, the real command run as a subprocess, and a stand-in for a
+broker's HTTP listener (tierlog.http.listener), so `cluster status` and `trace` are tested against canned
+answers without broker processes."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
 
 # How long a trace stream stays open after its backlog, unless the fake is closed first.
 _STREAM_OPEN_S = 30.0
+# The `tierlog` console script of the environment running the tests (the editable install's).
+TIERLOG = Path(sys.executable).with_name("tierlog")
+# No test command should run this long: a hung one fails its test instead of the whole run.
+_COMMAND_LIMIT_S = 120.0
+
+
+@dataclass(frozen=True)
+class Ran:
+    """A finished `tierlog` run: exit code, what it wrote to stdout and stderr, and how long it took."""
+
+    code: int
+    out: bytes
+    err: bytes
+    elapsed_s: float
+
+    @property
+    def stdout(self) -> str:
+        return self.out.decode()
+
+    @property
+    def stderr(self) -> str:
+        return self.err.decode()
+
+    @property
+    def first_error_line(self) -> str:
+        return next(iter(self.stderr.splitlines()), "")
+
+    @property
+    def first_line(self) -> str:
+        return next(iter(self.stdout.splitlines()), "")
+
+
+def tierlog(*args: str, stdin: bytes = b"", env: Mapping[str, str] | None = None) -> Ran:
+    """Run the real `tierlog` command as a person would. $TIERLOG_BOOTSTRAP is removed from the environment
+    unless `env` sets it, so only the arguments say where the brokers are."""
+    environment = {k: v for k, v in os.environ.items() if k != "TIERLOG_BOOTSTRAP"} | dict(env or {})
+    started = time.monotonic()
+    result = subprocess.run(
+        [str(TIERLOG), *args], input=stdin, capture_output=True, env=environment, timeout=_COMMAND_LIMIT_S
+    )
+    return Ran(result.returncode, result.stdout, result.stderr, time.monotonic() - started)
 
 
 class FakeBrokerHttp:

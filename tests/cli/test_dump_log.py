@@ -321,9 +321,15 @@ def test_empty_time_index(tmp_path: Path) -> None:
 
 
 def test_unknown_file_is_ignored(tmp_path: Path) -> None:
-    path = tmp_path / "leader-epoch-checkpoint"
-    path.write_text("0\n0\n")
+    path = tmp_path / "partition.metadata"
+    path.write_text("version: 0\ntopic_id: AAECAwQFBgcICQoLDA0ODw")
     assert dump(path) == [f"Dumping {path}", f"Ignoring unknown file {path}"]
+
+
+def test_leader_epoch_checkpoint(tmp_path: Path) -> None:
+    path = tmp_path / "leader-epoch-checkpoint"
+    path.write_text("0\n2\n0 0\n3 120\n")
+    assert dump(path) == [f"Dumping {path}", "epoch: 0 startOffset: 0", "epoch: 3 startOffset: 120"]
 
 
 def test_segment_not_named_after_an_offset_is_an_error(tmp_path: Path) -> None:

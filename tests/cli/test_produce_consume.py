@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
 
+from cli_helpers import tierlog
 from click.testing import CliRunner, Result
 
 from tierlog.cli.local_cluster import BrokerProcess
@@ -119,3 +121,70 @@ def test_records_without_a_key_on_a_compacted_topic_fail_with_the_reason(shared_
         "(-k or -K) (INVALID_RECORD) (2 records); topic 'latest': Local: an invalid record in the same batch "
         "caused the failure of this message too (_INVALID_DIFFERENT_RECORD) (2 records)"
     )
+
+
+def test_an_offset_past_the_end_is_said_and_the_exit_code_stays_0_as_with_kcat(shared_broker: BrokerProcess) -> None:
+    create(shared_broker, "short", 1)
+    assert tierlog("produce", "short", "-v", "a", "-v", "b", "-v", "c", "-b", shared_broker.bootstrap).code == 0
+
+    past = tierlog("consume", "short", "-o", "10", "-e", "-b", shared_broker.bootstrap)
+    assert past.code == 0, past.stderr
+    assert past.first_error_line == (
+        "% offset 10 is past the end of short-0 (end offset 3); auto.offset.reset moves it "
+        "(to the end, unless -X says otherwise)"
+    )
+    assert past.stdout == ""
+
+    # -X auto.offset.reset=earliest: librdkafka starts over at the beginning, as kcat would.
+    reset = tierlog(
+        "consume", "short", "-o", "10", "-e", "-X", "auto.offset.reset=earliest", "-b", shared_broker.bootstrap
+    )
+    assert reset.code == 0, reset.stderr
+    assert reset.first_error_line.startswith("% offset 10 is past the end of short-0 (end offset 3)")
+    assert reset.stdout.split() == ["a", "b", "c"]
+
+    at_end = tierlog("consume", "short", "-o", "3", "-e", "-b", shared_broker.bootstrap)
+    assert at_end.code == 0, at_end.stderr
+    assert at_end.stderr == at_end.stdout == ""
+
+
+# A key and values that are not UTF-8, one that is, and the text a lossy decoding of b"\x80" would print.
+BINARY_KEY = b"\xfe\xff-key"
+BINARY_VALUES = [b"\x80\x81\x00\xff", b"caf\xc3\xa9", b"\\x80", b"\xc3"]
+
+
+def test_binary_keys_and_values_round_trip_through_json(shared_broker: BrokerProcess) -> None:
+    create(shared_broker, "binary", 1)
+    lines = b"".join(BINARY_KEY + b"\t" + value + b"\n" for value in BINARY_VALUES)
+    produced = tierlog("produce", "binary", "-K", r"\t", "-H", "h=v", "-b", shared_broker.bootstrap, stdin=lines)
+    assert produced.code == 0, produced.stderr
+
+    # Default: UTF-8 as a string, other bytes as {"base64": ...}; nothing prints like anything else.
+    text = tierlog("consume", "binary", "-e", "-f", "json", "-b", shared_broker.bootstrap)
+    assert text.code == 0, text.stderr
+    records = [json.loads(line) for line in text.stdout.splitlines()]
+    assert json.loads(text.first_line)["key"] == {"base64": base64.b64encode(BINARY_KEY).decode()}
+    assert [r["value"] for r in records] == [
+        {"base64": base64.b64encode(b"\x80\x81\x00\xff").decode()},
+        "café",
+        "\\x80",
+        {"base64": base64.b64encode(b"\xc3").decode()},
+    ]
+    assert records[0]["headers"] == [{"key": "h", "value": "v"}]
+
+    encoded = tierlog("consume", "binary", "-e", "-f", "json", "--encoding", "base64", "-b", shared_broker.bootstrap)
+    assert encoded.code == 0, encoded.stderr
+    records = [json.loads(line) for line in encoded.stdout.splitlines()]
+    assert {base64.b64decode(r["key"]) for r in records} == {BINARY_KEY}
+    assert [base64.b64decode(r["value"]) for r in records] == BINARY_VALUES
+    assert records[0]["headers"] == [{"key": "h", "value": base64.b64encode(b"v").decode()}]
+
+    # A format string writes the bytes as they are, or base64 with --encoding base64.
+    raw = tierlog("consume", "binary", "-e", "-f", r"%v\n", "-b", shared_broker.bootstrap)
+    assert raw.out.splitlines() == BINARY_VALUES
+    lines_b64 = tierlog(
+        "consume", "binary", "-e", "-f", r"%k %v\n", "--encoding", "base64", "-b", shared_broker.bootstrap
+    )
+    assert [tuple(map(base64.b64decode, line.split())) for line in lines_b64.stdout.splitlines()] == [
+        (BINARY_KEY, value) for value in BINARY_VALUES
+    ]

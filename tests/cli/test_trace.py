@@ -1,16 +1,18 @@
-"""`tierlog trace`: parsing, merging and printing trace events, against canned streams (no brokers)."""
+"""`tierlog trace`: parsing, merging and printing trace events, against canned streams (no brokers), and a
+partition that does not exist, against a real broker."""
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from datetime import UTC
 
 import pytest
-from cli_helpers import FakeBrokerHttp, event
+from cli_helpers import FakeBrokerHttp, event, tierlog
 from click.testing import CliRunner
 
-from tierlog.cli.local_cluster import free_port
+from tierlog.cli.local_cluster import BrokerProcess, free_port
 from tierlog.cli.main import cli
 from tierlog.cli.trace import EventMerger, TraceEvent, event_row, format_value, header_row, parse_event
 
@@ -190,3 +192,24 @@ def test_trace_rejects_a_malformed_http_address() -> None:
     result = CliRunner().invoke(cli, ["trace", "orders", "0", "--http", "localhost"])
     assert result.exit_code == 2
     assert "'localhost' is not of the form host:port" in result.stderr
+
+
+@pytest.mark.parametrize("follow", ["--follow", "--no-follow"])
+def test_trace_of_a_partition_no_broker_has_fails_in_one_line(
+    broker_factory: Callable[..., BrokerProcess], follow: str
+) -> None:
+    http = f"127.0.0.1:{free_port()}"
+    broker = broker_factory({"tierlog.http.listener": http})
+    assert tierlog("topic", "create", "orders", "-p", "2", "-b", broker.bootstrap).code == 0
+
+    missing_topic = tierlog("trace", "no-such-topic", "0", "--http", http, follow, "--timeout", "5")
+    assert missing_topic.code == 1
+    assert missing_topic.first_error_line == (
+        "Error: topic 'no-such-topic' does not exist: no broker has a replica of it "
+        "(`tierlog topic list` shows the topics)"
+    )
+    assert missing_topic.stdout == ""
+
+    missing_partition = tierlog("trace", "orders", "2", "--http", http, follow, "--timeout", "5")
+    assert missing_partition.code == 1
+    assert missing_partition.first_error_line == "Error: topic 'orders' has no partition 2 (it has 2)"

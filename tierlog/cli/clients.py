@@ -1,40 +1,76 @@
-"""What every client command shares: the bootstrap option, bounded calls, and one-line errors.
+"""What every client command shares: where the brokers are, the user's librdkafka settings, bounded calls,
+and one-line errors.
 
-The client commands (`topic`, `produce`, `consume`) use confluent-kafka (librdkafka), the client most
-Kafka users run, so they exercise the broker the way real applications do.
+The client commands (`topic`, `groups`, `produce`, `consume`) use confluent-kafka (librdkafka), the client
+most Kafka users run, so they exercise the broker the way real applications do. `-X key=value` and
+`--command-config FILE` pass librdkafka settings through, as kcat -X and Kafka's tools' --command-config do.
 """
 
 from __future__ import annotations
 
+import enum
+import functools
 import logging
+import queue
 import re
 import socket
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from confluent_kafka import Consumer, KafkaError, KafkaException
+from click.core import ParameterSource
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, TopicMetadata
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tierlog.cli.local_cluster import api_versions_answered
+from tierlog.cli.local_cluster import answers_api_versions
+from tierlog.config import parse_properties
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 BOOTSTRAP_ENV = "TIERLOG_BOOTSTRAP"
 DEFAULT_TIMEOUT_S = 10.0
 _UNWRAPPED_WIDTH = 100_000
+# librdkafka reads a timeout of 0 as "none": what is left of a spent deadline is this instead.
+_MIN_WAIT_S = 0.01
+# An admin future is waited for this much past the request's own timeout, so librdkafka's timeout error,
+# which names the request, is the one told.
+_FUTURE_GRACE_S = 0.5
 
-# librdkafka logs every failed connection attempt to stderr; our commands report failures themselves in
-# one line, so its log goes to a logger without output.
+
+# librdkafka starts each log line with the thread that wrote it.
+_THREAD_PREFIX = re.compile(r"^\[thrd:[^\]]*\]: ")
+
+
+class _ConfigWarnings(logging.Handler):
+    """librdkafka logs every failed connection attempt; our commands report failures themselves in one line,
+    so its log is dropped, except its CONFWARN lines (a setting this kind of client ignores, a deprecated
+    one), which a person who passed -X or --command-config needs to see, as kcat shows them."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        # confluent-kafka logs ("%s [%s] %s", facility, client name, message).
+        args = record.args
+        if isinstance(args, tuple) and len(args) == 3 and args[0] == "CONFWARN":
+            click.echo(f"% {_THREAD_PREFIX.sub('', str(args[2]))}", err=True)
+
+
 _RDKAFKA_LOG = logging.getLogger("tierlog.cli.rdkafka")
-_RDKAFKA_LOG.addHandler(logging.NullHandler())
+_RDKAFKA_LOG.addHandler(_ConfigWarnings())
 _RDKAFKA_LOG.propagate = False
+# For the clients made only to find which setting librdkafka refuses: their warnings are not the user's.
+_SILENT_LOG = logging.getLogger("tierlog.cli.rdkafka.silent")
+_SILENT_LOG.addHandler(logging.NullHandler())
+_SILENT_LOG.propagate = False
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
+C = TypeVar("C", Producer, Consumer, AdminClient)
 
 
 class CliError(click.ClickException):
@@ -61,63 +97,302 @@ bootstrap_option = click.option(
 )
 
 
+@dataclass(frozen=True)
+class ClientOptions:
+    """What every client command is given: where the brokers are, the deadline of the whole call, and the
+    user's librdkafka settings (--command-config, then -X over it) with where each came from."""
+
+    bootstrap: str
+    timeout_s: float
+    deadline: float  # time.monotonic() by which the call must be done
+    settings: dict[str, str] = field(default_factory=dict)
+    origins: dict[str, str] = field(default_factory=dict)  # setting -> "-X" or "--command-config FILE"
+
+    def remaining_s(self) -> float:
+        """What is left of --timeout."""
+        return max(self.deadline - time.monotonic(), _MIN_WAIT_S)
+
+    def config(
+        self,
+        defaults: Mapping[str, Any] | None = None,
+        given: Mapping[str, Any] | None = None,
+        required: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """One client's librdkafka settings, later layers winning as in Kafka's console tools: the command's
+        `defaults` (its flags' defaults among them), --command-config, -X, the command's flags `given` on the
+        line, and what the command cannot work without (`required`; a user setting against one of them is
+        an error). librdkafka applies them in this order, so of two aliases (compression.codec and
+        compression.type) the later one wins too."""
+        for key, value in (required or {}).items():
+            if key in self.settings and self.settings[key].lower() != str(value).lower():
+                raise CliError(f"{self.describe(key)}: this command needs {key}={str(value).lower()}")
+        layers: list[Mapping[str, Any]] = [
+            {"client.id": "tierlog-cli"},
+            defaults or {},
+            self.settings,
+            given or {},
+            {"bootstrap.servers": self.bootstrap, "logger": _RDKAFKA_LOG},
+            required or {},
+        ]
+        merged: dict[str, Any] = {}
+        for layer in layers:
+            for key, value in layer.items():
+                merged.pop(key, None)  # re-inserted at the end, where librdkafka will apply it
+                merged[key] = value
+        return merged
+
+    def describe(self, key: str) -> str:
+        """A user setting as a person wrote it: `client setting linger.ms=5 (-X)`."""
+        return f"client setting {key}={self.settings[key]} ({self.origins[key]})"
+
+    @property
+    def probes_kafka(self) -> bool:
+        """Whether the reachability probe may speak Kafka: over TLS a plaintext request gets no answer, so
+        there only the connection is checked and librdkafka does the rest."""
+        return self.settings.get("security.protocol", "plaintext").lower() in ("plaintext", "sasl_plaintext")
+
+
 def client_options(command: F) -> F:
-    """`-b/--bootstrap-server` and `--timeout`, as flags of the command itself so they go anywhere on the
-    line, as in rpk."""
-    command = timeout_option(DEFAULT_TIMEOUT_S, "Seconds to wait for the broker before giving up.")(command)
-    return bootstrap_option(command)
+    """`-b/--bootstrap-server`, `--timeout`, `-X KEY=VALUE` and `--command-config FILE`, as options of the
+    command itself so they go anywhere on the line (as in rpk), handed to it as `client: ClientOptions`.
+
+    Precedence is Kafka's console tools': an option given on the command line beats -X, -X beats the
+    --command-config file, and the file beats an option's default (built in, or $TIERLOG_BOOTSTRAP for
+    -b). So `-X bootstrap.servers=...` is used unless -b is on the line."""
+
+    @functools.wraps(command)
+    def with_client(
+        *args: Any,
+        bootstrap: str,
+        timeout_s: float,
+        client_settings: tuple[str, ...],
+        command_config: Path | None,
+        **kwargs: Any,
+    ) -> Any:
+        deadline = time.monotonic() + timeout_s
+        settings: dict[str, str] = {}
+        origins: dict[str, str] = {}
+        if command_config is not None:
+            try:
+                from_file = parse_properties(command_config.read_text())
+            except (OSError, UnicodeDecodeError) as e:
+                raise click.BadParameter(f"cannot read {command_config}: {e}", param_hint="--command-config") from None
+            settings.update(from_file)
+            origins.update(dict.fromkeys(from_file, f"--command-config {command_config}"))
+        for key, value in parse_key_values(client_settings, "-X"):
+            settings.pop(key, None)  # re-inserted after the file's: librdkafka applies it after their aliases
+            settings[key] = value
+            origins[key] = "-X"
+        # metadata.broker.list is librdkafka's alias of bootstrap.servers (kcat's -b sets it).
+        listed = [settings.pop(key) for key in ("metadata.broker.list", "bootstrap.servers") if key in settings]
+        if listed and not flag_given("bootstrap"):
+            bootstrap = listed[-1]
+        return command(*args, client=ClientOptions(bootstrap, timeout_s, deadline, settings, origins), **kwargs)
+
+    decorated = click.option(
+        "--command-config",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        metavar="FILE",
+        help="A .properties file of librdkafka settings, as Kafka's tools' --command-config.",
+    )(with_client)
+    decorated = click.option(
+        "-X",
+        "client_settings",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="A librdkafka setting, e.g. -X linger.ms=50 (repeatable, as kcat -X; wins over --command-config).",
+    )(decorated)
+    decorated = timeout_option(DEFAULT_TIMEOUT_S, "Seconds the whole call may take before it gives up.")(decorated)
+    return bootstrap_option(decorated)  # type: ignore[return-value]
 
 
-def ensure_reachable(bootstrap: str, timeout_s: float) -> None:
-    """Fail fast, in one line, when no bootstrap broker answers; librdkafka alone would retry until the
-    timeout and then report a generic transport error."""
-    addresses = []
-    for address in bootstrap.split(","):
-        host, _, port = address.strip().rpartition(":")
-        if not host or not port.isdigit():
-            raise CliError(f"bootstrap server {address.strip()!r} is not of the form host:port")
-        addresses.append((host, int(port)))
-    for host, port in addresses:
-        if api_versions_answered(host, port, timeout_s=timeout_s):
-            return
-    if any(_accepts_connections(host, port) for host, port in addresses):
-        raise CliError(
-            f"{bootstrap} accepts connections but did not answer a Kafka request within {timeout_s:g}s: "
-            "is the broker paused or overloaded? (see its log, or raise --timeout)"
-        )
-    raise CliError(f"cannot reach {bootstrap}: is a broker running? start one with `tierlog broker`")
+def flag_given(param: str) -> bool:
+    """Whether the current command's option `param` is on the command line (not a default, nor from an
+    environment variable: those yield to -X and --command-config)."""
+    return click.get_current_context().get_parameter_source(param) == ParameterSource.COMMANDLINE
 
 
-def _accepts_connections(host: str, port: int) -> bool:
+def flag_settings(flags: Mapping[str, tuple[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split the command's options that stand for librdkafka settings ({setting: (option, value)}) into the
+    `defaults` and `given` of `ClientOptions.config`; an option without a value sets nothing."""
+    defaults: dict[str, Any] = {}
+    given: dict[str, Any] = {}
+    for key, (param, value) in flags.items():
+        if value is not None:
+            (given if flag_given(param) else defaults)[key] = value
+    return defaults, given
+
+
+def connect(factory: Callable[[dict[str, Any]], C], client: ClientOptions, config: dict[str, Any]) -> C:
+    """A librdkafka client (`factory(config)`) of a reachable cluster, or a one-line CliError. The settings
+    are checked first, so a refused one is told even when no broker is up."""
     try:
-        with socket.create_connection((host, port), timeout=1.0):
-            return True
-    except OSError:
-        return False
+        handle = factory(config)
+    except KafkaException as e:
+        raise CliError(_refusal(factory, client, config, e.args[0])) from None
+    ensure_reachable(client.bootstrap, client.remaining_s(), kafka_probe=client.probes_kafka)
+    return handle
+
+
+def _refusal(
+    factory: Callable[[dict[str, Any]], Any], client: ClientOptions, config: dict[str, Any], error: KafkaError
+) -> str:
+    """The line for settings librdkafka refused: which of the user's settings (tried one at a time with the
+    command's own, since librdkafka's message may name an alias or another setting) and librdkafka's reason."""
+    reason = error.str()
+    own = {key: value for key, value in config.items() if key not in client.settings and key != "bootstrap.servers"}
+    own["logger"] = _SILENT_LOG
+    for key, value in client.settings.items():
+        try:
+            factory({**own, key: value})
+        except KafkaException:
+            return f"{client.describe(key)}: {reason}"
+    return f"librdkafka refused the client settings: {reason}"
+
+
+def admin_client(client: ClientOptions) -> AdminClient:
+    """An admin client of a reachable cluster (a one-line CliError otherwise)."""
+    # librdkafka's admin handle is a producer underneath, whose metadata requests would auto-create any
+    # topic they name (auto.create.topics.enable): describing a typo must not create it.
+    return connect(AdminClient, client, client.config(defaults={"allow.auto.create.topics": False}))
 
 
 def client_config(bootstrap: str, **settings: Any) -> dict[str, Any]:
-    """librdkafka settings shared by the admin client, the producer and the consumer."""
+    """librdkafka settings of a client that tierlog itself configures (the demo's), without -X."""
     return {"bootstrap.servers": bootstrap, "client.id": "tierlog-cli", "logger": _RDKAFKA_LOG, **settings}
 
 
-def admin_client(bootstrap: str, timeout_s: float) -> AdminClient:
-    """An admin client of a reachable cluster (a one-line CliError otherwise)."""
-    ensure_reachable(bootstrap, timeout_s)
-    # librdkafka's admin handle is a producer underneath, whose metadata requests would auto-create any
-    # topic they name (auto.create.topics.enable): describing a typo must not create it.
-    return AdminClient(client_config(bootstrap, **{"allow.auto.create.topics": False}))
+# --- reachability ------------------------------------------------------------------------------------------
 
 
-def future_result(future: Future[T], subject: str, timeout_s: float) -> T:
-    """The admin future's value, or a one-line CliError. The wait is bounded even if librdkafka's own
-    request timeout were not honoured."""
+class _Reach(enum.Enum):
+    ANSWERED = "answered"
+    UNRESOLVED = "unresolved"  # DNS has no address for the host
+    REFUSED = "refused"  # nothing listens there (or a firewall rejects)
+    SILENT = "silent"  # accepts the connection, no Kafka answer
+    UNCONNECTED = "unconnected"  # no answer to connecting in time: a host down, or a firewall dropping
+
+
+@dataclass(frozen=True)
+class _Probe:
+    host: str
+    port: int
+    reach: _Reach = _Reach.UNCONNECTED
+    detail: str = ""  # the resolver's or the socket's reason
+    final: bool = True  # False: connected, the Kafka answer still awaited (SILENT should the time run out)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def phrase(self, timeout_s: str) -> str:
+        if self.reach is _Reach.UNRESOLVED:
+            return f"cannot resolve {self.host} ({self.detail})"
+        if self.reach is _Reach.REFUSED:
+            return self.detail.lower()
+        if self.reach is _Reach.SILENT:
+            return "accepts connections but did not answer a Kafka request"
+        return f"no answer to connecting within {timeout_s}s"
+
+
+def bootstrap_addresses(bootstrap: str) -> list[tuple[str, int]]:
+    """The distinct host:port pairs of a bootstrap list; a one-line CliError for one that is not."""
+    addresses = []
+    for item in bootstrap.split(","):
+        host, _, port = item.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise CliError(f"bootstrap server {item.strip()!r} is not of the form host:port")
+        addresses.append((host.strip("[]"), int(port)))  # [::1]:9092: the brackets are not the host's
+    return list(dict.fromkeys(addresses))
+
+
+def ensure_reachable(bootstrap: str, timeout_s: float, kafka_probe: bool = True) -> None:
+    """Return once one bootstrap server answers ApiVersions (or, without `kafka_probe`, accepts a
+    connection); else fail in one line saying what each did. librdkafka alone would retry until its timeout
+    and then report a generic transport error.
+
+    Every address is probed at once, so `timeout_s` bounds the whole probe however many there are and
+    however they fail (a name that does not resolve, a refused or dropped connection, a silent listener)."""
+    addresses = bootstrap_addresses(bootstrap)
+    deadline = time.monotonic() + timeout_s
+    answers: queue.SimpleQueue[_Probe] = queue.SimpleQueue()
+    for host, port in addresses:
+        # Daemon threads: one stuck in the resolver or in connect must not keep the command alive after it
+        # gave up.
+        threading.Thread(target=_probe, args=(host, port, deadline, kafka_probe, answers.put), daemon=True).start()
+    latest: dict[tuple[str, int], _Probe] = {}
+    finished = 0
+    while finished < len(addresses):
+        try:
+            probe = answers.get(timeout=max(deadline - time.monotonic(), 0))
+        except queue.Empty:
+            break
+        if probe.reach is _Reach.ANSWERED:
+            return
+        latest[(probe.host, probe.port)] = probe
+        finished += probe.final
+    probes = [latest.get(address, _Probe(*address)) for address in addresses]
+    raise CliError(_unreachable(probes, bootstrap, f"{round(timeout_s, 1):g}"))
+
+
+def _probe(host: str, port: int, deadline: float, kafka_probe: bool, report: Callable[[_Probe], None]) -> None:
+    """Probe one address, `report`ing its outcome (and, first, that it accepted the connection)."""
     try:
-        return future.result(timeout=timeout_s + 1)
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        report(_Probe(host, port, _Reach.UNRESOLVED, e.strerror or str(e)))
+        return
+    failure = _Probe(host, port)
+    for family, kind, proto, _, sockaddr in infos:  # an IPv6 and an IPv4 address of localhost, say
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        try:
+            with socket.socket(family, kind, proto) as sock:
+                sock.settimeout(remaining)
+                sock.connect(sockaddr)
+                if kafka_probe:
+                    report(_Probe(host, port, _Reach.SILENT, final=False))
+                answered = not kafka_probe or answers_api_versions(sock)
+                report(_Probe(host, port, _Reach.ANSWERED if answered else _Reach.SILENT))
+                return
+        except TimeoutError:
+            failure = _Probe(host, port)
+        except OSError as e:
+            failure = _Probe(host, port, _Reach.REFUSED, e.strerror or str(e))
+    report(failure)
+
+
+def _unreachable(probes: list[_Probe], bootstrap: str, timeout_s: str) -> str:
+    """One line for bootstrap servers none of which answered: what they all did, or what each did."""
+    reaches = {probe.reach for probe in probes}
+    if reaches == {_Reach.UNRESOLVED}:
+        hosts = ", ".join(dict.fromkeys(probe.host for probe in probes))
+        return f"cannot resolve {hosts} ({probes[0].detail}): is the bootstrap server's host name right?"
+    if reaches == {_Reach.REFUSED}:
+        return f"cannot reach {bootstrap}: is a broker running? start one with `tierlog broker`"
+    if reaches == {_Reach.SILENT}:
+        return (
+            f"{bootstrap} accepts connections but did not answer a Kafka request within {timeout_s}s: "
+            "is the broker paused or overloaded? (see its log, or raise --timeout)"
+        )
+    if reaches == {_Reach.UNCONNECTED}:
+        return (
+            f"cannot reach {bootstrap}: no answer to connecting within {timeout_s}s "
+            "(is the host down, or a firewall dropping the connection?)"
+        )
+    return "cannot reach any bootstrap server: " + "; ".join(f"{p.address} {p.phrase(timeout_s)}" for p in probes)
+
+
+def future_result(future: Future[T], subject: str, client: ClientOptions) -> T:
+    """The admin future's value, or a one-line CliError. The wait ends with the call's deadline even if
+    librdkafka's own request timeout were not honoured."""
+    try:
+        return future.result(timeout=client.remaining_s() + _FUTURE_GRACE_S)
     except KafkaException as e:
         raise CliError(kafka_error_message(e.args[0], subject)) from None
     except FutureTimeout:
-        raise CliError(f"{subject}: the broker did not answer within {timeout_s:g}s") from None
+        raise CliError(f"{subject}: the broker did not answer within {client.timeout_s:g}s") from None
 
 
 def kafka_error_message(error: KafkaError, subject: str) -> str:

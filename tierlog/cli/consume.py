@@ -6,10 +6,17 @@ no offset commits), so consuming never changes anything on the broker. With `--g
 member of that consumer group, as `kcat -G` and `kafka-console-consumer --group` do: the group's
 coordinator assigns the partitions, consumption starts at the group's committed offsets, and every printed
 record is committed before the next are read, so an interrupted run resumes where it stopped.
+
+Keys, values and header values are bytes. `--encoding text` (the default) writes them as they are in a
+kcat-style format, and in `-f json` as a JSON string when they are UTF-8 and as `{"base64": "..."}` when they
+are not, so no two different byte strings print alike; `--encoding base64` writes every one of them base64
+(in a format and in JSON), which suits topics of binary records. kcat's own -J envelope has no such choice
+and mangles bytes that are not UTF-8 (edenhill/kcat#111).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import sys
@@ -30,10 +37,11 @@ from confluent_kafka import (
 )
 
 from tierlog.cli.clients import (
+    ClientOptions,
     CliError,
-    client_config,
     client_options,
-    ensure_reachable,
+    connect,
+    flag_settings,
     kafka_error_message,
     topic_metadata,
     unescape,
@@ -43,6 +51,9 @@ from tierlog.cli.clients import (
 _OFFSET_TAIL_BASE = -2000
 _BATCH = 500
 _POLL_S = 0.2
+# -e needs librdkafka to say when a partition's end is reached.
+_REQUIRED = {"enable.partition.eof": True}
+ENCODINGS = ("text", "base64")
 
 DEFAULT_FORMAT = r"%k\t%v\n"
 FORMAT_HELP = (
@@ -77,9 +88,17 @@ def parse_timestamp_ms(text: str) -> int:
         ) from None
 
 
-def _text(data: bytes | None) -> str | None:
-    # Keys and values are usually UTF-8; other bytes stay visible (and distinguishable) as \xNN escapes.
-    return None if data is None else data.decode("utf-8", errors="backslashreplace")
+def _json_bytes(data: bytes | None, encoding: str) -> str | dict[str, str] | None:
+    """Bytes as a JSON value: null when absent; with `text`, the string they are in UTF-8 or, when they are
+    not UTF-8, {"base64": ...}; with `base64`, always the base64 string."""
+    if data is None:
+        return None
+    if encoding == "text":
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            return {"base64": base64.b64encode(data).decode("ascii")}
+    return base64.b64encode(data).decode("ascii")
 
 
 def _timestamp(message: Message) -> int:
@@ -87,45 +106,52 @@ def _timestamp(message: Message) -> int:
     return -1 if kind == TIMESTAMP_NOT_AVAILABLE else value
 
 
-def _json_record(message: Message) -> bytes:
-    record = {
-        "topic": message.topic(),
-        "partition": message.partition(),
-        "offset": message.offset(),
-        "timestamp": _timestamp(message),
-        "key": _text(message.key()),
-        "value": _text(message.value()),
-        "headers": [{"key": k, "value": _text(v)} for k, v in message.headers() or []],
+def _json_renderer(encoding: str) -> Callable[[Message], bytes]:
+    def render(message: Message) -> bytes:
+        record = {
+            "topic": message.topic(),
+            "partition": message.partition(),
+            "offset": message.offset(),
+            "timestamp": _timestamp(message),
+            "key": _json_bytes(message.key(), encoding),
+            "value": _json_bytes(message.value(), encoding),
+            "headers": [{"key": k, "value": _json_bytes(v, encoding)} for k, v in message.headers() or []],
+        }
+        return json.dumps(record, ensure_ascii=False).encode() + b"\n"
+
+    return render
+
+
+def _format_fields(encoding: str) -> dict[str, Callable[[Message], bytes]]:
+    encode: Callable[[bytes], bytes] = base64.b64encode if encoding == "base64" else bytes
+    return {
+        "t": lambda m: (m.topic() or "").encode(),
+        "p": lambda m: str(m.partition()).encode(),
+        "o": lambda m: str(m.offset()).encode(),
+        "k": lambda m: encode(m.key() or b""),
+        "v": lambda m: encode(m.value() or b""),
+        "T": lambda m: str(_timestamp(m)).encode(),
+        "h": lambda m: b",".join(k.encode() + b"=" + encode(v or b"") for k, v in m.headers() or []),
+        "K": lambda m: str(len(m.key()) if m.key() is not None else -1).encode(),
+        "S": lambda m: str(len(m.value()) if m.value() is not None else -1).encode(),
+        "%": lambda m: b"%",
     }
-    return json.dumps(record, ensure_ascii=False).encode() + b"\n"
 
 
-_FIELDS: dict[str, Callable[[Message], bytes]] = {
-    "t": lambda m: (m.topic() or "").encode(),
-    "p": lambda m: str(m.partition()).encode(),
-    "o": lambda m: str(m.offset()).encode(),
-    "k": lambda m: m.key() or b"",
-    "v": lambda m: m.value() or b"",
-    "T": lambda m: str(_timestamp(m)).encode(),
-    "h": lambda m: b",".join(k.encode() + b"=" + (v or b"") for k, v in m.headers() or []),
-    "K": lambda m: str(len(m.key()) if m.key() is not None else -1).encode(),
-    "S": lambda m: str(len(m.value()) if m.value() is not None else -1).encode(),
-    "%": lambda m: b"%",
-}
-
-
-def compile_format(fmt: str) -> Callable[[Message], bytes]:
-    """A renderer for `json` or a kcat-style format string; unknown %-tokens are a usage error."""
+def compile_format(fmt: str, encoding: str) -> Callable[[Message], bytes]:
+    """A renderer for `json` or a kcat-style format string, writing bytes per `encoding` (see the module's
+    docstring); unknown %-tokens are a usage error."""
     if fmt == "json":
-        return _json_record
+        return _json_renderer(encoding)
+    fields = _format_fields(encoding)
     parts: list[bytes | Callable[[Message], bytes]] = []
     for literal, token in re.findall(r"([^%]*)(%.?)?", unescape(fmt)):
         if literal:
             parts.append(literal.encode())
         if token:
-            if token[1:] not in _FIELDS:
+            if token[1:] not in fields:
                 raise click.BadParameter(f"unknown token {token!r}", param_hint="--format")
-            parts.append(_FIELDS[token[1:]])
+            parts.append(fields[token[1:]])
     return lambda m: b"".join(p if isinstance(p, bytes) else p(m) for p in parts)
 
 
@@ -137,6 +163,14 @@ def compile_format(fmt: str) -> Callable[[Message], bytes]:
 @click.option("-n", "--count", type=click.IntRange(min=1), help="Stop after this many records.")
 @click.option("-e", "--exit", "exit_at_end", is_flag=True, help="Stop at the end of the partitions.")
 @click.option("-f", "--format", "fmt", default=DEFAULT_FORMAT, show_default=True, help=FORMAT_HELP)
+@click.option(
+    "--encoding",
+    type=click.Choice(ENCODINGS),
+    default="text",
+    show_default=True,
+    help='Keys, values and header values: text (as they are; in json a UTF-8 string, or {"base64": ...} '
+    "for other bytes) or base64 (always base64).",
+)
 @click.option(
     "-g",
     "--group",
@@ -151,41 +185,39 @@ def consume(
     count: int | None,
     exit_at_end: bool,
     fmt: str,
+    encoding: str,
     group: str | None,
-    bootstrap: str,
-    timeout_s: float,
+    client: ClientOptions,
 ) -> None:
     """Print the records of a topic.
 
     Starts at the beginning and follows TOPIC until Ctrl-C, as kcat -C and rpk do; -e stops at the end of
     the partitions, -n after COUNT records. With -g GROUP the group's coordinator assigns the partitions
     and the group's committed offsets say where to start (--offset beginning|end only applies to
-    partitions the group has no offset for)."""
+    partitions the group has no offset for).
+
+    -o N past the end of a partition is said in one line on stderr; then, as with kcat, librdkafka's
+    auto.offset.reset moves it (to the end unless -X says otherwise) and the exit code stays 0.
+    --timeout bounds connecting and the requests before the first record; then records are read as they
+    come."""
     if offset is not None and from_timestamp is not None:
         raise click.UsageError("give either --offset or --from-timestamp, not both")
-    render = compile_format(fmt)
+    render = compile_format(fmt, encoding)
     start = parse_start_offset(offset or "beginning")
     start_ms = parse_timestamp_ms(from_timestamp) if from_timestamp is not None else None
     if group is not None:
         _check_group_options(group, start, from_timestamp, partitions)
-        ensure_reachable(bootstrap, timeout_s)
-        _consume_in_group(topic, group, start, render, count, exit_at_end, bootstrap, timeout_s)
+        _consume_in_group(topic, group, start, render, count, exit_at_end, client)
         return
-    ensure_reachable(bootstrap, timeout_s)
-    consumer = Consumer(
-        client_config(
-            bootstrap,
-            **{
-                # Required by librdkafka, harmless here: nothing joins the group or commits to it.
-                "group.id": "tierlog-cli",
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "enable.partition.eof": True,
-            },
-        )
-    )
+    defaults = {
+        # Required by librdkafka, harmless here: nothing joins the group or commits to it.
+        "group.id": "tierlog-cli",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+    }
+    consumer = connect(Consumer, client, client.config(defaults, required=_REQUIRED))
     try:
-        assignment = _assignment(consumer, topic, partitions, start, start_ms, timeout_s)
+        assignment = _assignment(consumer, topic, partitions, start, start_ms, client)
         consumer.assign(assignment)
         _print_records(consumer, _EndTracker({tp.partition for tp in assignment}), render, count, exit_at_end)
     except KeyboardInterrupt:
@@ -214,24 +246,20 @@ def _consume_in_group(
     render: Callable[[Message], bytes],
     count: int | None,
     exit_at_end: bool,
-    bootstrap: str,
-    timeout_s: float,
+    client: ClientOptions,
 ) -> None:
-    consumer = Consumer(
-        client_config(
-            bootstrap,
-            **{
-                "group.id": group,
-                # Commits are ours, after printing: auto-commit could commit records not yet written out.
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest" if start == OFFSET_BEGINNING else "latest",
-                "enable.partition.eof": True,
-            },
-        )
+    defaults, given = flag_settings(
+        {
+            "group.id": ("group", group),
+            "auto.offset.reset": ("offset", "earliest" if start == OFFSET_BEGINNING else "latest"),
+        }
     )
+    # Commits are ours, after printing: auto-commit could commit records not yet written out.
+    defaults["enable.auto.commit"] = False
+    consumer = connect(Consumer, client, client.config(defaults, given, required=_REQUIRED))
     tracker = _EndTracker(None)
     try:
-        topic_metadata(consumer, topic, timeout_s)
+        topic_metadata(consumer, topic, client.remaining_s())
         consumer.subscribe([topic], on_assign=tracker.assigned, on_revoke=tracker.revoked)
         _print_records(consumer, tracker, render, count, exit_at_end, commit=_commit)
     except KeyboardInterrupt:
@@ -279,21 +307,41 @@ def _assignment(
     partitions: tuple[int, ...],
     start: int,
     start_ms: int | None,
-    timeout_s: float,
+    client: ClientOptions,
 ) -> list[TopicPartition]:
-    metadata = topic_metadata(consumer, topic, timeout_s)
+    metadata = topic_metadata(consumer, topic, client.remaining_s())
     missing = sorted(set(partitions) - set(metadata.partitions))
     if missing:
         raise CliError(f"topic {topic!r} has no partition {missing[0]} (it has {len(metadata.partitions)})")
     chosen = sorted(partitions or metadata.partitions)
     if start_ms is None:
+        if start >= 0:
+            for partition in chosen:
+                _tell_if_past_the_end(consumer, TopicPartition(topic, partition), start, client)
         return [TopicPartition(topic, p, start) for p in chosen]
     try:
-        found = consumer.offsets_for_times([TopicPartition(topic, p, start_ms) for p in chosen], timeout=timeout_s)
+        found = consumer.offsets_for_times(
+            [TopicPartition(topic, p, start_ms) for p in chosen], timeout=client.remaining_s()
+        )
     except KafkaException as e:
         raise CliError(kafka_error_message(e.args[0], f"offsets by time of topic {topic!r}")) from None
     # No record at or after the time: start at the end, where the next one will be.
     return [TopicPartition(topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_END) for tp in found]
+
+
+def _tell_if_past_the_end(consumer: Consumer, partition: TopicPartition, offset: int, client: ClientOptions) -> None:
+    """Say so when an absolute start offset is past the partition's end: the fetch will be out of range and
+    librdkafka resets the position without a word to the application (kcat shows its log line)."""
+    try:
+        _, end = consumer.get_watermark_offsets(partition, timeout=client.remaining_s())
+    except KafkaException as e:
+        raise CliError(kafka_error_message(e.args[0], f"{partition.topic}-{partition.partition}")) from None
+    if offset > end:
+        click.echo(
+            f"% offset {offset} is past the end of {partition.topic}-{partition.partition} (end offset {end}); "
+            "auto.offset.reset moves it (to the end, unless -X says otherwise)",
+            err=True,
+        )
 
 
 def _print_records(

@@ -4,12 +4,18 @@ Kafka 3.9) does, line for line, so output can be compared with a Kafka broker's 
 The .log walk reads batch by batch and decodes records only with --print-data-log. Where Kafka would stop
 with an exception (a length below any batch's minimum, an old magic, a truncated header), this reports the
 rest of the file as invalid bytes, as Kafka does for a partial batch at the end, instead of crashing.
+
+Files go by Kafka's local names (00000000000000000000.log) and by the names their copies have in the remote
+tier (00000000000000000000-<segment id>.log, see tiered/fsspec_storage.py), whose leader-epoch checkpoint
+objects (.leader_epoch_checkpoint, the broker's leader-epoch-checkpoint as of the segment's end) are printed
+too, one epoch per line; Kafka's tool has no such file.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import struct
 import sys
 from collections.abc import Iterator
@@ -33,11 +39,16 @@ from tierlog.records.record_batch import (
     TimestampType,
     read_header,
 )
+from tierlog.storage.checkpoints import LEADER_EPOCH_CHECKPOINT_FILENAME, LeaderEpochCheckpointFile
 from tierlog.storage.producer_state import PRODUCER_SNAPSHOT_FILE_SUFFIX, CorruptSnapshotError, read_snapshot
+from tierlog.tiered.remote_storage_manager import IndexType
 
 LOG_FILE_SUFFIX = ".log"
 INDEX_FILE_SUFFIX = ".index"
 TIME_INDEX_FILE_SUFFIX = ".timeindex"
+REMOTE_LEADER_EPOCH_SUFFIX = IndexType.LEADER_EPOCH.value
+# A local file's name is its base offset; a remote object's adds the segment's id (a UUID).
+_OFFSET_NAME = re.compile(r"(\d+)(-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})?")
 
 # Kafka's FileLogInputStream stops when not even the magic byte of the next batch is in the file.
 HEADER_SIZE_UP_TO_MAGIC = MAGIC_OFFSET + 1
@@ -64,7 +75,8 @@ _TIMESTAMP_TYPE_NAMES = {TimestampType.CREATE_TIME: "CreateTime", TimestampType.
 
 
 def dump_log(path: Path, *, print_data_log: bool, out: TextIO) -> None:
-    """Print one .log, .index, .timeindex or .snapshot file as `kafka-dump-log.sh --files path` would."""
+    """Print one .log, .index, .timeindex or .snapshot file as `kafka-dump-log.sh --files path` would, or a
+    leader-epoch checkpoint."""
     out.write(f"Dumping {path}\n")
     if path.suffix == LOG_FILE_SUFFIX:
         _dump_segment(path, print_data_log, out)
@@ -74,15 +86,21 @@ def dump_log(path: Path, *, print_data_log: bool, out: TextIO) -> None:
         _dump_time_index(path, out)
     elif path.suffix == PRODUCER_SNAPSHOT_FILE_SUFFIX:
         _dump_producer_snapshot(path, out)
+    elif path.suffix == REMOTE_LEADER_EPOCH_SUFFIX or path.name == LEADER_EPOCH_CHECKPOINT_FILENAME:
+        for entry in LeaderEpochCheckpointFile(path).read():
+            out.write(f"epoch: {entry.epoch} startOffset: {entry.start_offset}\n")
     else:
         out.write(f"Ignoring unknown file {path}\n")
 
 
 def _base_offset(path: Path) -> int:
-    name = path.name.split(".")[0]
-    if not name.isdigit():
-        raise ValueError(f"{path.name} is not named after its base offset, like 00000000000000000000.log")
-    return int(name)
+    match = _OFFSET_NAME.fullmatch(path.name.split(".")[0])
+    if match is None:
+        raise ValueError(
+            f"{path.name} is not named after its base offset, like 00000000000000000000.log (or, in the remote "
+            "tier, 00000000000000000000-<segment id>.log)"
+        )
+    return int(match.group(1))
 
 
 def _dump_segment(path: Path, print_data_log: bool, out: TextIO) -> None:

@@ -11,7 +11,7 @@ from confluent_kafka.admin import AdminClient, ConsumerGroupDescription, ListCon
 from rich.table import Table
 from rich.text import Text
 
-from tierlog.cli.clients import CliError, admin_client, client_options, future_result, output_console
+from tierlog.cli.clients import ClientOptions, CliError, admin_client, client_options, future_result, output_console
 
 _NONE = "-"
 
@@ -23,11 +23,11 @@ def groups() -> None:
 
 @groups.command(name="list")
 @client_options
-def list_(bootstrap: str, timeout_s: float) -> None:
+def list_(client: ClientOptions) -> None:
     """List the consumer groups with their state."""
-    admin = admin_client(bootstrap, timeout_s)
+    admin = admin_client(client)
     result: ListConsumerGroupsResult = future_result(
-        admin.list_consumer_groups(request_timeout=timeout_s), "listing groups", timeout_s
+        admin.list_consumer_groups(request_timeout=client.remaining_s()), "listing groups", client
     )
     console = output_console()
     table = Table(box=None, pad_edge=False)
@@ -61,19 +61,19 @@ class _Row:
 @groups.command()
 @click.argument("group")
 @client_options
-def describe(group: str, bootstrap: str, timeout_s: float) -> None:
+def describe(group: str, client: ClientOptions) -> None:
     """Show a group's state, members, and per partition its committed offset, log end offset and lag.
 
     As kafka-consumer-groups.sh --describe: a partition is listed when a member is assigned it or the group
     has an offset committed for it; LAG is how far the committed offset is behind the log end."""
-    admin = admin_client(bootstrap, timeout_s)
+    admin = admin_client(client)
     subject = f"group {group!r}"
     description: ConsumerGroupDescription = future_result(
-        admin.describe_consumer_groups([group], request_timeout=timeout_s)[group], subject, timeout_s
+        admin.describe_consumer_groups([group], request_timeout=client.remaining_s())[group], subject, client
     )
     request = [ConsumerGroupTopicPartitions(group)]
     listed = future_result(
-        admin.list_consumer_group_offsets(request, request_timeout=timeout_s)[group], subject, timeout_s
+        admin.list_consumer_group_offsets(request, request_timeout=client.remaining_s())[group], subject, client
     )
     committed = {(tp.topic, tp.partition): tp.offset for tp in listed.topic_partitions if tp.offset >= 0}
     if description.state == ConsumerGroupState.DEAD and not committed:
@@ -84,7 +84,7 @@ def describe(group: str, bootstrap: str, timeout_s: float) -> None:
         for tp in member.assignment.topic_partitions:
             owners[(tp.topic, tp.partition)] = (member.member_id, member.host, member.client_id)
     partitions = sorted(set(owners) | set(committed))
-    log_ends = _log_end_offsets(admin, partitions, timeout_s)
+    log_ends = _log_end_offsets(admin, partitions, client)
     rows = [
         _Row(t, p, committed.get((t, p)), log_ends[(t, p)], *owners.get((t, p), (_NONE, _NONE, _NONE)))
         for t, p in partitions
@@ -112,7 +112,7 @@ def describe(group: str, bootstrap: str, timeout_s: float) -> None:
 
 
 def _log_end_offsets(
-    admin: AdminClient, partitions: Iterable[tuple[str, int]], timeout_s: float
+    admin: AdminClient, partitions: Iterable[tuple[str, int]], client: ClientOptions
 ) -> dict[tuple[str, int], int | str]:
     """(topic, partition) -> log end offset, or the one-line error of a partition that could not be asked
     (its leader down, the topic deleted), so one unavailable partition does not hide the others."""
@@ -120,9 +120,9 @@ def _log_end_offsets(
     if not wanted:
         return {}
     ends: dict[tuple[str, int], int | str] = {}
-    for tp, future in admin.list_offsets(wanted, request_timeout=timeout_s).items():
+    for tp, future in admin.list_offsets(wanted, request_timeout=client.remaining_s()).items():
         try:
-            ends[(tp.topic, tp.partition)] = future_result(future, f"{tp.topic}-{tp.partition}", timeout_s).offset
+            ends[(tp.topic, tp.partition)] = future_result(future, f"{tp.topic}-{tp.partition}", client).offset
         except CliError as e:
             ends[(tp.topic, tp.partition)] = e.message
     return ends
@@ -131,10 +131,10 @@ def _log_end_offsets(
 @groups.command()
 @click.argument("names", metavar="GROUP...", nargs=-1, required=True)
 @client_options
-def delete(names: tuple[str, ...], bootstrap: str, timeout_s: float) -> None:
+def delete(names: tuple[str, ...], client: ClientOptions) -> None:
     """Delete consumer groups and their committed offsets. A group with members cannot be deleted."""
-    admin = admin_client(bootstrap, timeout_s)
-    futures = admin.delete_consumer_groups(list(names), request_timeout=timeout_s)
+    admin = admin_client(client)
+    futures = admin.delete_consumer_groups(list(names), request_timeout=client.remaining_s())
     console = output_console()
     table = Table(box=None, pad_edge=False)
     table.add_column("GROUP")
@@ -142,7 +142,7 @@ def delete(names: tuple[str, ...], bootstrap: str, timeout_s: float) -> None:
     failed = False
     for name, future in futures.items():
         try:
-            future_result(future, f"group {name!r}", timeout_s)
+            future_result(future, f"group {name!r}", client)
             table.add_row(name, "deleted")
         except CliError as e:
             failed = True

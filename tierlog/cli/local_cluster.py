@@ -87,14 +87,23 @@ def api_versions_answered(host: str, port: int, timeout_s: float) -> bool:
     v0 (no tagged fields, response header v0) is the request every Kafka broker must answer, so this
     probe depends on nothing but the wire format: it works before any client library can connect.
     """
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            return answers_api_versions(sock)
+    except OSError:
+        return False
+
+
+def answers_api_versions(sock: socket.socket) -> bool:
+    """True when the peer of the connected `sock` answers ApiVersions v0 without error, within the socket's
+    timeout (as `api_versions_answered`, for a caller that made the connection itself)."""
     correlation_id = 0x7E1A
     client_id = b"tierlog-probe"
     body = struct.pack(">hhih", API_VERSIONS_KEY, 0, correlation_id, len(client_id)) + client_id
     try:
-        with socket.create_connection((host, port), timeout=timeout_s) as sock:
-            sock.sendall(struct.pack(">i", len(body)) + body)
-            # Size (4), correlation id (4), error code (2) is all we need to read.
-            header = _recv_exactly(sock, 10)
+        sock.sendall(struct.pack(">i", len(body)) + body)
+        # Size (4), correlation id (4), error code (2) is all we need to read.
+        header = _recv_exactly(sock, 10)
     except OSError:
         return False
     if header is None:

@@ -14,11 +14,12 @@ from confluent_kafka.admin import ConfigResource
 from rich.table import Table
 
 from tierlog.cli.clients import (
+    ClientOptions,
     CliError,
     admin_client,
-    client_config,
     client_options,
-    ensure_reachable,
+    connect,
+    flag_settings,
     kafka_error_message,
     output_console,
     parse_key_values,
@@ -26,6 +27,13 @@ from tierlog.cli.clients import (
 )
 
 COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
+# librdkafka's partitioners. murmur2_random is the Java producer's: a key goes to murmur2(key) % partitions,
+# so a keyed record lands where a Java client would put it; records without a key go to a random one.
+PARTITIONERS = ("murmur2_random", "murmur2", "consistent_random", "consistent", "fnv1a_random", "fnv1a", "random")
+DEFAULT_PARTITIONER = "murmur2_random"
+# The flush after the last record waits this much past the records' own delivery timeout, so that timeout,
+# which says which records failed, is the one told.
+_FLUSH_GRACE_S = 1.0
 
 
 @dataclass
@@ -92,6 +100,13 @@ def _inputs(values: tuple[str, ...]) -> Iterator[bytes]:
 @click.option("-p", "--partition", type=click.IntRange(min=0), help="Partition (default: chosen by the key's hash).")
 @click.option("--acks", type=click.Choice(["0", "1", "all", "-1"]), default="all", show_default=True)
 @click.option("-z", "--compression", type=click.Choice(COMPRESSION_TYPES), default="none", show_default=True)
+@click.option(
+    "--partitioner",
+    type=click.Choice(PARTITIONERS),
+    default=DEFAULT_PARTITIONER,
+    show_default=True,
+    help="How a record without -p finds its partition (librdkafka's names); the default is the Java client's.",
+)
 @client_options
 def produce(
     topic: str,
@@ -102,24 +117,26 @@ def produce(
     partition: int | None,
     acks: str,
     compression: str,
-    bootstrap: str,
-    timeout_s: float,
+    partitioner: str,
+    client: ClientOptions,
 ) -> None:
     """Produce records from -v values or stdin lines.
 
-    Each -v is one record; without -v, each line of stdin is one record (sent as it is read)."""
+    Each -v is one record; without -v, each line of stdin is one record (sent as it is read). With -v the
+    whole call takes at most --timeout; reading stdin, each record has --timeout to be acknowledged."""
     if key is not None and key_separator is not None:
         raise click.UsageError("give either --key or --key-separator, not both")
     separator = unescape(key_separator).encode() if key_separator else None
     record_headers = [(k, v.encode()) for k, v in parse_key_values(headers, "--header")]
-    ensure_reachable(bootstrap, timeout_s)
-    producer = Producer(
-        client_config(
-            bootstrap,
-            acks=acks,
-            **{"compression.type": compression, "delivery.timeout.ms": int(timeout_s * 1000)},
-        )
+    defaults, given = flag_settings(
+        {
+            "acks": ("acks", acks),
+            "compression.type": ("compression", compression),
+            "partitioner": ("partitioner", partitioner),
+        }
     )
+    defaults["delivery.timeout.ms"] = int(client.timeout_s * 1000)
+    producer = connect(Producer, client, client.config(defaults, given))
     report = DeliveryReport()
     target = {"partition": partition} if partition is not None else {}
     sent = 0
@@ -131,7 +148,7 @@ def produce(
             record_key, value = (head, tail) if sep else (None, raw)
         produce_bounded(
             producer,
-            timeout_s,
+            client.timeout_s,
             topic=topic,
             key=record_key,
             value=value,
@@ -141,11 +158,12 @@ def produce(
         )
         sent += 1
         producer.poll(0)
-    # Every record has delivery.timeout.ms to succeed or fail, so this bound is never the one that hits.
-    unresolved = producer.flush(timeout_s + 5)
+    # Each record has delivery.timeout.ms to be acknowledged or fail, which the wait for the last of them
+    # leaves room for; -v values were all sent at the start, so they are bounded by the call's deadline.
+    unresolved = producer.flush((client.remaining_s() if values else client.timeout_s) + _FLUSH_GRACE_S)
     if report.keyless_refused:
         # The cause first: the rest of their batches failed with them.
-        report.errors = {_keyless_refusal(bootstrap, topic, timeout_s): report.keyless_refused, **report.errors}
+        report.errors = {_keyless_refusal(client, topic): report.keyless_refused, **report.errors}
     _print_report(topic, report)
     if report.errors or unresolved:
         failed = sent - report.acknowledged
@@ -155,12 +173,13 @@ def produce(
         raise CliError(f"{failed} of {_records(sent)} not acknowledged: {reasons or 'no answer from the broker'}")
 
 
-def _keyless_refusal(bootstrap: str, topic: str, timeout_s: float) -> str:
+def _keyless_refusal(client: ClientOptions, topic: str) -> str:
     """Why records without a key were refused. The broker's produce response names the reason for each
     record, but confluent-kafka leaves that text out of a producer's delivery reports; the reason is Kafka's
     key check when the topic is compacted, so its cleanup.policy tells."""
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    admin = admin_client(bootstrap, timeout_s)
+    admin = admin_client(client)
+    timeout_s = client.remaining_s()
     try:
         configs = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result(timeout_s + 1)
         compacted = "compact" in configs["cleanup.policy"].value.split(",")

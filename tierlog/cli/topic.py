@@ -22,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tierlog.cli.clients import (
+    ClientOptions,
     CliError,
     admin_client,
     client_options,
@@ -33,12 +34,12 @@ from tierlog.cli.clients import (
 )
 
 
-def _wait_all(futures: Mapping[str, Future[Any]], timeout_s: float) -> dict[str, str | None]:
+def _wait_all(futures: Mapping[str, Future[Any]], client: ClientOptions) -> dict[str, str | None]:
     """topic -> None when it succeeded, else the one-line error."""
     outcome: dict[str, str | None] = {}
     for name, future in futures.items():
         try:
-            future_result(future, f"topic {name!r}", timeout_s)
+            future_result(future, f"topic {name!r}", client)
             outcome[name] = None
         except CliError as e:
             outcome[name] = e.message
@@ -83,28 +84,29 @@ def create(
     partitions: int,
     replication_factor: int,
     configs: tuple[str, ...],
-    bootstrap: str,
-    timeout_s: float,
+    client: ClientOptions,
 ) -> None:
     """Create topics."""
     topic_configs = dict(parse_key_values(configs, "--config"))
-    admin = admin_client(bootstrap, timeout_s)
+    admin = admin_client(client)
     new_topics = [
         NewTopic(name, num_partitions=partitions, replication_factor=replication_factor, config=topic_configs)
         for name in names
     ]
-    futures = admin.create_topics(new_topics, request_timeout=timeout_s, operation_timeout=timeout_s)
-    _print_outcome(_wait_all(futures, timeout_s), "created")
+    futures = admin.create_topics(
+        new_topics, request_timeout=client.remaining_s(), operation_timeout=client.remaining_s()
+    )
+    _print_outcome(_wait_all(futures, client), "created")
 
 
 @topic.command(name="list")
 @click.option("-i", "--internal", is_flag=True, help="Include internal topics (names starting with __).")
 @client_options
-def list_(internal: bool, bootstrap: str, timeout_s: float) -> None:
+def list_(internal: bool, client: ClientOptions) -> None:
     """List topics with their partition and replica counts."""
-    admin = admin_client(bootstrap, timeout_s)
+    admin = admin_client(client)
     try:
-        metadata = admin.list_topics(timeout=timeout_s)
+        metadata = admin.list_topics(timeout=client.remaining_s())
     except KafkaException as e:
         raise CliError(kafka_error_message(e.args[0], "listing topics")) from None
     console = output_console()
@@ -124,18 +126,18 @@ def list_(internal: bool, bootstrap: str, timeout_s: float) -> None:
 @topic.command()
 @click.argument("name")
 @client_options
-def describe(name: str, bootstrap: str, timeout_s: float) -> None:
+def describe(name: str, client: ClientOptions) -> None:
     """Show a topic's partitions, offsets and configs.
 
     Per partition: leader, replicas, ISR, earliest and latest offset; then the non-default configs."""
-    admin = admin_client(bootstrap, timeout_s)
-    metadata = topic_metadata(admin, name, timeout_s)
+    admin = admin_client(client)
+    metadata = topic_metadata(admin, name, client.remaining_s())
     partitions = [metadata.partitions[p] for p in sorted(metadata.partitions)]
-    earliest = _list_offsets(admin, name, [p.id for p in partitions], OffsetSpec.earliest(), timeout_s)
-    latest = _list_offsets(admin, name, [p.id for p in partitions], OffsetSpec.latest(), timeout_s)
+    earliest = _list_offsets(admin, name, [p.id for p in partitions], OffsetSpec.earliest(), client)
+    latest = _list_offsets(admin, name, [p.id for p in partitions], OffsetSpec.latest(), client)
     resource = ConfigResource(ResourceType.TOPIC, name)
-    configs = admin.describe_configs([resource], request_timeout=timeout_s)[resource]
-    entries: dict[str, ConfigEntry] = future_result(configs, f"configs of topic {name!r}", timeout_s)
+    configs = admin.describe_configs([resource], request_timeout=client.remaining_s())[resource]
+    entries: dict[str, ConfigEntry] = future_result(configs, f"configs of topic {name!r}", client)
 
     replication_factor = max((len(p.replicas) for p in partitions), default=0)
     console = output_console()
@@ -174,19 +176,19 @@ def describe(name: str, bootstrap: str, timeout_s: float) -> None:
 
 
 def _list_offsets(
-    admin: AdminClient, topic_name: str, partitions: list[int], spec: OffsetSpec, timeout_s: float
+    admin: AdminClient, topic_name: str, partitions: list[int], spec: OffsetSpec, client: ClientOptions
 ) -> dict[int, str | Text]:
     """partition -> offset as text; a partition whose leader cannot answer shows its error instead, so one
     unavailable partition does not hide the others."""
     if not partitions:
         return {}
-    futures = admin.list_offsets({TopicPartition(topic_name, p): spec for p in partitions}, request_timeout=timeout_s)
+    futures = admin.list_offsets(
+        {TopicPartition(topic_name, p): spec for p in partitions}, request_timeout=client.remaining_s()
+    )
     offsets: dict[int, str | Text] = {}
     for tp, future in futures.items():
         try:
-            offsets[tp.partition] = str(
-                future_result(future, f"offsets of {topic_name}-{tp.partition}", timeout_s).offset
-            )
+            offsets[tp.partition] = str(future_result(future, f"offsets of {topic_name}-{tp.partition}", client).offset)
         except CliError as e:
             offsets[tp.partition] = Text(e.message, style="red")
     return offsets
@@ -195,11 +197,13 @@ def _list_offsets(
 @topic.command()
 @click.argument("names", metavar="NAME...", nargs=-1, required=True)
 @client_options
-def delete(names: tuple[str, ...], bootstrap: str, timeout_s: float) -> None:
+def delete(names: tuple[str, ...], client: ClientOptions) -> None:
     """Delete topics and all their data."""
-    admin = admin_client(bootstrap, timeout_s)
-    futures = admin.delete_topics(list(names), request_timeout=timeout_s, operation_timeout=timeout_s)
-    _print_outcome(_wait_all(futures, timeout_s), "deleted")
+    admin = admin_client(client)
+    futures = admin.delete_topics(
+        list(names), request_timeout=client.remaining_s(), operation_timeout=client.remaining_s()
+    )
+    _print_outcome(_wait_all(futures, client), "deleted")
 
 
 @topic.command(name="alter-config")
@@ -209,7 +213,7 @@ def delete(names: tuple[str, ...], bootstrap: str, timeout_s: float) -> None:
     "--delete", "deletes", multiple=True, metavar="KEY", help="Remove an override: back to the default (repeatable)."
 )
 @client_options
-def alter_config(name: str, sets: tuple[str, ...], deletes: tuple[str, ...], bootstrap: str, timeout_s: float) -> None:
+def alter_config(name: str, sets: tuple[str, ...], deletes: tuple[str, ...], client: ClientOptions) -> None:
     """Set or remove topic configs.
 
     Incremental (IncrementalAlterConfigs): overrides not named here stay as they are."""
@@ -219,10 +223,10 @@ def alter_config(name: str, sets: tuple[str, ...], deletes: tuple[str, ...], boo
         ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in parse_key_values(sets, "--set")
     ]
     changes += [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE) for k in deletes]
-    admin = admin_client(bootstrap, timeout_s)
+    admin = admin_client(client)
     resource = ConfigResource(ResourceType.TOPIC, name, incremental_configs=changes)
-    future = admin.incremental_alter_configs([resource], request_timeout=timeout_s)[resource]
-    future_result(future, f"topic {name!r}", timeout_s)
+    future = admin.incremental_alter_configs([resource], request_timeout=client.remaining_s())[resource]
+    future_result(future, f"topic {name!r}", client)
     console = output_console()
     table = Table(box=None, pad_edge=False)
     table.add_column("CONFIG")

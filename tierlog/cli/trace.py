@@ -23,7 +23,14 @@ from rich.console import Console
 from rich.text import Text
 
 from tierlog.cli.clients import DEFAULT_TIMEOUT_S, CliError, output_console, timeout_option
-from tierlog.cli.cluster import HttpError, dir_option, http_get, read_cluster_info, split_address
+from tierlog.cli.cluster import (
+    HttpError,
+    dir_option,
+    gather_reports,
+    http_get,
+    read_cluster_info,
+    split_address,
+)
 
 # An event waits this long after it arrived before it is printed, so that an earlier event of another
 # broker that arrives a little later (its stream is read by another task) still goes before it.
@@ -309,6 +316,24 @@ async def run_trace(
     return streams
 
 
+async def _require_replica(addresses: Sequence[str], topic: str, partition: int, timeout_s: float) -> None:
+    """Fail in one line when every broker lists its replicas (GET /v1/partitions) and none has one of
+    topic-partition: its trace would stay empty for ever. Should a broker not answer, it may hold one, so
+    the trace goes on (and says what that broker did)."""
+    reports = await gather_reports(dict(enumerate(addresses)), timeout_s)
+    if not all(report.up for report in reports):
+        return
+    hosted = {(p.get("topic"), p.get("partition")) for report in reports for p in report.partitions or []}
+    if (topic, partition) in hosted:
+        return
+    partitions = {p for t, p in hosted if t == topic}
+    if partitions:
+        raise CliError(f"topic {topic!r} has no partition {partition} (it has {len(partitions)})")
+    raise CliError(
+        f"topic {topic!r} does not exist: no broker has a replica of it (`tierlog topic list` shows the topics)"
+    )
+
+
 @click.command()
 @click.argument("topic")
 @click.argument("partition", type=click.IntRange(min=0))
@@ -341,6 +366,7 @@ def trace(
     else:
         addresses = [node.http for node in read_cluster_info(directory).nodes]
 
+    asyncio.run(_require_replica(addresses, topic, partition, timeout_s))
     console = output_console()
     errors = Console(stderr=True)
     printed = 0
