@@ -1,13 +1,21 @@
-"""What the CLI tests share: `tierlog(...)`, the real command run as a subprocess, and a stand-in for a
-broker's HTTP listener (tierlog.http.listener), so `cluster status` and `trace` are tested against canned
-answers without broker processes."""
+"""What the CLI tests share: `tierlog(...)`, the real command run as a subprocess; `tierlog` run in a terminal
+of a given width; a stand-in for a broker's HTTP listener (tierlog.http.listener), so `cluster status` and
+`trace` are tested against canned answers without broker processes; and a cluster started with `tierlog
+cluster up` whose brokers are killed when the test ends."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import pty
+import re
+import select
+import signal
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 from collections.abc import Mapping
@@ -17,6 +25,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
+
+from click.testing import CliRunner, Result
+
+from tierlog.cli.cluster import CLUSTER_FILE, broker_alive, read_cluster_info
+from tierlog.cli.main import cli
 
 # How long a trace stream stays open after its backlog, unless the fake is closed first.
 _STREAM_OPEN_S = 30.0
@@ -156,3 +169,118 @@ def event(seq: int, time_ms: int, broker_id: int, attribute: str, old: Any, new:
         "new": new,
         "why": why,
     }
+
+
+# --- tierlog in a terminal ----------------------------------------------------------------------------------
+
+TIERLOG = [sys.executable, "-m", "tierlog"]
+_ESCAPE_SEQUENCE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
+
+
+def run_in_terminal(args: list[str], columns: int, timeout_s: float = 60.0) -> tuple[int, list[str]]:
+    """Run `tierlog ARGS` with stdout and stderr on a pseudo-terminal `columns` wide (COLUMNS too), as a person
+    at that terminal sees it: (exit code, the lines without colours)."""
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    env = {**os.environ, "COLUMNS": str(columns), "TERM": "xterm-256color"}
+    process = subprocess.Popen([*TIERLOG, *args], stdin=subprocess.DEVNULL, stdout=terminal, stderr=terminal, env=env)
+    os.close(terminal)
+    output = bytearray()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"tierlog {' '.join(args)} still runs after {timeout_s}s:\n{output.decode()}")
+            if not select.select([controller], [], [], remaining)[0]:
+                continue
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # EIO: the command and everything it started have closed the terminal
+                break
+            if not chunk:
+                break
+            output += chunk
+        code = process.wait(max(0.1, deadline - time.monotonic()))
+    finally:
+        os.close(controller)
+        if process.poll() is None:
+            process.kill()
+            process.wait(5)
+    text = _ESCAPE_SEQUENCE.sub("", output.decode(errors="replace")).replace("\r\n", "\n")
+    return code, text.splitlines()
+
+
+def assert_fits(lines: list[str], columns: int) -> None:
+    """No line is wider than the terminal, and nothing was cut short with an ellipsis."""
+    too_wide = [line for line in lines if len(line) > columns]
+    cut = [line for line in lines if "\u2026" in line]
+    assert not too_wide and not cut, "\n".join(lines)
+
+
+# --- a cluster started with `tierlog cluster up` --------------------------------------------------------------
+
+# Fast failure detection, so a killed broker is fenced within seconds; RF 3 with min ISR 2 as in production.
+OVERRIDES = {
+    "broker.session.timeout.ms": "3000",
+    "broker.heartbeat.interval.ms": "500",
+    "default.replication.factor": "3",
+    "min.insync.replicas": "2",
+    "log.segment.bytes": str(1024 * 1024),
+}
+CLUSTER_START_S = 60.0
+
+
+class CliCluster:
+    """Runs `tierlog cluster ...` as its own process (so the test sees the brokers outlive it) and remembers
+    every pid the cluster recorded, to kill them when the test ends."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.pids: set[int] = set()
+        self.log_files: set[Path] = set()
+
+    def up(self) -> subprocess.CompletedProcess[str]:
+        overrides = [arg for key, value in OVERRIDES.items() for arg in ("--override", f"{key}={value}")]
+        return self.tierlog(
+            "cluster",
+            "up",
+            "--brokers",
+            "3",
+            *overrides,
+            "--timeout",
+            str(CLUSTER_START_S),
+            timeout_s=CLUSTER_START_S + 30,
+        )
+
+    def tierlog(self, *args: str, timeout_s: float = 90.0) -> subprocess.CompletedProcess[str]:
+        """`tierlog ARGS --dir DIRECTORY`, as a user types it; the pids it recorded are remembered."""
+        try:
+            return subprocess.run(
+                [*TIERLOG, *args, "--dir", str(self.directory)], capture_output=True, text=True, timeout=timeout_s
+            )
+        finally:
+            self._remember()
+
+    def _remember(self) -> None:
+        if (self.directory / CLUSTER_FILE).exists():
+            info = read_cluster_info(self.directory)
+            self.pids.update(node.pid for node in info.nodes)
+            self.log_files.update(Path(node.log_file) for node in info.nodes)
+
+    def run(self, *args: str) -> Result:
+        return CliRunner().invoke(cli, [*args, "--dir", str(self.directory)])
+
+    def kill_leftovers(self) -> None:
+        for pid in self.pids:
+            if broker_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while any(broker_alive(pid) for pid in self.pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+def log_tails(log_files: list[Path]) -> None:
+    for log_file in log_files:
+        text = log_file.read_text(errors="replace") if log_file.exists() else "(no log)"
+        print(f"\n---- last lines of {log_file} ----\n" + "\n".join(text.splitlines()[-40:]))

@@ -10,15 +10,13 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
+from cli_helpers import CLUSTER_START_S, OVERRIDES, CliCluster, log_tails
+from click.testing import CliRunner
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tierlog.cli.cluster import (
@@ -32,21 +30,8 @@ from tierlog.cli.cluster import (
 from tierlog.cli.local_cluster import BrokerStartError, LocalCluster, api_versions_answered, wait_until
 from tierlog.cli.main import cli
 
-# Fast failure detection, so a killed broker is fenced within seconds; RF 3 with min ISR 2 as in production.
-OVERRIDES = {
-    "broker.session.timeout.ms": "3000",
-    "broker.heartbeat.interval.ms": "500",
-    "default.replication.factor": "3",
-    "min.insync.replicas": "2",
-    "log.segment.bytes": str(1024 * 1024),
-}
-CLUSTER_START_S = 60.0
 CLIENT_TIMEOUT_S = 30.0
 CONVERGE_S = 30.0
-
-
-def override_args() -> list[str]:
-    return [arg for key, value in OVERRIDES.items() for arg in ("--override", f"{key}={value}")]
 
 
 def create_topic(bootstrap: str, name: str) -> None:
@@ -71,12 +56,6 @@ def replicated(addresses: dict[int, str], topic: str, offset_end: int) -> dict[s
     if sorted(status.isr) != [1, 2, 3] or set(status.log_end_offsets.values()) != {offset_end}:
         return None
     return {"leader": status.leader, "status": status}
-
-
-def log_tails(log_files: list[Path]) -> None:
-    for log_file in log_files:
-        text = log_file.read_text(errors="replace") if log_file.exists() else "(no log)"
-        print(f"\n---- last lines of {log_file} ----\n" + "\n".join(text.splitlines()[-40:]))
 
 
 # --- LocalCluster -----------------------------------------------------------------------------------------
@@ -121,46 +100,6 @@ def test_a_cluster_that_cannot_start_fails_with_a_brokers_log_and_stops(tmp_path
 
 
 # --- tierlog cluster up|status|down -----------------------------------------------------------------------
-
-
-class CliCluster:
-    """Runs `tierlog cluster up` as its own process (so the test sees the brokers outlive it) and remembers
-    every pid it recorded, to kill them when the test ends."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.pids: set[int] = set()
-        self.log_files: set[Path] = set()
-
-    def up(self) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "tierlog", "cluster", "up", "--dir", str(self.directory), "--brokers", "3"]
-        try:
-            result = subprocess.run(
-                [*command, *override_args(), "--timeout", str(CLUSTER_START_S)],
-                capture_output=True,
-                text=True,
-                timeout=CLUSTER_START_S + 30,
-            )
-        finally:
-            self._remember()
-        return result
-
-    def _remember(self) -> None:
-        if (self.directory / CLUSTER_FILE).exists():
-            info = read_cluster_info(self.directory)
-            self.pids.update(node.pid for node in info.nodes)
-            self.log_files.update(Path(node.log_file) for node in info.nodes)
-
-    def run(self, *args: str) -> Result:
-        return CliRunner().invoke(cli, [*args, "--dir", str(self.directory)])
-
-    def kill_leftovers(self) -> None:
-        for pid in self.pids:
-            if broker_alive(pid):
-                os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while any(broker_alive(pid) for pid in self.pids) and time.monotonic() < deadline:
-            time.sleep(0.05)
 
 
 @pytest.fixture
@@ -211,16 +150,21 @@ def test_cluster_up_status_down(cli_cluster: CliCluster, kafka: Any) -> None:
     assert sorted(orders["replicas"]) == [1, 2, 3]
     table = cli_cluster.run("cluster", "status")
     assert table.exit_code == 0, table.output
-    assert re.search(r"TOPIC\s+PARTITION\s+LEADER\s+EPOCH\s+ISR\s+HW\s+LEO@1\s+LEO@2\s+LEO@3", table.stdout)
-    row = re.search(rf"^orders\s+0\s+{orders['leader']}\s+\d+\s+(\S+)\s+1\s+1\s+1\s+1\s*$", table.stdout, re.M)
+    assert re.search(r"^TOPIC\s+PARTITION\s+LEADER\s+EPOCH\s+ISR\s+HW\s*$", table.stdout, re.M), table.stdout
+    row = re.search(rf"^orders\s+0\s+{orders['leader']}\s+\d+\s+(\S+)\s+1\s*$", table.stdout, re.M)
     assert row is not None, table.stdout
     assert sorted(row.group(1).split(",")) == ["1", "2", "3"]
+    wide = cli_cluster.run("cluster", "status", "-o", "wide")
+    assert wide.exit_code == 0, wide.output
+    assert re.search(r"TOPIC\s+PARTITION\s+LEADER\s+EPOCH\s+ISR\s+HW\s+LEO@1\s+LEO@2\s+LEO@3", wide.stdout)
+    row = re.search(rf"^orders\s+0\s+{orders['leader']}\s+\d+\s+(\S+)\s+1\s+1\s+1\s+1\s*$", wide.stdout, re.M)
+    assert row is not None, wide.stdout
 
     # A broker that crashed is shown as down, in the broker list and in its LEO column.
     doomed = next(n for n in info.nodes if n.node_id == 3)
     os.kill(doomed.pid, signal.SIGKILL)
     wait_until(lambda: not broker_alive(doomed.pid), 10, "broker 3 to die")
-    table = cli_cluster.run("cluster", "status")
+    table = cli_cluster.run("cluster", "status", "-o", "wide")
     assert table.exit_code == 0, table.output
     assert re.search(r"^\s*3\s+broker\s+\d+\s+\S+\s+\S+\s+down \(process gone\)\s*$", table.stdout, re.M)
     assert re.search(r"^orders\s+0\s+.*\s+down\s*$", table.stdout, re.M)
@@ -228,10 +172,14 @@ def test_cluster_up_status_down(cli_cluster: CliCluster, kafka: Any) -> None:
     down = cli_cluster.run("cluster", "down")
     assert down.exit_code == 0, down.output
     for node in info.nodes:
-        expected = "not running" if node is doomed else "stopped"
+        expected = "already down" if node is doomed else "stopped"
         assert re.search(rf"^\s*{node.node_id}\s+{node.pid}\s+{expected}\s*$", down.stdout, re.M), down.stdout
         assert not broker_alive(node.pid)
         assert Path(node.data_dir).is_dir()
+    assert down.stdout.splitlines()[-2:] == [
+        "nodes 1,2 stopped (controlled shutdown); node 3 already down",
+        f"data and logs kept in {cli_cluster.directory}",
+    ]
     assert not (cli_cluster.directory / CLUSTER_FILE).exists()
 
     # The data outlives `down`: a new cluster in the same directory (on new ports) still has the record.
@@ -242,6 +190,7 @@ def test_cluster_up_status_down(cli_cluster: CliCluster, kafka: Any) -> None:
     restarted = read_cluster_info(cli_cluster.directory)
     purged = cli_cluster.run("cluster", "down", "--purge")
     assert purged.exit_code == 0, purged.output
+    assert purged.stdout.splitlines()[-1] == f"purged: deleted the data and logs in {cli_cluster.directory}"
     for node in restarted.nodes:
         assert not broker_alive(node.pid)
         assert not Path(node.data_dir).exists()

@@ -3,6 +3,7 @@ cluster file, and stopping recorded processes."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_helpers import FakeBrokerHttp
+from cli_helpers import FakeBrokerHttp, assert_fits, run_in_terminal
 from click.testing import CliRunner
 from rich.console import Console
 
@@ -139,13 +140,20 @@ def test_partitions_are_sorted_and_replicas_elsewhere_are_blank() -> None:
 
 
 def test_cluster_info_round_trips_through_json() -> None:
+    settings = {"process.roles": "broker,controller", "min.insync.replicas": "2"}
     info = ClusterInfo(
         bootstrap="127.0.0.1:1,127.0.0.1:2",
         controller="127.0.0.1:3",
-        nodes=[NodeInfo(1, 100, "broker,controller", "127.0.0.1:1", "127.0.0.1:4", "/d/broker-1", "/d/broker-1.log")],
+        nodes=[
+            NodeInfo(1, 100, "broker,controller", "127.0.0.1:1", "127.0.0.1:4", "/d/broker-1", "/d/1.log", settings)
+        ],
     )
     assert ClusterInfo.from_json(info.to_json()) == info
-    assert json.loads(info.to_json())["version"] == 1
+    document = json.loads(info.to_json())
+    assert document["version"] == 1
+    # A file from before `cluster start` lacks the brokers' settings: `status` and `down` still read it.
+    del document["nodes"][0]["overrides"]
+    assert ClusterInfo.from_json(json.dumps(document)).nodes[0].overrides is None
 
 
 @pytest.fixture
@@ -153,6 +161,18 @@ def dead_pid() -> int:
     process = subprocess.Popen(["true"])
     process.wait()
     return process.pid
+
+
+@pytest.fixture
+def live_pids() -> Iterator[list[int]]:
+    """Five processes that look like brokers to `broker_alive` ("tierlog" in their command line)."""
+    processes = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "tierlog"]) for _ in range(5)]
+    try:
+        yield [process.pid for process in processes]
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait(5)
 
 
 def write_cluster(directory: Path, nodes: list[NodeInfo]) -> None:
@@ -172,7 +192,7 @@ def node(node_id: int, pid: int, http: str, directory: Path) -> NodeInfo:
     )
 
 
-def test_status_merges_what_every_broker_answers(tmp_path: Path, dead_pid: int) -> None:
+def test_status_merges_what_every_broker_answers(tmp_path: Path, live_pids: list[int], dead_pid: int) -> None:
     reports = {r.node_id: r for r in REPORTS}
     with (
         FakeBrokerHttp(partitions={"broker_id": 1, "partitions": reports[1].partitions}) as b1,
@@ -182,25 +202,78 @@ def test_status_merges_what_every_broker_answers(tmp_path: Path, dead_pid: int) 
         write_cluster(
             tmp_path,
             [
-                node(1, dead_pid, b1.address, tmp_path),
-                node(2, dead_pid, b2.address, tmp_path),
-                node(3, dead_pid, gone, tmp_path),
+                node(1, live_pids[0], b1.address, tmp_path),
+                node(2, live_pids[1], b2.address, tmp_path),
+                # Running, but its HTTP listener does not answer.
+                node(3, live_pids[2], gone, tmp_path),
+                # Its process is gone: down, though something answers on its HTTP port.
+                node(4, dead_pid, b1.address, tmp_path),
             ],
         )
         table = CliRunner().invoke(cli, ["cluster", "status", "--dir", str(tmp_path)])
+        wide = CliRunner().invoke(cli, ["cluster", "status", "--dir", str(tmp_path), "-o", "wide"])
         as_json = CliRunner().invoke(cli, ["cluster", "status", "--dir", str(tmp_path), "--json"])
     assert table.exit_code == 0, table.output
-    assert re.search(r"^\s*3\s+broker\s+\d+\s+127\.0\.0\.1:9003\s+\S+\s+down \(process gone\)\s*$", table.stdout, re.M)
-    assert re.search(r"^orders\s+0\s+1\s+0\s+1,2\s+4\s+5\s+4\s+down\s*$", table.stdout, re.M)
+    assert re.search(r"^\s*1\s+broker,controller\s+\d+\s+127\.0\.0\.1:9001\s+up\s*$", table.stdout, re.M)
+    assert re.search(r"^\s*3\s+broker\s+\d+\s+127\.0\.0\.1:9003\s+not answering\s*$", table.stdout, re.M)
+    assert re.search(
+        rf"^\s*4\s+broker\s+{dead_pid}\s+127\.0\.0\.1:9004\s+down \(process gone\)\s*$", table.stdout, re.M
+    )
+    assert re.search(r"^orders\s+0\s+1\s+0\s+1,2\s+4\s*$", table.stdout, re.M), table.stdout
+
+    assert wide.exit_code == 0, wide.output
+    assert re.search(
+        rf"^\s*3\s+broker\s+\d+\s+127\.0\.0\.1:9003\s+{gone}\s+not answering \(cannot reach {gone}", wide.stdout, re.M
+    )
+    assert re.search(r"^orders\s+0\s+1\s+0\s+1,2\s+4\s+5\s+4\s+down\s*$", wide.stdout, re.M), wide.stdout
 
     assert as_json.exit_code == 0, as_json.output
     document = json.loads(as_json.stdout)
-    assert [(b["node_id"], b["up"]) for b in document["brokers"]] == [(1, True), (2, True), (3, False)]
+    assert [(b["node_id"], b["up"]) for b in document["brokers"]] == [(1, True), (2, True), (3, False), (4, False)]
     assert document["brokers"][2]["error"].startswith(f"cannot reach {gone}")
+    assert document["brokers"][3]["error"] == f"process {dead_pid} is gone"
     [merged] = document["partitions"]
     assert merged["log_end_offsets"] == {"1": 5, "2": 4, "3": None}
     assert merged["isr"] == [1, 2]
     assert merged["high_watermark"] == 4
+
+
+def test_status_fits_80_columns_with_five_brokers_and_long_topic_names(tmp_path: Path, live_pids: list[int]) -> None:
+    topic = "customer-activity-events-2024x"  # 30 characters
+    replicas = [1, 2, 3, 4, 5]
+
+    def report(broker: int) -> dict[str, Any]:
+        entries = []
+        for name, count in ((topic, 6), ("__consumer_offsets", 3)):
+            for number in range(count):
+                leader = replicas[number % 5]
+                role = "leader" if broker == leader else "follower"
+                entry = partition(role, 123_456, leader=leader, isr=replicas, hw=123_456, topic=name, number=number)
+                entries.append({**entry, "replicas": replicas})
+        return {"broker_id": broker, "partitions": entries}
+
+    with contextlib.ExitStack() as stack:
+        fakes = [stack.enter_context(FakeBrokerHttp(partitions=report(b))) for b in replicas]
+        write_cluster(tmp_path, [node(b, live_pids[b - 1], fakes[b - 1].address, tmp_path) for b in replicas])
+        code, lines = run_in_terminal(["cluster", "status", "--dir", str(tmp_path)], columns=80)
+        internal_code, with_internal = run_in_terminal(["cluster", "status", "--dir", str(tmp_path), "-i"], columns=80)
+        wide_code, wide = run_in_terminal(["cluster", "status", "--dir", str(tmp_path), "-o", "wide"], columns=200)
+    assert code == 0, "\n".join(lines)
+    assert_fits(lines, 80)
+    assert lines[0].split() == ["NODE", "ROLES", "PID", "KAFKA", "STATE"]
+    rows = [line.split() for line in lines if line.startswith(topic)]
+    assert rows == [[topic, str(n), str(replicas[n % 5]), "0", "1,2,3,4,5", "123456"] for n in range(6)]
+    assert lines[-1] == "not shown: internal topics __consumer_offsets (-i shows them)"
+
+    assert internal_code == 0, "\n".join(with_internal)
+    assert_fits(with_internal, 80)
+    assert sum(line.startswith("__consumer_offsets ") for line in with_internal) == 3
+
+    assert wide_code == 0, "\n".join(wide)
+    assert wide[0].split() == ["NODE", "ROLES", "PID", "KAFKA", "HTTP", "STATE"]
+    header = next(line.split() for line in wide if line.startswith("TOPIC"))
+    assert header == ["TOPIC", "PARTITION", "LEADER", "EPOCH", "ISR", "HW", "LEO@1", "LEO@2", "LEO@3", "LEO@4", "LEO@5"]
+    assert [topic, "0", "1", "0", "1,2,3,4,5", "123456", *["123456"] * 5] in [line.split() for line in wide]
 
 
 def test_status_fails_in_one_line_when_no_broker_answers(tmp_path: Path, dead_pid: int) -> None:
@@ -265,7 +338,11 @@ def test_up_refuses_while_a_cluster_runs_and_down_stops_it(
     assert time.monotonic() - started < 10
     assert re.search(rf"^\s*1\s+{polite.pid}\s+stopped\s*$", down.stdout, re.M)
     assert re.search(rf"^\s*2\s+{stubborn.pid}\s+killed\s*$", down.stdout, re.M)
-    assert re.search(rf"^\s*3\s+{dead_pid}\s+not running\s*$", down.stdout, re.M)
+    assert re.search(rf"^\s*3\s+{dead_pid}\s+already down\s*$", down.stdout, re.M)
+    assert down.stdout.splitlines()[-2:] == [
+        "node 1 stopped (controlled shutdown); node 2 killed (no controlled shutdown within 1s); node 3 already down",
+        f"data and logs kept in {tmp_path}",
+    ]
     # `down` reaped them (they are this test's children), so their exit codes are gone.
     assert not broker_alive(polite.pid) and not broker_alive(stubborn.pid)
     assert not (tmp_path / CLUSTER_FILE).exists()
@@ -383,15 +460,19 @@ def test_human_bytes() -> None:
     ]  # fmt: skip
 
 
-def test_status_shows_the_tiers_in_the_table_and_the_json(tmp_path: Path, dead_pid: int) -> None:
+def test_status_shows_the_tiers_in_the_wide_table_and_the_json(tmp_path: Path, live_pids: list[int]) -> None:
     leader, follower = (report.partitions for report in TIERED_REPORTS[:2])
     with (
         FakeBrokerHttp(partitions={"broker_id": 1, "partitions": leader}) as b1,
         FakeBrokerHttp(partitions={"broker_id": 2, "partitions": follower}) as b2,
     ):
-        write_cluster(tmp_path, [node(1, dead_pid, b1.address, tmp_path), node(2, dead_pid, b2.address, tmp_path)])
-        table = CliRunner().invoke(cli, ["cluster", "status", "--dir", str(tmp_path)])
+        nodes = [node(1, live_pids[0], b1.address, tmp_path), node(2, live_pids[1], b2.address, tmp_path)]
+        write_cluster(tmp_path, nodes)
+        narrow = CliRunner().invoke(cli, ["cluster", "status", "--dir", str(tmp_path)])
+        table = CliRunner().invoke(cli, ["cluster", "status", "--dir", str(tmp_path), "-o", "wide"])
         as_json = CliRunner().invoke(cli, ["cluster", "status", "--dir", str(tmp_path), "--json"])
+    assert narrow.exit_code == 0, narrow.output
+    assert re.search(r"^orders\s+0\s+1\s+0\s+1,2\s+80\s*$", narrow.stdout, re.M), narrow.stdout
     assert table.exit_code == 0, table.output
     assert re.search(r"^\s*TOPIC .* LEO@2\s+Rx\s+Ry\s+Lx\s+Ly\s+Lz\s+LOCAL\s+REMOTE\s+COPY-LAG\s*$", table.stdout, re.M)
     assert re.search(

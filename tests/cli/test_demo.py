@@ -27,9 +27,15 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def assert_fits_80_columns(output: str) -> None:
+    """Everything the demo printed fits an 80-column terminal, and nothing was cut short with an ellipsis."""
+    too_wide = [line for line in output.splitlines() if len(line) > 80]
+    assert not too_wide and "\u2026" not in output, output
+
+
 def test_demo_runs_end_to_end_and_cleans_up(tmp_path: Path) -> None:
     # The demo's temporary directory lands in TMPDIR, so this test can see it was removed.
-    env = {**os.environ, "TMPDIR": str(tmp_path), "COLUMNS": "200"}
+    env = {**os.environ, "TMPDIR": str(tmp_path), "COLUMNS": "80"}
     result = subprocess.run(
         [sys.executable, "-m", "tierlog", "demo"],
         env=env,
@@ -39,13 +45,16 @@ def test_demo_runs_end_to_end_and_cleans_up(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
-    assert re.search(r"S3 server \(SeaweedFS, pid \d+\) serves http://127\.0\.0\.1:\d+", out), out
-    assert "remote tier: s3://tierlog-demo/tierlog at http://127.0.0.1:" in out
-    assert "10,000 events acknowledged" in out
+    assert_fits_80_columns(out)
+    # Sentences wrap at 80 columns: they are looked for with the line breaks taken out.
+    flat = " ".join(out.split())
+    assert re.search(r"S3 server \(SeaweedFS, pid \d+\) serves http://127\.0\.0\.1:\d+", flat), out
+    assert "remote tier: s3://tierlog-demo/tierlog at http://127.0.0.1:" in flat
+    assert "10,000 events acknowledged" in flat
 
     # Closed segments went to S3 and left every broker's disk.
     tiered = re.search(
-        r"(\d+) closed segments \(([\d,]+) events\) copied to s3://tierlog-demo/tierlog and deleted", out
+        r"(\d+) closed segments \(([\d,]+) events\) copied to s3://tierlog-demo/tierlog and deleted", flat
     )
     assert tiered, out
     segments, tiered_events = int(tiered[1]), int(tiered[2].replace(",", ""))
@@ -63,29 +72,30 @@ def test_demo_runs_end_to_end_and_cleans_up(tmp_path: Path) -> None:
         high_watermarks += int(hw)
     assert high_watermarks == 10_000
     assert sum(int(row[2]) + 1 for row in rows) == tiered_events
-    assert f"S3 holds {tiered_events:,} of the 10,000 events in {5 * segments} objects" in out, out
+    assert f"S3 holds {tiered_events:,} of the 10,000 events in {5 * segments} objects" in flat, out
 
     # A leader was killed with SIGKILL before consuming: every event came back from the survivors, the older
     # ones from S3 through the leaders.
-    assert re.search(r"kill -9 broker [23], leader of demo-events-\d", out), out
-    assert re.search(r"demo-events-\d: leader [23] -> \d, ISR", out), out
-    assert "10,000 events read back and verified" in out
-    assert f"{tiered_events:,} of them from S3" in out, out
-    assert "is back in every ISR" in out
+    assert re.search(r"kill -9 broker [23], leader of demo-events-\d", flat), out
+    assert re.search(r"demo-events-\d: leader [23] -> \d, ISR", flat), out
+    assert "10,000 events read back and verified" in flat
+    assert f"{tiered_events:,} of them from S3" in flat, out
+    assert "is back in every ISR" in flat
 
     # The first segment object of partition 0, downloaded from the bucket: Kafka's format, the producer's lz4.
-    assert re.search(r"s3://tierlog-demo/tierlog/demo-events-0-[^/]+/00000000000000000000-\S+\.log \(", out), out
+    # Its key is longer than a line: its directory on one, its name on the next.
+    assert re.search(r"^  s3://tierlog-demo/tierlog/demo-events-0-[^/]+/\n  00000000000000000000-\S+\.log$", out, re.M)
     assert "baseOffset: 0" in out
     # librdkafka sends a batch uncompressed when lz4 would not shrink it: a first batch of one small event,
     # which a loaded machine's linger can produce. Either way it is the producer's choice, kept as is.
     assert re.search(r"compresscodec: (lz4|none) ", out), out
 
-    assert "3 brokers shut down cleanly (wrote .kafka_cleanshutdown)" in out
-    assert "S3 server stopped" in out
-    assert "demo finished" in out
+    assert "3 brokers shut down cleanly (wrote .kafka_cleanshutdown)" in flat
+    assert "S3 server stopped" in flat
+    assert "demo finished" in flat
     assert not list(tmp_path.glob("tierlog-demo-*"))
     assert not list(tmp_path.glob("tierlog-s3-*"))  # weed's temporary directory, when the data path is long
-    pids = [int(pid) for pid in re.findall(r"\bpid (\d+)\b", out)]
+    pids = [int(pid) for pid in re.findall(r"\bpid (\d+)\b", flat)]
     assert len(pids) == 4, out  # the S3 server and three brokers
     assert not [pid for pid in pids if _alive(pid)]
 
@@ -94,14 +104,15 @@ def test_demo_keeps_a_given_data_dir_which_dump_log_reads(tmp_path: Path) -> Non
     data_dir = tmp_path / "demo"
     result = subprocess.run(
         [sys.executable, "-m", "tierlog", "demo", "--events", "500", "--data-dir", str(data_dir)],
-        env={**os.environ, "COLUMNS": "200"},
+        env={**os.environ, "COLUMNS": "80"},
         capture_output=True,
         text=True,
         timeout=170,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+    assert_fits_80_columns(result.stdout)
     # 500 events fill no 16 KiB segment: nothing to tier, and the demo says so rather than wait.
-    assert "no segment of demo-events-0 in S3 yet" in result.stdout
+    assert "no segment of demo-events-0 in S3 yet" in " ".join(result.stdout.split())
     assert sorted(p.name for p in (data_dir / "broker-1").glob("demo-events-*")) == [
         "demo-events-0",
         "demo-events-1",

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable
 
 import pytest
+from cli_helpers import assert_fits, run_in_terminal
 from click.testing import CliRunner, Result
 
 from tierlog.cli.local_cluster import BrokerProcess, wait_until
@@ -44,12 +45,13 @@ def consume_in_group(broker: BrokerProcess, topic: str, group: str, *args: str) 
     return consumed.stdout.splitlines()
 
 
-def describe_rows(output: str) -> dict[int, list[str]]:
-    """partition -> CURRENT-OFFSET, LOG-END-OFFSET, LAG, CONSUMER-ID, HOST, CLIENT-ID of its row."""
+def describe_rows(output: str, columns: int = 5) -> dict[int, list[str]]:
+    """partition -> CURRENT-OFFSET, LOG-END-OFFSET, LAG (and with `-o wide`, 8 columns: CONSUMER-ID, HOST,
+    CLIENT-ID) of its row."""
     rows = {}
     for line in output.splitlines():
         fields = line.split()
-        if len(fields) == 8 and fields[1].isdigit():
+        if len(fields) == columns and fields[1].isdigit():
             rows[int(fields[1])] = fields[2:]
     return rows
 
@@ -99,8 +101,12 @@ def test_groups_list_describe_and_delete(group_broker: BrokerProcess) -> None:
     described = run(group_broker, "groups", "describe", "billing")
     assert described.exit_code == 0, described.output
     assert re.search(r"billing\s+state Empty, 0 members", described.stdout)
-    # CURRENT-OFFSET, LOG-END-OFFSET, LAG, and no member
-    assert describe_rows(described.stdout) == {
+    # CURRENT-OFFSET, LOG-END-OFFSET, LAG
+    assert describe_rows(described.stdout) == {0: ["2", "2", "0"], 1: ["3", "5", "2"], 2: ["4", "4", "0"]}
+    # and no member
+    wide = run(group_broker, "groups", "describe", "billing", "-o", "wide")
+    assert wide.exit_code == 0, wide.output
+    assert describe_rows(wide.stdout, columns=8) == {
         0: ["2", "2", "0", "-", "-", "-"],
         1: ["3", "5", "2", "-", "-", "-"],
         2: ["4", "4", "0", "-", "-", "-"],
@@ -130,13 +136,17 @@ def test_a_group_with_a_running_consumer_is_described_with_it_and_cannot_be_dele
     try:
 
         def stable() -> str | None:
-            result = run(group_broker, "groups", "describe", "watchers")
+            result = run(group_broker, "groups", "describe", "watchers", "-o", "wide")
             return result.stdout if "state Stable, 1 members" in result.stdout else None
 
         output = wait_until(stable, MEMBER_S, "group watchers Stable with the following consumer")
-        rows = describe_rows(output)
+        rows = describe_rows(output, columns=8)
         assert sorted(rows) == [0, 1]
         assert all(row[-1] == "tierlog-cli" and row[-3].startswith("tierlog-cli-") for row in rows.values()), rows
+        # By default the member has a line of its own, with its partitions.
+        described = run(group_broker, "groups", "describe", "watchers")
+        member = next(iter(rows.values()))[-3]
+        assert f"{member} (tierlog-cli, {next(iter(rows.values()))[-2]})\n  assigned events 0,1\n" in described.stdout
 
         refused = run(group_broker, "groups", "delete", "watchers")
         assert refused.exit_code == 1
@@ -147,3 +157,39 @@ def test_a_group_with_a_running_consumer_is_described_with_it_and_cannot_be_dele
         _, stderr = follower.communicate(timeout=MEMBER_S)
     assert follower.returncode == 0, stderr.decode()
     assert run(group_broker, "groups", "delete", "watchers").exit_code == 0
+
+
+def test_describe_fits_80_columns_and_wide_puts_the_member_in_each_row(group_broker: BrokerProcess) -> None:
+    topic, group = "customer-activity-events-2024x", "billing-service-consumers-prod"  # 30 characters each
+    assert run(group_broker, "topic", "create", topic, "-p", "2", "-r", "1").exit_code == 0
+    produce(group_broker, topic, 0, "x")
+    command = [sys.executable, "-m", "tierlog", "consume", topic, "-g", group, "-b", group_broker.bootstrap]
+    follower = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    describe = ["groups", "describe", group, "-b", group_broker.bootstrap, "--timeout", "15"]
+    try:
+        wait_until(
+            lambda: "state Stable, 1 members" in run(group_broker, *describe[:3]).stdout,
+            MEMBER_S,
+            f"group {group} Stable with the following consumer",
+        )
+        code, lines = run_in_terminal(describe, columns=80)
+        wide_code, wide = run_in_terminal([*describe, "-o", "wide"], columns=200)
+    finally:
+        follower.send_signal(signal.SIGINT)
+        follower.communicate(timeout=MEMBER_S)
+    assert code == 0, "\n".join(lines)
+    assert_fits(lines, 80)
+    assert lines[0].startswith(f"{group}  state Stable, 1 members, assignor range,")
+    header = next(n for n, line in enumerate(lines) if line.startswith("TOPIC"))
+    assert lines[header].split() == ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG"]
+    table, member_lines = lines[header + 1 : header + 3], lines[header + 3 :]
+    assert [line.split()[:2] for line in table] == [[topic, "0"], [topic, "1"]]
+    assert len(member_lines) == 2, lines
+    assert re.fullmatch(r"tierlog-cli-[0-9a-f-]+ \(tierlog-cli, /127\.0\.0\.1\)", member_lines[0]), lines
+    assert member_lines[1] == f"  assigned {topic} 0,1"
+
+    assert wide_code == 0, "\n".join(wide)
+    header = next(line.split() for line in wide if line.startswith("TOPIC"))
+    assert header[5:] == ["CONSUMER-ID", "HOST", "CLIENT-ID"]
+    member = member_lines[0].split()[0]
+    assert [line.split()[-3:] for line in wide if line.startswith(topic)] == [[member, "/127.0.0.1", "tierlog-cli"]] * 2

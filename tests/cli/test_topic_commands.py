@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from cli_helpers import assert_fits, run_in_terminal
 from click.testing import CliRunner, Result
 
 from tierlog.cli.local_cluster import BrokerProcess, free_port
@@ -44,13 +45,17 @@ def test_topic_create_list_describe_alter_delete(shared_broker: BrokerProcess) -
         1: ["1", "1", "1", "0", "2"],
         2: ["1", "1", "1", "0", "0"],
     }
-    assert re.search(r"retention\.ms\s+3600000\s+DYNAMIC_TOPIC_CONFIG", described.stdout)
+    assert re.search(r"^retention\.ms\s+3600000\s*$", described.stdout, re.M), described.stdout
+    wide = run(shared_broker, "topic", "describe", "orders", "-o", "wide")
+    assert wide.exit_code == 0, wide.output
+    assert describe_rows(wide.stdout) == describe_rows(described.stdout)
+    assert re.search(r"^retention\.ms\s+3600000\s+DYNAMIC_TOPIC_CONFIG\s*$", wide.stdout, re.M), wide.stdout
 
     altered = run(
         shared_broker, "topic", "alter-config", "orders", "--set", "cleanup.policy=delete", "--delete", "retention.ms"
     )
     assert altered.exit_code == 0, altered.output
-    described = run(shared_broker, "topic", "describe", "orders")
+    described = run(shared_broker, "topic", "describe", "orders", "-o", "wide")
     assert re.search(r"cleanup\.policy\s+delete\s+DYNAMIC_TOPIC_CONFIG", described.stdout)
     assert "retention.ms" not in described.stdout
 
@@ -83,3 +88,31 @@ def test_unreachable_broker_says_what_to_do() -> None:
     assert result.stderr.strip() == (
         f"Error: cannot reach {address}: is a broker running? start one with `tierlog broker`"
     )
+
+
+def test_describe_fits_80_columns_and_wide_adds_where_each_config_comes_from(shared_broker: BrokerProcess) -> None:
+    name = "customer-activity-events-2024x"  # 30 characters
+    configs = ["-c", "retention.ms=3600000", "-c", "message.timestamp.after.max.ms=86400000"]
+    assert run(shared_broker, "topic", "create", name, "-p", "3", "-r", "1", *configs).exit_code == 0
+    assert run(shared_broker, "produce", name, "-p", "2", "-v", "a").exit_code == 0
+    describe = ["topic", "describe", name, "-b", shared_broker.bootstrap, "--timeout", "15"]
+
+    code, lines = run_in_terminal(describe, columns=80)
+    assert code == 0, "\n".join(lines)
+    assert_fits(lines, 80)
+    assert lines[0] == f"{name}  partitions 3, replication factor 1"
+    # leader, replicas, ISR, earliest, latest
+    assert describe_rows("\n".join(lines)) == {
+        0: ["1", "1", "1", "0", "0"],
+        1: ["1", "1", "1", "0", "0"],
+        2: ["1", "1", "1", "0", "1"],
+    }
+    rows = [line.split() for line in lines]
+    assert ["NAME", "VALUE"] in rows
+    assert ["message.timestamp.after.max.ms", "86400000"] in rows
+
+    code, wide = run_in_terminal([*describe, "-o", "wide"], columns=200)
+    assert code == 0, "\n".join(wide)
+    rows = [line.split() for line in wide]
+    assert ["NAME", "VALUE", "SOURCE"] in rows
+    assert ["message.timestamp.after.max.ms", "86400000", "DYNAMIC_TOPIC_CONFIG"] in rows

@@ -46,8 +46,6 @@ def test_random_bodies_behind_a_served_header(api: tuple[int, int], correlation_
     parse_only_expected_errors(struct.pack(">hhi", *api, correlation_id) + rest)
 
 
-
-
 @settings(max_examples=800, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(served_entities(), st.lists(edits, min_size=1, max_size=4))
 def test_mutated_valid_frames(entity: Any, edits: list[tuple[str, int, int]]) -> None:

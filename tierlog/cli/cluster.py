@@ -1,7 +1,9 @@
-"""`tierlog cluster up|status|down`: a local multi-broker cluster for trying replication, as `rpk container`.
+"""`tierlog cluster up|status|down|start|stop|kill|restart`: a local multi-broker cluster for trying
+replication, as `rpk container`.
 
-`up` starts the brokers detached and records them in `<dir>/cluster.json`; `status` and `down` (and
-`tierlog trace --dir`) find them there. `status` asks every broker's HTTP listener for its partitions and
+`up` starts the brokers detached and records them in `<dir>/cluster.json`; `status`, `down`, the commands on
+one node (`start`, `stop`, `kill`, `restart`) and `tierlog trace --dir` find them there, and `start` and
+`restart` record the new process there. `status` asks every broker's HTTP listener for its partitions and
 merges the answers: the leader's view of a partition is the authoritative one (ISR, HW, remote LEOs, and
 the two tiers of KIP-405 tiered storage), while each replica's LEO comes from that replica's own report.
 """
@@ -17,7 +19,7 @@ import signal
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,12 +29,21 @@ from rich.table import Table
 from rich.text import Text
 
 from tierlog.cli.clients import CliError, output_console, parse_key_values, progress_bar, timeout_option
-from tierlog.cli.local_cluster import CONTROLLER_NODE_ID, BrokerStartError, LocalCluster, StartProgress
+from tierlog.cli.local_cluster import (
+    CONTROLLER_NODE_ID,
+    BrokerProcess,
+    BrokerStartError,
+    LocalCluster,
+    StartProgress,
+)
+from tierlog.cli.tables import WIDE, add_column, include_internal_option, is_internal, output_option, plain_table
 
 DEFAULT_DIR = Path("/tmp/tierlog-cluster")
 CLUSTER_FILE = "cluster.json"
 _FILE_VERSION = 1
 _STOP_POLL_S = 0.05
+# How long a SIGKILLed process may take to disappear before we call it stuck.
+_KILL_WAIT_S = 5.0
 # The status line of an HTTP answer and each header line; a broker never sends more.
 _MAX_HEAD_LINES = 100
 
@@ -51,6 +62,12 @@ class NodeInfo:
     http: str
     data_dir: str
     log_file: str
+    # The broker's server.properties overrides, so `cluster start` runs it again as `up` did. None in a file
+    # written before `cluster start` existed.
+    overrides: dict[str, str] | None = None
+
+    def describe(self) -> str:
+        return f"pid {self.pid}, {self.kafka}"
 
 
 @dataclass(frozen=True)
@@ -77,6 +94,7 @@ class ClusterInfo:
                     http=cluster.http_address(node_id),
                     data_dir=str(broker.log_dir),
                     log_file=str(broker.log_file),
+                    overrides=broker.overrides,
                 )
             )
         return cls(bootstrap=cluster.bootstrap, controller=cluster.controller_address, nodes=nodes)
@@ -98,6 +116,14 @@ class ClusterInfo:
 
 def cluster_file(directory: Path) -> Path:
     return directory / CLUSTER_FILE
+
+
+def write_cluster_info(directory: Path, info: ClusterInfo) -> None:
+    """Replace `directory`'s cluster.json at once: a command reading it meanwhile sees the old or the new one."""
+    path = cluster_file(directory)
+    partial = path.with_name(path.name + ".new")
+    partial.write_text(info.to_json())
+    partial.replace(path)
 
 
 def read_cluster_info(directory: Path) -> ClusterInfo:
@@ -403,21 +429,29 @@ def _tier_cells(status: PartitionStatus) -> list[str]:
     ]
 
 
-def status_table(reports: Sequence[BrokerReport], statuses: Sequence[PartitionStatus]) -> Table:
-    """TOPIC PARTITION LEADER EPOCH ISR HW, then one LEO column per broker: blank where the broker holds no
-    replica, yellow for a replica outside the ISR, red "down" where the broker did not answer. When any
-    partition has the remote tier on, the tiers follow as the view broker has them (PartitionStatus):
-    Rx Ry Lx Ly Lz, LOCAL and REMOTE bytes, and COPY-LAG (rolled local bytes below the HW not yet copied)."""
+def status_table(
+    reports: Sequence[BrokerReport],
+    statuses: Sequence[PartitionStatus],
+    *,
+    leo_columns: bool = True,
+    tier_columns: bool = True,
+) -> Table:
+    """TOPIC PARTITION LEADER EPOCH ISR HW, what fits an 80-column terminal with 5 brokers and 30-character
+    topic names. `leo_columns` adds one LEO column per broker: blank where the broker holds no replica, yellow
+    for a replica outside the ISR, red "down" where the broker did not answer. `tier_columns` adds, when any
+    partition has the remote tier on, the tiers as the view broker has them (PartitionStatus): Rx Ry Lx Ly
+    Lz, LOCAL and REMOTE bytes, and COPY-LAG (rolled local bytes below the HW not yet copied)."""
     up = {r.node_id: r.up for r in reports}
-    tiered = any(status.remote_tier for status in statuses)
-    table = Table(box=None, pad_edge=False)
-    for name in ("TOPIC", "PARTITION", "LEADER", "EPOCH", "ISR", "HW"):
-        table.add_column(name, justify="right" if name in ("PARTITION", "LEADER", "EPOCH", "HW") else "left")
-    for node_id in sorted(up):
-        table.add_column(f"LEO@{node_id}", justify="right")
+    tiered = tier_columns and any(status.remote_tier for status in statuses)
+    table = plain_table(
+        "TOPIC", "PARTITION", "LEADER", "EPOCH", "ISR", "HW", right=("PARTITION", "LEADER", "EPOCH", "HW")
+    )
+    if leo_columns:
+        for node_id in sorted(up):
+            add_column(table, f"LEO@{node_id}", right=True)
     if tiered:
         for name in _TIER_COLUMNS:
-            table.add_column(name, justify="right")
+            add_column(table, name, right=True)
     for status in statuses:
         leader = Text(str(status.leader)) if status.leader >= 0 else Text("none", style="red")
         cells: list[Text | str] = [
@@ -428,34 +462,42 @@ def status_table(reports: Sequence[BrokerReport], statuses: Sequence[PartitionSt
             _ids(status.isr),
             str(status.high_watermark),
         ]
-        for node_id in sorted(up):
-            if node_id not in status.log_end_offsets:
-                cells.append("")
-            elif not up[node_id]:
-                cells.append(Text("down", style="red"))
-            else:
-                leo = status.log_end_offsets[node_id]
-                cells.append(Text("?" if leo is None else str(leo), style="" if node_id in status.isr else "yellow"))
+        if leo_columns:
+            for node_id in sorted(up):
+                if node_id not in status.log_end_offsets:
+                    cells.append("")
+                elif not up[node_id]:
+                    cells.append(Text("down", style="red"))
+                else:
+                    leo = status.log_end_offsets[node_id]
+                    cells.append(
+                        Text("?" if leo is None else str(leo), style="" if node_id in status.isr else "yellow")
+                    )
         if tiered:
             cells.extend(_tier_cells(status))
         table.add_row(*cells)
     return table
 
 
-def broker_state(report: BrokerReport, process_alive: bool) -> Text:
-    if report.up:
-        return Text("up", style="green")
+def broker_state(report: BrokerReport, process_alive: bool, *, wide: bool) -> Text:
+    """up; down when the process is gone (whatever answers on its ports); not answering when the process runs
+    but its HTTP listener does not answer (paused, overloaded, starting), with the reason when `wide`."""
     if not process_alive:
         return Text("down (process gone)", style="red")
-    return Text(f"down ({report.error})", style="red")
+    if report.up:
+        return Text("up", style="green")
+    return Text(f"not answering ({report.error})" if wide else "not answering", style="red")
 
 
-def broker_table(info: ClusterInfo, states: Mapping[int, Text]) -> Table:
-    table = Table(box=None, pad_edge=False)
-    for name in ("NODE", "ROLES", "PID", "KAFKA", "HTTP", "STATE"):
-        table.add_column(name, justify="right" if name in ("NODE", "PID") else "left")
+def broker_table(info: ClusterInfo, states: Mapping[int, Text], *, wide: bool) -> Table:
+    """NODE ROLES PID KAFKA STATE; `wide` adds HTTP (the listener `status` and `trace` ask)."""
+    columns = ["NODE", "ROLES", "PID", "KAFKA", "HTTP", "STATE"] if wide else ["NODE", "ROLES", "PID", "KAFKA", "STATE"]
+    table = plain_table(*columns, right=("NODE", "PID"))
     for node in info.nodes:
-        table.add_row(str(node.node_id), node.roles, str(node.pid), node.kafka, node.http, states[node.node_id])
+        cells: list[str | Text] = [str(node.node_id), node.roles, str(node.pid), node.kafka]
+        if wide:
+            cells.append(node.http)
+        table.add_row(*cells, states[node.node_id])
     return table
 
 
@@ -474,36 +516,69 @@ async def gather_reports(addresses: Mapping[int, str], timeout_s: float) -> list
     return list(await asyncio.gather(*(one(node_id, address) for node_id, address in addresses.items())))
 
 
+def cluster_reports(info: ClusterInfo, alive: Mapping[int, bool], timeout_s: float) -> list[BrokerReport]:
+    """The reports of the nodes whose process runs; a node whose process is gone is down, whatever answers on
+    its HTTP port now (another program, or a stale reading)."""
+    running = {n.node_id: n.http for n in info.nodes if alive[n.node_id]}
+    reports = asyncio.run(gather_reports(running, timeout_s)) if running else []
+    gone = [
+        BrokerReport(n.node_id, n.http, None, f"process {n.pid} is gone") for n in info.nodes if not alive[n.node_id]
+    ]
+    return sorted(reports + gone, key=lambda r: r.node_id)
+
+
 # --- stopping recorded processes ---------------------------------------------------------------------------
+
+STOPPED = "stopped"
+KILLED = "killed"
+ALREADY_DOWN = "already down"
 
 
 def stop_processes(pids: Sequence[int], timeout_s: float) -> dict[int, str]:
     """SIGTERM every live pid at once, wait up to `timeout_s`, SIGKILL the rest. pid -> what happened:
-    "stopped", "killed" or "not running"."""
+    STOPPED, KILLED or ALREADY_DOWN."""
     outcome: dict[int, str] = {}
     for pid in pids:
         if not broker_alive(pid):
-            outcome[pid] = "not running"
+            outcome[pid] = ALREADY_DOWN
             continue
         try:
             # SIGCONT first: a paused (SIGSTOPped) broker acts on SIGTERM only once it runs again.
             os.kill(pid, signal.SIGCONT)
             os.kill(pid, signal.SIGTERM)
-            outcome[pid] = "stopped"
+            outcome[pid] = STOPPED
         except ProcessLookupError:
-            outcome[pid] = "not running"
-    deadline = time.monotonic() + timeout_s
-    while any(outcome[pid] == "stopped" and broker_alive(pid) for pid in pids) and time.monotonic() < deadline:
-        time.sleep(_STOP_POLL_S)
+            outcome[pid] = ALREADY_DOWN
+    _wait_gone([pid for pid in pids if outcome[pid] == STOPPED], timeout_s)
     for pid in pids:
-        if outcome[pid] == "stopped" and broker_alive(pid):
+        if outcome[pid] == STOPPED and broker_alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-                outcome[pid] = "killed"
-    kill_deadline = time.monotonic() + 5.0
-    while any(outcome[pid] == "killed" and broker_alive(pid) for pid in pids) and time.monotonic() < kill_deadline:
-        time.sleep(_STOP_POLL_S)
+                outcome[pid] = KILLED
+    _wait_gone([pid for pid in pids if outcome[pid] == KILLED], _KILL_WAIT_S)
     return outcome
+
+
+def kill_process(pid: int) -> bool:
+    """SIGKILL `pid` and wait until it is gone (a CliError if it is not within _KILL_WAIT_S); False when it
+    was not running."""
+    if not broker_alive(pid):
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    if not _wait_gone([pid], _KILL_WAIT_S):
+        raise CliError(f"pid {pid} is still there {_KILL_WAIT_S:g}s after SIGKILL")
+    return True
+
+
+def _wait_gone(pids: Sequence[int], timeout_s: float) -> bool:
+    """Wait up to `timeout_s` until none of `pids` is alive; whether none is."""
+    deadline = time.monotonic() + timeout_s
+    while any(broker_alive(pid) for pid in pids):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(_STOP_POLL_S)
+    return True
 
 
 # --- the commands ------------------------------------------------------------------------------------------
@@ -521,9 +596,13 @@ def dir_option(help: str = "Directory of the cluster: data, broker logs and clus
     )
 
 
+# NODE of the commands on one node, passed as `node_id`.
+node_argument = click.argument("node_id", metavar="NODE", type=int)
+
+
 @click.group()
 def cluster() -> None:
-    """Run a local multi-broker cluster: up, status, down."""
+    """Run a local multi-broker cluster: up, status, down; start, stop, kill or restart one node."""
 
 
 @cluster.command()
@@ -556,7 +635,7 @@ def up(brokers: int, directory: Path, overrides: tuple[str, ...], timeout_s: flo
     directory.mkdir(parents=True, exist_ok=True)
     # Recorded before the wait, so `cluster down` finds the brokers even if this command is interrupted.
     local.launch()
-    path.write_text(ClusterInfo.of(local).to_json())
+    write_cluster_info(directory, ClusterInfo.of(local))
     progress = progress_bar(console)
     try:
         with progress:
@@ -570,14 +649,14 @@ def up(brokers: int, directory: Path, overrides: tuple[str, ...], timeout_s: flo
             local.start(timeout_s, show)
     except BrokerStartError as e:
         path.unlink(missing_ok=True)
-        Console(stderr=True).print(Text(f"last lines of {e.log_file}:\n{e.log_tail}", style="dim"))
+        _print_log_tail(e)
         raise CliError(f"{e.reason} (its log: {e.log_file}); the cluster was stopped") from None
     except BaseException:
         path.unlink(missing_ok=True)
         raise
 
     info = ClusterInfo.of(local)
-    console.print(broker_table(info, {n.node_id: Text("up", style="green") for n in info.nodes}))
+    console.print(broker_table(info, {n.node_id: Text("up", style="green") for n in info.nodes}, wide=True))
     console.print(f"\n{brokers} brokers are up; data and logs in {directory}")
     console.print(f"bootstrap: [bold]{info.bootstrap}[/bold]")
     console.print(
@@ -588,29 +667,38 @@ def up(brokers: int, directory: Path, overrides: tuple[str, ...], timeout_s: flo
 
 @cluster.command()
 @dir_option()
-@click.option("--json", "as_json", is_flag=True, help="Print the merged partition states as JSON.")
+@output_option
+@include_internal_option
+@click.option("--json", "as_json", is_flag=True, help="Print every broker and partition as JSON (all fields).")
 @timeout_option(3.0, "Seconds to wait for each broker's answer.")
-def status(directory: Path, as_json: bool, timeout_s: float) -> None:
-    """Brokers, and per partition: leader, epoch, ISR, HW and every replica's LEO; with tiered storage, the
-    remote and local offsets (Rx Ry Lx Ly Lz), bytes in each tier and the copy lag."""
+def status(directory: Path, output: str, include_internal: bool, as_json: bool, timeout_s: float) -> None:
+    """Brokers (a broker whose process is gone is down), and per partition: leader, epoch, ISR and HW.
+
+    `-o wide` adds every replica's LEO and, with tiered storage, the remote and local offsets
+    (Rx Ry Lx Ly Lz), the bytes in each tier and the copy lag."""
     info = read_cluster_info(directory)
-    reports = asyncio.run(gather_reports({n.node_id: n.http for n in info.nodes}, timeout_s))
+    alive = {n.node_id: broker_alive(n.pid) for n in info.nodes}
+    reports = cluster_reports(info, alive, timeout_s)
     statuses = merge_partition_reports(reports)
     if as_json:
         click.echo(json.dumps(status_document(reports, statuses), indent=2))
         return
+    wide = output == WIDE
     console = output_console()
     by_id = {r.node_id: r for r in reports}
-    console.print(
-        broker_table(info, {n.node_id: broker_state(by_id[n.node_id], broker_alive(n.pid)) for n in info.nodes})
-    )
+    states = {n.node_id: broker_state(by_id[n.node_id], alive[n.node_id], wide=wide) for n in info.nodes}
+    console.print(broker_table(info, states, wide=wide))
     console.print()
     if not any(r.up for r in reports):
         raise CliError(f"no broker of the cluster in {directory} answers: start it with `tierlog cluster up`")
-    if statuses:
-        console.print(status_table(reports, statuses))
+    shown = [s for s in statuses if include_internal or not is_internal(s.topic)]
+    if shown:
+        console.print(status_table(reports, shown, leo_columns=wide, tier_columns=wide))
     else:
-        console.print(f"no partitions yet: tierlog topic create NAME -r 3 -b {info.bootstrap}")
+        console.print(f"no topics yet: tierlog topic create NAME -r 3 -b {info.bootstrap}")
+    hidden = sorted({s.topic for s in statuses} - {s.topic for s in shown})
+    if hidden:
+        console.print(f"not shown: internal topics {', '.join(hidden)} (-i shows them)")
 
 
 @cluster.command()
@@ -618,7 +706,8 @@ def status(directory: Path, as_json: bool, timeout_s: float) -> None:
 @click.option("--purge", is_flag=True, help="Also delete the brokers' data directories and logs.")
 @timeout_option(15.0, "Seconds a broker gets for its controlled shutdown before it is killed.")
 def down(directory: Path, purge: bool, timeout_s: float) -> None:
-    """Stop the cluster's brokers (SIGTERM, then SIGKILL after --timeout); its data stays unless --purge."""
+    """Stop every broker the cluster recorded (SIGTERM, then SIGKILL after --timeout), including those
+    `cluster start` started again; the data stays unless --purge."""
     info = read_cluster_info(directory)
     # Brokers first: their controlled shutdown asks the controller, which must still be there.
     brokers = [n for n in info.nodes if n.node_id != CONTROLLER_NODE_ID]
@@ -627,18 +716,153 @@ def down(directory: Path, purge: bool, timeout_s: float) -> None:
     outcome.update(stop_processes([n.pid for n in controllers], timeout_s))
     cluster_file(directory).unlink(missing_ok=True)
     console = output_console()
-    table = Table(box=None, pad_edge=False)
-    table.add_column("NODE", justify="right")
-    table.add_column("PID", justify="right")
-    table.add_column("STATUS")
+    table = plain_table("NODE", "PID", "STATUS", right=("NODE", "PID"))
     for node in info.nodes:
         text = outcome[node.pid]
-        table.add_row(str(node.node_id), str(node.pid), Text(text, style="yellow" if text == "killed" else ""))
+        table.add_row(str(node.node_id), str(node.pid), Text(text, style="yellow" if text == KILLED else ""))
     console.print(table)
+    by_outcome = {
+        what: [n.node_id for n in info.nodes if outcome[n.pid] == what] for what in (STOPPED, KILLED, ALREADY_DOWN)
+    }
+    said = []
+    if by_outcome[STOPPED]:
+        said.append(f"{_nodes(by_outcome[STOPPED])} stopped (controlled shutdown)")
+    if by_outcome[KILLED]:
+        said.append(f"{_nodes(by_outcome[KILLED])} killed (no controlled shutdown within {timeout_s:g}s)")
+    if by_outcome[ALREADY_DOWN]:
+        said.append(f"{_nodes(by_outcome[ALREADY_DOWN])} already down")
+    console.print("; ".join(said))
     if purge:
         for node in info.nodes:
             shutil.rmtree(node.data_dir, ignore_errors=True)
             Path(node.log_file).unlink(missing_ok=True)
-        console.print(f"deleted the data and logs in {directory}")
+        console.print(f"purged: deleted the data and logs in {directory}")
     else:
-        console.print(f"data and logs kept in {directory} (`tierlog cluster down --purge` deletes them)")
+        console.print(f"data and logs kept in {directory}")
+
+
+def _nodes(node_ids: Sequence[int]) -> str:
+    return f"node {node_ids[0]}" if len(node_ids) == 1 else f"nodes {_ids(node_ids)}"
+
+
+# --- one node of the cluster --------------------------------------------------------------------------------
+
+
+def find_node(directory: Path, node_id: int) -> NodeInfo:
+    info = read_cluster_info(directory)
+    for node in info.nodes:
+        if node.node_id == node_id:
+            return node
+    raise CliError(
+        f"no node {node_id} in the cluster in {directory} (its nodes: {_ids([n.node_id for n in info.nodes])})"
+    )
+
+
+def record_pid(directory: Path, node_id: int, pid: int) -> None:
+    """Record `node_id`'s new process in cluster.json, read again so a concurrent change to another node stays."""
+    info = read_cluster_info(directory)
+    nodes = [replace(n, pid=pid) if n.node_id == node_id else n for n in info.nodes]
+    write_cluster_info(directory, replace(info, nodes=nodes))
+
+
+def stop_node(node: NodeInfo, timeout_s: float) -> tuple[str, float]:
+    """Controlled shutdown (SIGTERM), SIGKILL after `timeout_s`: (STOPPED, KILLED or ALREADY_DOWN, seconds)."""
+    started = time.monotonic()
+    outcome = stop_processes([node.pid], timeout_s)[node.pid]
+    return outcome, time.monotonic() - started
+
+
+def start_node(directory: Path, node: NodeInfo, timeout_s: float) -> tuple[int, float]:
+    """Start `node`'s broker again as `up` did (same settings, ports, data and log file, detached), record
+    its pid, and wait until it is registered with the controller: (pid, seconds)."""
+    if node.overrides is None:
+        raise CliError(
+            f"{cluster_file(directory)} does not record the brokers' settings (an older tierlog wrote it): "
+            f"restart the whole cluster with `tierlog cluster down` and `tierlog cluster up`"
+        )
+    broker = BrokerProcess(
+        Path(node.data_dir),
+        node_id=node.node_id,
+        port=split_address(node.kafka)[1],
+        overrides=node.overrides,
+        log_file=Path(node.log_file),
+        detached=True,
+    )
+    started = time.monotonic()
+    broker.start()
+    if broker.pid is None:
+        raise RuntimeError(f"broker {node.node_id} has no pid after starting")
+    # Recorded before the wait, so `status` and `down` see the process even if this command is interrupted.
+    record_pid(directory, node.node_id, broker.pid)
+    try:
+        broker.wait_ready(timeout_s)
+        broker.wait_registered(max(0.1, timeout_s - (time.monotonic() - started)))
+    except BrokerStartError as e:
+        _print_log_tail(e)
+        still = f"; it still runs (pid {broker.pid})" if broker.running else ""
+        raise CliError(f"node {node.node_id}: {e.reason}{still} (its log: {e.log_file})") from None
+    return broker.pid, time.monotonic() - started
+
+
+def _print_log_tail(error: BrokerStartError) -> None:
+    Console(stderr=True).print(Text(f"last lines of {error.log_file}:\n{error.log_tail}", style="dim"))
+
+
+@cluster.command()
+@node_argument
+@dir_option()
+@timeout_option(60.0, "Seconds to wait for the node to register with the controller.", minimum=1)
+def start(node_id: int, directory: Path, timeout_s: float) -> None:
+    """Start NODE again (same settings, ports and data) and wait until it is back in the cluster."""
+    node = find_node(directory, node_id)
+    if broker_alive(node.pid):
+        click.echo(f"node {node_id} is already running: {node.describe()}")
+        return
+    pid, seconds = start_node(directory, node, timeout_s)
+    click.echo(f"node {node_id} started (registered in {seconds:.1f}s): {replace(node, pid=pid).describe()}")
+
+
+@cluster.command()
+@node_argument
+@dir_option()
+@timeout_option(15.0, "Seconds the node gets for its controlled shutdown before it is killed.")
+def stop(node_id: int, directory: Path, timeout_s: float) -> None:
+    """Stop NODE with a controlled shutdown (SIGTERM), killing it (SIGKILL) after --timeout."""
+    node = find_node(directory, node_id)
+    outcome, seconds = stop_node(node, timeout_s)
+    if outcome == STOPPED:
+        click.echo(f"node {node_id} stopped (controlled shutdown in {seconds:.1f}s): {node.describe()}")
+    elif outcome == KILLED:
+        click.echo(f"node {node_id} killed (no controlled shutdown within {timeout_s:g}s): {node.describe()}")
+    else:
+        click.echo(f"node {node_id} was already down: {node.describe()}")
+
+
+@cluster.command()
+@node_argument
+@dir_option()
+def kill(node_id: int, directory: Path) -> None:
+    """Kill NODE with SIGKILL, as `kill -9`: a crash, no controlled shutdown."""
+    node = find_node(directory, node_id)
+    if kill_process(node.pid):
+        click.echo(f"node {node_id} killed (SIGKILL): {node.describe()}")
+    else:
+        click.echo(f"node {node_id} was already down: {node.describe()}")
+
+
+@cluster.command()
+@node_argument
+@dir_option()
+@timeout_option(60.0, "Seconds for each step: the controlled shutdown (then SIGKILL), and the start.", minimum=1)
+def restart(node_id: int, directory: Path, timeout_s: float) -> None:
+    """Stop NODE (controlled shutdown, as `stop`), start it again and wait until it is back in the cluster."""
+    node = find_node(directory, node_id)
+    outcome, stop_seconds = stop_node(node, timeout_s)
+    pid, start_seconds = start_node(directory, node, timeout_s)
+    if outcome == ALREADY_DOWN:
+        started = replace(node, pid=pid).describe()
+        click.echo(f"node {node_id} was down; started (registered in {start_seconds:.1f}s): {started}")
+    else:
+        how = "" if outcome == STOPPED else f", SIGKILL after {timeout_s:g}s"
+        where = f"pid {pid} (was {node.pid}), {node.kafka}"
+        click.echo(f"node {node_id} restarted in {stop_seconds + start_seconds:.1f}s{how}: {where}")

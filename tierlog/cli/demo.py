@@ -16,9 +16,11 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
 import re
 import shutil
 import signal
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -206,7 +208,7 @@ def start_cluster(run: DemoRun) -> None:
     overrides = {**CLUSTER_OVERRIDES, **run.started_s3().rsm_properties(S3_BUCKET, S3_PREFIX)}
     run.cluster = LocalCluster(run.root, brokers=BROKERS, overrides=overrides)
     with progress_bar(run.console) as progress:
-        task = progress.add_task(f"starting {BROKERS} brokers (registered with the controller)", total=BROKERS)
+        task = progress.add_task("brokers registered with the controller", total=BROKERS)
         try:
             run.cluster.start(
                 min(60.0, run.remaining()), progress=lambda p: progress.update(task, completed=p.registered)
@@ -386,7 +388,7 @@ def move_to_s3(run: DemoRun) -> None:
                 total=max(state.to_copy, 1) if state.missing is None else None,
                 completed=state.copied if state.to_copy else 1,
                 description=(
-                    f"copying to S3 (offsets), {state.left_on_disk} copied segments still on disk"
+                    f"copying to S3 (offsets), {state.left_on_disk} to delete on disk"
                     if state.missing is None
                     else state.missing
                 ),
@@ -516,7 +518,7 @@ def consume_and_verify(run: DemoRun) -> None:
     try:
         consumer.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
         with progress_bar(run.console) as progress:
-            task = progress.add_task(f"consuming {TOPIC} from offset 0 (S3, then local)", total=run.events)
+            task = progress.add_task("consuming from offset 0 (S3, then local)", total=run.events)
             while len(seen) < run.events:
                 if time.monotonic() >= run.deadline:
                     raise DemoError(f"only {len(seen):,} of {run.events:,} events came back before the deadline")
@@ -593,7 +595,8 @@ def show_replication(run: DemoRun) -> None:
     reports = asyncio.run(gather_reports(addresses, min(5.0, run.remaining())))
     # The remote log metadata topic is the brokers' business; the demo shows its own topic.
     statuses = [status for status in merge_partition_reports(reports) if status.topic == TOPIC]
-    run.console.print(status_table(reports, statuses))
+    # The tiers have a step and a table of their own.
+    run.console.print(status_table(reports, statuses, tier_columns=False))
 
 
 def _leaders(run: DemoRun) -> dict[int, tuple[int, list[int]]]:
@@ -663,11 +666,14 @@ def run_spark_pipeline(run: DemoRun) -> None:
         output=str(table),
         remote_storage={key.removeprefix("rsm.config."): value for key, value in settings.items()},
     )
-    planned = TierlogBatchReader(parse_batch_options(config.source_options())).partitions()
+    spark_log = run.root / "spark.log"
+    # The JVM, and librdkafka when the planner's clients close, write to stderr.
+    with _stderr_to(spark_log):
+        planned = TierlogBatchReader(parse_batch_options(config.source_options())).partitions()
+        with spinner(run.console) as progress:
+            progress.add_task("starting Spark (local, one JVM)", total=None)
+            spark = spark_session("tierlog-demo")
     from_s3 = sum(isinstance(p, RemoteSlicePartition) for p in planned)
-    with spinner(run.console) as progress:
-        progress.add_task("starting Spark (local, one JVM)", total=None)
-        spark = spark_session("tierlog-demo")
     try:
         run.console.print(
             f"Spark plans {len(planned)} tasks: {from_s3} read segments straight from s3://{S3_BUCKET} "
@@ -676,7 +682,7 @@ def run_spark_pipeline(run: DemoRun) -> None:
         query = stream_to_parquet(spark, config, str(run.root / "pipeline" / "_checkpoint"))
         try:
             with progress_bar(run.console) as progress:
-                task = progress.add_task("streaming JSON events into Parquet (date/hour partitions)", total=run.events)
+                task = progress.add_task("streaming events into Parquet (date/hour)", total=run.events)
                 while query.isActive:
                     query.awaitTermination(min(0.5, run.remaining()))
                     rows = sum(int(p["numInputRows"]) for p in query.recentProgress)
@@ -684,7 +690,7 @@ def run_spark_pipeline(run: DemoRun) -> None:
         finally:
             query.stop()
         if query.exception() is not None:
-            raise DemoError(f"the Spark pipeline failed: {query.exception()}")
+            raise DemoError(f"the Spark pipeline failed: {query.exception()} (Spark's log: {spark_log})")
         events = spark.read.parquet(str(table))
         counts = events.selectExpr("count(*) AS rows", "count(DISTINCT event_id) AS ids").first()
         if counts is None or counts["rows"] != run.events or counts["ids"] != run.events:
@@ -709,6 +715,23 @@ def run_spark_pipeline(run: DemoRun) -> None:
     )
 
 
+@contextmanager
+def _stderr_to(path: Path) -> Iterator[None]:
+    """Point this process's stderr (file descriptor 2) at `path` meanwhile, so the processes started inside
+    write theirs there for good: the JVM's warnings and Spark's and librdkafka's log lines would otherwise
+    break into the demo's output, past the width of the terminal."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with path.open("ab") as log:
+            os.dup2(log.fileno(), 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def show_segment(run: DemoRun) -> None:
     """The first segment of partition 0, as it lies in S3: a Kafka segment file, which `dump-log` reads as
     kafka-dump-log.sh would. Without one in S3 (too few events to close a segment), the local one."""
@@ -727,11 +750,12 @@ def show_segment(run: DemoRun) -> None:
             raise DemoError(f"downloading s3://{S3_BUCKET}/{first.key}: {e}") from None
         finally:
             client.close()
-        run.console.print(
-            f"s3://{S3_BUCKET}/{first.key} ({first.size:,} bytes), downloaded to {segment}",
-            highlight=False,
-            soft_wrap=True,
-        )
+        # The key is longer than a terminal line: its directory (the partition and topic id) and its name
+        # (start offset and segment id) each get one.
+        directory, _, name = first.key.rpartition("/")
+        run.console.print(f"the first segment object of {TOPIC}-0 ({first.size:,} bytes):", highlight=False)
+        run.console.print(f"  s3://{S3_BUCKET}/{directory}/\n  {name}", highlight=False)
+        run.console.print(f"downloaded to {segment}", highlight=False)
     else:
         found = min(run.partition_dir(0).glob("*.log"), default=None)
         if found is None:
@@ -741,7 +765,7 @@ def show_segment(run: DemoRun) -> None:
     out = io.StringIO()
     dump_log(segment, print_data_log=True, out=out)
     lines = out.getvalue().splitlines()
-    run.console.print(f"$ tierlog dump-log --files {segment} --print-data-log", highlight=False, soft_wrap=True)
+    run.console.print(f"$ tierlog dump-log --print-data-log \\\n    --files {segment}", highlight=False)
     excerpt = Text("\n".join(lines[:DUMP_EXCERPT_LINES]))
     run.console.print(Panel(excerpt, subtitle=f"first {DUMP_EXCERPT_LINES} of {len(lines):,} lines"))
 
@@ -769,12 +793,12 @@ STEPS: tuple[tuple[str, Callable[[DemoRun], None]], ...] = (
     (f"Create topic {TOPIC} with remote storage on", create_topic),
     ("Produce events with keys, headers and lz4 compression (acks=all)", produce_events),
     ("Replication: leader, epoch, ISR, HW and every replica's LEO", show_replication),
-    ("Tiering: closed segments are copied to S3, then deleted from the brokers' disks", move_to_s3),
+    ("Tiering: closed segments go to S3, then leave the brokers' disks", move_to_s3),
     ("Two tiers per partition: S3 and local disk", show_tiers),
     ("Kill a leader with SIGKILL", kill_a_leader),
-    ("Consume from offset 0 on the survivors (old segments come from S3) and verify every event", consume_and_verify),
+    ("Consume every event from offset 0 on the survivors, old ones from S3", consume_and_verify),
     ("Restart it: it rejoins the ISR", restart_killed_broker),
-    ("Spark pipeline: the topic into a Parquet table, old segments read straight from S3", run_spark_pipeline),
+    ("Spark pipeline: the topic into Parquet, old segments straight from S3", run_spark_pipeline),
     ("Look inside a segment in S3 (dump-log)", show_segment),
     ("Stop the cluster and the S3 server", stop_all),
 )

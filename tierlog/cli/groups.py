@@ -8,10 +8,10 @@ from dataclasses import dataclass
 import click
 from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient, ConsumerGroupDescription, ListConsumerGroupsResult, OffsetSpec
-from rich.table import Table
 from rich.text import Text
 
 from tierlog.cli.clients import ClientOptions, CliError, admin_client, client_options, future_result, output_console
+from tierlog.cli.tables import WIDE, output_option, plain_table
 
 _NONE = "-"
 
@@ -30,9 +30,7 @@ def list_(client: ClientOptions) -> None:
         admin.list_consumer_groups(request_timeout=client.remaining_s()), "listing groups", client
     )
     console = output_console()
-    table = Table(box=None, pad_edge=False)
-    table.add_column("GROUP")
-    table.add_column("STATE")
+    table = plain_table("GROUP", "STATE")
     for listing in sorted(result.valid, key=lambda g: g.group_id):
         table.add_row(listing.group_id, _state(listing.state))
     console.print(table)
@@ -60,12 +58,15 @@ class _Row:
 
 @groups.command()
 @click.argument("group")
+@output_option
 @client_options
-def describe(group: str, client: ClientOptions) -> None:
+def describe(group: str, output: str, client: ClientOptions) -> None:
     """Show a group's state, members, and per partition its committed offset, log end offset and lag.
 
     As kafka-consumer-groups.sh --describe: a partition is listed when a member is assigned it or the group
-    has an offset committed for it; LAG is how far the committed offset is behind the log end."""
+    has an offset committed for it; LAG is how far the committed offset is behind the log end. Each member
+    follows with the partitions it is assigned; `-o wide` puts the member (CONSUMER-ID, HOST, CLIENT-ID)
+    in each partition's row instead, and lists only the members without partitions."""
     admin = admin_client(client)
     subject = f"group {group!r}"
     description: ConsumerGroupDescription = future_result(
@@ -97,18 +98,39 @@ def describe(group: str, client: ClientOptions) -> None:
         f"assignor {description.partition_assignor or _NONE}, coordinator {coordinator.id} "
         f"({coordinator.host}:{coordinator.port})"
     )
-    table = Table(box=None, pad_edge=False)
-    for column in ("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID"):
-        table.add_column(column, justify="right" if column in ("PARTITION", "CURRENT-OFFSET", "LAG") else "left")
+    wide = output == WIDE
+    # A consumer id is the client id and a UUID (~50 characters): in an 80-column terminal it has no room in
+    # the table, so by default each member gets a line below it.
+    member_columns = ("CONSUMER-ID", "HOST", "CLIENT-ID") if wide else ()
+    table = plain_table(
+        "TOPIC",
+        "PARTITION",
+        "CURRENT-OFFSET",
+        "LOG-END-OFFSET",
+        "LAG",
+        *member_columns,
+        right=("PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG"),
+    )
     for row in rows:
         log_end = str(row.log_end) if isinstance(row.log_end, int) else Text(row.log_end, style="red")
         current = _NONE if row.committed is None else str(row.committed)
-        table.add_row(row.topic, str(row.partition), current, log_end, row.lag, row.member, row.host, row.client_id)
+        members = (row.member, row.host, row.client_id) if wide else ()
+        table.add_row(row.topic, str(row.partition), current, log_end, row.lag, *members)
     console.print(table)
-    idle = [m for m in description.members if not m.assignment.topic_partitions]
-    for member in idle:
-        # More members than partitions: kafka-consumer-groups.sh lists them with no partition, as here.
-        console.print(f"{member.member_id} ({member.client_id}, {member.host}) has no partition assigned")
+    for member in description.members:
+        assigned = _assignment(member.assignment.topic_partitions)
+        if not wide or not assigned:
+            # More members than partitions: kafka-consumer-groups.sh lists them with no partition, as here.
+            console.print(f"{member.member_id} ({member.client_id}, {member.host})", highlight=False)
+            console.print(f"  {'assigned ' + assigned if assigned else 'no partition assigned'}", highlight=False)
+
+
+def _assignment(partitions: Iterable[TopicPartition]) -> str:
+    """ "orders 0,1; payments 2": a member's partitions, per topic."""
+    by_topic: dict[str, list[int]] = {}
+    for tp in partitions:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    return "; ".join(f"{topic} {','.join(map(str, sorted(ids)))}" for topic, ids in sorted(by_topic.items()))
 
 
 def _log_end_offsets(
@@ -136,9 +158,7 @@ def delete(names: tuple[str, ...], client: ClientOptions) -> None:
     admin = admin_client(client)
     futures = admin.delete_consumer_groups(list(names), request_timeout=client.remaining_s())
     console = output_console()
-    table = Table(box=None, pad_edge=False)
-    table.add_column("GROUP")
-    table.add_column("STATUS")
+    table = plain_table("GROUP", "STATUS")
     failed = False
     for name, future in futures.items():
         try:

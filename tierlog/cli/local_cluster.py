@@ -254,6 +254,23 @@ class BrokerProcess:
                 return
             time.sleep(min(_POLL_INTERVAL_S, max(0.0, deadline - time.monotonic())))
 
+    def wait_registered(self, timeout_s: float = 30.0) -> None:
+        """Return once the broker's own Metadata answer lists it, i.e. the controller has registered and
+        unfenced it; raise `BrokerStartError` if the process exits first or `timeout_s` passes."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.check_alive()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise self.start_error(
+                    f"broker {self.node_id} is not in its own metadata within {timeout_s:.0f}s "
+                    "(not registered with the controller, or still fenced)"
+                )
+            ids = metadata_broker_ids(_HOST, self.port, timeout_s=min(_PROBE_TIMEOUT_S, remaining))
+            if ids is not None and self.node_id in ids:
+                return
+            time.sleep(min(_POLL_INTERVAL_S, max(0.0, deadline - time.monotonic())))
+
     def check_alive(self) -> None:
         """Raise `BrokerStartError` (with the log's tail) if the process has exited."""
         code = self._require_process().poll()

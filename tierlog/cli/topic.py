@@ -18,7 +18,6 @@ from confluent_kafka.admin import (
     OffsetSpec,
     ResourceType,
 )
-from rich.table import Table
 from rich.text import Text
 
 from tierlog.cli.clients import (
@@ -32,6 +31,7 @@ from tierlog.cli.clients import (
     parse_key_values,
     topic_metadata,
 )
+from tierlog.cli.tables import WIDE, add_column, include_internal_option, is_internal, output_option, plain_table
 
 
 def _wait_all(futures: Mapping[str, Future[Any]], client: ClientOptions) -> dict[str, str | None]:
@@ -49,9 +49,7 @@ def _wait_all(futures: Mapping[str, Future[Any]], client: ClientOptions) -> dict
 def _print_outcome(outcome: Mapping[str, str | None], success: str) -> None:
     """A TOPIC/STATUS table, as rpk prints for create and delete; exit 1 if any topic failed."""
     console = output_console()
-    table = Table(box=None, pad_edge=False)
-    table.add_column("TOPIC")
-    table.add_column("STATUS")
+    table = plain_table("TOPIC", "STATUS")
     for name, error in outcome.items():
         table.add_row(name, success if error is None else Text(error, style="red"))
     console.print(table)
@@ -100,9 +98,9 @@ def create(
 
 
 @topic.command(name="list")
-@click.option("-i", "--internal", is_flag=True, help="Include internal topics (names starting with __).")
+@include_internal_option
 @client_options
-def list_(internal: bool, client: ClientOptions) -> None:
+def list_(include_internal: bool, client: ClientOptions) -> None:
     """List topics with their partition and replica counts."""
     admin = admin_client(client)
     try:
@@ -110,12 +108,9 @@ def list_(internal: bool, client: ClientOptions) -> None:
     except KafkaException as e:
         raise CliError(kafka_error_message(e.args[0], "listing topics")) from None
     console = output_console()
-    table = Table(box=None, pad_edge=False)
-    table.add_column("NAME")
-    table.add_column("PARTITIONS", justify="right")
-    table.add_column("REPLICAS", justify="right")
+    table = plain_table("NAME", "PARTITIONS", "REPLICAS", right=("PARTITIONS", "REPLICAS"))
     for name in sorted(metadata.topics):
-        if name.startswith("__") and not internal:
+        if is_internal(name) and not include_internal:
             continue
         partitions = metadata.topics[name].partitions
         replicas = max((len(p.replicas) for p in partitions.values()), default=0)
@@ -125,11 +120,13 @@ def list_(internal: bool, client: ClientOptions) -> None:
 
 @topic.command()
 @click.argument("name")
+@output_option
 @client_options
-def describe(name: str, client: ClientOptions) -> None:
+def describe(name: str, output: str, client: ClientOptions) -> None:
     """Show a topic's partitions, offsets and configs.
 
-    Per partition: leader, replicas, ISR, earliest and latest offset; then the non-default configs."""
+    Per partition: leader, replicas, ISR, earliest and latest offset; then the non-default configs, with
+    where each comes from (SOURCE) in `-o wide`."""
     admin = admin_client(client)
     metadata = topic_metadata(admin, name, client.remaining_s())
     partitions = [metadata.partitions[p] for p in sorted(metadata.partitions)]
@@ -142,12 +139,19 @@ def describe(name: str, client: ClientOptions) -> None:
     replication_factor = max((len(p.replicas) for p in partitions), default=0)
     console = output_console()
     console.print(f"[bold]{name}[/bold]  partitions {len(partitions)}, replication factor {replication_factor}")
-    table = Table(box=None, pad_edge=False, title="PARTITIONS", title_justify="left")
-    for column in ("PARTITION", "LEADER", "REPLICAS", "ISR", "EARLIEST", "LATEST"):
-        table.add_column(column, justify="left" if column in ("REPLICAS", "ISR") else "right")
+    table = plain_table(
+        "PARTITION",
+        "LEADER",
+        "REPLICAS",
+        "ISR",
+        "EARLIEST",
+        "LATEST",
+        right=("PARTITION", "LEADER", "EARLIEST", "LATEST"),
+        title="PARTITIONS",
+    )
     has_errors = any(p.error is not None for p in partitions)
     if has_errors:
-        table.add_column("ERROR")
+        add_column(table, "ERROR")
     for p in partitions:
         row: list[str | Text] = [
             str(p.id),
@@ -163,14 +167,12 @@ def describe(name: str, client: ClientOptions) -> None:
     console.print(table)
 
     overrides = sorted((e for e in entries.values() if not e.is_default), key=lambda e: e.name)
-    configs_table = Table(box=None, pad_edge=False, title="CONFIGS (non-default)", title_justify="left")
-    configs_table.add_column("NAME")
-    configs_table.add_column("VALUE")
-    configs_table.add_column("SOURCE")
+    wide = output == WIDE
+    configs_table = plain_table("NAME", "VALUE", *(["SOURCE"] if wide else []), title="CONFIGS (non-default)")
     for entry in overrides:
         value = "<sensitive>" if entry.is_sensitive else (entry.value or "")
         # librdkafka hands the source over as a plain int.
-        configs_table.add_row(entry.name, value, ConfigSource(entry.source).name)
+        configs_table.add_row(entry.name, value, *([ConfigSource(entry.source).name] if wide else []))
     console.print()
     console.print(configs_table if overrides else "CONFIGS: all defaults")
 
@@ -228,9 +230,7 @@ def alter_config(name: str, sets: tuple[str, ...], deletes: tuple[str, ...], cli
     future = admin.incremental_alter_configs([resource], request_timeout=client.remaining_s())[resource]
     future_result(future, f"topic {name!r}", client)
     console = output_console()
-    table = Table(box=None, pad_edge=False)
-    table.add_column("CONFIG")
-    table.add_column("NEW VALUE")
+    table = plain_table("CONFIG", "NEW VALUE")
     for entry in changes:
         new_value = "(default)" if entry.incremental_operation == AlterConfigOpType.DELETE else entry.value
         table.add_row(entry.name, new_value)
