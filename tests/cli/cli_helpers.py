@@ -173,7 +173,6 @@ def event(seq: int, time_ms: int, broker_id: int, attribute: str, old: Any, new:
 
 # --- tierlog in a terminal ----------------------------------------------------------------------------------
 
-TIERLOG = [sys.executable, "-m", "tierlog"]
 _ESCAPE_SEQUENCE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 
 
@@ -183,7 +182,9 @@ def run_in_terminal(args: list[str], columns: int, timeout_s: float = 60.0) -> t
     controller, terminal = pty.openpty()
     fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
     env = {**os.environ, "COLUMNS": str(columns), "TERM": "xterm-256color"}
-    process = subprocess.Popen([*TIERLOG, *args], stdin=subprocess.DEVNULL, stdout=terminal, stderr=terminal, env=env)
+    process = subprocess.Popen(
+        [str(TIERLOG), *args], stdin=subprocess.DEVNULL, stdout=terminal, stderr=terminal, env=env
+    )
     os.close(terminal)
     output = bytearray()
     deadline = time.monotonic() + timeout_s
@@ -257,7 +258,7 @@ class CliCluster:
         """`tierlog ARGS --dir DIRECTORY`, as a user types it; the pids it recorded are remembered."""
         try:
             return subprocess.run(
-                [*TIERLOG, *args, "--dir", str(self.directory)], capture_output=True, text=True, timeout=timeout_s
+                [str(TIERLOG), *args, "--dir", str(self.directory)], capture_output=True, text=True, timeout=timeout_s
             )
         finally:
             self._remember()
