@@ -10,7 +10,6 @@ import json
 import os
 import re
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -100,16 +99,6 @@ def test_a_cluster_that_cannot_start_fails_with_a_brokers_log_and_stops(tmp_path
 
 
 # --- tierlog cluster up|status|down -----------------------------------------------------------------------
-
-
-@pytest.fixture
-def cli_cluster(tmp_path: Path) -> Iterator[CliCluster]:
-    cluster = CliCluster(tmp_path / "cluster")
-    try:
-        yield cluster
-    finally:
-        cluster.kill_leftovers()
-        log_tails(sorted(cluster.log_files))
 
 
 def status_json(cluster: CliCluster) -> dict[str, Any]:

@@ -8,12 +8,9 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
-from cli_helpers import CliCluster, assert_fits, log_tails, run_in_terminal
+from cli_helpers import CliCluster, assert_fits, run_in_terminal
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tierlog.cli.cluster import broker_alive, read_cluster_info
@@ -23,16 +20,6 @@ CLIENT_TIMEOUT_S = 30.0
 CONVERGE_S = 30.0
 # As long a topic name as the tables are made to fit 80 columns with.
 LONG_TOPIC = "customer-activity-events-2024x"
-
-
-@pytest.fixture
-def cli_cluster(tmp_path: Path) -> Iterator[CliCluster]:
-    cluster = CliCluster(tmp_path / "cluster")
-    try:
-        yield cluster
-    finally:
-        cluster.kill_leftovers()
-        log_tails(sorted(cluster.log_files))
 
 
 def first_line(result: subprocess.CompletedProcess[str]) -> str:

@@ -242,32 +242,33 @@ class BrokerProcess:
     def wait_ready(self, timeout_s: float = 30.0) -> None:
         """Return once the port accepts connections and answers ApiVersions; raise `BrokerStartError`
         if the process exits first or `timeout_s` passes."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            self.check_alive()
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise self.start_error(
-                    f"broker {self.node_id} did not answer ApiVersions on {self.bootstrap} within {timeout_s:.0f}s"
-                )
-            if api_versions_answered(_HOST, self.port, timeout_s=min(_PROBE_TIMEOUT_S, remaining)):
-                return
-            time.sleep(min(_POLL_INTERVAL_S, max(0.0, deadline - time.monotonic())))
+        self._wait_for(
+            lambda probe_s: api_versions_answered(_HOST, self.port, timeout_s=probe_s),
+            timeout_s,
+            f"did not answer ApiVersions on {self.bootstrap}",
+        )
 
     def wait_registered(self, timeout_s: float = 30.0) -> None:
         """Return once the broker's own Metadata answer lists it, i.e. the controller has registered and
         unfenced it; raise `BrokerStartError` if the process exits first or `timeout_s` passes."""
+
+        def listed(probe_s: float) -> bool:
+            ids = metadata_broker_ids(_HOST, self.port, timeout_s=probe_s)
+            return ids is not None and self.node_id in ids
+
+        self._wait_for(
+            listed, timeout_s, "is not in its own metadata (not registered with the controller, or still fenced)"
+        )
+
+    def _wait_for(self, probe: Callable[[float], bool], timeout_s: float, failure: str) -> None:
+        """Poll `probe` (given how long it may take) until it holds, while the process lives, for `timeout_s`."""
         deadline = time.monotonic() + timeout_s
         while True:
             self.check_alive()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise self.start_error(
-                    f"broker {self.node_id} is not in its own metadata within {timeout_s:.0f}s "
-                    "(not registered with the controller, or still fenced)"
-                )
-            ids = metadata_broker_ids(_HOST, self.port, timeout_s=min(_PROBE_TIMEOUT_S, remaining))
-            if ids is not None and self.node_id in ids:
+                raise self.start_error(f"broker {self.node_id} {failure} within {timeout_s:.0f}s")
+            if probe(min(_PROBE_TIMEOUT_S, remaining)):
                 return
             time.sleep(min(_POLL_INTERVAL_S, max(0.0, deadline - time.monotonic())))
 
