@@ -162,10 +162,9 @@ async def http_get(address: str, path: str, timeout_s: float) -> AsyncIterator[A
     mid-body raises ConnectionError."""
     # Imported here: aiohttp takes about 0.15 s to import, which only the commands that use HTTP should pay.
     import aiohttp
-    from yarl import URL
 
     host, port = split_address(address)
-    url = URL.build(scheme="http", host=host, port=port).join(URL(path))
+    url = f"http://{host}:{port}{path}"
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as session:
         try:
             async with asyncio.timeout(timeout_s):
