@@ -218,7 +218,7 @@ def test_a_name_registers_once() -> None:
     registry = scraped(ScrapedMetric("gauge", "g", "g"))
     with pytest.raises(ValueError, match="Duplicated timeseries"):
         registry.register(ScrapeCollector([ScrapedMetric("gauge", "g", "other")]))
-    with pytest.raises(ValueError, match="given twice"):
+    with pytest.raises(ValueError, match=r"given twice: \['h'\]"):
         ScrapeCollector([ScrapedMetric("gauge", "h", "h"), ScrapedMetric("gauge", "h", "again")])
     # Nor may a component take a name of the broker's metric set.
     broker_metrics(registry)

@@ -121,9 +121,10 @@ class ScrapeCollector:
     def __init__(self, metrics: Iterable[ScrapedMetric]) -> None:
         self.metrics = list(metrics)
         names = [metric.name for metric in self.metrics]
-        if len(set(names)) != len(names):
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
             # The registry refuses a name another collector has, not one named twice in the same collector.
-            raise ValueError(f"a metric name is given twice: {sorted(names)}")
+            raise ValueError(f"metric names given twice: {twice}")
 
     def describe(self) -> Iterator[Metric]:
         for metric in self.metrics:
