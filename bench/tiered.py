@@ -146,7 +146,8 @@ def metrics(cluster: LocalCluster) -> dict[str, float]:
 
 
 def copy_lag_bytes(cluster: LocalCluster, topic: str) -> float | None:
-    return metrics(cluster).get(f'tierlog_remote_copy_lag_bytes{{topic="{topic}",partition="0"}}')
+    # prometheus_client writes label names in alphabetical order.
+    return metrics(cluster).get(f'tierlog_remote_copy_lag_bytes{{partition="0",topic="{topic}"}}')
 
 
 def wait_leader(cluster: LocalCluster, topic: str) -> None:

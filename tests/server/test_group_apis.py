@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from kio.schema.errors import ErrorCode
+from prometheus_client import generate_latest
 
 from tierlog.config import KafkaConfig
 from tierlog.protocol.codec import Request
@@ -382,7 +383,7 @@ def test_metrics_count_groups_by_state_and_offset_commits(tmp_path: Path) -> Non
             member, generation = await join_and_sync(broker.apis, "g")
             assert await commit(broker.apis, "g", 1, member, generation) == ErrorCode.none
             assert await commit(broker.apis, "g", 2, member, generation) == ErrorCode.none
-            text = broker._metrics_registry.render()
+            text = generate_latest(broker._metrics_registry).decode()
             assert 'kafka_coordinator_group_groupmetadatamanager_numgroups{state="Stable"} 1' in text
             assert 'kafka_coordinator_group_groupmetadatamanager_numgroups{state="Empty"} 0' in text
             assert "kafka_coordinator_group_groupmetadatamanager_numoffsets 1" in text

@@ -1,23 +1,26 @@
-"""HttpServer over real sockets: routing and status codes, whole and streamed (chunked) responses, streams
-that end when the client hangs up or the server stops, with their iterator closed every time."""
+"""HttpServer (aiohttp) over real sockets: routing and status codes, HEAD and other methods, malformed requests,
+idle connections, whole and streamed (chunked) responses, streams that end when the client hangs up or the
+server stops, with their iterator closed every time."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from tierlog.server import http_server
-from tierlog.server.http_server import Handler, HttpResponse, HttpServer, StreamingResponse, text_response
+from tierlog.server.http_server import HttpServer, stream_response, text_response
 
 HOST = "127.0.0.1"
 # Bounds every test's event loop, so a hang fails the test instead of reaching pytest's global timeout.
 TEST_DEADLINE_S = 20.0
 WAIT_S = 5.0
+BODY = b"metric 1.0\n"
 
 
 def run(scenario: Callable[[], Awaitable[Any]]) -> Any:
@@ -40,7 +43,7 @@ async def read_head(reader: asyncio.StreamReader) -> tuple[int, str, dict[str, s
     head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
     status_line, *header_lines = head[:-4].split("\r\n")
     version, status, reason = status_line.split(" ", 2)
-    assert version == "HTTP/1.1"
+    assert version in ("HTTP/1.0", "HTTP/1.1")
     headers = {}
     for line in header_lines:
         name, _, value = line.partition(": ")
@@ -61,8 +64,8 @@ async def exchange(port: int, request: bytes) -> Reply:
         writer.close()
 
 
-async def get(port: int, target: str) -> Reply:
-    return await exchange(port, f"GET {target} HTTP/1.1\r\nHost: test\r\nUser-Agent: t\r\n\r\n".encode())
+async def get(port: int, target: str, method: str = "GET") -> Reply:
+    return await exchange(port, f"{method} {target} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n".encode())
 
 
 async def read_chunk(reader: asyncio.StreamReader) -> bytes:
@@ -79,12 +82,12 @@ class Recorder:
 
     queries: list[dict[str, str]] = field(default_factory=list)
 
-    async def __call__(self, query: dict[str, str]) -> HttpResponse:
-        self.queries.append(query)
-        return HttpResponse(200, "text/plain; version=0.0.4", b"metric 1.0\n")
+    async def handle(self, request: web.Request) -> web.Response:
+        self.queries.append(dict(request.query))
+        return web.Response(body=BODY, headers={"Content-Type": "text/plain; version=0.0.4"})
 
 
-async def serve(routes: Mapping[str, Handler], body: Callable[[int], Awaitable[Any]]) -> Any:
+async def serve(routes: Iterable[web.RouteDef], body: Callable[[int], Awaitable[Any]]) -> Any:
     server = HttpServer(routes)
     port = await server.start(HOST, 0)
     try:
@@ -93,77 +96,104 @@ async def serve(routes: Mapping[str, Handler], body: Callable[[int], Awaitable[A
         await server.stop()
 
 
-def test_get_of_a_route_answers_its_body_with_length_and_connection_close() -> None:
+async def serve_metrics(recorder: Recorder, body: Callable[[int], Awaitable[Any]]) -> Any:
+    return await serve([web.get("/metrics", recorder.handle)], body)
+
+
+def test_get_of_a_route_answers_its_body_with_its_length() -> None:
     recorder = Recorder()
-    reply: Reply = run(lambda: serve({"/metrics": recorder}, lambda port: get(port, "/metrics")))
+    reply: Reply = run(lambda: serve_metrics(recorder, lambda port: get(port, "/metrics?x=a%20b")))
     assert (reply.status, reply.reason) == (200, "OK")
     assert reply.headers["content-type"] == "text/plain; version=0.0.4"
-    assert reply.headers["content-length"] == str(len(b"metric 1.0\n"))
-    assert reply.headers["connection"] == "close"
-    assert reply.body == b"metric 1.0\n"
-    assert recorder.queries == [{}]
+    assert reply.headers["content-length"] == str(len(BODY))
+    assert reply.body == BODY
+    assert recorder.queries == [{"x": "a b"}]
 
 
-def test_the_query_string_is_decoded_into_a_dict_last_value_winning() -> None:
-    recorder = Recorder()
-    run(lambda: serve({"/v1/trace": recorder}, lambda port: get(port, "/v1/trace?topic=a%20b&partition=1&x=&x=2")))
-    assert recorder.queries == [{"topic": "a b", "partition": "1", "x": "2"}]
+def test_a_client_may_send_several_requests_on_one_connection() -> None:
+    async def body(port: int) -> list[bytes]:
+        reader, writer = await asyncio.open_connection(HOST, port)
+        bodies = []
+        for _ in range(3):
+            writer.write(b"GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n")
+            status, _, headers = await read_head(reader)
+            assert status == 200 and headers.get("connection") != "close"
+            bodies.append(await reader.readexactly(int(headers["content-length"])))
+        writer.close()
+        return bodies
+
+    assert run(lambda: serve([web.get("/metrics", Recorder().handle)], body)) == [BODY] * 3
 
 
 def test_an_http_1_0_request_is_answered() -> None:
-    reply: Reply = run(lambda: serve({"/m": Recorder()}, lambda port: exchange(port, b"GET /m HTTP/1.0\r\n\r\n")))
-    assert reply.status == 200
+    request = b"GET /m HTTP/1.0\r\n\r\n"
+    reply: Reply = run(lambda: serve([web.get("/m", Recorder().handle)], lambda port: exchange(port, request)))
+    assert (reply.status, reply.body) == (200, BODY)
 
 
 def test_an_unknown_path_is_404() -> None:
-    reply: Reply = run(lambda: serve({"/metrics": Recorder()}, lambda port: get(port, "/nope?x=1")))
-    assert reply.status == 404
-    assert reply.body == b"no such path: /nope\n"
+    reply: Reply = run(lambda: serve([web.get("/metrics", Recorder().handle)], lambda port: get(port, "/nope?x=1")))
+    assert (reply.status, reply.reason) == (404, "Not Found")
+    assert reply.headers["content-type"] == "text/plain; charset=utf-8"
 
 
-@pytest.mark.parametrize("method", ["POST", "HEAD", "PUT", "DELETE"])
-def test_methods_other_than_get_are_405_with_allow_get(method: str) -> None:
-    request = f"{method} /metrics HTTP/1.1\r\nHost: t\r\n\r\n".encode()
-    reply: Reply = run(lambda: serve({"/metrics": Recorder()}, lambda port: exchange(port, request)))
+def test_head_of_a_get_route_answers_its_head_without_the_body() -> None:
+    recorder = Recorder()
+    reply: Reply = run(lambda: serve_metrics(recorder, lambda port: get(port, "/metrics", "HEAD")))
+    assert reply.status == 200
+    assert reply.headers["content-length"] == str(len(BODY))
+    assert reply.body == b""
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "OPTIONS"])
+def test_other_methods_are_405_with_allow_get_and_head(method: str) -> None:
+    recorder = Recorder()
+    reply: Reply = run(lambda: serve_metrics(recorder, lambda port: get(port, "/metrics", method)))
+    assert (reply.status, reply.reason) == (405, "Method Not Allowed")
+    assert reply.headers["allow"] == "GET,HEAD"
+    assert recorder.queries == []
+
+
+def test_a_get_only_route_refuses_head_with_405() -> None:
+    route = web.get("/stream", Recorder().handle, allow_head=False)
+    reply: Reply = run(lambda: serve([route], lambda port: get(port, "/stream", "HEAD")))
     assert reply.status == 405
     assert reply.headers["allow"] == "GET"
-    assert reply.body == f"method {method} not allowed: GET only\n".encode()
 
 
 @pytest.mark.parametrize(
     "request_bytes",
     [
         b"GARBAGE\r\n\r\n",
-        b"GET /metrics\r\n\r\n",
-        b"GET /metrics HTTP/2.0\r\n\r\n",
-        b"GET  /metrics HTTP/1.1\r\n\r\n",
-        b"\r\n",
-        b"GET /m\xff HTTP/1.1\r\n\r\n",
-        b"GET /metrics HTTP/1.1\r\n" + b"X-Long: " + b"a" * (20 * 1024) + b"\r\n\r\n",
-        b"GET /metrics HTTP/1.1\r\n" + b"X: y\r\n" * 200 + b"\r\n",
+        b"BREW /metrics HTTP/1.1\r\nHost: t\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\n\r\n",
+        b"GET /m\xff HTTP/1.1\r\nHost: t\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\nHost: t\r\n" + b"X-Long: " + b"a" * (20 * 1024) + b"\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\nHost: t\r\n" + b"X: y\r\n" * 200 + b"\r\n",
     ],
-    ids=["no-target", "no-version", "http2", "double-space", "empty", "non-ascii", "long-header", "many-headers"],
+    ids=["garbage", "unknown-method", "http-1.1-without-host", "non-ascii", "long-header", "many-headers"],
 )
 def test_a_malformed_request_is_400(request_bytes: bytes) -> None:
-    reply: Reply = run(lambda: serve({"/metrics": Recorder()}, lambda port: exchange(port, request_bytes)))
+    recorder = Recorder()
+    reply: Reply = run(lambda: serve_metrics(recorder, lambda port: exchange(port, request_bytes)))
     assert reply.status == 400
-    assert reply.body.endswith(b"\n") and b"\n" not in reply.body[:-1]
+    assert recorder.queries == []
 
 
 def test_a_failing_handler_is_500_and_logged(caplog: pytest.LogCaptureFixture) -> None:
-    async def broken(_query: dict[str, str]) -> HttpResponse:
+    async def broken(_request: web.Request) -> web.Response:
         raise RuntimeError("boom")
 
-    reply: Reply = run(lambda: serve({"/broken": broken}, lambda port: get(port, "/broken")))
-    assert (reply.status, reply.body) == (500, b"internal error\n")
-    assert "HTTP handler of /broken failed" in caplog.text
+    reply: Reply = run(lambda: serve([web.get("/broken", broken)], lambda port: get(port, "/broken")))
+    assert reply.status == 500
+    assert "Error handling request" in caplog.text and "RuntimeError: boom" in caplog.text
 
 
-def test_a_handler_chooses_its_status() -> None:
-    async def bad(_query: dict[str, str]) -> HttpResponse:
+def test_a_handler_chooses_its_status_with_a_one_line_text_response() -> None:
+    async def bad(_request: web.Request) -> web.Response:
         return text_response(400, "missing query parameter: topic")
 
-    reply: Reply = run(lambda: serve({"/bad": bad}, lambda port: get(port, "/bad")))
+    reply: Reply = run(lambda: serve([web.get("/bad", bad)], lambda port: get(port, "/bad")))
     assert (reply.status, reply.reason, reply.body) == (400, "Bad Request", b"missing query parameter: topic\n")
     assert reply.headers["content-type"] == "text/plain; charset=utf-8"
 
@@ -175,8 +205,22 @@ def test_a_client_that_closes_without_a_request_gets_nothing_and_the_server_carr
         writer.close()
         return await get(port, "/metrics")
 
-    reply: Reply = run(lambda: serve({"/metrics": Recorder()}, body))
+    reply: Reply = run(lambda: serve([web.get("/metrics", Recorder().handle)], body))
     assert reply.status == 200
+
+
+def test_a_connection_without_a_request_is_closed_after_the_idle_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(http_server, "IDLE_CONNECTION_TIMEOUT_S", 0.3)
+
+    async def body(port: int) -> float:
+        reader, writer = await asyncio.open_connection(HOST, port)
+        writer.write(b"GET /metrics HTTP/1.1\r\n")  # and never the rest of the head
+        started = time.monotonic()
+        assert await reader.read() == b""
+        writer.close()
+        return time.monotonic() - started
+
+    assert run(lambda: serve([web.get("/metrics", Recorder().handle)], body)) < 3.0
 
 
 # --- streaming ----------------------------------------------------------------------------------------
@@ -190,7 +234,7 @@ class Stream:
     closed: asyncio.Event = field(default_factory=asyncio.Event)
     opened: asyncio.Event = field(default_factory=asyncio.Event)
 
-    async def chunks(self) -> AsyncIterator[bytes]:
+    async def chunks(self) -> AsyncGenerator[bytes, None]:
         self.opened.set()
         try:
             while (chunk := await self.feed.get()) is not None:
@@ -198,11 +242,11 @@ class Stream:
         finally:
             self.closed.set()
 
-    def route(self) -> Handler:
-        async def handle(_query: dict[str, str]) -> StreamingResponse:
-            return StreamingResponse("application/x-ndjson", self.chunks())
+    def route(self, path: str = "/stream") -> web.RouteDef:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            return await stream_response(request, "application/x-ndjson", self.chunks())
 
-        return handle
+        return web.get(path, handle, allow_head=False)
 
 
 async def open_stream(port: int, target: str = "/stream") -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -213,7 +257,6 @@ async def open_stream(port: int, target: str = "/stream") -> tuple[asyncio.Strea
     assert status == 200
     assert headers["transfer-encoding"] == "chunked"
     assert headers["content-type"] == "application/x-ndjson"
-    assert headers["connection"] == "close"
     assert "content-length" not in headers
     return reader, writer
 
@@ -228,14 +271,16 @@ def test_a_stream_sends_each_chunk_as_it_comes_and_ends_with_the_last_chunk() ->
             assert await read_chunk(reader) == line
         await stream.feed.put(b"")  # skipped: an empty chunk would end the body
         await stream.feed.put(b"x" * 70_000)
-        assert await read_chunk(reader) == b"x" * 70_000
+        received = b""
+        while len(received) < 70_000:
+            received += await read_chunk(reader)
+        assert received == b"x" * 70_000
         await stream.feed.put(None)
         assert await read_chunk(reader) == b""
-        assert await reader.read() == b""
         writer.close()
         await asyncio.wait_for(stream.closed.wait(), WAIT_S)
 
-    run(lambda: serve({"/stream": stream.route()}, body))
+    run(lambda: serve([stream.route()], body))
 
 
 def test_a_stream_whose_client_hangs_up_is_closed_while_it_waits_for_a_chunk() -> None:
@@ -248,14 +293,14 @@ def test_a_stream_whose_client_hangs_up_is_closed_while_it_waits_for_a_chunk() -
         # Nothing is ever fed: the iterator is closed because the client went away, not because it ended.
         await asyncio.wait_for(stream.closed.wait(), WAIT_S)
 
-    run(lambda: serve({"/stream": stream.route()}, body))
+    run(lambda: serve([stream.route()], body))
 
 
 def test_stop_ends_live_streams_with_their_last_chunk_and_closes_their_iterators() -> None:
     streams = [Stream(), Stream()]
 
     async def scenario() -> float:
-        server = HttpServer({f"/s{i}": s.route() for i, s in enumerate(streams)})
+        server = HttpServer([s.route(f"/s{i}") for i, s in enumerate(streams)])
         port = await server.start(HOST, 0)
         clients = [await open_stream(port, f"/s{i}") for i in range(len(streams))]
         await streams[0].feed.put(b"first\n")
@@ -276,11 +321,9 @@ def test_stop_ends_live_streams_with_their_last_chunk_and_closes_their_iterators
     assert run(scenario) < 1.0
 
 
-def test_stop_is_bounded_when_a_client_never_sends_its_request(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(http_server, "STOP_GRACE_S", 0.2)
-
+def test_stop_is_bounded_when_a_client_never_sends_its_request() -> None:
     async def scenario() -> float:
-        server = HttpServer({"/metrics": Recorder()})
+        server = HttpServer([web.get("/metrics", Recorder().handle)])
         port = await server.start(HOST, 0)
         reader, writer = await asyncio.open_connection(HOST, port)
         writer.write(b"GET /metrics HTTP/1.1\r\n")  # and never the blank line
@@ -296,13 +339,46 @@ def test_stop_is_bounded_when_a_client_never_sends_its_request(monkeypatch: pyte
     assert run(scenario) < 1.0
 
 
-def test_a_stream_whose_iterator_fails_is_cut_without_its_last_chunk(caplog: pytest.LogCaptureFixture) -> None:
-    async def failing() -> AsyncIterator[bytes]:
-        yield b"one\n"
-        raise RuntimeError("iterator broke")
+def test_stop_is_bounded_when_a_handler_never_finishes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(http_server, "STOP_GRACE_S", 0.2)
+    cancelled = asyncio.Event()
 
-    async def handle(_query: dict[str, str]) -> StreamingResponse:
-        return StreamingResponse("application/x-ndjson", failing())
+    async def forever(_request: web.Request) -> web.Response:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cancelled.set()
+        raise AssertionError("unreachable")
+
+    async def scenario() -> float:
+        server = HttpServer([web.get("/forever", forever)])
+        port = await server.start(HOST, 0)
+        _reader, writer = await asyncio.open_connection(HOST, port)
+        writer.write(b"GET /forever HTTP/1.1\r\nHost: t\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        started = time.monotonic()
+        await server.stop()
+        elapsed = time.monotonic() - started
+        assert cancelled.is_set()
+        writer.close()
+        return elapsed
+
+    assert run(scenario) < 1.5
+
+
+def test_a_stream_whose_iterator_fails_is_cut_without_its_last_chunk(caplog: pytest.LogCaptureFixture) -> None:
+    closed = asyncio.Event()
+
+    async def failing() -> AsyncGenerator[bytes, None]:
+        try:
+            yield b"one\n"
+            raise RuntimeError("iterator broke")
+        finally:
+            closed.set()
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        return await stream_response(request, "application/x-ndjson", failing())
 
     async def body(port: int) -> bytes:
         reader, writer = await open_stream(port)
@@ -311,13 +387,14 @@ def test_a_stream_whose_iterator_fails_is_cut_without_its_last_chunk(caplog: pyt
         writer.close()
         return rest
 
-    assert run(lambda: serve({"/stream": handle}, body)) == b""
-    assert "HTTP stream failed" in caplog.text
+    assert run(lambda: serve([web.get("/stream", handle)], body)) == b""
+    assert closed.is_set()
+    assert "RuntimeError: iterator broke" in caplog.text
 
 
 def test_start_returns_the_bound_port_refuses_a_second_start_and_works_again_after_stop() -> None:
     async def scenario() -> None:
-        server = HttpServer({})
+        server = HttpServer([])
         port = await server.start(HOST, 0)
         assert port > 0
         with pytest.raises(RuntimeError, match="already started"):
@@ -328,5 +405,20 @@ def test_start_returns_the_bound_port_refuses_a_second_start_and_works_again_aft
         reply = await get(port, "/nope")
         await server.stop()
         assert reply.status == 404
+
+    run(scenario)
+
+
+def test_start_on_a_port_in_use_raises_and_leaves_the_server_stopped() -> None:
+    async def scenario() -> None:
+        first = HttpServer([])
+        port = await first.start(HOST, 0)
+        second = HttpServer([])
+        try:
+            with pytest.raises(OSError):
+                await second.start(HOST, port)
+            await second.stop()  # nothing to stop
+        finally:
+            await first.stop()
 
     run(scenario)

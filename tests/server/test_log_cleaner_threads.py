@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
 from tierlog.common import TopicPartition
 from tierlog.config import KafkaConfig
@@ -17,7 +18,6 @@ from tierlog.config_def import ConfigException
 from tierlog.records.codec import build_batch
 from tierlog.server import log_cleaner_threads
 from tierlog.server.log_cleaner_threads import LogCleanerThreads
-from tierlog.server.metrics import MetricsRegistry
 from tierlog.storage.log import Log
 from tierlog.storage.log_manager import LogManager
 
@@ -61,7 +61,7 @@ def run_with_worker(
 
 def test_a_clean_runs_on_a_worker_thread_and_shows_on_metrics(tmp_path: Path) -> None:
     manager, log = dirty_log(tmp_path)
-    registry = MetricsRegistry()
+    registry = CollectorRegistry()
 
     async def run() -> tuple[bool, bool]:
         threads = LogCleanerThreads(KafkaConfig({"log.dirs": str(tmp_path)}), manager, registry)
@@ -70,7 +70,7 @@ def test_a_clean_runs_on_a_worker_thread_and_shows_on_metrics(tmp_path: Path) ->
 
     assert asyncio.run(run()) == (True, False)
     assert log.size_in_bytes < 1000
-    metrics = registry.render()
+    metrics = generate_latest(registry).decode()
     assert "tierlog_log_cleaner_cleanings_total 1.0" in metrics
     assert "tierlog_log_cleaner_records_read_total 60.0" in metrics
     assert "tierlog_log_cleaner_records_kept_total 3.0" in metrics
@@ -80,7 +80,7 @@ def test_a_log_truncated_while_it_is_cleaned_keeps_its_segments(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     manager, log = dirty_log(tmp_path)
-    threads = LogCleanerThreads(KafkaConfig({"log.dirs": str(tmp_path)}), manager, MetricsRegistry())
+    threads = LogCleanerThreads(KafkaConfig({"log.dirs": str(tmp_path)}), manager, CollectorRegistry())
 
     def truncate_meanwhile(run: Callable[[], Any]) -> Any:
         result = run()
@@ -96,7 +96,7 @@ def test_a_log_truncated_while_it_is_cleaned_keeps_its_segments(
 def test_stopping_the_broker_gives_up_a_clean_in_progress(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     manager, log = dirty_log(tmp_path)
     before = [segment.size for segment in log.segments]
-    threads = LogCleanerThreads(KafkaConfig({"log.dirs": str(tmp_path)}), manager, MetricsRegistry())
+    threads = LogCleanerThreads(KafkaConfig({"log.dirs": str(tmp_path)}), manager, CollectorRegistry())
 
     def stop_meanwhile(run: Callable[[], Any]) -> Any:
         threads._stopping = True
@@ -110,7 +110,7 @@ def test_stopping_the_broker_gives_up_a_clean_in_progress(tmp_path: Path, monkey
 
 def test_unreadable_data_marks_the_partition_uncleanable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     manager, _ = dirty_log(tmp_path)
-    threads = LogCleanerThreads(KafkaConfig({"log.dirs": str(tmp_path)}), manager, MetricsRegistry())
+    threads = LogCleanerThreads(KafkaConfig({"log.dirs": str(tmp_path)}), manager, CollectorRegistry())
 
     def fail(run: Callable[[], Any]) -> Any:
         raise OSError("disk error")
@@ -131,5 +131,5 @@ def test_unreadable_data_marks_the_partition_uncleanable(tmp_path: Path, monkeyp
 def test_bad_cleaner_settings_are_one_line_errors(tmp_path: Path, name: str, value: str, message: str) -> None:
     with pytest.raises(ConfigException, match=message):
         LogCleanerThreads(
-            KafkaConfig({"log.dirs": str(tmp_path), name: value}), LogManager([tmp_path], {}), MetricsRegistry()
+            KafkaConfig({"log.dirs": str(tmp_path), name: value}), LogManager([tmp_path], {}), CollectorRegistry()
         )

@@ -10,12 +10,13 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
 from tierlog.common import TopicPartition
 from tierlog.records.codec import build_batch
 from tierlog.replication.partition import Partition
 from tierlog.server.broker import Broker
-from tierlog.server.metrics import MetricsRegistry, broker_metrics
+from tierlog.server.metrics import broker_metrics
 from tierlog.server.remote_log_tasks import RemoteLogStats
 from tierlog.storage.log import Log
 from tierlog.storage.log_config import LogConfig
@@ -106,25 +107,29 @@ def broker(tmp_path: Path) -> Broker:
         partitions=partitions, under_replicated_partitions=lambda: 0, isr_shrinks=0, isr_expands=0
     )
     shell.remote_log = remote_log  # type: ignore[assignment]
-    shell._metrics_registry = MetricsRegistry()
+    shell._metrics_registry = CollectorRegistry()
     shell.metrics = broker_metrics(shell._metrics_registry)
     shell._wire_metrics()
     return shell
 
 
+def render(broker: Broker) -> str:
+    return generate_latest(broker._metrics_registry).decode()
+
+
 def samples(text: str, name: str) -> dict[str, float]:
     """topic-partition (or "" for an unlabelled sample) -> value, of metric `name`."""
-    sample = re.compile(rf'{name}(?:\{{topic="([^"]*)",partition="([^"]*)"\}})? (\S+)')
+    sample = re.compile(rf'{name}(?:\{{partition="([^"]*)",topic="([^"]*)"\}})? (\S+)')
     found: dict[str, float] = {}
     for line in text.splitlines():
         if match := sample.fullmatch(line):
-            topic, partition, value = match.groups()
+            partition, topic, value = match.groups()
             found[f"{topic}-{partition}" if topic is not None else ""] = float(value)
     return found
 
 
 def test_per_partition_tier_gauges(broker: Broker) -> None:
-    text = broker._metrics_registry.render()
+    text = render(broker)
     assert samples(text, "tierlog_log_start_offset") == {"tiered-0": 0, "local-0": 0}
     assert samples(text, "tierlog_local_log_start_offset") == {"tiered-0": 2, "local-0": 0}
     assert samples(text, "kafka_cluster_partition_highwatermark") == {"tiered-0": 5, "local-0": 3}
@@ -140,7 +145,7 @@ def test_per_partition_tier_gauges(broker: Broker) -> None:
 
 
 def test_remote_log_manager_counters(broker: Broker) -> None:
-    text = broker._metrics_registry.render()
+    text = render(broker)
     expected = {
         "tierlog_remote_copy_bytes_total": 1000,
         "tierlog_remote_copy_segments_total": 2,
@@ -156,12 +161,12 @@ def test_remote_log_manager_counters(broker: Broker) -> None:
         assert samples(text, name) == {"": value}, name
     # Read at every scrape: the RemoteLogManager's counts move, the next scrape shows them.
     broker.remote_log.stats.copy_bytes += 24  # type: ignore[union-attr]
-    assert samples(broker._metrics_registry.render(), "tierlog_remote_copy_bytes_total") == {"": 1024}
+    assert samples(render(broker), "tierlog_remote_copy_bytes_total") == {"": 1024}
 
 
 def test_without_a_remote_tier_the_counters_are_zero_and_remote_gauges_empty(broker: Broker) -> None:
     broker.remote_log = None
-    text = broker._metrics_registry.render()
+    text = render(broker)
     assert samples(text, "tierlog_remote_copy_bytes_total") == {"": 0}
     assert samples(text, "tierlog_remote_fetch_errors_total") == {"": 0}
     assert samples(text, "tierlog_remote_log_end_offset") == {}
@@ -173,9 +178,9 @@ def test_without_a_remote_tier_the_counters_are_zero_and_remote_gauges_empty(bro
 def test_copy_lag_falls_as_segments_are_copied(broker: Broker) -> None:
     log = broker.replica_manager.partitions[TIERED].log
     log.update_highest_offset_in_remote_storage(2)
-    assert samples(broker._metrics_registry.render(), "tierlog_remote_copy_lag_bytes") == {"tiered-0": BATCH_BYTES}
+    assert samples(render(broker), "tierlog_remote_copy_lag_bytes") == {"tiered-0": BATCH_BYTES}
     log.update_highest_offset_in_remote_storage(3)
-    assert samples(broker._metrics_registry.render(), "tierlog_remote_copy_lag_bytes") == {"tiered-0": 0}
+    assert samples(render(broker), "tierlog_remote_copy_lag_bytes") == {"tiered-0": 0}
 
 
 def test_v1_partitions_reports_the_remote_tier_of_tiered_partitions(broker: Broker) -> None:

@@ -8,12 +8,13 @@ import asyncio
 import json
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 
 from tierlog.common import TopicPartition
 from tierlog.replication.trace import TraceEvent
-from tierlog.server.http_server import HttpResponse, HttpServer, StreamingResponse
+from tierlog.server.http_server import HttpServer
 from tierlog.server.trace_log import NDJSON_CONTENT_TYPE, TraceLog, trace_stream_route
 
 HOST = "127.0.0.1"
@@ -180,6 +181,27 @@ def test_closing_a_subscription_unregisters_it() -> None:
 # --- the HTTP route -------------------------------------------------------------------------------------
 
 
+async def serve(log: TraceLog, body: Callable[[int], Awaitable[Any]]) -> Any:
+    server = HttpServer([trace_stream_route(log)])
+    port = await server.start(HOST, 0)
+    try:
+        return await body(port)
+    finally:
+        await server.stop()
+
+
+async def exchange(port: int, request: bytes) -> tuple[bytes, bytes]:
+    """The head and the body of the answer to `request` (which asks for Connection: close)."""
+    reader, writer = await asyncio.open_connection(HOST, port)
+    try:
+        writer.write(request)
+        answer = await reader.read()
+    finally:
+        writer.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return head, body
+
+
 @pytest.mark.parametrize(
     ("query", "message"),
     [
@@ -192,29 +214,23 @@ def test_closing_a_subscription_unregisters_it() -> None:
     ],
 )
 def test_the_route_refuses_a_missing_or_invalid_partition_with_400(query: dict[str, str], message: bytes) -> None:
-    response = run(lambda: trace_stream_route(TraceLog(broker_id=1))(query))
-    assert isinstance(response, HttpResponse)
-    assert (response.status, response.body) == (400, message)
-
-
-def test_the_route_streams_ndjson() -> None:
     log = TraceLog(broker_id=1)
-    log.record(event("t", 3, 1))
+    request = f"GET /v1/trace?{urlencode(query)} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n".encode()
+    head, body = run(lambda: serve(log, lambda port: exchange(port, request)))
+    assert head.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+    assert b"Content-Type: text/plain; charset=utf-8\r\n" in head
+    assert body == message
+    assert not log._subscribers
 
-    async def scenario() -> list[bytes]:
-        response = await trace_stream_route(log)({"topic": "t", "partition": "3"})
-        assert isinstance(response, StreamingResponse)
-        assert response.content_type == NDJSON_CONTENT_TYPE
-        chunks = response.chunks
-        assert isinstance(chunks, AsyncGenerator)  # closable, so the subscription ends with the stream
-        try:
-            return [await asyncio.wait_for(anext(chunks), WAIT_S)]
-        finally:
-            await chunks.aclose()
 
-    (line,) = run(scenario)
-    assert line.endswith(b"\n") and line.count(b"\n") == 1
-    assert json.loads(line)["new"] == 1
+def test_head_of_the_route_is_405_and_subscribes_nothing() -> None:
+    log = TraceLog(broker_id=1)
+    request = b"HEAD /v1/trace?topic=t&partition=0 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+    head, body = run(lambda: serve(log, lambda port: exchange(port, request)))
+    assert head.startswith(b"HTTP/1.1 405 Method Not Allowed\r\n")
+    assert b"Allow: GET\r\n" in head
+    assert body == b""
+    assert not log._subscribers
 
 
 async def read_chunk(reader: asyncio.StreamReader) -> bytes:
@@ -236,14 +252,14 @@ def test_get_v1_trace_streams_backlog_then_live_events_and_a_hangup_ends_the_sub
     log.record(event("orders", 1, 1))
 
     async def scenario() -> list[dict[str, Any]]:
-        server = HttpServer({"/v1/trace": trace_stream_route(log)})
+        server = HttpServer([trace_stream_route(log)])
         port = await server.start(HOST, 0)
         try:
             reader, writer = await asyncio.open_connection(HOST, port)
             writer.write(b"GET /v1/trace?topic=orders&partition=0 HTTP/1.1\r\nHost: t\r\n\r\n")
             head = await reader.readuntil(b"\r\n\r\n")
             assert head.startswith(b"HTTP/1.1 200 OK\r\n")
-            assert b"Content-Type: application/x-ndjson\r\n" in head
+            assert f"Content-Type: {NDJSON_CONTENT_TYPE}\r\n".encode() in head
             lines = [await read_chunk(reader)]
             log.record(event("orders", 0, 2))
             lines.append(await read_chunk(reader))
@@ -261,7 +277,7 @@ def test_stopping_the_server_ends_a_trace_stream_cleanly() -> None:
     log = TraceLog(broker_id=1)
 
     async def scenario() -> bytes:
-        server = HttpServer({"/v1/trace": trace_stream_route(log)})
+        server = HttpServer([trace_stream_route(log)])
         port = await server.start(HOST, 0)
         reader, writer = await asyncio.open_connection(HOST, port)
         writer.write(b"GET /v1/trace?topic=t&partition=0 HTTP/1.1\r\nHost: t\r\n\r\n")

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
 
 from tierlog.config import KafkaConfig, Listener
 from tierlog.config_def import ConfigException
@@ -39,14 +41,13 @@ from tierlog.server.controller_server import ControllerServer
 from tierlog.server.fetcher_thread import FetcherThread
 from tierlog.server.group_apis import GroupApis
 from tierlog.server.group_coordinator import GroupCoordinatorService
-from tierlog.server.http_server import HttpResponse, HttpServer
+from tierlog.server.http_server import HttpServer
 from tierlog.server.kafka_apis import KafkaApis
 from tierlog.server.lifecycle import BrokerLifecycleManager
 from tierlog.server.log_cleaner_threads import LogCleanerThreads, cleaner_config
 from tierlog.server.meta_properties import cluster_id_on_disk, ensure_meta_properties
 from tierlog.server.metadata_loader import MetadataLoader
-from tierlog.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from tierlog.server.metrics import MetricsRegistry, broker_metrics
+from tierlog.server.metrics import broker_metrics, metrics_route
 from tierlog.server.remote_log_metadata_topic import (
     REPLICATION_FACTOR_CONFIG as RLMM_REPLICATION_FACTOR_CONFIG,
 )
@@ -152,7 +153,7 @@ class Broker:
             config.get_int("broker.heartbeat.interval.ms"),
             cluster_id_on_disk(config.log_dirs),
         )
-        self._metrics_registry = MetricsRegistry()
+        self._metrics_registry = CollectorRegistry()
         self.metrics = broker_metrics(self._metrics_registry)
         self._wire_metrics()
         self.log_cleaner = LogCleanerThreads(config, self.log_manager, self._metrics_registry)
@@ -283,21 +284,17 @@ class Broker:
         self._servers.append(server)
         return server
 
-    async def _start_http(self, registry: MetricsRegistry) -> None:
+    async def _start_http(self, registry: CollectorRegistry) -> None:
         address = self.config.http_listener
         if address is None:
             return
         host, port = address
 
-        async def metrics(query: dict[str, str]) -> HttpResponse:
-            return HttpResponse(200, METRICS_CONTENT_TYPE, registry.render().encode())
-
-        async def partitions(query: dict[str, str]) -> HttpResponse:
-            document = {"broker_id": self.config.node_id, "partitions": self._describe_partitions()}
-            return HttpResponse(200, "application/json", json.dumps(document).encode())
+        async def partitions(_request: web.Request) -> web.Response:
+            return web.json_response({"broker_id": self.config.node_id, "partitions": self._describe_partitions()})
 
         self.http_server = HttpServer(
-            {"/metrics": metrics, "/v1/partitions": partitions, "/v1/trace": trace_stream_route(self.trace_log)}
+            [metrics_route(registry), web.get("/v1/partitions", partitions), trace_stream_route(self.trace_log)]
         )
         try:
             bound = await self.http_server.start(host, port)

@@ -15,6 +15,8 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
+from prometheus_client import CollectorRegistry
+
 from tierlog.common import TopicPartition
 from tierlog.config import KafkaConfig
 from tierlog.controller.metadata import ClusterMetadata
@@ -22,7 +24,7 @@ from tierlog.coordinator.group.group_coordinator import AppendCallback, GroupCon
 from tierlog.records.codec import build_batch, decode_batches
 from tierlog.replication.replica_manager import AppendResult, ReplicaManager
 from tierlog.server.clock import now_ms
-from tierlog.server.metrics import Counter, Gauge, MetricsRegistry
+from tierlog.server.metrics import ScrapeCollector, ScrapedMetric
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +53,7 @@ class GroupCoordinatorService:
         image: Callable[[], ClusterMetadata],
         create_topic: CreateTopic,
         arm_purgatory_timer: Callable[[int], None],
-        registry: MetricsRegistry | None = None,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         self.config = config
         self.coordinator = GroupCoordinator(group_config(config), self._append)
@@ -71,28 +73,35 @@ class GroupCoordinatorService:
         if registry is not None:
             self._register_metrics(registry)
 
-    def _register_metrics(self, registry: MetricsRegistry) -> None:
+    def _register_metrics(self, registry: CollectorRegistry) -> None:
         """Kafka's GroupMetadataManager metrics (NumGroups<State>, NumOffsets, OffsetCommits), read at scrape."""
         coordinator = self.coordinator
         registry.register(
-            Gauge(
-                "kafka_coordinator_group_groupmetadatamanager_numgroups",
-                "Groups this broker coordinates, by state.",
-                ("state",),
+            ScrapeCollector(
+                [
+                    ScrapedMetric(
+                        "gauge",
+                        "kafka_coordinator_group_groupmetadatamanager_numgroups",
+                        "Groups this broker coordinates, by state.",
+                        ("state",),
+                    ).callback(
+                        lambda: [
+                            ({"state": state}, float(n)) for state, n in coordinator.group_counts_by_state().items()
+                        ]
+                    ),
+                    ScrapedMetric(
+                        "gauge",
+                        "kafka_coordinator_group_groupmetadatamanager_numoffsets",
+                        "Committed offsets held by the groups this broker coordinates.",
+                    ).callback(lambda: float(sum(len(g.offsets) for g in coordinator.groups.values()))),
+                    ScrapedMetric(
+                        "counter",
+                        "kafka_coordinator_group_groupmetadatamanager_offsetcommits_total",
+                        "Offsets committed through this broker (one per partition of a successful OffsetCommit).",
+                    ).callback(lambda: float(coordinator.offset_commits)),
+                ]
             )
-        ).callback(lambda: [({"state": state}, float(n)) for state, n in coordinator.group_counts_by_state().items()])
-        registry.register(
-            Gauge(
-                "kafka_coordinator_group_groupmetadatamanager_numoffsets",
-                "Committed offsets held by the groups this broker coordinates.",
-            )
-        ).callback(lambda: float(sum(len(g.offsets) for g in coordinator.groups.values())))
-        registry.register(
-            Counter(
-                "kafka_coordinator_group_groupmetadatamanager_offsetcommits_total",
-                "Offsets committed through this broker (one per partition of a successful OffsetCommit).",
-            )
-        ).callback(lambda: float(coordinator.offset_commits))
+        )
 
     @property
     def num_partitions(self) -> int:

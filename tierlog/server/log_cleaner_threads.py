@@ -14,10 +14,12 @@ import asyncio
 import contextlib
 import logging
 
+from prometheus_client import CollectorRegistry
+
 from tierlog.config import KafkaConfig
 from tierlog.config_def import ConfigException
 from tierlog.server.clock import now_ms
-from tierlog.server.metrics import Counter, Gauge, MetricsRegistry
+from tierlog.server.metrics import ScrapeCollector, ScrapedMetric
 from tierlog.storage.log_cleaner import CleanerConfig, CleaningTask, LogCleaner, LogCleaningAbortedError
 from tierlog.storage.log_manager import LogManager
 
@@ -37,7 +39,7 @@ def cleaner_config(config: KafkaConfig) -> CleanerConfig:
 
 
 class LogCleanerThreads:
-    def __init__(self, config: KafkaConfig, log_manager: LogManager, registry: MetricsRegistry) -> None:
+    def __init__(self, config: KafkaConfig, log_manager: LogManager, registry: CollectorRegistry) -> None:
         self.config = cleaner_config(config)
         try:
             self.cleaner = LogCleaner(self.config, log_manager)
@@ -118,35 +120,43 @@ class LogCleanerThreads:
             logger.info("Log cleaning of %s aborted: the log changed while it was cleaned", tp)
             self.cleaner.abort(task)
 
-    def _register_metrics(self, registry: MetricsRegistry) -> None:
+    def _register_metrics(self, registry: CollectorRegistry) -> None:
         cleaner = self.cleaner
         totals = cleaner.totals
 
-        def counter(name: str, help: str) -> Counter:
-            return registry.register(Counter(f"tierlog_log_cleaner_{name}_total", help))
+        def counter(name: str, help: str) -> ScrapedMetric:
+            return ScrapedMetric("counter", f"tierlog_log_cleaner_{name}_total", help)
 
-        counter("cleanings", "Cleans swapped into their log.").callback(lambda: cleaner.cleanings)
-        counter("aborted", "Cleans given up (log changed, broker stopping, bad data).").callback(
-            lambda: cleaner.aborted
-        )
-        counter("bytes_read", "Bytes of segments the cleaner rewrote.").callback(lambda: totals.bytes_read)
-        counter("bytes_written", "Bytes of the segments it wrote in their place.").callback(
-            lambda: totals.bytes_written
-        )
-        counter("records_read", "Records of the segments the cleaner rewrote.").callback(lambda: totals.messages_read)
-        counter("records_kept", "Records it kept of them.").callback(lambda: totals.messages_written)
         registry.register(
-            Gauge("kafka_log_logcleanermanager_max_dirty_percent", "Dirty share of the dirtiest compacted log.")
-        ).callback(lambda: 100 * cleaner.manager.dirtiest_log_cleanable_ratio)
-        registry.register(
-            Gauge(
-                "kafka_log_logcleanermanager_max_compaction_delay_secs",
-                "How far past max.compaction.lag.ms the most overdue compacted log is.",
+            ScrapeCollector(
+                [
+                    counter("cleanings", "Cleans swapped into their log.").callback(lambda: cleaner.cleanings),
+                    counter("aborted", "Cleans given up (log changed, broker stopping, bad data).").callback(
+                        lambda: cleaner.aborted
+                    ),
+                    counter("bytes_read", "Bytes of segments the cleaner rewrote.").callback(lambda: totals.bytes_read),
+                    counter("bytes_written", "Bytes of the segments it wrote in their place.").callback(
+                        lambda: totals.bytes_written
+                    ),
+                    counter("records_read", "Records of the segments the cleaner rewrote.").callback(
+                        lambda: totals.messages_read
+                    ),
+                    counter("records_kept", "Records it kept of them.").callback(lambda: totals.messages_written),
+                    ScrapedMetric(
+                        "gauge",
+                        "kafka_log_logcleanermanager_max_dirty_percent",
+                        "Dirty share of the dirtiest compacted log.",
+                    ).callback(lambda: 100 * cleaner.manager.dirtiest_log_cleanable_ratio),
+                    ScrapedMetric(
+                        "gauge",
+                        "kafka_log_logcleanermanager_max_compaction_delay_secs",
+                        "How far past max.compaction.lag.ms the most overdue compacted log is.",
+                    ).callback(lambda: cleaner.manager.max_compaction_delay_ms / 1000),
+                    ScrapedMetric(
+                        "gauge",
+                        "kafka_log_logcleanermanager_uncleanable_partitions_count",
+                        "Partitions the cleaner gave up on after an error (until restart).",
+                    ).callback(lambda: len(cleaner.manager.uncleanable)),
+                ]
             )
-        ).callback(lambda: cleaner.manager.max_compaction_delay_ms / 1000)
-        registry.register(
-            Gauge(
-                "kafka_log_logcleanermanager_uncleanable_partitions_count",
-                "Partitions the cleaner gave up on after an error (until restart).",
-            )
-        ).callback(lambda: len(cleaner.manager.uncleanable))
+        )

@@ -12,13 +12,15 @@ import asyncio
 import contextlib
 import json
 from collections import deque
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator
 from http import HTTPStatus
 from typing import Any
 
+from aiohttp import web
+
 from tierlog.common import TopicPartition
 from tierlog.replication.trace import TraceEvent
-from tierlog.server.http_server import Handler, HttpResponse, StreamingResponse, text_response
+from tierlog.server.http_server import stream_response, text_response
 
 __all__ = ["NDJSON_CONTENT_TYPE", "TraceLog", "trace_stream_route"]
 
@@ -105,21 +107,22 @@ class TraceLog:
                 del self._subscribers[topic_partition]
 
 
-def trace_stream_route(trace_log: TraceLog) -> Handler:
+def trace_stream_route(trace_log: TraceLog) -> web.RouteDef:
     """`GET /v1/trace?topic=T&partition=P`: the partition's events as NDJSON, backlog first, then live."""
 
-    async def handle(query: Mapping[str, str]) -> HttpResponse | StreamingResponse:
-        topic = query.get("topic")
-        partition = query.get("partition")
+    async def handle(request: web.Request) -> web.StreamResponse:
+        topic = request.query.get("topic")
+        partition = request.query.get("partition")
         if not topic:
             return text_response(HTTPStatus.BAD_REQUEST, "missing query parameter: topic")
         if partition is None:
             return text_response(HTTPStatus.BAD_REQUEST, "missing query parameter: partition")
         if not (partition.isascii() and partition.isdigit()):
             return text_response(HTTPStatus.BAD_REQUEST, f"partition must be a non-negative integer, got {partition!r}")
-        return StreamingResponse(NDJSON_CONTENT_TYPE, _ndjson(trace_log.subscribe(topic, int(partition))))
+        return await stream_response(request, NDJSON_CONTENT_TYPE, _ndjson(trace_log.subscribe(topic, int(partition))))
 
-    return handle
+    # A stream has no head to show short of opening it, so HEAD is refused (405) rather than left waiting.
+    return web.get("/v1/trace", handle, allow_head=False)
 
 
 async def _ndjson(events: AsyncGenerator[dict[str, Any], None]) -> AsyncGenerator[bytes, None]:
