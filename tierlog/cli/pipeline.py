@@ -40,12 +40,12 @@ from tierlog.config import parse_properties
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from tierlog.spark.pipeline import Offsets, PipelineConfig
+
 RSM_PREFIX = "rsm.config."
 INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as a shell reports a job stopped by Ctrl-C
 # A batch line names each partition whose offsets moved, up to this many; a wider topic gets a count beyond.
 SHOWN_PARTITIONS = 8
-
-Offsets = dict[tuple[str, int], int]
 
 
 def remote_storage_settings(remote: tuple[str, ...], broker_config: Path | None) -> dict[str, str]:
@@ -110,7 +110,7 @@ def _config(
     remote: tuple[str, ...],
     broker_config: Path | None,
     max_offsets_per_trigger: int | None = None,
-) -> Any:
+) -> PipelineConfig:
     """The job's configuration, checked as far as it can be without Spark: the broker answers, the topic
     exists (the job never creates it), and the remote tier, if given, takes the settings."""
     remote_storage = remote_storage_settings(remote, broker_config)
@@ -277,7 +277,7 @@ def run(
 
 
 def _stream(
-    config: Any,
+    config: PipelineConfig,
     checkpoint_dir: str,
     trigger: str | None,
     spark_log: Path | None,
@@ -334,10 +334,8 @@ def _stream(
         watch(query, report)
     position = checkpoint_position(checkpoint_dir)
     at = "" if position is None or position[1] is None else f" at {_offsets_text(position[1])}"
-    console.print(
-        f"{totals['rows']:,} rows in {totals['batches']} batches written to {config.output}; "
-        f"checkpoint {checkpoint_dir}{at}"
-    )
+    batches = f"{totals['batches']} batch" + ("" if totals["batches"] == 1 else "es")
+    console.print(f"{totals['rows']:,} rows in {batches} written to {config.output}; checkpoint {checkpoint_dir}{at}")
 
 
 def _offsets_text(offsets: Offsets) -> str:
