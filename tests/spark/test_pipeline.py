@@ -96,7 +96,9 @@ def test_a_pipeline_killed_mid_batch_and_restarted_from_its_checkpoint_writes_ev
     produce_events(kafka, shared_broker.bootstrap, topic, 0, EVENTS)
     table, checkpoint, log = tmp_path / "table", tmp_path / "checkpoint", tmp_path / "log"
     common = ["-b", shared_broker.bootstrap, "-t", topic, "-o", str(table), "-c", str(checkpoint)]
-    command = pipeline("run", *common, "--trigger", "1 second", "--max-offsets-per-trigger", "40")
+    # SIGKILL leaves no chance to delete Spark's temporary log: this one goes with tmp_path.
+    killed = ["--trigger", "1 second", "--max-offsets-per-trigger", "40", "--spark-log", str(tmp_path / "spark.log")]
+    command = pipeline("run", *common, *killed)
     with log.open("ab") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=_env(), start_new_session=True)
     try:
