@@ -20,8 +20,12 @@ def millis(text: str) -> str:
 bootstrap, topic, output, start, end = sys.argv[1:6]
 # Spark's Python workers must run this interpreter, the one that has tierlog (unless the venv is active).
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+# A local job listens on the loopback interface only (Spark's default is every interface) and serves no web UI.
 spark = (
     SparkSession.builder.master("local[*]")
+    .config("spark.driver.bindAddress", "127.0.0.1")
+    .config("spark.driver.host", "127.0.0.1")
+    .config("spark.ui.enabled", "false")
     .config("spark.sql.session.timeZone", "UTC")
     .config("spark.sql.sources.partitionOverwriteMode", "dynamic")  # replace only the days written
     .getOrCreate()

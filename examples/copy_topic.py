@@ -13,7 +13,14 @@ from tierlog.spark.source import TierlogDataSource
 bootstrap, source, target = sys.argv[1:4]
 # Spark's Python workers must run this interpreter, the one that has tierlog (unless the venv is active).
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-spark = SparkSession.builder.master("local[*]").getOrCreate()
+# A local job listens on the loopback interface only (Spark's default is every interface) and serves no web UI.
+spark = (
+    SparkSession.builder.master("local[*]")
+    .config("spark.driver.bindAddress", "127.0.0.1")
+    .config("spark.driver.host", "127.0.0.1")
+    .config("spark.ui.enabled", "false")
+    .getOrCreate()
+)
 spark.dataSource.register(TierlogDataSource)
 
 (

@@ -14,7 +14,15 @@ from tierlog.spark.source import TierlogDataSource
 bootstrap, topic, output = sys.argv[1:4]
 # Spark's Python workers must run this interpreter, the one that has tierlog (unless the venv is active).
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-spark = SparkSession.builder.master("local[*]").config("spark.sql.session.timeZone", "UTC").getOrCreate()
+# A local job listens on the loopback interface only (Spark's default is every interface) and serves no web UI.
+spark = (
+    SparkSession.builder.master("local[*]")
+    .config("spark.driver.bindAddress", "127.0.0.1")
+    .config("spark.driver.host", "127.0.0.1")
+    .config("spark.ui.enabled", "false")
+    .config("spark.sql.session.timeZone", "UTC")
+    .getOrCreate()
+)
 spark.dataSource.register(TierlogDataSource)
 
 events = (

@@ -17,6 +17,9 @@ from tierlog.server.entities import request_schema
 from tierlog.server.kafka_client import KafkaConnection
 
 CLIENT_TIMEOUT_S = 30.0
+# The bucket conftest's `s3_server` creates; each test works under a prefix of its own.
+S3_BUCKET = "tierlog-spark-test"
+S3_START_TIMEOUT_S = 60.0
 CLUSTER_START_S = 60.0
 TIERING_S = 30.0
 SEGMENT_BYTES = 16 * 1024

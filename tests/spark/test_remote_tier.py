@@ -19,6 +19,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from pyspark.sql import DataFrame, SparkSession
 from remote_tier_helpers import (
     CLIENT_TIMEOUT_S,
+    S3_BUCKET,
     create_tiered_topic,
     highest_tiered_offset,
     running_cluster,
@@ -57,8 +58,6 @@ from tierlog.tiered.segment_metadata import (
 )
 
 TOPIC = "events"
-S3_BUCKET = "tierlog-spark-test"
-S3_START_TIMEOUT_S = 60.0
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 RECORDS = 600
 BASE_TIMESTAMP_MS = 1_700_000_000_000
@@ -74,18 +73,6 @@ class TieredTopic:
         self.bootstrap = cluster.bootstrap
         self.rsm_config = rsm_config
         self.remote_end = remote_end  # Ry + 1: the first offset the remote tier does not hold
-
-
-@pytest.fixture(scope="module")
-def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalS3Server]:
-    """A real S3 server (SeaweedFS) on 127.0.0.1 with the bucket S3_BUCKET; tests use prefixes of their own."""
-    server = LocalS3Server(tmp_path_factory.mktemp("s3"))
-    try:
-        server.start(timeout_s=S3_START_TIMEOUT_S)
-        server.create_bucket(S3_BUCKET)
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(params=["file", "s3"])

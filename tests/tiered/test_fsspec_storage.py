@@ -385,6 +385,23 @@ def test_missing_bucket_is_a_remote_storage_error(s3_server: LocalS3Server, tmp_
         rsm.copy_log_segment_data(segment_metadata(), segment.data)
 
 
+def test_check_access_passes_with_the_brokers_settings_and_names_each_wrong_one(
+    s3_server: LocalS3Server, s3_bucket: str
+) -> None:
+    with s3_manager(s3_server, s3_bucket, prefix="nothing-copied-yet") as rsm:
+        rsm.check_access()
+    props = {k.removeprefix(RSM_PREFIX): v for k, v in s3_server.rsm_properties(s3_bucket, prefix="x").items()}
+    wrong = {
+        "wrong secret": ({**props, "aws.secret.access.key": "wrong"}, PermissionError),
+        "no such bucket": ({**props, "url": "s3://no-such-bucket/x"}, FileNotFoundError),
+    }
+    for case, (settings, cause) in wrong.items():
+        with FsspecRemoteStorageManager.from_config(settings) as rsm, pytest.raises(RemoteStorageError) as raised:
+            rsm.check_access()
+        assert isinstance(raised.value.__cause__, cause), (case, raised.value)
+        assert "check bucket s3://" in str(raised.value), case
+
+
 # -- configuration -----------------------------------------------------------------------------------------
 
 

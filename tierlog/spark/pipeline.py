@@ -11,19 +11,26 @@ the raw value, as Spark's PERMISSIVE JSON reader does, so bad input is visible i
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+from pyspark import SparkConf, SparkContext
+from pyspark.errors import PySparkException
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StringType, StructField, StructType
 
+from tierlog.spark.offsets import DataLossError
 from tierlog.spark.options import RSM_OPTION_PREFIX
+from tierlog.spark.remote_tier import RemoteTierError
 from tierlog.spark.source import TierlogDataSource
 
 # The events `tierlog demo` produces; a job over other events passes its own DDL.
@@ -31,6 +38,22 @@ DEFAULT_EVENT_SCHEMA = "event_id BIGINT, user STRING, type STRING, amount_cents 
 CORRUPT_RECORD_COLUMN = "_corrupt_record"
 PARTITION_COLUMNS = ("date", "hour")
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
+# Spark binds its driver (RPC, block manager, UI) here unless SPARK_LOCAL_IP says otherwise: a local job has no
+# business listening on every interface.
+DEFAULT_LOCAL_IP = "127.0.0.1"
+# How long stopping a streaming query may wait for its running micro-batch (Spark's default waits forever).
+QUERY_STOP_TIMEOUT = "30s"
+# Offsets per partition, as in the stream's checkpoint: {("events", 0): 23, ("events", 1): 7}.
+Offsets = dict[tuple[str, int], int]
+# The errors tierlog's source raises for a person to read: their message alone says what is wrong.
+_SELF_EXPLAINING_ERRORS = frozenset({RemoteTierError.__name__, DataLossError.__name__})
+# The line a Python traceback ends with: `package.module.SomeError: message`.
+_PYTHON_ERROR_LINE = re.compile(r"(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*): (.+)")
+_SPARK_MESSAGE_CHARS = 400
+
+
+class PipelineError(RuntimeError):
+    """A pipeline's Spark job failed; the message is one line naming the cause."""
 
 
 @dataclass(frozen=True)
@@ -49,23 +72,37 @@ class PipelineConfig:
         return options
 
 
-def spark_session(app_name: str, master: str = "local[*]") -> SparkSession:
+def spark_session(
+    app_name: str, master: str = "local[*]", jvm_output: IO[Any] | None = None, ui: bool = False
+) -> SparkSession:
     """A local SparkSession with the tierlog source registered, its Python workers on this interpreter (the
     one that has tierlog) and every timestamp in UTC, so the table's date/hour partitions do not depend on
-    the machine's time zone."""
+    the machine's time zone.
+
+    The driver listens on SPARK_LOCAL_IP (default 127.0.0.1) only, and the web UI is off unless `ui`.
+    `jvm_output`: a file for everything the JVM and the Python workers it starts print (Spark's log, their
+    tracebacks); without it they print to this process's stdout and stderr."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    session = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.sql.sources.partitionOverwriteMode", "dynamic")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile={LOG4J_CONFIG}")
-        .getOrCreate()
+    local_ip = os.environ.setdefault("SPARK_LOCAL_IP", DEFAULT_LOCAL_IP)
+    conf = SparkConf().setMaster(master).setAppName(app_name)
+    conf.setAll(
+        [
+            ("spark.driver.host", local_ip),
+            ("spark.driver.bindAddress", local_ip),
+            ("spark.ui.enabled", str(ui).lower()),
+            ("spark.sql.session.timeZone", "UTC"),
+            ("spark.sql.shuffle.partitions", "4"),
+            ("spark.sql.sources.partitionOverwriteMode", "dynamic"),
+            ("spark.sql.streaming.stopTimeout", QUERY_STOP_TIMEOUT),
+            ("spark.ui.showConsoleProgress", "false"),
+            ("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile={LOG4J_CONFIG}"),
+        ]
     )
+    # PySpark's own launcher, told where the JVM's output goes (the JVM ignores SIGINT either way: Ctrl-C is
+    # this process's to handle).
+    gateway = None if jvm_output is None else launch_gateway(conf, {"stdout": jvm_output, "stderr": jvm_output})
+    SparkContext(conf=conf, gateway=gateway)
+    session = SparkSession.builder.getOrCreate()
     session.dataSource.register(TierlogDataSource)
     return session
 
@@ -142,8 +179,8 @@ def backfill(spark: SparkSession, config: PipelineConfig, from_ms: int, to_ms: i
 
 
 def watch(query: StreamingQuery, on_batch: Callable[[dict[str, Any]], None], poll_s: float = 0.5) -> None:
-    """Report each finished micro-batch (its StreamingQueryProgress as a dict) until the query stops; raise the
-    query's exception if it failed."""
+    """Report each finished micro-batch (its StreamingQueryProgress as a dict) until the query stops; raise a
+    PipelineError naming the cause if it failed."""
     seen = -1
     while True:
         active = query.isActive
@@ -153,7 +190,59 @@ def watch(query: StreamingQuery, on_batch: Callable[[dict[str, Any]], None], pol
                 on_batch(progress)
         if not active:
             break
-        query.awaitTermination(poll_s)
+        try:
+            query.awaitTermination(poll_s)
+        except PySparkException:
+            continue  # the query failed: report the batches it finished, then its error
     error = query.exception()
     if error is not None:
-        raise RuntimeError(f"the pipeline's query failed: {error.desc if hasattr(error, 'desc') else error}")
+        raise PipelineError(spark_failure(error))
+
+
+def spark_failure(error: BaseException) -> str:
+    """One line for a failed Spark job. An exception raised by Python code (tierlog's source, on the driver or
+    an executor) reaches Spark's error with its whole traceback; its last line is the cause. Anything else is
+    told by the first line of Spark's message."""
+    try:
+        text = str(error)
+    except Exception:  # a captured Spark error reads part of its message through the JVM, which may be gone
+        return f"Spark failed ({type(error).__name__}) and cannot say why"
+    traceback_at = text.rfind("Traceback (most recent call last):")
+    if traceback_at >= 0:
+        for line in text[traceback_at:].splitlines()[1:]:
+            if not line or line[0].isspace():
+                continue  # the traceback's frames
+            match = _PYTHON_ERROR_LINE.fullmatch(line.strip())
+            if match is not None:
+                name, message = match.groups()
+                return message if name in _SELF_EXPLAINING_ERRORS else f"{name}: {message}"
+            break
+    first_line = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    return first_line[:_SPARK_MESSAGE_CHARS]
+
+
+def checkpoint_position(checkpoint: str) -> tuple[int, Offsets | None] | None:
+    """Where a query restarted on `checkpoint` resumes: the last committed micro-batch and its end offsets,
+    from Spark's offset log (`offsets/N`: a version line, the batch's metadata, then each source's offset). A
+    batch logged but not committed is redone from there. None when no batch was committed (the query starts
+    from its starting offsets); offsets None when the log is not in a form this reads."""
+    commits = Path(checkpoint) / "commits"
+    committed = [int(p.name) for p in commits.iterdir() if p.name.isdigit()] if commits.is_dir() else []
+    if not committed:
+        return None
+    batch = max(committed)
+    try:
+        lines = (Path(checkpoint) / "offsets" / str(batch)).read_text().splitlines()
+        return batch, offsets_from_json(json.loads(lines[2]))
+    except (OSError, IndexError, ValueError, AttributeError):
+        return batch, None
+
+
+def offsets_from_json(offsets: Any) -> Offsets:
+    """A stream offset as the source writes it (`{"topic": {"0": 23}}`, maybe still a JSON string) to Offsets;
+    none (a first batch's start is JSON null in Spark's progress) is no offsets."""
+    if isinstance(offsets, str):
+        offsets = json.loads(offsets)
+    if offsets is None:
+        return {}
+    return {(topic, int(p)): int(o) for topic, partitions in offsets.items() for p, o in partitions.items()}

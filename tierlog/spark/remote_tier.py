@@ -14,6 +14,7 @@ in memory whole.
 from __future__ import annotations
 
 import functools
+import socket
 import struct
 import time
 import uuid
@@ -21,6 +22,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 
 import pyarrow as pa
+from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError, NoCredentialsError, ReadTimeoutError
 from confluent_kafka import Consumer, KafkaException, TopicCollection
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
@@ -33,7 +35,7 @@ from tierlog.storage.leader_epoch_cache import EpochEntry
 from tierlog.tiered.fsspec_storage import FsspecRemoteStorageManager
 from tierlog.tiered.remote_log_manager import is_within_lineage, parse_epoch_checkpoint
 from tierlog.tiered.remote_log_metadata_cache import RemoteLogMetadataCache, RemoteLogMetadataStore
-from tierlog.tiered.remote_storage_manager import IndexType
+from tierlog.tiered.remote_storage_manager import IndexType, RemoteStorageError
 from tierlog.tiered.segment_metadata import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
@@ -45,6 +47,74 @@ from tierlog.tiered.segment_metadata import (
 DEFAULT_CHUNK_BYTES = 8 * 1024 * 1024
 DEFAULT_TIMEOUT_S = 30.0
 _POLL_S = 0.2
+
+
+class RemoteTierError(RuntimeError):
+    """The remote tier cannot be read with the job's rsm.config.* settings; the message names the cause in one
+    line (it reaches a person through Spark's error, which keeps only the last line of a Python traceback)."""
+
+
+def check_remote_tier(rsm_config: Mapping[str, str]) -> None:
+    """Fail now, with the cause named, if the settings cannot reach the remote tier: a bad URL, no or wrong
+    credentials, no bucket, an endpoint that does not answer. One request (RemoteStorageManager.check_access)."""
+    try:
+        with FsspecRemoteStorageManager.from_config(rsm_config) as rsm:
+            rsm.check_access()
+    except ValueError as e:
+        raise RemoteTierError(f"remote tier: {e}") from None
+    except RemoteStorageError as e:
+        raise RemoteTierError(remote_tier_problem(e, rsm_config, checking_bucket=True)) from None
+
+
+def remote_tier_problem(error: RemoteStorageError, rsm_config: Mapping[str, str], checking_bucket: bool = False) -> str:
+    """One line for a failed remote-tier call, naming the cause and the setting to look at rather than the
+    object store client's exception. `checking_bucket`: the call was check_access, so "not found" is the bucket."""
+    url = rsm_config.get("url", "")
+    endpoint = rsm_config.get("s3.endpoint.url") or "AWS S3"
+    causes = _causes(error)
+
+    def caused_by(*kinds: type[BaseException]) -> bool:
+        return any(isinstance(cause, kinds) for cause in causes)
+
+    if caused_by(NoCredentialsError):
+        return (
+            f"remote tier {url}: no credentials: give rsm.config.aws.access.key.id and "
+            "rsm.config.aws.secret.access.key (as the brokers have them)"
+        )
+    if caused_by(PermissionError):
+        return (
+            f"remote tier {url}: {endpoint} denied access (403 Forbidden): check rsm.config.aws.access.key.id and "
+            "rsm.config.aws.secret.access.key"
+        )
+    if caused_by(EndpointConnectionError, ConnectTimeoutError, ReadTimeoutError, ConnectionError, TimeoutError):
+        if caused_by(socket.gaierror):
+            reason = "unknown host"
+        elif caused_by(ConnectionRefusedError):
+            reason = "connection refused"
+        elif caused_by(ConnectTimeoutError, ReadTimeoutError, TimeoutError):
+            reason = "timed out"
+        else:
+            reason = "connection failed"
+        return f"remote tier {url}: cannot reach {endpoint} ({reason}): check rsm.config.s3.endpoint.url"
+    if caused_by(FileNotFoundError) and checking_bucket:
+        bucket = url.removeprefix("s3://").split("/", 1)[0]
+        return f"remote tier {url}: bucket {bucket!r} does not exist at {endpoint}: check rsm.config.url"
+    missing = next((cause for cause in causes if isinstance(cause, FileNotFoundError)), None)
+    if missing is not None:
+        return (
+            f"remote tier {url}: no object {missing.filename or missing}, which the brokers' remote log metadata "
+            "lists: are these the brokers' own rsm.config.* settings?"
+        )
+    return f"remote tier {url}: {error}"
+
+
+def _causes(error: BaseException) -> list[BaseException]:
+    chain: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,9 +50,17 @@ from tierlog.spark.offsets import (
     starting_offset,
 )
 from tierlog.spark.options import SourceOptions, parse_batch_options, parse_stream_options
-from tierlog.spark.remote_tier import RemoteSegmentSlice, plan_remote_reads, read_slice, remote_reach, split_slice
+from tierlog.spark.remote_tier import (
+    RemoteSegmentSlice,
+    RemoteTierError,
+    plan_remote_reads,
+    read_slice,
+    remote_reach,
+    remote_tier_problem,
+    split_slice,
+)
 from tierlog.spark.sink import TierlogStreamWriter, TierlogWriter, parse_sink_options
-from tierlog.tiered.remote_storage_manager import RemoteResourceNotFoundError
+from tierlog.tiered.remote_storage_manager import RemoteResourceNotFoundError, RemoteStorageError
 
 FETCH_VERSION = 12
 # Per-request bounds on an executor's fetches; a range is read in as many fetches as it takes.
@@ -106,9 +114,14 @@ def plan_input_partitions(options: SourceOptions, ranges: list[OffsetRange]) -> 
     if options.remote_read != "direct" or not ranges:
         return [RangePartition(r, include, fail, bootstrap) for r in split_ranges(ranges, options.min_partitions)]
     rsm_config = dict(options.rsm_config)
-    plans = plan_remote_reads(
-        options.bootstrap_servers, {TopicPartition(r.topic, r.partition): (r.start, r.end) for r in ranges}, rsm_config
-    )
+    try:
+        plans = plan_remote_reads(
+            options.bootstrap_servers,
+            {TopicPartition(r.topic, r.partition): (r.start, r.end) for r in ranges},
+            rsm_config,
+        )
+    except RemoteStorageError as e:
+        raise RemoteTierError(remote_tier_problem(e, rsm_config)) from None
     slices: list[RemoteSegmentSlice] = []
     tails: list[OffsetRange] = []
     for r in ranges:
@@ -321,6 +334,8 @@ def read_remote_slice(partition: RemoteSlicePartition) -> Iterator[pa.RecordBatc
                 f"deleted from the remote tier before they were read ({e}); some data may have been lost. Set the "
                 "option failOnDataLoss to false to go on without them."
             ) from None
+    except RemoteStorageError as e:
+        raise RemoteTierError(remote_tier_problem(e, dict(partition.rsm_config))) from None
 
 
 def read_range(

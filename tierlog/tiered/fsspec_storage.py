@@ -200,6 +200,17 @@ class FsspecRemoteStorageManager:
         prefix = self._root + "/"
         return sorted(path[len(prefix) :] for path in found if path.startswith(prefix))
 
+    def check_access(self) -> None:
+        """One cheap request proving the store answers, accepts the credentials and has the bucket (S3:
+        HeadBucket), so a reader can fail at once rather than in the middle of its work. A file:// or memory://
+        root needs no check: a root the brokers have not created yet only means nothing was copied."""
+        self._check_open()
+        if self.scheme != "s3":
+            return
+        bucket = self._root.split("/", 1)[0]
+        with self._remote_call("check bucket", bucket, missing_is_not_found=False):
+            self._fs.info(bucket)
+
     def __enter__(self) -> FsspecRemoteStorageManager:
         return self
 
