@@ -3,9 +3,10 @@
 The broker's produce and fetch paths move batches as opaque bytes (`record_batch.py`). The records inside
 are needed by dump-log, the demo clients and tests (through aiokafka's C extension: its DefaultRecordBatch
 reader and DefaultRecordBatchBuilder, which also decompress gzip/snappy/lz4/zstd through cramjam), and by
-two broker paths that must see them exactly as stored: the log cleaner, which rewrites batches keeping each
-record's offset delta, timestamp and headers byte for byte (`decode_raw_records`, `encode_raw_batch`), and
-the leader's record checks (`tierlog.records.validation`).
+three broker paths that must see them exactly as stored: the log cleaner, which rewrites batches keeping each
+record's offset delta, timestamp and headers byte for byte (`decode_raw_records`, `encode_raw_batch`), the
+leader's record checks (`tierlog.records.validation`), and the leader's recompression of a batch to its
+topic's `compression.type` (`recompress_batch`).
 """
 
 from __future__ import annotations
@@ -69,18 +70,46 @@ class DecodedBatch:
     records: list[Record]
 
 
-def _gzip_encode(data: bytes) -> bytes:
-    # mtime=0 as Java's GZIPOutputStream writes, so the same records always build the same bytes.
-    return gzip.compress(data, compresslevel=9, mtime=0)
-
-
-# The compressed form of the records section that a Kafka client would send for each codec.
-_ENCODERS: dict[CompressionType, Callable[[bytes], bytes]] = {
-    CompressionType.GZIP: _gzip_encode,
-    CompressionType.SNAPPY: snappy_encode,
-    CompressionType.LZ4: lz4_encode,
-    CompressionType.ZSTD: zstd_encode,
+# Kafka's compression levels (KIP-390: CompressionType.minLevel, maxLevel, defaultLevel) of the codecs that
+# have them; snappy has none. gzip's default -1 is zlib's own default (Java's Deflater.DEFAULT_COMPRESSION).
+GZIP_MIN_LEVEL, GZIP_MAX_LEVEL, GZIP_DEFAULT_LEVEL = 1, 9, -1
+LZ4_MIN_LEVEL, LZ4_MAX_LEVEL, LZ4_DEFAULT_LEVEL = 1, 17, 9
+ZSTD_MIN_LEVEL, ZSTD_MAX_LEVEL, ZSTD_DEFAULT_LEVEL = -131072, 22, 3
+_DEFAULT_LEVELS = {
+    CompressionType.GZIP: GZIP_DEFAULT_LEVEL,
+    CompressionType.LZ4: LZ4_DEFAULT_LEVEL,
+    CompressionType.ZSTD: ZSTD_DEFAULT_LEVEL,
 }
+
+
+@dataclass(frozen=True, slots=True)
+class Compression:
+    """Kafka's Compression: a codec and, for gzip, lz4 and zstd, its level (None: Kafka's default level)."""
+
+    type: CompressionType
+    level: int | None = None
+
+
+def compress(data: bytes, compression: Compression) -> bytes:
+    """A records section compressed as a Kafka client or broker writes it with `compression`."""
+    codec = compression.type
+    level = compression.level if compression.level is not None else _DEFAULT_LEVELS.get(codec)
+    if codec == CompressionType.GZIP:
+        # mtime=0 as Java's GZIPOutputStream writes, so the same records always build the same bytes.
+        return gzip.compress(data, compresslevel=level, mtime=0)  # type: ignore[arg-type]
+    if codec == CompressionType.LZ4:
+        # Kafka's Lz4BlockOutputStream (independent blocks, no content checksum) uses lz4's fast compressor at
+        # the default level and the high-compression one at the others. In lz4's frame API, which aiokafka
+        # calls, level 0 is the fast compressor, 3 to 12 the high one and higher levels compress as 12 (as in
+        # lz4-java); 1 and 2 are the fast one too, where lz4-java runs its high one at its lightest settings.
+        return lz4_encode(data, level=0 if level == LZ4_DEFAULT_LEVEL else level)  # type: ignore[arg-type]
+    if codec == CompressionType.ZSTD:
+        return zstd_encode(data, level=level)
+    if codec == CompressionType.SNAPPY:
+        # xerial's framing, as Kafka's SnappyOutputStream writes it.
+        return snappy_encode(data)
+    raise ValueError(f"no encoder for {codec!r}")
+
 
 _DECODERS: dict[CompressionType, Callable[[bytes], bytes]] = {
     CompressionType.GZIP: gzip_decode,
@@ -168,7 +197,7 @@ def _compress(batch: bytearray, compression: CompressionType) -> bytearray:
     """Replace the records section of an uncompressed batch by its compressed form and fix the header
     fields that change with it: batchLength, the codec bits of attributes, and the CRC over both."""
     compressed = bytearray(batch[:RECORD_BATCH_OVERHEAD])
-    compressed += _ENCODERS[compression](bytes(batch[RECORD_BATCH_OVERHEAD:]))
+    compressed += compress(bytes(batch[RECORD_BATCH_OVERHEAD:]), Compression(compression))
     compressed[LENGTH_OFFSET : LENGTH_OFFSET + 4] = (len(compressed) - LOG_OVERHEAD).to_bytes(4, "big")
     attributes = int.from_bytes(compressed[ATTRIBUTES_OFFSET : ATTRIBUTES_OFFSET + 2], "big")
     compressed[ATTRIBUTES_OFFSET : ATTRIBUTES_OFFSET + 2] = (attributes | compression).to_bytes(2, "big")
@@ -280,16 +309,21 @@ def encode_raw_batch(
     records: Sequence[RawRecord],
     *,
     delete_horizon_ms: int | None,
+    compression: Compression | None = None,
 ) -> bytes:
     """Rebuild a batch from `template` (the original header) with only `records`, as Kafka's cleaner does
     (MemoryRecords.buildRetainedRecordsInto): base offset, lastOffsetDelta, producer id/epoch, base sequence,
-    partition leader epoch, timestamp type, transactional/control bits and the codec are kept; every record
-    keeps its offset delta, timestamp and headers. baseTimestamp is the delete horizon when one is given
-    (with the delete-horizon attribute bit), else the first record's timestamp; maxTimestamp is the records'
+    partition leader epoch, timestamp type, transactional/control bits and the codec (at its default level,
+    unless `compression` gives another codec or level) are kept; every record keeps its offset delta,
+    timestamp and headers and gets attributes 0. baseTimestamp is the delete horizon when one is given (with
+    the delete-horizon attribute bit), else the first record's timestamp; maxTimestamp is the records'
     largest (the original for LogAppendTime). No records gives Kafka's empty batch
     (DefaultRecordBatch.writeEmptyHeader): uncompressed, baseTimestamp -1, the original maxTimestamp."""
     attributes = template.attributes & ~(DELETE_HORIZON_FLAG_MASK | COMPRESSION_CODEC_MASK)
-    compression = template.compression_type if records else CompressionType.NONE
+    if not records:
+        compression = Compression(CompressionType.NONE)
+    elif compression is None:
+        compression = Compression(template.compression_type)
     if not records:
         base_timestamp, max_timestamp = NO_TIMESTAMP, template.max_timestamp
     else:
@@ -316,7 +350,7 @@ def encode_raw_batch(
         encoded += record.headers
         _write_varint(body, len(encoded))
         body += encoded
-    payload = bytes(body) if compression == CompressionType.NONE else _ENCODERS[compression](bytes(body))
+    payload = bytes(body) if compression.type == CompressionType.NONE else compress(bytes(body), compression)
     buffer = bytearray(RECORD_BATCH_OVERHEAD)
     _BATCH_HEADER.pack_into(
         buffer,
@@ -326,7 +360,7 @@ def encode_raw_batch(
         template.partition_leader_epoch,
         CURRENT_MAGIC,
         0,
-        attributes | compression,
+        attributes | compression.type,
         template.last_offset_delta,
         base_timestamp,
         max_timestamp,
@@ -342,3 +376,14 @@ def encode_raw_batch(
     # The header just written must read back as the one intended (field order is easy to get wrong).
     assert read_header(result).last_offset == template.last_offset
     return result
+
+
+def recompress_batch(
+    batch: bytes | bytearray | memoryview, header: RecordBatchHeader, compression: Compression
+) -> bytes:
+    """`batch` (exactly the batch `header` describes) rebuilt with `compression`, as Kafka's LogValidator
+    rebuilds a produced batch whose codec is not its topic's compression.type (MemoryRecordsBuilder): the
+    header's fields and every record's offset delta, timestamp, key, value and headers are kept; baseTimestamp
+    becomes the first record's timestamp, maxTimestamp the records' largest, record attributes 0 and the CRC
+    is computed anew. Raises InvalidRecordError if the records do not parse or do not decompress."""
+    return encode_raw_batch(header, decode_raw_records(batch, header), delete_horizon_ms=None, compression=compression)
