@@ -234,3 +234,25 @@ def test_a_recompressed_batch_follows_memory_records_builder() -> None:
     assert (result.last_offset_delta, result.records_count) == (3, 4)
     assert records_section(rebuilt, result)[1] == 0  # record attributes are written as 0
     assert decode_batch(rebuilt).records == decode_batch(source).records
+
+
+@pytest.mark.parametrize("as_a_client_builds_it", [True, False])
+def test_a_recompressed_batch_is_the_batch_the_cleaners_builder_writes(as_a_client_builds_it: bool) -> None:
+    # Two ways to one result: the records of a client's batch are reused as they are, the others rewritten;
+    # either way they are what encode_raw_batch (MemoryRecordsBuilder's rules) writes for the same records.
+    source = build_batch(RECORDS, producer_id=5, producer_epoch=1, base_sequence=9)
+    header = validate_batch(source)
+    if not as_a_client_builds_it:
+        source = encode_raw_batch(header, decode_raw_records(source, header), delete_horizon_ms=T0 - 1000)
+        header = validate_batch(source)
+    expected = encode_raw_batch(header, decode_raw_records(source, header), delete_horizon_ms=None)
+    assert recompress_batch(source, header, Compression(CompressionType.NONE)) == expected
+    assert (recompress_batch(source, header, Compression(CompressionType.NONE)) == source) is as_a_client_builds_it
+
+
+def test_recompressing_a_batch_whose_records_do_not_parse_is_an_invalid_record_error() -> None:
+    batch = bytearray(build_batch(RECORDS))
+    batch[RECORD_BATCH_OVERHEAD] = 0x7E  # the first record's length, now past the end of the records
+    batch[CRC_OFFSET : CRC_OFFSET + 4] = crc32c(batch[ATTRIBUTES_OFFSET:]).to_bytes(4, "big")
+    with pytest.raises(InvalidRecordError, match="undecodable records"):
+        recompress_batch(batch, validate_batch(batch), Compression(CompressionType.ZSTD))

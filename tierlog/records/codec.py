@@ -309,21 +309,17 @@ def encode_raw_batch(
     records: Sequence[RawRecord],
     *,
     delete_horizon_ms: int | None,
-    compression: Compression | None = None,
 ) -> bytes:
     """Rebuild a batch from `template` (the original header) with only `records`, as Kafka's cleaner does
     (MemoryRecords.buildRetainedRecordsInto): base offset, lastOffsetDelta, producer id/epoch, base sequence,
-    partition leader epoch, timestamp type, transactional/control bits and the codec (at its default level,
-    unless `compression` gives another codec or level) are kept; every record keeps its offset delta,
-    timestamp and headers and gets attributes 0. baseTimestamp is the delete horizon when one is given (with
-    the delete-horizon attribute bit), else the first record's timestamp; maxTimestamp is the records'
-    largest (the original for LogAppendTime). No records gives Kafka's empty batch
-    (DefaultRecordBatch.writeEmptyHeader): uncompressed, baseTimestamp -1, the original maxTimestamp."""
+    partition leader epoch, timestamp type, transactional/control bits and the codec (at its default level)
+    are kept; every record keeps its offset delta, timestamp and headers and gets attributes 0. baseTimestamp
+    is the delete horizon when one is given (with the delete-horizon attribute bit), else the first record's
+    timestamp; maxTimestamp is the records' largest (the original for LogAppendTime). No records gives Kafka's
+    empty batch (DefaultRecordBatch.writeEmptyHeader): uncompressed, baseTimestamp -1, the original
+    maxTimestamp."""
     attributes = template.attributes & ~(DELETE_HORIZON_FLAG_MASK | COMPRESSION_CODEC_MASK)
-    if not records:
-        compression = Compression(CompressionType.NONE)
-    elif compression is None:
-        compression = Compression(template.compression_type)
+    compression = Compression(template.compression_type if records else CompressionType.NONE)
     if not records:
         base_timestamp, max_timestamp = NO_TIMESTAMP, template.max_timestamp
     else:
@@ -350,7 +346,21 @@ def encode_raw_batch(
         encoded += record.headers
         _write_varint(body, len(encoded))
         body += encoded
-    payload = bytes(body) if compression.type == CompressionType.NONE else compress(bytes(body), compression)
+    return _pack_batch(template, attributes, base_timestamp, max_timestamp, len(records), bytes(body), compression)
+
+
+def _pack_batch(
+    template: RecordBatchHeader,
+    attributes: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    records_count: int,
+    records: bytes,
+    compression: Compression,
+) -> bytes:
+    """A batch of `records` (an uncompressed records section) with `template`'s offsets, epoch and producer
+    fields, compressed with `compression`, and its CRC."""
+    payload = records if compression.type == CompressionType.NONE else compress(records, compression)
     buffer = bytearray(RECORD_BATCH_OVERHEAD)
     _BATCH_HEADER.pack_into(
         buffer,
@@ -367,7 +377,7 @@ def encode_raw_batch(
         template.producer_id,
         template.producer_epoch,
         template.base_sequence,
-        len(records),
+        records_count,
     )
     buffer += payload
     crc = crc32c(buffer[ATTRIBUTES_OFFSET:])
@@ -384,6 +394,65 @@ def recompress_batch(
     """`batch` (exactly the batch `header` describes) rebuilt with `compression`, as Kafka's LogValidator
     rebuilds a produced batch whose codec is not its topic's compression.type (MemoryRecordsBuilder): the
     header's fields and every record's offset delta, timestamp, key, value and headers are kept; baseTimestamp
-    becomes the first record's timestamp, maxTimestamp the records' largest, record attributes 0 and the CRC
-    is computed anew. Raises InvalidRecordError if the records do not parse or do not decompress."""
-    return encode_raw_batch(header, decode_raw_records(batch, header), delete_horizon_ms=None, compression=compression)
+    becomes the first record's timestamp, maxTimestamp the records' largest (kept for LogAppendTime), record
+    attributes 0, the delete-horizon bit goes, and the CRC is computed anew. Raises InvalidRecordError if the
+    records do not parse or do not decompress.
+
+    A Kafka client writes each record as that builder does, so its records section is normally reused byte for
+    byte: the records are walked (and checked as `decode_raw_records` checks them) but not decoded."""
+    try:
+        data = records_section(batch, header)
+        records, base_timestamp, max_timestamp = _builder_records(data, header)
+    except Exception as e:
+        # As in decode_raw_records: a truncated varint, a bad length or a stream that does not decompress.
+        raise InvalidRecordError(f"batch at offset {header.base_offset} has undecodable records: {e!r}") from e
+    if header.timestamp_type == TimestampType.LOG_APPEND_TIME:
+        max_timestamp = header.max_timestamp
+    attributes = header.attributes & ~(DELETE_HORIZON_FLAG_MASK | COMPRESSION_CODEC_MASK)
+    return _pack_batch(header, attributes, base_timestamp, max_timestamp, header.records_count, records, compression)
+
+
+def _builder_records(data: bytes, header: RecordBatchHeader) -> tuple[bytes, int, int]:
+    """The records section `data` as MemoryRecordsBuilder writes it (record attributes 0, timestamp deltas from
+    the first record's timestamp), with that first timestamp (the batch's baseTimestamp) and the largest."""
+    old_base = header.base_timestamp
+    base_timestamp = max_timestamp = NO_TIMESTAMP
+    as_built = True
+    position = 0
+    for index in range(header.records_count):
+        length, position = _read_varint(data, position)
+        end = position + length
+        if length < 0 or end > len(data):
+            raise ValueError(f"record of {length} bytes at {position} runs past the records")
+        timestamp_delta, cursor = _read_varint(data, position + 1)
+        timestamp = old_base + timestamp_delta
+        if index == 0:
+            base_timestamp = timestamp
+            as_built = timestamp_delta == 0
+        as_built = as_built and data[position] == 0
+        max_timestamp = max(max_timestamp, timestamp)
+        _, cursor = _read_varint(data, cursor)  # offset delta
+        for _field in range(2):  # key, value
+            field_length, cursor = _read_varint(data, cursor)
+            cursor += max(field_length, 0)
+        if _skip_headers(data, cursor) != end:
+            raise ValueError(f"record at {position - 1} does not end where its length says")
+        position = end
+    if position != len(data):
+        raise ValueError(f"{len(data) - position} bytes follow the last of {header.records_count} records")
+    if as_built:
+        return data, base_timestamp, max_timestamp
+    # Rewrite what differs: each record's attributes and timestamp delta; the rest of it is copied.
+    rebuilt = bytearray()
+    position = 0
+    for _ in range(header.records_count):
+        length, position = _read_varint(data, position)
+        end = position + length
+        timestamp_delta, cursor = _read_varint(data, position + 1)
+        record = bytearray(b"\x00")
+        _write_varint(record, old_base + timestamp_delta - base_timestamp)
+        record += data[cursor:end]
+        _write_varint(rebuilt, len(record))
+        rebuilt += record
+        position = end
+    return bytes(rebuilt), base_timestamp, max_timestamp
