@@ -5,6 +5,7 @@ topic, is stored byte for byte as sent; followers store the leader's bytes uncha
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from storage_helpers import T0, fetched, log_config, open_log
 
 from tierlog.records.codec import (
     Compression,
+    RecordSpec,
     build_batch,
     compress,
     decode_batches,
@@ -45,10 +47,10 @@ TOPIC_CODECS = {
 PID = 7000
 
 
-def varied_records(count: int = 40) -> list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]]:
+def varied_records(count: int = 40) -> list[RecordSpec]:
     """Null, empty and binary keys and values, duplicate and null-valued headers, and timestamps out of order
     (the first record is not the oldest, so baseTimestamp and maxTimestamp must both be recomputed)."""
-    records = []
+    records: list[RecordSpec] = []
     for i in range(count):
         key = None if i % 7 == 0 else b"" if i % 13 == 0 else b"key-%d" % (i % 5)
         value = None if i % 11 == 0 else bytes(range(i % 256)) * 3 + b"tierlog " * (i % 9)
@@ -64,7 +66,7 @@ def varied_records(count: int = 40) -> list[tuple[bytes | None, bytes | None, li
 RECORDS = varied_records()
 
 
-def produced(codec: CompressionType, *, base_sequence: int = -1, records: list = RECORDS) -> bytearray:  # type: ignore[type-arg]
+def produced(codec: CompressionType, *, base_sequence: int = -1, records: Sequence[RecordSpec] = RECORDS) -> bytearray:
     """A batch as a client sends it: base offset 0, no partition leader epoch."""
     producer = {"producer_id": PID, "producer_epoch": 3, "base_sequence": base_sequence} if base_sequence >= 0 else {}
     return bytearray(build_batch(records, compression=codec, **producer))
@@ -75,7 +77,11 @@ def stored_batches(log: Log, start_offset: int = 0) -> tuple[bytes, list[RecordB
     return data, list(iter_batches(data))  # iter_batches checks every CRC
 
 
-def as_read(data: bytes) -> list[tuple[int, int, TimestampType, bytes | None, bytes | None, list]]:  # type: ignore[type-arg]
+# (offset, timestamp, timestamp type, key, value, headers)
+ReadRecord = tuple[int, int, TimestampType, bytes | None, bytes | None, list[tuple[str, bytes | None]]]
+
+
+def as_read(data: bytes) -> list[ReadRecord]:
     """Every record as aiokafka's reader (the C DefaultRecordBatch) returns it."""
     return [
         (r.offset, r.timestamp, r.timestamp_type, r.key, r.value, r.headers)
@@ -84,9 +90,10 @@ def as_read(data: bytes) -> list[tuple[int, int, TimestampType, bytes | None, by
     ]
 
 
-def expected(base_offset: int, timestamp_type: TimestampType = TimestampType.CREATE_TIME) -> list:  # type: ignore[type-arg]
+def expected(base_offset: int) -> list[ReadRecord]:
+    """RECORDS as a consumer should read them from `base_offset` on."""
     return [
-        (base_offset + i, ts, timestamp_type, key, value, headers)
+        (base_offset + i, ts, TimestampType.CREATE_TIME, key, value, list(headers))
         for i, (key, value, headers, ts) in enumerate(RECORDS)
     ]
 

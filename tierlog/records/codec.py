@@ -355,12 +355,12 @@ def _pack_batch(
     base_timestamp: int,
     max_timestamp: int,
     records_count: int,
-    records: bytes,
+    body: bytes,
     compression: Compression,
 ) -> bytes:
-    """A batch of `records` (an uncompressed records section) with `template`'s offsets, epoch and producer
+    """A batch of `body` (an uncompressed records section) with `template`'s offsets, epoch and producer
     fields, compressed with `compression`, and its CRC."""
-    payload = records if compression.type == CompressionType.NONE else compress(records, compression)
+    payload = body if compression.type == CompressionType.NONE else compress(body, compression)
     buffer = bytearray(RECORD_BATCH_OVERHEAD)
     _BATCH_HEADER.pack_into(
         buffer,
@@ -401,18 +401,17 @@ def recompress_batch(
     A Kafka client writes each record as that builder does, so its records section is normally reused byte for
     byte: the records are walked (and checked as `decode_raw_records` checks them) but not decoded."""
     try:
-        data = records_section(batch, header)
-        records, base_timestamp, max_timestamp = _builder_records(data, header)
+        body, base_timestamp, max_timestamp = _as_built(records_section(batch, header), header)
     except Exception as e:
         # As in decode_raw_records: a truncated varint, a bad length or a stream that does not decompress.
         raise InvalidRecordError(f"batch at offset {header.base_offset} has undecodable records: {e!r}") from e
     if header.timestamp_type == TimestampType.LOG_APPEND_TIME:
         max_timestamp = header.max_timestamp
     attributes = header.attributes & ~(DELETE_HORIZON_FLAG_MASK | COMPRESSION_CODEC_MASK)
-    return _pack_batch(header, attributes, base_timestamp, max_timestamp, header.records_count, records, compression)
+    return _pack_batch(header, attributes, base_timestamp, max_timestamp, header.records_count, body, compression)
 
 
-def _builder_records(data: bytes, header: RecordBatchHeader) -> tuple[bytes, int, int]:
+def _as_built(data: bytes, header: RecordBatchHeader) -> tuple[bytes, int, int]:
     """The records section `data` as MemoryRecordsBuilder writes it (record attributes 0, timestamp deltas from
     the first record's timestamp), with that first timestamp (the batch's baseTimestamp) and the largest."""
     old_base = header.base_timestamp
