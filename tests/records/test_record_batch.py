@@ -34,7 +34,9 @@ THREE: list[RecordSpec] = [(b"k", b"v0", [], T0), (b"k", b"v1", [], T0 + 2), (No
 
 
 def batch(base_offset: int = 0, partition_leader_epoch: int = -1) -> bytearray:
-    return bytearray(build_batch(THREE, base_offset=base_offset, partition_leader_epoch=partition_leader_epoch))
+    return bytearray(
+        build_batch(THREE, base_offset=base_offset, partition_leader_epoch=partition_leader_epoch)
+    )
 
 
 def fix_crc(data: bytearray, position: int = 0) -> None:
@@ -125,7 +127,7 @@ def test_length_shorter_than_a_header_is_corrupt(length: int) -> None:
 
 def test_buffer_shorter_than_a_header_is_corrupt() -> None:
     with pytest.raises(InvalidRecordError, match="less than a header"):
-        validate_batch(batch()[: RECORD_BATCH_OVERHEAD - 1])
+        validate_batch(batch()[:RECORD_BATCH_OVERHEAD - 1])
 
 
 @pytest.mark.parametrize(("count", "last_offset_delta"), [(4, 2), (-1, 2), (3, 1), (0, -1)])
