@@ -100,6 +100,8 @@ def test_legacy_broker_id_and_log_dir_names_are_accepted() -> None:
         ("log.retention.ms", "0", "log.retention.ms must be unlimited (-1) or, greater than or equal to 1"),
         ("tierlog.http.listener", "nowhere", "Invalid value nowhere for configuration tierlog.http.listener"),
         ("process.roles", "broker,zookeeper", "String must be one of: broker, controller"),
+        ("compression.zstd.level", "99", "Invalid value 99 for configuration compression.zstd.level: Value must be no"),
+        ("compression.gzip.level", "0", "Value must be between 1 and 9 or equal to -1"),
     ],
 )
 def test_a_bad_value_is_refused_with_kafkas_one_line_naming_key_value_and_rule(

@@ -8,6 +8,7 @@ from kafka.record.default_records import DefaultRecordBatch as KafkaPythonBatch
 from kafka.record.default_records import DefaultRecordBatchBuilder as KafkaPythonBuilder
 
 from tierlog.records.codec import (
+    Compression,
     Record,
     RecordSpec,
     build_batch,
@@ -15,11 +16,14 @@ from tierlog.records.codec import (
     decode_batches,
     decode_raw_records,
     encode_raw_batch,
+    recompress_batch,
+    records_section,
 )
 from tierlog.records.record_batch import (
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
     RECORD_BATCH_OVERHEAD,
+    TRANSACTIONAL_FLAG_MASK,
     CompressionType,
     InvalidRecordError,
     TimestampType,
@@ -200,3 +204,55 @@ def test_raw_records_of_a_compressed_batch_keep_null_keys_and_broken_records_are
     header = validate_batch(truncated)
     with pytest.raises(InvalidRecordError, match="undecodable records"):
         decode_raw_records(truncated[: header.size_in_bytes - 5], header)
+
+
+# Recompression: what a leader stores when a batch's codec is not its topic's compression.type.
+
+
+def test_a_recompressed_batch_follows_memory_records_builder() -> None:
+    # A source batch Kafka's builder would not write: baseTimestamp is not the first record's (a delete
+    # horizon, with its attribute bit), the transactional bit is set, and the first record has attributes.
+    plain = build_batch(RECORDS, producer_id=5, producer_epoch=1, base_sequence=9)
+    plain_header = validate_batch(plain)
+    source = bytearray(
+        encode_raw_batch(plain_header, decode_raw_records(plain, plain_header), delete_horizon_ms=T0 - 1000)
+    )
+    attributes = int.from_bytes(source[ATTRIBUTES_OFFSET : ATTRIBUTES_OFFSET + 2], "big") | TRANSACTIONAL_FLAG_MASK
+    source[ATTRIBUTES_OFFSET : ATTRIBUTES_OFFSET + 2] = attributes.to_bytes(2, "big")
+    source[RECORD_BATCH_OVERHEAD + 1] = 0x01  # the first record's attributes, after its 1-byte length
+    source[CRC_OFFSET : CRC_OFFSET + 4] = crc32c(source[ATTRIBUTES_OFFSET:]).to_bytes(4, "big")
+    header = validate_batch(source)
+    assert (header.base_timestamp, header.delete_horizon_ms) == (T0 - 1000, T0 - 1000)
+    assert records_section(source, header)[1] == 0x01
+
+    rebuilt = recompress_batch(source, header, Compression(CompressionType.ZSTD, 7))
+    result = validate_batch(rebuilt)
+    assert result.compression_type == CompressionType.ZSTD
+    assert result.is_transactional and result.delete_horizon_ms is None
+    assert (result.base_timestamp, result.max_timestamp) == (T0, T0 + 9)
+    assert (result.producer_id, result.producer_epoch, result.base_sequence) == (5, 1, 9)
+    assert (result.last_offset_delta, result.records_count) == (3, 4)
+    assert records_section(rebuilt, result)[1] == 0  # record attributes are written as 0
+    assert decode_batch(rebuilt).records == decode_batch(source).records
+
+
+@pytest.mark.parametrize("as_a_client_builds_it", [True, False])
+def test_a_recompressed_batch_is_the_batch_the_cleaners_builder_writes(as_a_client_builds_it: bool) -> None:
+    # Two ways to one result: the records of a client's batch are reused as they are, the others rewritten;
+    # either way they are what encode_raw_batch (MemoryRecordsBuilder's rules) writes for the same records.
+    source = build_batch(RECORDS, producer_id=5, producer_epoch=1, base_sequence=9)
+    header = validate_batch(source)
+    if not as_a_client_builds_it:
+        source = encode_raw_batch(header, decode_raw_records(source, header), delete_horizon_ms=T0 - 1000)
+        header = validate_batch(source)
+    expected = encode_raw_batch(header, decode_raw_records(source, header), delete_horizon_ms=None)
+    assert recompress_batch(source, header, Compression(CompressionType.NONE)) == expected
+    assert (recompress_batch(source, header, Compression(CompressionType.NONE)) == source) is as_a_client_builds_it
+
+
+def test_recompressing_a_batch_whose_records_do_not_parse_is_an_invalid_record_error() -> None:
+    batch = bytearray(build_batch(RECORDS))
+    batch[RECORD_BATCH_OVERHEAD] = 0x7E  # the first record's length, now past the end of the records
+    batch[CRC_OFFSET : CRC_OFFSET + 4] = crc32c(batch[ATTRIBUTES_OFFSET:]).to_bytes(4, "big")
+    with pytest.raises(InvalidRecordError, match="undecodable records"):
+        recompress_batch(batch, validate_batch(batch), Compression(CompressionType.ZSTD))

@@ -6,6 +6,8 @@ import dataclasses
 
 import pytest
 
+from tierlog.records.codec import Compression
+from tierlog.records.record_batch import CompressionType
 from tierlog.storage.log_config import TOPIC_CONFIGS, LogConfig, validate_topic_config
 
 LONG_MAX = 2**63 - 1
@@ -16,6 +18,7 @@ def test_defaults_are_kafka_3_9_topic_defaults() -> None:
     assert config.cleanup_policy == ("delete",)
     assert config.delete and not config.compact
     assert config.compression_type == "producer"
+    assert (config.compression_gzip_level, config.compression_lz4_level, config.compression_zstd_level) == (-1, 9, 3)
     assert config.delete_retention_ms == 86_400_000
     assert config.file_delete_delay_ms == 60_000
     assert config.flush_messages == LONG_MAX
@@ -65,6 +68,8 @@ def test_broker_synonyms_are_kafkas() -> None:
     assert synonyms["local.retention.bytes"] == "log.local.retention.bytes"
     assert synonyms["file.delete.delay.ms"] == "log.segment.delete.delay.ms"
     assert synonyms["min.insync.replicas"] == "min.insync.replicas"
+    for name in ("compression.type", "compression.gzip.level", "compression.lz4.level", "compression.zstd.level"):
+        assert synonyms[name] == name
     assert synonyms["remote.storage.enable"] is None
 
 
@@ -123,6 +128,22 @@ def test_list_boolean_and_double_values_parse() -> None:
         ("min.cleanable.dirty.ratio", "1.5", "Value must be no more than 1"),
         ("min.insync.replicas", "0", "Value must be at least 1"),
         ("no.such.config", "1", "Unknown topic config name: no.such.config"),
+        ("compression.type", "none", "String must be one of: uncompressed, zstd, lz4, snappy, gzip, producer"),
+        (
+            "compression.gzip.level",
+            "0",
+            "Invalid value 0 for configuration compression.gzip.level: Value must be between 1 and 9 or equal to -1",
+        ),
+        ("compression.gzip.level", "10", "Value must be between 1 and 9 or equal to -1"),
+        (
+            "compression.lz4.level",
+            "0",
+            "Invalid value 0 for configuration compression.lz4.level: Value must be at least 1",
+        ),
+        ("compression.lz4.level", "18", "Value must be no more than 17"),
+        ("compression.zstd.level", "-131073", "Value must be at least -131072"),
+        ("compression.zstd.level", "23", "Value must be no more than 22"),
+        ("compression.zstd.level", "high", "Not a number of type INT"),
     ],
 )
 def test_invalid_topic_configs_get_one_line_kafka_messages(name: str, value: str, message: str) -> None:
@@ -133,8 +154,31 @@ def test_invalid_topic_configs_get_one_line_kafka_messages(name: str, value: str
 
 
 def test_valid_topic_configs_pass() -> None:
-    for name, value in (("retention.ms", "-1"), ("segment.ms", "1"), ("compression.type", "zstd")):
+    for name, value in (
+        ("retention.ms", "-1"),
+        ("segment.ms", "1"),
+        ("compression.type", "zstd"),
+        ("compression.gzip.level", "-1"),
+        ("compression.gzip.level", "1"),
+        ("compression.lz4.level", "17"),
+        ("compression.zstd.level", "-131072"),
+        ("compression.zstd.level", "22"),
+    ):
         validate_topic_config(name, value)
+
+
+def test_compression_is_the_topics_codec_at_its_level_and_none_for_producer() -> None:
+    assert LogConfig.from_props({}, {}).compression is None
+    assert LogConfig.from_props({"compression.type": "uncompressed"}, {}).compression == Compression(
+        CompressionType.NONE
+    )
+    assert LogConfig.from_props({"compression.type": "snappy"}, {}).compression == Compression(CompressionType.SNAPPY)
+    assert LogConfig.from_props({"compression.type": "gzip"}, {}).compression == Compression(CompressionType.GZIP, -1)
+    # The level of the topic's codec counts; the others' are ignored, as in Kafka.
+    broker = {"compression.type": "zstd", "compression.zstd.level": "10", "compression.lz4.level": "2"}
+    assert LogConfig.from_props({}, broker).compression == Compression(CompressionType.ZSTD, 10)
+    topic = {"compression.type": "lz4", "compression.zstd.level": "-5"}
+    assert LogConfig.from_props(topic, broker).compression == Compression(CompressionType.LZ4, 2)
 
 
 def test_from_props_rejects_unknown_and_invalid_overrides() -> None:

@@ -3,9 +3,10 @@
 The broker's produce and fetch paths move batches as opaque bytes (`record_batch.py`). The records inside
 are needed by dump-log, the demo clients and tests (through aiokafka's C extension: its DefaultRecordBatch
 reader and DefaultRecordBatchBuilder, which also decompress gzip/snappy/lz4/zstd through cramjam), and by
-two broker paths that must see them exactly as stored: the log cleaner, which rewrites batches keeping each
-record's offset delta, timestamp and headers byte for byte (`decode_raw_records`, `encode_raw_batch`), and
-the leader's record checks (`tierlog.records.validation`).
+three broker paths that must see them exactly as stored: the log cleaner, which rewrites batches keeping each
+record's offset delta, timestamp and headers byte for byte (`decode_raw_records`, `encode_raw_batch`), the
+leader's record checks (`tierlog.records.validation`), and the leader's recompression of a batch to its
+topic's `compression.type` (`recompress_batch`).
 """
 
 from __future__ import annotations
@@ -69,18 +70,46 @@ class DecodedBatch:
     records: list[Record]
 
 
-def _gzip_encode(data: bytes) -> bytes:
-    # mtime=0 as Java's GZIPOutputStream writes, so the same records always build the same bytes.
-    return gzip.compress(data, compresslevel=9, mtime=0)
-
-
-# The compressed form of the records section that a Kafka client would send for each codec.
-_ENCODERS: dict[CompressionType, Callable[[bytes], bytes]] = {
-    CompressionType.GZIP: _gzip_encode,
-    CompressionType.SNAPPY: snappy_encode,
-    CompressionType.LZ4: lz4_encode,
-    CompressionType.ZSTD: zstd_encode,
+# Kafka's compression levels (KIP-390: CompressionType.minLevel, maxLevel, defaultLevel) of the codecs that
+# have them; snappy has none. gzip's default -1 is zlib's own default (Java's Deflater.DEFAULT_COMPRESSION).
+GZIP_MIN_LEVEL, GZIP_MAX_LEVEL, GZIP_DEFAULT_LEVEL = 1, 9, -1
+LZ4_MIN_LEVEL, LZ4_MAX_LEVEL, LZ4_DEFAULT_LEVEL = 1, 17, 9
+ZSTD_MIN_LEVEL, ZSTD_MAX_LEVEL, ZSTD_DEFAULT_LEVEL = -131072, 22, 3
+_DEFAULT_LEVELS = {
+    CompressionType.GZIP: GZIP_DEFAULT_LEVEL,
+    CompressionType.LZ4: LZ4_DEFAULT_LEVEL,
+    CompressionType.ZSTD: ZSTD_DEFAULT_LEVEL,
 }
+
+
+@dataclass(frozen=True, slots=True)
+class Compression:
+    """Kafka's Compression: a codec and, for gzip, lz4 and zstd, its level (None: Kafka's default level)."""
+
+    type: CompressionType
+    level: int | None = None
+
+
+def compress(data: bytes, compression: Compression) -> bytes:
+    """A records section compressed as a Kafka client or broker writes it with `compression`."""
+    codec = compression.type
+    level = compression.level if compression.level is not None else _DEFAULT_LEVELS.get(codec)
+    if codec == CompressionType.GZIP:
+        # mtime=0 as Java's GZIPOutputStream writes, so the same records always build the same bytes.
+        return gzip.compress(data, compresslevel=level, mtime=0)  # type: ignore[arg-type]
+    if codec == CompressionType.LZ4:
+        # Kafka's Lz4BlockOutputStream (independent blocks, no content checksum) uses lz4's fast compressor at
+        # the default level and the high-compression one at the others. In lz4's frame API, which aiokafka
+        # calls, level 0 is the fast compressor, 3 to 12 the high one and higher levels compress as 12 (as in
+        # lz4-java); 1 and 2 are the fast one too, where lz4-java runs its high one at its lightest settings.
+        return lz4_encode(data, level=0 if level == LZ4_DEFAULT_LEVEL else level)  # type: ignore[arg-type]
+    if codec == CompressionType.ZSTD:
+        return zstd_encode(data, level=level)
+    if codec == CompressionType.SNAPPY:
+        # xerial's framing, as Kafka's SnappyOutputStream writes it.
+        return snappy_encode(data)
+    raise ValueError(f"no encoder for {codec!r}")
+
 
 _DECODERS: dict[CompressionType, Callable[[bytes], bytes]] = {
     CompressionType.GZIP: gzip_decode,
@@ -168,7 +197,7 @@ def _compress(batch: bytearray, compression: CompressionType) -> bytearray:
     """Replace the records section of an uncompressed batch by its compressed form and fix the header
     fields that change with it: batchLength, the codec bits of attributes, and the CRC over both."""
     compressed = bytearray(batch[:RECORD_BATCH_OVERHEAD])
-    compressed += _ENCODERS[compression](bytes(batch[RECORD_BATCH_OVERHEAD:]))
+    compressed += compress(bytes(batch[RECORD_BATCH_OVERHEAD:]), Compression(compression))
     compressed[LENGTH_OFFSET : LENGTH_OFFSET + 4] = (len(compressed) - LOG_OVERHEAD).to_bytes(4, "big")
     attributes = int.from_bytes(compressed[ATTRIBUTES_OFFSET : ATTRIBUTES_OFFSET + 2], "big")
     compressed[ATTRIBUTES_OFFSET : ATTRIBUTES_OFFSET + 2] = (attributes | compression).to_bytes(2, "big")
@@ -283,13 +312,14 @@ def encode_raw_batch(
 ) -> bytes:
     """Rebuild a batch from `template` (the original header) with only `records`, as Kafka's cleaner does
     (MemoryRecords.buildRetainedRecordsInto): base offset, lastOffsetDelta, producer id/epoch, base sequence,
-    partition leader epoch, timestamp type, transactional/control bits and the codec are kept; every record
-    keeps its offset delta, timestamp and headers. baseTimestamp is the delete horizon when one is given
-    (with the delete-horizon attribute bit), else the first record's timestamp; maxTimestamp is the records'
-    largest (the original for LogAppendTime). No records gives Kafka's empty batch
-    (DefaultRecordBatch.writeEmptyHeader): uncompressed, baseTimestamp -1, the original maxTimestamp."""
+    partition leader epoch, timestamp type, transactional/control bits and the codec (at its default level)
+    are kept; every record keeps its offset delta, timestamp and headers and gets attributes 0. baseTimestamp
+    is the delete horizon when one is given (with the delete-horizon attribute bit), else the first record's
+    timestamp; maxTimestamp is the records' largest (the original for LogAppendTime). No records gives Kafka's
+    empty batch (DefaultRecordBatch.writeEmptyHeader): uncompressed, baseTimestamp -1, the original
+    maxTimestamp."""
     attributes = template.attributes & ~(DELETE_HORIZON_FLAG_MASK | COMPRESSION_CODEC_MASK)
-    compression = template.compression_type if records else CompressionType.NONE
+    compression = Compression(template.compression_type if records else CompressionType.NONE)
     if not records:
         base_timestamp, max_timestamp = NO_TIMESTAMP, template.max_timestamp
     else:
@@ -316,7 +346,21 @@ def encode_raw_batch(
         encoded += record.headers
         _write_varint(body, len(encoded))
         body += encoded
-    payload = bytes(body) if compression == CompressionType.NONE else _ENCODERS[compression](bytes(body))
+    return _pack_batch(template, attributes, base_timestamp, max_timestamp, len(records), bytes(body), compression)
+
+
+def _pack_batch(
+    template: RecordBatchHeader,
+    attributes: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    records_count: int,
+    body: bytes,
+    compression: Compression,
+) -> bytes:
+    """A batch of `body` (an uncompressed records section) with `template`'s offsets, epoch and producer
+    fields, compressed with `compression`, and its CRC."""
+    payload = body if compression.type == CompressionType.NONE else compress(body, compression)
     buffer = bytearray(RECORD_BATCH_OVERHEAD)
     _BATCH_HEADER.pack_into(
         buffer,
@@ -326,14 +370,14 @@ def encode_raw_batch(
         template.partition_leader_epoch,
         CURRENT_MAGIC,
         0,
-        attributes | compression,
+        attributes | compression.type,
         template.last_offset_delta,
         base_timestamp,
         max_timestamp,
         template.producer_id,
         template.producer_epoch,
         template.base_sequence,
-        len(records),
+        records_count,
     )
     buffer += payload
     crc = crc32c(buffer[ATTRIBUTES_OFFSET:])
@@ -342,3 +386,72 @@ def encode_raw_batch(
     # The header just written must read back as the one intended (field order is easy to get wrong).
     assert read_header(result).last_offset == template.last_offset
     return result
+
+
+def recompress_batch(
+    batch: bytes | bytearray | memoryview, header: RecordBatchHeader, compression: Compression
+) -> bytes:
+    """`batch` (exactly the batch `header` describes) rebuilt with `compression`, as Kafka's LogValidator
+    rebuilds a produced batch whose codec is not its topic's compression.type (MemoryRecordsBuilder): the
+    header's fields and every record's offset delta, timestamp, key, value and headers are kept; baseTimestamp
+    becomes the first record's timestamp, maxTimestamp the records' largest (kept for LogAppendTime), record
+    attributes 0, the delete-horizon bit goes, and the CRC is computed anew. Raises InvalidRecordError if the
+    records do not parse or do not decompress.
+
+    A Kafka client writes each record as that builder does, so its records section is normally reused byte for
+    byte: the records are walked (and checked as `decode_raw_records` checks them) but not decoded."""
+    try:
+        body, base_timestamp, max_timestamp = _as_built(records_section(batch, header), header)
+    except Exception as e:
+        # As in decode_raw_records: a truncated varint, a bad length or a stream that does not decompress.
+        raise InvalidRecordError(f"batch at offset {header.base_offset} has undecodable records: {e!r}") from e
+    if header.timestamp_type == TimestampType.LOG_APPEND_TIME:
+        max_timestamp = header.max_timestamp
+    attributes = header.attributes & ~(DELETE_HORIZON_FLAG_MASK | COMPRESSION_CODEC_MASK)
+    return _pack_batch(header, attributes, base_timestamp, max_timestamp, header.records_count, body, compression)
+
+
+def _as_built(data: bytes, header: RecordBatchHeader) -> tuple[bytes, int, int]:
+    """The records section `data` as MemoryRecordsBuilder writes it (record attributes 0, timestamp deltas from
+    the first record's timestamp), with that first timestamp (the batch's baseTimestamp) and the largest."""
+    old_base = header.base_timestamp
+    base_timestamp = max_timestamp = NO_TIMESTAMP
+    as_built = True
+    position = 0
+    for index in range(header.records_count):
+        length, position = _read_varint(data, position)
+        end = position + length
+        if length < 0 or end > len(data):
+            raise ValueError(f"record of {length} bytes at {position} runs past the records")
+        timestamp_delta, cursor = _read_varint(data, position + 1)
+        timestamp = old_base + timestamp_delta
+        if index == 0:
+            base_timestamp = timestamp
+            as_built = timestamp_delta == 0
+        as_built = as_built and data[position] == 0
+        max_timestamp = max(max_timestamp, timestamp)
+        _, cursor = _read_varint(data, cursor)  # offset delta
+        for _field in range(2):  # key, value
+            field_length, cursor = _read_varint(data, cursor)
+            cursor += max(field_length, 0)
+        if _skip_headers(data, cursor) != end:
+            raise ValueError(f"record at {position - 1} does not end where its length says")
+        position = end
+    if position != len(data):
+        raise ValueError(f"{len(data) - position} bytes follow the last of {header.records_count} records")
+    if as_built:
+        return data, base_timestamp, max_timestamp
+    # Rewrite what differs: each record's attributes and timestamp delta; the rest of it is copied.
+    rebuilt = bytearray()
+    position = 0
+    for _ in range(header.records_count):
+        length, position = _read_varint(data, position)
+        end = position + length
+        timestamp_delta, cursor = _read_varint(data, position + 1)
+        record = bytearray(b"\x00")
+        _write_varint(record, old_base + timestamp_delta - base_timestamp)
+        record += data[cursor:end]
+        _write_varint(rebuilt, len(record))
+        rebuilt += record
+        position = end
+    return bytes(rebuilt), base_timestamp, max_timestamp

@@ -3,7 +3,8 @@
 The broker treats a batch as opaque bytes once its header is valid: it checks magic, lengths, the CRC32C
 and the record count, and stamps the base offset and partition leader epoch in place. Neither stamped
 field is covered by the CRC (which starts at `attributes`), so stamping never recomputes it. Records are
-decoded only by tools (`tierlog.records.codec`), never on the produce or fetch path.
+decoded only in `tierlog.records.codec`: for tools and the log cleaner, and on the produce path only for the
+record checks and the recompression a topic's configs call for; never on the fetch path.
 
 Layout (Kafka's DefaultRecordBatch):
     baseOffset int64 | batchLength int32 | partitionLeaderEpoch int32 | magic int8 | crc uint32 |

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tierlog.common import TopicPartition
-from tierlog.records.codec import decode_raw_records
+from tierlog.records.codec import Compression, decode_raw_records, recompress_batch
 from tierlog.records.record_batch import (
     NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_ID,
@@ -288,14 +288,18 @@ class Log:
     # Append
 
     def append_as_leader(self, records: bytearray, leader_epoch: int, now_ms: int) -> LogAppendInfo:
-        """Validate every batch, then assign offsets from the LEO and stamp the leader epoch in place (the
-        CRC does not cover either) and append. Nothing is written unless every batch is valid."""
+        """Validate every batch, recompress those whose codec is not the topic's compression.type, then
+        assign offsets from the LEO and stamp the leader epoch in place (the CRC does not cover either) and
+        append. Nothing is written unless every batch is valid."""
         self._now_ms = now_ms
         config = self._config
         headers = list(iter_batches(records))
         for header in headers:
             self._validate_client_batch(header)
             self._validate_records(records, header, now_ms)
+        compression = config.compression
+        if compression is not None and any(header.compression_type != compression.type for header in headers):
+            records, headers = self._recompress(records, headers, compression)
         self._check_append_size(len(records))
         log_append_time = config.log_append_time
         producer_appends, duplicate = self._analyze_and_validate_producer_state(
@@ -407,6 +411,33 @@ class Log:
             compacted=config.compact,
             timestamp_bounds=timestamp_bounds,
         )
+
+    def _recompress(
+        self, records: bytearray, headers: list[RecordBatchHeader], compression: Compression
+    ) -> tuple[bytearray, list[RecordBatchHeader]]:
+        """Kafka's LogValidator for a topic whose compression.type is a codec: a batch in another codec is
+        rebuilt in the topic's codec and level (`recompress_batch`), a batch already in it is kept as sent
+        (a codec's level is not visible in a batch, so it is never changed). A rebuilt batch larger than
+        max.message.bytes is refused, as UnifiedLog.append checks the batches LogValidator rebuilt."""
+        converted = bytearray()
+        converted_headers = []
+        with memoryview(records) as view:
+            for header in headers:
+                batch = view[header.position : header.position + header.size_in_bytes]
+                position = len(converted)
+                if header.compression_type == compression.type:
+                    converted += batch
+                else:
+                    rebuilt = recompress_batch(batch, header, compression)
+                    if len(rebuilt) > self._config.max_message_bytes:
+                        raise RecordTooLargeError(
+                            f"Message batch size is {len(rebuilt)} bytes in append to partition "
+                            f"{self._topic_partition} which exceeds the maximum configured size of "
+                            f"{self._config.max_message_bytes}."
+                        )
+                    converted += rebuilt
+                converted_headers.append(read_header(converted, position))
+        return converted, converted_headers
 
     def append_as_follower(self, records: bytes | bytearray | memoryview, now_ms: int) -> LogAppendInfo:
         """Append batches whose offsets and epochs the leader assigned; the epoch cache learns each new

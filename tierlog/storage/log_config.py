@@ -21,6 +21,19 @@ from tierlog.config_def import (
     parse_config_value,
     parse_typed,
 )
+from tierlog.records.codec import (
+    GZIP_DEFAULT_LEVEL,
+    GZIP_MAX_LEVEL,
+    GZIP_MIN_LEVEL,
+    LZ4_DEFAULT_LEVEL,
+    LZ4_MAX_LEVEL,
+    LZ4_MIN_LEVEL,
+    ZSTD_DEFAULT_LEVEL,
+    ZSTD_MAX_LEVEL,
+    ZSTD_MIN_LEVEL,
+    Compression,
+)
+from tierlog.records.record_batch import CompressionType
 
 MINUTE_MS = 60_000
 HOUR_MS = 3_600_000
@@ -29,6 +42,25 @@ CREATE_TIME = "CreateTime"
 LOG_APPEND_TIME = "LogAppendTime"
 CLEANUP_POLICY_DELETE = "delete"
 CLEANUP_POLICY_COMPACT = "compact"
+
+
+# compression.type's values (Kafka's BrokerCompressionType) and the codec each stores batches with; `producer`
+# keeps every batch as the producer compressed it.
+COMPRESSION_PRODUCER = "producer"
+COMPRESSION_CODECS: dict[str, CompressionType] = {
+    "uncompressed": CompressionType.NONE,
+    "zstd": CompressionType.ZSTD,
+    "lz4": CompressionType.LZ4,
+    "snappy": CompressionType.SNAPPY,
+    "gzip": CompressionType.GZIP,
+}
+
+
+def _gzip_level(value: object) -> str | None:
+    # CompressionType.GZIP.levelValidator: zlib's levels, or -1 for its default.
+    if value == GZIP_DEFAULT_LEVEL or GZIP_MIN_LEVEL <= value <= GZIP_MAX_LEVEL:  # type: ignore[operator]
+        return None
+    return f"Value must be between {GZIP_MIN_LEVEL} and {GZIP_MAX_LEVEL} or equal to {GZIP_DEFAULT_LEVEL}"
 
 
 def _topic(
@@ -51,12 +83,38 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             choices=(CLEANUP_POLICY_COMPACT, CLEANUP_POLICY_DELETE),
         ),
         _topic(
+            "compression.gzip.level",
+            "compression.gzip.level",
+            GZIP_DEFAULT_LEVEL,
+            "int",
+            "The compression level to use if compression.type is set to gzip.",
+            validator=_gzip_level,
+        ),
+        _topic(
+            "compression.lz4.level",
+            "compression.lz4.level",
+            LZ4_DEFAULT_LEVEL,
+            "int",
+            "The compression level to use if compression.type is set to lz4.",
+            at_least=LZ4_MIN_LEVEL,
+            at_most=LZ4_MAX_LEVEL,
+        ),
+        _topic(
             "compression.type",
             "compression.type",
-            "producer",
+            COMPRESSION_PRODUCER,
             "string",
             "Final compression of the topic's data; producer keeps the codec the producer used.",
-            choices=("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
+            choices=(*COMPRESSION_CODECS, COMPRESSION_PRODUCER),
+        ),
+        _topic(
+            "compression.zstd.level",
+            "compression.zstd.level",
+            ZSTD_DEFAULT_LEVEL,
+            "int",
+            "The compression level to use if compression.type is set to zstd.",
+            at_least=ZSTD_MIN_LEVEL,
+            at_most=ZSTD_MAX_LEVEL,
         ),
         _topic(
             "delete.retention.ms",
@@ -361,7 +419,10 @@ class LogConfig:
     """Effective topic configuration of a log; one attribute per TOPIC_CONFIGS name, dots as underscores."""
 
     cleanup_policy: tuple[str, ...]
+    compression_gzip_level: int
+    compression_lz4_level: int
     compression_type: str
+    compression_zstd_level: int
     delete_retention_ms: int
     file_delete_delay_ms: int
     flush_messages: int
@@ -418,6 +479,20 @@ class LogConfig:
     @property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == LOG_APPEND_TIME
+
+    @property
+    def compression(self) -> Compression | None:
+        """What batches are stored with (Kafka's LogConfig.compression): compression.type's codec at its
+        compression.<codec>.level; None for `producer`, which stores every batch as it was sent."""
+        codec = COMPRESSION_CODECS.get(self.compression_type)
+        if codec is None:
+            return None
+        level = {
+            CompressionType.GZIP: self.compression_gzip_level,
+            CompressionType.LZ4: self.compression_lz4_level,
+            CompressionType.ZSTD: self.compression_zstd_level,
+        }.get(codec)
+        return Compression(codec, level)
 
 
 def _attribute(name: str) -> str:
