@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
@@ -28,6 +29,7 @@ from rich.table import Table
 
 from tierlog.cli.clients import (
     DEFAULT_TIMEOUT_S,
+    ClientOptions,
     CliError,
     admin_client,
     bootstrap_option,
@@ -114,7 +116,8 @@ def _config(
     """The job's configuration, checked as far as it can be without Spark: the broker answers, the topic
     exists (the job never creates it), and the remote tier, if given, takes the settings."""
     remote_storage = remote_storage_settings(remote, broker_config)
-    topic_metadata(admin_client(bootstrap, DEFAULT_TIMEOUT_S), topic, DEFAULT_TIMEOUT_S)
+    client = ClientOptions(bootstrap, DEFAULT_TIMEOUT_S, time.monotonic() + DEFAULT_TIMEOUT_S)
+    topic_metadata(admin_client(client), topic, client.remaining_s())
     if remote_storage:
         from tierlog.spark.remote_tier import RemoteTierError, check_remote_tier
 
