@@ -46,7 +46,7 @@ from common import (
 from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tierlog.cli.local_cluster import LocalCluster
+from tierlog.testing.local_cluster import LocalCluster
 
 BROKERS = 3
 # (replication factor, acks, min.insync.replicas of the topic): the replicated case and the baseline.

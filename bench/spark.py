@@ -29,11 +29,11 @@ from common import argument_parser, machine_info, produce_flat_out, producer_con
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tierlog.cli.local_cluster import LocalCluster, wait_until
-from tierlog.cli.local_s3 import LocalS3Server
 from tierlog.spark.options import parse_batch_options
 from tierlog.spark.pipeline import spark_session
 from tierlog.spark.source import RemoteSlicePartition, TierlogBatchReader
+from tierlog.testing.local_cluster import LocalCluster, wait_until
+from tierlog.testing.local_s3 import LocalS3Server
 
 BUCKET = "tierlog-bench"
 PREFIX = "spark"

@@ -59,9 +59,9 @@ from common import (
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tierlog.cli.local_cluster import LocalCluster, wait_until
-from tierlog.cli.local_s3 import LocalS3Server
 from tierlog.common import TopicPartition as TierlogTopicPartition
+from tierlog.testing.local_cluster import LocalCluster, wait_until
+from tierlog.testing.local_s3 import LocalS3Server
 from tierlog.tiered.fsspec_storage import FsspecRemoteStorageManager
 from tierlog.tiered.segment_metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 

@@ -1,6 +1,6 @@
 """Fixtures shared by every test that talks to a real broker process over the wire.
 
-Brokers are `tierlog.cli.local_cluster.BrokerProcess` subprocesses on 127.0.0.1 with a free port and a
+Brokers are `tierlog.testing.local_cluster.BrokerProcess` subprocesses on 127.0.0.1 with a free port and a
 data directory under the test's tmp_path. Every wait is bounded, and every broker a fixture started is
 stopped (SIGTERM, then SIGKILL) when its test (or module) ends, pass or fail; the tail of its log is
 printed at teardown, so a failing test shows what the broker said.
@@ -28,8 +28,8 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tierlog.cli.local_cluster import BrokerProcess, wait_until
 from tierlog.cli.produce import produce_bounded
+from tierlog.testing.local_cluster import BrokerProcess, wait_until
 
 # How long a broker may take to answer its first ApiVersions, and to shut down.
 BROKER_READY_TIMEOUT_S = 30.0

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import tierlog
 
-from tierlog.cli.local_cluster import BrokerProcess, free_port
+from tierlog.testing.local_cluster import BrokerProcess, free_port
 
 StoredCodecs = Callable[[BrokerProcess, str, int], set[str]]
 # librdkafka sends a batch uncompressed when compressing does not make it smaller: values that compress well.

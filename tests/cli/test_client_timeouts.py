@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from cli_helpers import tierlog
 
-from tierlog.cli.local_cluster import BrokerProcess, free_port
+from tierlog.testing.local_cluster import BrokerProcess, free_port
 
 TIMEOUT_S = 2.0
 # Exit and scheduling on top of --timeout and of the command's own start-up, which is measured (a busy machine

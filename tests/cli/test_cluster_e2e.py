@@ -26,8 +26,8 @@ from tierlog.cli.cluster import (
     merge_partition_reports,
     read_cluster_info,
 )
-from tierlog.cli.local_cluster import BrokerStartError, LocalCluster, api_versions_answered, wait_until
 from tierlog.cli.main import cli
+from tierlog.testing.local_cluster import BrokerStartError, LocalCluster, api_versions_answered, wait_until
 
 CLIENT_TIMEOUT_S = 30.0
 CONVERGE_S = 30.0

@@ -14,7 +14,7 @@ from cli_helpers import CliCluster, assert_fits, run_in_terminal
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tierlog.cli.cluster import broker_alive, read_cluster_info
-from tierlog.cli.local_cluster import wait_until
+from tierlog.testing.local_cluster import wait_until
 
 CLIENT_TIMEOUT_S = 30.0
 CONVERGE_S = 30.0

@@ -29,8 +29,8 @@ from tierlog.cli.cluster import (
     merge_partition_reports,
     status_table,
 )
-from tierlog.cli.local_cluster import free_port
 from tierlog.cli.main import cli
+from tierlog.testing.local_cluster import free_port
 
 
 def partition(

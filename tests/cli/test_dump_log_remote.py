@@ -10,7 +10,7 @@ from pathlib import Path
 
 from cli_helpers import tierlog
 
-from tierlog.cli.local_cluster import BrokerProcess
+from tierlog.testing.local_cluster import BrokerProcess
 
 TIERING_S = 60.0
 RECORDS = 400  # of about 110 bytes: three 16 KiB segments, two of them closed and copied

@@ -12,8 +12,8 @@ import pytest
 from cli_helpers import assert_fits, run_in_terminal
 from click.testing import CliRunner, Result
 
-from tierlog.cli.local_cluster import BrokerProcess, wait_until
 from tierlog.cli.main import cli
+from tierlog.testing.local_cluster import BrokerProcess, wait_until
 
 # What Kafka users set for group tests on one broker.
 GROUP_SETTINGS = {

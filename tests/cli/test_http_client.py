@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tierlog.cli.cluster import HttpError, http_get, http_get_json
-from tierlog.cli.local_cluster import free_port
+from tierlog.testing.local_cluster import free_port
 
 HOST = "127.0.0.1"
 TEST_DEADLINE_S = 20.0

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tierlog.cli.local_cluster import (
+from tierlog.testing.local_cluster import (
     BrokerProcess,
     BrokerStartError,
     LocalCluster,

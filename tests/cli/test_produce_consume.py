@@ -10,8 +10,8 @@ import sys
 from cli_helpers import tierlog
 from click.testing import CliRunner, Result
 
-from tierlog.cli.local_cluster import BrokerProcess
 from tierlog.cli.main import cli
+from tierlog.testing.local_cluster import BrokerProcess
 
 
 def run(broker: BrokerProcess, *args: str, stdin: str | None = None) -> Result:

@@ -10,7 +10,7 @@ import zlib
 import pytest
 from cli_helpers import tierlog
 
-from tierlog.cli.local_cluster import BrokerProcess
+from tierlog.testing.local_cluster import BrokerProcess
 
 PARTITIONS = 7
 KEYS = [f"user-{i}" for i in range(60)] + ["21", "foobar", "a-little-bit-long-string", "ключ", "🔑"]

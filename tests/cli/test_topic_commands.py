@@ -7,8 +7,8 @@ import re
 from cli_helpers import assert_fits, run_in_terminal
 from click.testing import CliRunner, Result
 
-from tierlog.cli.local_cluster import BrokerProcess, free_port
 from tierlog.cli.main import cli
+from tierlog.testing.local_cluster import BrokerProcess, free_port
 
 
 def run(broker: BrokerProcess, *args: str) -> Result:

@@ -12,9 +12,9 @@ import pytest
 from cli_helpers import FakeBrokerHttp, event, tierlog
 from click.testing import CliRunner
 
-from tierlog.cli.local_cluster import BrokerProcess, free_port
 from tierlog.cli.main import cli
 from tierlog.cli.trace import EventMerger, TraceEvent, event_row, format_value, header_row, parse_event
+from tierlog.testing.local_cluster import BrokerProcess, free_port
 
 
 def ev(seq: int, time_ms: int, broker_id: int, attribute: str = "Leader LEO", old: int = 0, new: int = 1) -> TraceEvent:

@@ -18,7 +18,7 @@ from confluent_kafka.admin import (
     OffsetSpec,
 )
 
-from tierlog.cli.local_cluster import BrokerProcess
+from tierlog.testing.local_cluster import BrokerProcess
 
 BASE_TS = 1_700_000_000_000
 PollUntil = Callable[[Callable[[], bool], float, str], None]

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_END, TIMESTAMP_LOG_APPEND_TIME, TopicPartition
 
-from tierlog.cli.local_cluster import BrokerProcess
+from tierlog.testing.local_cluster import BrokerProcess
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 BASE_TS = 1_700_000_000_000

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tierlog.cli.local_cluster import BrokerProcess
+from tierlog.testing.local_cluster import BrokerProcess
 
 PRODUCER_CODECS = {"confluent-kafka": "zstd", "kafka-python": "gzip", "aiokafka": "lz4", "kcat": "snappy"}
 HEADERS = [("source", b"cross-client"), ("schema", b"v1")]

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tierlog.cli.local_cluster import BrokerProcess
+from tierlog.testing.local_cluster import BrokerProcess
 
 BASE_TS = 1_700_000_000_000
 

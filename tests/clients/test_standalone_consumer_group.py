@@ -8,7 +8,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from tierlog.cli.local_cluster import BrokerProcess
+from tierlog.testing.local_cluster import BrokerProcess
 
 DEADLINE_S = 30.0
 

@@ -11,7 +11,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, PartitionMetadata
 
-from tierlog.cli.local_cluster import LocalCluster
+from tierlog.testing.local_cluster import LocalCluster
 
 HTTP_TIMEOUT_S = 2.0
 

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, NewTopic
 
-from tierlog.cli.local_cluster import LocalCluster
+from tierlog.testing.local_cluster import LocalCluster
 
 TIMEOUT_S = 15.0
 

@@ -25,7 +25,7 @@ from cluster_helpers import (
 from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tierlog.cli.local_cluster import LocalCluster, wait_until
+from tierlog.testing.local_cluster import LocalCluster, wait_until
 
 TOPIC = "idempotent"
 # Replica order decides elections: a partition moves between nodes 2 and 3, node 1 is the last resort.

@@ -28,8 +28,8 @@ from cluster_helpers import (
 from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tierlog.cli.local_cluster import LocalCluster, wait_until
 from tierlog.records.codec import decode_batches
+from tierlog.testing.local_cluster import LocalCluster, wait_until
 
 TOPIC = "failover"
 PARTITIONS = (0, 1)

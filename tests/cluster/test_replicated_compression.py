@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import NewTopic
 
-from tierlog.cli.local_cluster import LocalCluster, wait_until
 from tierlog.records.record_batch import CompressionType, iter_batches
+from tierlog.testing.local_cluster import LocalCluster, wait_until
 
 TIMEOUT_S = 30.0
 

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from tierlog.controller.controller import Controller, ControllerConfig, HeartbeatResult
-from tierlog.controller.metadata import PartitionRegistration
 from tierlog.controller.metadata_log import DiskMetadataLog
-from tierlog.controller.records import Endpoint
+from tierlog.metadata.image import PartitionRegistration
+from tierlog.metadata.records import Endpoint
 
 SESSION_TIMEOUT_MS = ControllerConfig().session_timeout_ms
 

@@ -12,8 +12,8 @@ from controller_helpers import heartbeat, new_controller, state
 
 from tierlog.controller.controller import Controller
 from tierlog.controller.errors import ControllerError
-from tierlog.controller.metadata import PartitionRegistration
-from tierlog.controller.records import PartitionRecord
+from tierlog.metadata.image import PartitionRegistration
+from tierlog.metadata.records import PartitionRecord
 
 
 def setup(tmp_path: Path, nodes: tuple[int, ...] = (1, 2, 3, 4)) -> tuple[Controller, uuid.UUID]:

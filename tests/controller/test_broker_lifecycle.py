@@ -19,8 +19,8 @@ from controller_helpers import (
 
 from tierlog.controller.controller import HeartbeatResult
 from tierlog.controller.errors import BrokerIdNotRegisteredError, InconsistentClusterIdError, StaleBrokerEpochError
-from tierlog.controller.metadata import BrokerRegistration
-from tierlog.controller.records import BrokerRegistrationChangeRecord, Endpoint, RegisterBrokerRecord
+from tierlog.metadata.image import BrokerRegistration
+from tierlog.metadata.records import BrokerRegistrationChangeRecord, Endpoint, RegisterBrokerRecord
 
 
 def test_a_registration_is_fenced_until_the_broker_has_caught_up(tmp_path: Path) -> None:

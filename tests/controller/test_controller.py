@@ -3,10 +3,11 @@ visible, and a restarted controller replays the log to the very same image."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
-from controller_helpers import heartbeat, new_controller, open_controller, restart, state
+from controller_helpers import endpoints, heartbeat, new_controller, open_controller, restart, state
 
 from tierlog.controller.controller import PRODUCER_ID_BLOCK_SIZE, Controller, ControllerConfig
 from tierlog.controller.errors import (
@@ -21,8 +22,8 @@ from tierlog.controller.errors import (
     UnknownTopicError,
 )
 from tierlog.controller.metadata_log import DiskMetadataLog
-from tierlog.controller.records import ClusterIdRecord, ConfigRecord, PartitionRecord, RemoveTopicRecord, TopicRecord
-from tierlog.storage.checkpoints import kafka_uuid_from_str
+from tierlog.metadata.records import ClusterIdRecord, ConfigRecord, PartitionRecord, RemoveTopicRecord, TopicRecord
+from tierlog.storage.checkpoints import kafka_uuid_from_str, kafka_uuid_to_str
 
 
 def records_after(controller: Controller, offset: int) -> list[object]:
@@ -242,3 +243,12 @@ def test_manual_assignments_naming_unknown_or_duplicated_brokers_are_refused(
     with pytest.raises(InvalidReplicaAssignmentError):
         controller.create_topic("placed", len(assignments), len(assignments[0]) or 1, {}, assignments=assignments)
     assert controller.topic("placed") is None
+
+
+def test_the_cluster_id_and_topic_ids_come_from_the_id_source_it_is_given(tmp_path: Path) -> None:
+    ids = iter(uuid.UUID(int=n, version=4) for n in range(1, 10))
+    controller = Controller(DiskMetadataLog(tmp_path), ControllerConfig(), 0, new_uuid=lambda: next(ids))
+    assert controller.metadata.cluster_id == kafka_uuid_to_str(uuid.UUID(int=1, version=4))
+    broker_epoch = controller.register_broker(1, "incarnation-1", "", endpoints(1), None, 0)
+    controller.heartbeat(1, broker_epoch, controller.metadata.offset, False, False, 0)
+    assert controller.create_topic("events", 1, 1, {}).topic_id == uuid.UUID(int=2, version=4)

@@ -6,8 +6,8 @@ import uuid
 
 import pytest
 
-from tierlog.controller.metadata import BrokerRegistration, ClusterMetadata, PartitionRegistration
-from tierlog.controller.records import (
+from tierlog.metadata.image import BrokerRegistration, ClusterMetadata, PartitionRegistration
+from tierlog.metadata.records import (
     BrokerRegistrationChangeRecord,
     ClusterIdRecord,
     ConfigRecord,

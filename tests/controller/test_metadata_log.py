@@ -15,7 +15,7 @@ from tierlog.controller.metadata_log import (
     DiskMetadataLog,
     decode_metadata_batches,
 )
-from tierlog.controller.records import ClusterIdRecord, ConfigRecord, ProducerIdsRecord, TopicRecord
+from tierlog.metadata.records import ClusterIdRecord, ConfigRecord, ProducerIdsRecord, TopicRecord
 from tierlog.records.codec import build_batch, decode_batches
 
 NOW = 1_700_000_000_000

@@ -9,7 +9,7 @@ from typing import get_args
 
 import pytest
 
-from tierlog.controller.records import (
+from tierlog.metadata.records import (
     RESOURCE_BROKER,
     RESOURCE_TOPIC,
     BrokerRegistrationChangeRecord,

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from group_helpers import CLUSTER_OVERRIDES, warm_up_offsets_topic
 
-from tierlog.cli.local_cluster import LocalCluster
+from tierlog.testing.local_cluster import LocalCluster
 
 CLUSTER_START_S = 60.0
 

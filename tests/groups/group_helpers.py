@@ -23,7 +23,7 @@ from typing import Any
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConsumerGroupDescription, NewTopic
 
-from tierlog.cli.local_cluster import LocalCluster, wait_until
+from tierlog.testing.local_cluster import LocalCluster, wait_until
 
 OFFSETS_TOPIC = "__consumer_offsets"
 OFFSETS_PARTITIONS = 6

@@ -30,7 +30,7 @@ from group_helpers import (
 from kafka import TopicPartition as KafkaPythonTopicPartition
 from kafka.admin import KafkaAdminClient
 
-from tierlog.cli.local_cluster import LocalCluster, wait_until
+from tierlog.testing.local_cluster import LocalCluster, wait_until
 
 PARTITIONS = 6
 

@@ -31,7 +31,7 @@ from group_helpers import (
     wait_for_progress,
 )
 
-from tierlog.cli.local_cluster import LocalCluster, wait_until
+from tierlog.testing.local_cluster import LocalCluster, wait_until
 
 PARTITIONS = 6
 # Records each stage must see consumed before the next change, so every member really worked.

@@ -36,8 +36,8 @@ from kio.index import load_request_schema
 from kio.static.primitive import Records
 from protocol_helpers import SERVED, edits, kio_frame, mutate
 
-from tierlog.cli.local_cluster import BrokerProcess
 from tierlog.records.record_batch import iter_batches
+from tierlog.testing.local_cluster import BrokerProcess
 
 EXAMPLES = int(os.environ.get("TIERLOG_FUZZ_EXAMPLES", "40"))
 IO_TIMEOUT_S = 10.0

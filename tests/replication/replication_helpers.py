@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tierlog.common import TopicPartition
-from tierlog.controller.metadata import BrokerRegistration, ClusterMetadata, PartitionRegistration, TopicMetadata
+from tierlog.metadata.image import BrokerRegistration, ClusterMetadata, PartitionRegistration, TopicMetadata
 from tierlog.records.codec import build_batch
 from tierlog.replication.fetcher import FetchResponsePartition, ReplicaFetcher
 from tierlog.replication.partition import Partition

@@ -9,7 +9,7 @@ import pytest
 from replication_helpers import NOW, TOPIC_ID, TP, Cluster, batch, caught_up_pair, count_reads, single_topic_image
 
 from tierlog.common import TopicPartition
-from tierlog.controller.metadata import PartitionRegistration
+from tierlog.metadata.image import PartitionRegistration
 from tierlog.replication.partition import Partition
 from tierlog.replication.replica_manager import (
     AppendResult,

@@ -10,7 +10,7 @@ import pytest
 from replication_helpers import NOW, batch, count_reads, single_topic_image
 
 from tierlog.common import TopicPartition
-from tierlog.controller.metadata import ClusterMetadata, PartitionRegistration
+from tierlog.metadata.image import ClusterMetadata, PartitionRegistration
 from tierlog.records.codec import build_batch, decode_batches
 from tierlog.replication.errors import FencedLeaderEpochError, UnknownLeaderEpochError
 from tierlog.replication.replica_manager import (

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
-from tierlog.cli.local_cluster import BrokerProcess
+from tierlog.testing.local_cluster import BrokerProcess
 
 MAX_REQUEST_BYTES = 256 * 1024
 IO_TIMEOUT_S = 10.0

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from tierlog.cli.local_cluster import BrokerProcess, free_port
+from tierlog.testing.local_cluster import BrokerProcess, free_port
 
 # A refused start is decided before any I/O: far below this bound.
 REFUSAL_TIMEOUT_S = 30.0

@@ -16,12 +16,12 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import TopicPartition as ConfluentTopicPartition
 from confluent_kafka.admin import NewTopic
 
-from tierlog.cli.local_cluster import BrokerProcess, LocalCluster
 from tierlog.common import TopicPartition
 from tierlog.records.codec import decode_batches
 from tierlog.storage.checkpoints import OffsetCheckpointFile
 from tierlog.storage.log_cleaner import CLEANER_OFFSET_CHECKPOINT_FILENAME
 from tierlog.storage.offset_map import BYTES_PER_ENTRY
+from tierlog.testing.local_cluster import BrokerProcess, LocalCluster
 
 PollUntil = Callable[[Callable[[], bool], float, str], None]
 Entry = tuple[int, bytes | None, bytes | None]

@@ -12,8 +12,8 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
-from tierlog.cli.local_cluster import BrokerProcess, wait_until
 from tierlog.records.record_batch import CompressionType, iter_batches
+from tierlog.testing.local_cluster import BrokerProcess, wait_until
 
 CLI_TIMEOUT_S = 60
 # Compressible, so librdkafka sends it compressed (it sends a batch uncompressed when compression would not

@@ -18,7 +18,7 @@ import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from confluent_kafka import TopicCollection, TopicPartition
 
-from tierlog.cli.local_cluster import BrokerProcess
+from tierlog.testing.local_cluster import BrokerProcess
 
 CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
 PollUntil = Callable[[Callable[[], bool], float, str], None]

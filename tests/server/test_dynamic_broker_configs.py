@@ -21,9 +21,9 @@ from confluent_kafka.admin import (
 )
 from kio.schema.errors import ErrorCode
 
-from tierlog.cli.local_cluster import BrokerProcess, LocalCluster
 from tierlog.server.entities import request_schema
 from tierlog.server.kafka_client import KafkaConnection
+from tierlog.testing.local_cluster import BrokerProcess, LocalCluster
 
 TIMEOUT_S = 30.0
 API_DESCRIBE_CONFIGS, API_INCREMENTAL_ALTER_CONFIGS = 32, 44

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tierlog.cli.local_cluster import free_port
+from tierlog.testing.local_cluster import free_port
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "tierlog-dashboard.json"
 HTTP_TIMEOUT_S = 10.0

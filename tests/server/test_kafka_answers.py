@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from tierlog.cli.local_cluster import BrokerProcess
 from tierlog.records.codec import RecordSpec, build_batch
 from tierlog.records.record_batch import CompressionType
 from tierlog.server.entities import request_schema
 from tierlog.server.kafka_client import KafkaConnection
+from tierlog.testing.local_cluster import BrokerProcess
 
 TIMEOUT_S = 10.0
 API_PRODUCE, API_METADATA, API_FIND_COORDINATOR, API_DESCRIBE_GROUPS = 0, 3, 10, 15

@@ -27,10 +27,10 @@ from kio.schema.produce.v9 import request as produce_v9
 from kio.serial import entity_writer
 from kio.static.primitive import i8, i16, i32, i64
 
-from tierlog.cli.local_cluster import BrokerProcess, free_port
 from tierlog.protocol.framing import read_frame
 from tierlog.records.codec import build_batch, decode_batches
 from tierlog.server.kafka_client import KafkaConnection, KafkaConnectionError
+from tierlog.testing.local_cluster import BrokerProcess, free_port
 
 HOST = "127.0.0.1"
 TIMEOUT_S = 10.0

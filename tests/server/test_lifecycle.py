@@ -7,7 +7,7 @@ import uuid
 from typing import Any
 
 from tierlog.controller.controller import HeartbeatResult
-from tierlog.controller.records import Endpoint
+from tierlog.metadata.records import Endpoint
 from tierlog.server.controller_channel import HeartbeatRefusedError
 from tierlog.server.lifecycle import BrokerLifecycleManager
 from tierlog.server.metadata_loader import MetadataLoader

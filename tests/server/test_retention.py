@@ -15,7 +15,7 @@ from typing import Any
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
-from tierlog.cli.local_cluster import BrokerProcess
+from tierlog.testing.local_cluster import BrokerProcess
 
 PollUntil = Callable[[Callable[[], bool], float, str], None]
 SEGMENT_BYTES = 16 * 1024

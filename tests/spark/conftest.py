@@ -14,8 +14,8 @@ import pytest
 from pyspark.sql import SparkSession
 from remote_tier_helpers import S3_BUCKET, S3_START_TIMEOUT_S
 
-from tierlog.cli.local_s3 import LocalS3Server
 from tierlog.spark.source import TierlogDataSource
+from tierlog.testing.local_s3 import LocalS3Server
 
 
 @pytest.fixture(scope="session")

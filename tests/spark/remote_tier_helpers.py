@@ -12,9 +12,9 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tierlog.cli.local_cluster import LocalCluster, wait_until
 from tierlog.server.entities import request_schema
 from tierlog.server.kafka_client import KafkaConnection
+from tierlog.testing.local_cluster import LocalCluster, wait_until
 
 CLIENT_TIMEOUT_S = 30.0
 # The bucket conftest's `s3_server` creates; each test works under a prefix of its own.

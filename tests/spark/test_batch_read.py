@@ -9,8 +9,8 @@ import pytest
 from confluent_kafka import TopicPartition
 from pyspark.sql import SparkSession
 
-from tierlog.cli.local_cluster import BrokerProcess
 from tierlog.spark.offsets import OffsetRange, split_ranges
+from tierlog.testing.local_cluster import BrokerProcess
 
 BASE_TS = 1_700_000_000_000
 

@@ -9,10 +9,10 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tierlog.cli.local_cluster import LocalCluster, wait_until
 from tierlog.spark.offsets import current_leader
 from tierlog.spark.options import parse_batch_options
 from tierlog.spark.source import RangePartition, TierlogBatchReader
+from tierlog.testing.local_cluster import LocalCluster, wait_until
 
 TOPIC = "moving"
 RECORDS = 400

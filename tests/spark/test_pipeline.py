@@ -18,9 +18,9 @@ import pytest
 from pyspark.sql import SparkSession
 from remote_tier_helpers import S3_BUCKET, create_tiered_topic, running_cluster, start_tiered_broker, wait_tiered
 
-from tierlog.cli.local_cluster import BrokerProcess, free_port, wait_until
-from tierlog.cli.local_s3 import LocalS3Server
 from tierlog.spark.pipeline import checkpoint_position
+from tierlog.testing.local_cluster import BrokerProcess, free_port, wait_until
+from tierlog.testing.local_s3 import LocalS3Server
 
 ROOT = Path(__file__).resolve().parents[2]
 # A pipeline process starts its own JVM (~20 s here) before it reads anything.

@@ -27,8 +27,6 @@ from remote_tier_helpers import (
     wait_tiered,
 )
 
-from tierlog.cli.local_cluster import LocalCluster, wait_until
-from tierlog.cli.local_s3 import LocalS3Server
 from tierlog.common import TopicPartition
 from tierlog.records.codec import Record, decode_batches
 from tierlog.spark.offsets import DataLossError
@@ -47,6 +45,8 @@ from tierlog.spark.remote_tier import (
     topic_id_of,
 )
 from tierlog.spark.source import RangePartition, RemoteSlicePartition, TierlogBatchReader
+from tierlog.testing.local_cluster import LocalCluster, wait_until
+from tierlog.testing.local_s3 import LocalS3Server
 from tierlog.tiered.fsspec_storage import FsspecRemoteStorageManager
 from tierlog.tiered.remote_log_metadata_cache import RemoteLogMetadataCache
 from tierlog.tiered.segment_metadata import (

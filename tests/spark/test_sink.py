@@ -9,7 +9,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructField, StructType
 
-from tierlog.cli.local_cluster import BrokerProcess
+from tierlog.testing.local_cluster import BrokerProcess
 
 QUERY_TIMEOUT_S = 120
 HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))

@@ -11,9 +11,9 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import NewPartitions
 from pyspark.sql import SparkSession
 
-from tierlog.cli.local_cluster import BrokerProcess
 from tierlog.spark.options import parse_stream_options
 from tierlog.spark.source import TierlogStreamReader, rate_limit
+from tierlog.testing.local_cluster import BrokerProcess
 
 QUERY_TIMEOUT_S = 120
 

@@ -24,7 +24,7 @@ from tierlog.storage.checkpoints import (
     kafka_uuid_from_str,
     kafka_uuid_to_str,
 )
-from tierlog.storage.leader_epoch_cache import EpochEntry
+from tierlog.storage.epoch_entry import EpochEntry
 
 
 def test_file_names_are_kafkas() -> None:

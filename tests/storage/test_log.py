@@ -20,6 +20,7 @@ from tierlog.records.record_batch import (
     validate_batch,
 )
 from tierlog.records.validation import RecordValidationError
+from tierlog.storage.epoch_entry import EpochEntry
 from tierlog.storage.errors import (
     InvalidTimestampError,
     OffsetOutOfRangeError,
@@ -29,7 +30,6 @@ from tierlog.storage.errors import (
     UnexpectedAppendOffsetError,
 )
 from tierlog.storage.file_records import TimestampAndOffset
-from tierlog.storage.leader_epoch_cache import EpochEntry
 from tierlog.storage.log import Log
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from storage_helpers import T0, batch_offsets, fetched, log_config, make_batch, open_log
 
 from tierlog.storage.checkpoints import LeaderEpochCheckpointFile
-from tierlog.storage.leader_epoch_cache import EpochEntry
+from tierlog.storage.epoch_entry import EpochEntry
 from tierlog.storage.log import Log
 
 BATCH = len(make_batch(5))

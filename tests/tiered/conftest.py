@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tierlog.cli.local_cluster import LocalCluster
-from tierlog.cli.local_s3 import LocalS3Server
+from tierlog.testing.local_cluster import LocalCluster
+from tierlog.testing.local_s3 import LocalS3Server
 
 S3_TEST_BUCKET = "tierlog-test"
 S3_START_TIMEOUT_S = 60.0

@@ -15,9 +15,9 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from tierlog.cli.local_s3 import LocalS3Server
 from tierlog.common import TopicPartition
 from tierlog.records.codec import build_batch
+from tierlog.testing.local_s3 import LocalS3Server
 from tierlog.tiered.fsspec_storage import FsspecRemoteStorageManager
 from tierlog.tiered.remote_storage_manager import (
     IndexType,

@@ -19,7 +19,7 @@ import pytest
 from tierlog.common import TopicPartition
 from tierlog.records.codec import build_batch
 from tierlog.storage.checkpoints import LEADER_EPOCH_CHECKPOINT_FILENAME
-from tierlog.storage.leader_epoch_cache import EpochEntry
+from tierlog.storage.epoch_entry import EpochEntry
 from tierlog.storage.log import Log
 from tierlog.storage.log_config import LogConfig
 from tierlog.tiered.remote_log_manager import (

@@ -27,7 +27,7 @@ from tiered_helpers import (
     wait_tiered,
 )
 
-from tierlog.cli.local_cluster import LocalCluster, wait_until
+from tierlog.testing.local_cluster import LocalCluster, wait_until
 
 LEADER, FOLLOWER = 2, 3
 

@@ -27,12 +27,12 @@ from tiered_helpers import (
     wait_tiered,
 )
 
-from tierlog.cli.local_cluster import LocalCluster, wait_until
 from tierlog.protocol.errors import error_code
 from tierlog.records.codec import build_batch
 from tierlog.server.entities import request_schema
 from tierlog.server.kafka_client import KafkaConnection
 from tierlog.storage.producer_state import decode_snapshot
+from tierlog.testing.local_cluster import LocalCluster, wait_until
 
 LEADER, FOLLOWER = 2, 3
 PRODUCER_ID, PRODUCER_EPOCH = 777_000, 3

@@ -34,11 +34,11 @@ from tiered_helpers import (
     wait_tiered,
 )
 
-from tierlog.cli.local_cluster import LocalCluster, wait_until
-from tierlog.cli.local_s3 import LocalS3Server
 from tierlog.protocol.errors import error_code
 from tierlog.server.entities import request_schema
 from tierlog.server.kafka_client import KafkaConnection
+from tierlog.testing.local_cluster import LocalCluster, wait_until
+from tierlog.testing.local_s3 import LocalS3Server
 
 RECORDS = 2500
 

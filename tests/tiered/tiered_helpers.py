@@ -14,9 +14,9 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tierlog.cli.local_cluster import LocalCluster, wait_until
 from tierlog.server.entities import request_schema
 from tierlog.server.kafka_client import KafkaConnection
+from tierlog.testing.local_cluster import LocalCluster, wait_until
 
 CLIENT_TIMEOUT_S = 30.0
 TIERING_S = 30.0

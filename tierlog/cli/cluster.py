@@ -29,14 +29,14 @@ from rich.table import Table
 from rich.text import Text
 
 from tierlog.cli.clients import CliError, output_console, parse_key_values, progress_bar, timeout_option
-from tierlog.cli.local_cluster import (
+from tierlog.cli.tables import WIDE, add_column, include_internal_option, is_internal, output_option, plain_table
+from tierlog.testing.local_cluster import (
     CONTROLLER_NODE_ID,
     BrokerProcess,
     BrokerStartError,
     LocalCluster,
     StartProgress,
 )
-from tierlog.cli.tables import WIDE, add_column, include_internal_option, is_internal, output_option, plain_table
 
 DEFAULT_DIR = Path("/tmp/tierlog-cluster")
 CLUSTER_FILE = "cluster.json"

@@ -45,9 +45,9 @@ from rich.text import Text
 from tierlog.cli.clients import CliError, client_config, kafka_error_message, progress_bar, timeout_option
 from tierlog.cli.cluster import gather_reports, merge_partition_reports, status_table
 from tierlog.cli.dump_log import dump_log
-from tierlog.cli.local_cluster import CONTROLLER_NODE_ID, BrokerStartError, LocalCluster
-from tierlog.cli.local_s3 import LocalS3Server, S3StartError
 from tierlog.cli.produce import produce_bounded
+from tierlog.testing.local_cluster import CONTROLLER_NODE_ID, BrokerStartError, LocalCluster
+from tierlog.testing.local_s3 import LocalS3Server, S3StartError
 
 TOPIC = "demo-events"
 PARTITIONS = 3

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from tierlog.config_def import INT32_MAX, parse_config_value
@@ -34,15 +34,15 @@ from tierlog.controller.errors import (
     UnknownTopicError,
     UnknownTopicIdError,
 )
-from tierlog.controller.metadata import (
+from tierlog.controller.metadata_log import METADATA_TOPIC, MetadataLog
+from tierlog.metadata.image import (
     NO_LEADER,
     BrokerRegistration,
     ClusterMetadata,
     PartitionRegistration,
     TopicMetadata,
 )
-from tierlog.controller.metadata_log import METADATA_TOPIC, MetadataLog
-from tierlog.controller.records import (
+from tierlog.metadata.records import (
     RESOURCE_BROKER,
     BrokerRegistrationChangeRecord,
     ClusterIdRecord,
@@ -98,17 +98,25 @@ class HeartbeatResult:
 
 class Controller:
     def __init__(
-        self, metadata_log: MetadataLog, config: ControllerConfig, now_ms: int, cluster_id: str | None = None
+        self,
+        metadata_log: MetadataLog,
+        config: ControllerConfig,
+        now_ms: int,
+        cluster_id: str | None = None,
+        *,
+        new_uuid: Callable[[], uuid.UUID] = uuid.uuid4,
     ) -> None:
+        """`new_uuid` makes the cluster and topic ids: the simulator gives one its seed decides."""
         self.metadata_log = metadata_log
         self._config = config
+        self._new_uuid = new_uuid
         self._now_ms = now_ms
         self.metadata = ClusterMetadata()
         for offset, record in metadata_log.records_from(0):
             self.metadata.apply(offset, record)
         if metadata_log.end_offset == 0:
             # Kafka's cluster ids are random Uuids in their string form (base64url, 22 characters).
-            self._commit([ClusterIdRecord(cluster_id or kafka_uuid_to_str(uuid.uuid4()))])
+            self._commit([ClusterIdRecord(cluster_id or kafka_uuid_to_str(new_uuid()))])
         elif cluster_id and cluster_id != self.metadata.cluster_id:
             raise InconsistentClusterIdError(
                 f"The metadata log belongs to cluster {self.metadata.cluster_id}, not {cluster_id}"
@@ -396,7 +404,7 @@ class Controller:
         if replication_factor < 1:
             raise InvalidReplicationFactorError("Replication factor must be larger than 0.")
         self._validate_configs(name, configs)
-        topic_id = uuid.uuid4()
+        topic_id = self._new_uuid()
         if assignments:
             partitions = self._manual_assignment(assignments)
         else:

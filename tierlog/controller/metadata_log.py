@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from tierlog.common import TopicPartition
-from tierlog.controller.records import MetadataRecord, decode_record, encode_record
+from tierlog.metadata.records import MetadataRecord, decode_record, encode_record
 from tierlog.records.codec import build_batch, decode_batches
 from tierlog.storage.file_records import FileSlice
 from tierlog.storage.log import Log

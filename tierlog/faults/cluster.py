@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
-from tierlog.cli.local_cluster import CONTROLLER_LISTENER, CONTROLLER_NODE_ID, LocalCluster, free_ports
 from tierlog.faults.proxy import FaultProxy
+from tierlog.testing.local_cluster import CONTROLLER_LISTENER, CONTROLLER_NODE_ID, LocalCluster, free_ports
 
 REPLICATION_LISTENER = "REPLICATION"
 _HOST = "127.0.0.1"

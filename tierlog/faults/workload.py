@@ -25,9 +25,9 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tierlog.cli.local_cluster import CONTROLLER_NODE_ID
 from tierlog.faults.checker import History, Send, Verdict, check
 from tierlog.faults.cluster import ProxiedCluster
+from tierlog.testing.local_cluster import CONTROLLER_NODE_ID
 
 TOPIC = "jepsen"
 PARTITIONS = 3

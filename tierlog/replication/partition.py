@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tierlog.common import TopicPartition
-from tierlog.controller.metadata import PartitionRegistration
+from tierlog.metadata.image import PartitionRegistration
 from tierlog.replication import trace
 from tierlog.replication.errors import (
     FencedLeaderEpochError,

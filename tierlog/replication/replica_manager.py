@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from tierlog.common import TopicPartition
-from tierlog.controller.metadata import BrokerRegistration, ClusterMetadata, PartitionRegistration
+from tierlog.metadata.image import BrokerRegistration, ClusterMetadata, PartitionRegistration
 from tierlog.records.record_batch import InvalidRecordError
 from tierlog.records.validation import RecordError, RecordValidationError
 from tierlog.replication.errors import InvalidRequiredAcksError, UnknownTopicOrPartitionError

@@ -24,8 +24,8 @@ from prometheus_client import CollectorRegistry
 
 from tierlog.config import KafkaConfig, Listener
 from tierlog.config_def import ConfigException
-from tierlog.controller.metadata import ClusterMetadata
-from tierlog.controller.records import Endpoint
+from tierlog.metadata.image import ClusterMetadata
+from tierlog.metadata.records import Endpoint
 from tierlog.replication.fetcher import FetcherConfig, ReplicaFetcher
 from tierlog.replication.partition import Partition
 from tierlog.replication.replica_manager import ReplicaManager

@@ -19,8 +19,8 @@ from tierlog.config import BROKER_CONFIGS, SOURCE_DEFAULT_CONFIG, KafkaConfig
 from tierlog.config_def import ConfigDef, ConfigException, render
 from tierlog.controller.controller import Controller
 from tierlog.controller.errors import ControllerError
-from tierlog.controller.metadata import ClusterMetadata
-from tierlog.controller.records import RESOURCE_BROKER, RESOURCE_TOPIC
+from tierlog.metadata.image import ClusterMetadata
+from tierlog.metadata.records import RESOURCE_BROKER, RESOURCE_TOPIC
 from tierlog.protocol.codec import Request
 from tierlog.protocol.errors import error_code
 from tierlog.server.controller_channel import ControllerChannel

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tierlog.controller.controller import HeartbeatResult
-from tierlog.controller.metadata import PartitionRegistration
 from tierlog.controller.metadata_log import METADATA_TOPIC, decode_metadata_batches
-from tierlog.controller.records import Endpoint, MetadataRecord
+from tierlog.metadata.image import PartitionRegistration
+from tierlog.metadata.records import Endpoint, MetadataRecord
 from tierlog.protocol.errors import error_code
 from tierlog.replication.partition import AlterPartitionProposal
 from tierlog.replication.replica_manager import error_name_of

@@ -18,7 +18,7 @@ from typing import Any
 from tierlog.config import KafkaConfig
 from tierlog.controller.controller import Controller, ControllerConfig
 from tierlog.controller.metadata_log import METADATA_TOPIC, DiskMetadataLog
-from tierlog.controller.records import Endpoint, MetadataRecord
+from tierlog.metadata.records import Endpoint, MetadataRecord
 from tierlog.protocol.codec import Request
 from tierlog.protocol.errors import error_code
 from tierlog.replication.replica_manager import error_name_of

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tierlog.common import TopicPartition
-from tierlog.controller.records import Endpoint
+from tierlog.metadata.records import Endpoint
 from tierlog.protocol.errors import error_code
 from tierlog.replication.fetcher import FetchRequestData, FetchResponsePartition, ReplicaFetcher
 from tierlog.server.clock import now_ms

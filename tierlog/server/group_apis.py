@@ -14,9 +14,9 @@ from typing import Any, TypeVar
 
 from tierlog.common import TopicPartition
 from tierlog.config import KafkaConfig
-from tierlog.controller.metadata import ClusterMetadata
 from tierlog.coordinator.group.member_metadata import JoinGroupResult, SyncGroupResult
 from tierlog.coordinator.group.records import OffsetAndMetadata
+from tierlog.metadata.image import ClusterMetadata
 from tierlog.protocol.codec import Request
 from tierlog.protocol.errors import error_code
 from tierlog.server.authorized_operations import GROUP_OPERATIONS, OMITTED

@@ -19,8 +19,8 @@ from prometheus_client import CollectorRegistry
 
 from tierlog.common import TopicPartition
 from tierlog.config import KafkaConfig
-from tierlog.controller.metadata import ClusterMetadata
 from tierlog.coordinator.group.group_coordinator import AppendCallback, GroupConfig, GroupCoordinator, Record
+from tierlog.metadata.image import ClusterMetadata
 from tierlog.records.codec import build_batch, decode_batches
 from tierlog.replication.replica_manager import AppendResult, ReplicaManager
 from tierlog.server.clock import now_ms

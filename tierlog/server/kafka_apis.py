@@ -20,8 +20,8 @@ from tierlog.common import TopicPartition
 from tierlog.config import KafkaConfig
 from tierlog.controller.controller import Controller, validate_topic_name
 from tierlog.controller.errors import ControllerError, InvalidReplicaAssignmentError
-from tierlog.controller.metadata import ClusterMetadata, TopicMetadata
 from tierlog.controller.metadata_log import METADATA_TOPIC
+from tierlog.metadata.image import ClusterMetadata, TopicMetadata
 from tierlog.protocol.api_versions import supported_api_versions
 from tierlog.protocol.codec import Request
 from tierlog.protocol.errors import error_code

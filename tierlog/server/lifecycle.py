@@ -12,7 +12,7 @@ import asyncio
 import logging
 import uuid
 
-from tierlog.controller.records import Endpoint
+from tierlog.metadata.records import Endpoint
 from tierlog.server.controller_channel import (
     ControllerChannel,
     ControllerUnavailableError,

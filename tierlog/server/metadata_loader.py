@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from tierlog.controller.metadata import ClusterMetadata
+from tierlog.metadata.image import ClusterMetadata
 from tierlog.server.controller_channel import ControllerChannel, ControllerUnavailableError
 
 logger = logging.getLogger(__name__)

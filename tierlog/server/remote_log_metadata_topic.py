@@ -16,8 +16,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from tierlog.controller.metadata import ClusterMetadata
-from tierlog.controller.records import Endpoint
+from tierlog.metadata.image import ClusterMetadata
+from tierlog.metadata.records import Endpoint
 from tierlog.protocol.errors import error_code
 from tierlog.records.codec import build_batch, decode_batches
 from tierlog.server.clock import now_ms

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tierlog.common import TopicPartition
-from tierlog.controller.metadata import ClusterMetadata
-from tierlog.controller.records import Endpoint
+from tierlog.metadata.image import ClusterMetadata
+from tierlog.metadata.records import Endpoint
 from tierlog.replication.fetcher import FetcherConfig, FetchRequestData, FetchResponsePartition
 from tierlog.replication.replica_manager import (
     AppendResult,
@@ -236,7 +236,7 @@ class SimBroker(Node):
             return
         now = self.sim.now
         if self.replica_manager is None:
-            self.log_manager = LogManager([self.data_dir], self._log_defaults)
+            self.log_manager = LogManager([self.data_dir], self._log_defaults, new_uuid=self.sim.new_uuid)
             configs = {name: topic.configs for name, topic in self.image.topics.items()}
             self.log_manager.startup(configs, now)
             t = self.timing

@@ -13,7 +13,7 @@ from pathlib import Path
 from tierlog.controller.controller import Controller, ControllerConfig
 from tierlog.controller.errors import ControllerError
 from tierlog.controller.metadata_log import DiskMetadataLog
-from tierlog.controller.records import Endpoint, MetadataRecord
+from tierlog.metadata.records import Endpoint, MetadataRecord
 from tierlog.replication.partition import AlterPartitionProposal
 from tierlog.sim.world import Node, Respond, Simulation
 
@@ -46,7 +46,9 @@ class SimController(Node):
 
     def on_start(self) -> None:
         self._metadata_log = RecordingMetadataLog(self._data_dir)
-        self.controller = Controller(self._metadata_log, self._config, self.sim.now, self._cluster_id)
+        self.controller = Controller(
+            self._metadata_log, self._config, self.sim.now, self._cluster_id, new_uuid=self.sim.new_uuid
+        )
         self.every(FENCE_CHECK_INTERVAL_MS, self._fence_stale_brokers)
 
     def on_crash(self) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,10 +26,16 @@ class Simulation:
     def __init__(self, seed: int, start_ms: int) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
+        # Ids come from a stream of their own, so drawing one never shifts the fault schedule.
+        self._ids = random.Random(f"{seed}/ids")
         self.now = start_ms
         self._queue: list[tuple[int, int, Action]] = []
         self._sequence = itertools.count()
         self.steps = 0
+
+    def new_uuid(self) -> uuid.UUID:
+        """A random (version 4) UUID that the seed decides: topic ids, cluster ids, directory names."""
+        return uuid.UUID(int=self._ids.getrandbits(128), version=4)
 
     def at(self, time_ms: int, action: Action) -> None:
         heapq.heappush(self._queue, (max(time_ms, self.now), next(self._sequence), action))

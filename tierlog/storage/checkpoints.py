@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Generic, TypeVar
 
 from tierlog.common import TopicPartition
-from tierlog.storage.leader_epoch_cache import EpochEntry
+from tierlog.storage.epoch_entry import EpochEntry
 
 # In each log dir's root (Kafka's ReplicaManager.HighWatermarkFilename and LogManager's constants).
 HIGH_WATERMARK_FILENAME = "replication-offset-checkpoint"

@@ -14,22 +14,13 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    # Only for annotations: checkpoints.py imports EpochEntry from here at run time.
-    from tierlog.storage.checkpoints import LeaderEpochCheckpointFile
+from tierlog.storage.checkpoints import LeaderEpochCheckpointFile
+from tierlog.storage.epoch_entry import EpochEntry
 
 # Kafka's OffsetsForLeaderEpoch "no answer": EpochEndOffset.UNDEFINED_EPOCH / UNDEFINED_EPOCH_OFFSET.
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
-
-
-@dataclass(frozen=True, slots=True)
-class EpochEntry:
-    epoch: int
-    start_offset: int
 
 
 class LeaderEpochFileCache:

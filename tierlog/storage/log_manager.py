@@ -46,8 +46,12 @@ class LogManager:
         broker_log_defaults: Mapping[str, str],
         remote_storage_system_enable: bool = False,
         producer_state_config: ProducerStateManagerConfig | None = None,
+        *,
+        new_uuid: Callable[[], uuid.UUID] = uuid.uuid4,
     ) -> None:
+        """`new_uuid` names the directories of deleted and stray logs: the simulator gives one its seed decides."""
         self.log_dirs = [Path(d) for d in log_dirs]
+        self._new_uuid = new_uuid
         self._producer_state_config = producer_state_config or ProducerStateManagerConfig()
         self._broker_log_defaults = dict(broker_log_defaults)
         self._remote_storage_system_enable = remote_storage_system_enable
@@ -159,7 +163,7 @@ class LogManager:
         if log is None:
             return
         self._topic_ids.pop(tp, None)
-        renamed = log.dir.with_name(f"{tp}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+        renamed = log.dir.with_name(f"{tp}.{self._new_uuid().hex}{DELETE_DIR_SUFFIX}")
         os.replace(log.dir, renamed)
         self._logs_to_delete.append((log, renamed, None))
 
@@ -171,7 +175,7 @@ class LogManager:
             return None
         self._topic_ids.pop(tp, None)
         log.close()
-        renamed = log.dir.with_name(f"{tp}.{uuid.uuid4().hex}{STRAY_DIR_SUFFIX}")
+        renamed = log.dir.with_name(f"{tp}.{self._new_uuid().hex}{STRAY_DIR_SUFFIX}")
         os.replace(log.dir, renamed)
         return renamed
 

@@ -12,7 +12,7 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tierlog.storage.leader_epoch_cache import EpochEntry
+from tierlog.storage.epoch_entry import EpochEntry
 from tierlog.storage.log import Log
 from tierlog.storage.segment import LogSegment
 from tierlog.tiered.remote_log_metadata_cache import RemoteLogMetadataCache

@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
-from tierlog.controller.records import (
+from tierlog.metadata.records import (
     RESOURCE_BROKER,
     RESOURCE_TOPIC,
     BrokerRegistrationChangeRecord,

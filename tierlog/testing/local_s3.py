@@ -43,7 +43,7 @@ import botocore.session
 from botocore.client import BaseClient, Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from tierlog.cli.local_cluster import free_ports
+from tierlog.testing.local_cluster import free_ports
 
 _HOST = "127.0.0.1"
 _POLL_INTERVAL_S = 0.05
