@@ -256,11 +256,12 @@ class PartitionStatus:
     entry per replica and per other broker that reported the partition, each from that broker's own report
     (None: a replica that did not report it).
 
-    The tiers (SPEC.md §4) are the view's too: the log spans [Rx, Lz), the remote tier holds [Rx, Ry] and the
-    view broker's disk [Lx, Lz), with Ly the HW (the LSO without transactions). So Rx = `log_start_offset`,
-    Ly = `high_watermark`, Lx = `local_log_start_offset`, Lz = `log_end_offset` (the view broker's own LEO),
-    Ry = `highest_offset_in_remote_storage` (-1 before the first copy). The remote fields are None when the
-    remote tier is off for the partition (and every new field when a broker's report predates them)."""
+    The tiers (docs/tiered-storage.md#offsets) are the view's too: the log spans [Rx, Lz), the remote tier
+    holds [Rx, Ry] and the view broker's disk [Lx, Lz), with Ly the HW (the LSO without transactions). So
+    Rx = `log_start_offset`, Ly = `high_watermark`, Lx = `local_log_start_offset`, Lz = `log_end_offset` (the
+    view broker's own LEO), Ry = `highest_offset_in_remote_storage` (-1 before the first copy). The remote
+    fields are None when the remote tier is off for the partition (and every new field when a broker's report
+    predates them)."""
 
     topic: str
     partition: int

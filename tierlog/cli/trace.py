@@ -1,8 +1,8 @@
 """`tierlog trace TOPIC PARTITION`: watch a partition's replication state change, broker by broker.
 
 Every broker streams the trace events of its replica (GET /v1/trace: the retained backlog, then live
-events as NDJSON). This command reads all streams at once and prints one row per change in the form of
-seed 000's tables: attribute, phase, old value, new value, why; with the time and the broker in front,
+events as NDJSON). This command reads all streams at once and prints one row per change
+(docs/replication.md#trace): attribute, phase, old value, new value, why; with the time and the broker in front,
 since the rows of all replicas are merged into one timeline ordered by (time, broker, seq).
 """
 

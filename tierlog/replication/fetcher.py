@@ -3,11 +3,12 @@ with the answer (append, adopt HW, truncate on a diverging epoch, back off on er
 
 The shell (server/fetcher_thread.py) only moves bytes: it sends `build_fetch_request()`, hands the response
 to `process_fetch_response()`, resolves `offset_lookups()` with ListOffsets, resolves `remote_aux_state_builds()`
-with ListOffsets, OffsetForLeaderEpoch and the remote tier (SPEC.md §4), and reports lost connections.
+with ListOffsets, OffsetForLeaderEpoch and the remote tier (docs/tiered-storage.md#follower-rebuild), and
+reports lost connections.
 
-Truncation follows SPEC.md §2 (Kafka's truncation on fetch, KIP-595): the follower sends the epoch of its
-last fetched batch; a leader on which that epoch ended earlier answers DivergingEpoch (E, off) instead of
-records, and the follower truncates to the end of E in its own log, never to its HW unless neither side can
+Truncation follows docs/replication.md#truncation (Kafka's truncation on fetch, KIP-595): the follower sends
+the epoch of its last fetched batch; a leader on which that epoch ended earlier answers DivergingEpoch (E, off)
+instead of records, and the follower truncates to the end of E in its own log, never to its HW unless neither side can
 say where the epochs part. Truncation always comes before any HW of that round is adopted.
 """
 
@@ -105,8 +106,9 @@ class ReplicaFetcher:
         self._requested: dict[TopicPartition, tuple[int, int]] = {}
 
     def add_partition(self, tp: TopicPartition, topic_id: uuid.UUID, current_leader_epoch: int, now_ms: int) -> None:
-        """Start fetching `tp` from this leader (SPEC.md §2): from the LEO with the latest cached epoch, or,
-        with an empty epoch cache (nothing to compare epochs with), from the HW after truncating to it."""
+        """Start fetching `tp` from this leader (docs/replication.md#fetch-start): from the LEO with the latest
+        cached epoch, or, with an empty epoch cache (nothing to compare epochs with), from the HW after truncating
+        to it."""
         partition = self._partition_of(tp)
         if partition is None:
             return
@@ -203,7 +205,7 @@ class ReplicaFetcher:
     def _truncate_on_diverging_epoch(
         self, partition: Partition, state: PartitionFetchState, diverging: tuple[int, int], now_ms: int
     ) -> None:
-        """Kafka's getOffsetTruncationState with the leader's (E, off) (SPEC.md §2)."""
+        """Kafka's getOffsetTruncationState with the leader's (E, off) (docs/replication.md#truncation)."""
         leader_epoch, leader_end_offset = diverging
         log = partition.log
         log_end_offset = log.log_end_offset
@@ -277,9 +279,10 @@ class ReplicaFetcher:
         now_ms: int,
         producer_snapshot: bytes | None = None,
     ) -> None:
-        """Seed 001's BuildingRemoteLogAuxState, completed: restart the local log empty at `next_offset` (the
-        end of the remote segment holding the leader's local log start - 1, plus one) with the leader's log
-        start, adopt the leader's epoch history up to there, and fetch from `next_offset`."""
+        """BuildingRemoteLogAuxState (docs/tiered-storage.md#follower-rebuild), completed: restart the local log
+        empty at `next_offset` (the end of the remote segment holding the leader's local log start - 1, plus
+        one) with the leader's log start, adopt the leader's epoch history up to there, and fetch from
+        `next_offset`."""
         state = self.partitions.get(tp)
         partition = self._partition_of(tp)
         if state is None or partition is None or state.state != BUILDING_REMOTE_LOG_AUX_STATE:

@@ -1,4 +1,5 @@
-"""One partition replica on this broker: its log, its role, the HW rule (SPEC.md §1) and ISR membership (§3).
+"""One partition replica on this broker: its log, its role, the HW rule and ISR membership
+(docs/replication.md#leader-hw, #follower-hw, #isr-shrink, #isr-expand).
 
 Leader side (Kafka's Partition + Replica): per follower a `ReplicaState` (its remote LEO, the fetch offset
 of its latest FETCH, and when it was last caught up). After every append, follower fetch, ISR change or
@@ -175,8 +176,8 @@ class Partition:
     def make_leader(self, registration: PartitionRegistration, now_ms: int) -> bool:
         """Adopt a registration naming this broker leader; True if leadership or the leader epoch is new.
 
-        A new epoch starts at our LEO (SPEC.md §2) and forgets every follower's LEO. The same epoch with a
-        newer partition epoch is an ISR or assignment change the controller committed."""
+        A new epoch starts at our LEO (docs/replication.md#leader-epoch) and forgets every follower's LEO. The
+        same epoch with a newer partition epoch is an ISR or assignment change the controller committed."""
         if registration.leader_epoch < self.leader_epoch:
             return False
         was_leader = self.is_leader
@@ -302,8 +303,8 @@ class Partition:
         return True
 
     def check_enough_replicas_reached(self, required_offset: int) -> tuple[bool, str | None]:
-        """Kafka's checkEnoughReplicasReachOffset for a waiting acks=all produce: (done, error). SPEC.md §1
-        judges the maximal ISR here (the committed one only gates the append and the HW)."""
+        """Kafka's checkEnoughReplicasReachOffset for a waiting acks=all produce: (done, error). The maximal ISR
+        is judged here, the committed one only gates the append and the HW (docs/replication.md#acks-all)."""
         if not self.is_leader:
             return True, "NOT_LEADER_OR_FOLLOWER"
         if self.log.high_watermark < required_offset:
@@ -399,7 +400,8 @@ class Partition:
             data = log.read(fetch_offset, max_bytes, max_offset, min_one_message)
         except OffsetMovedToTieredStorageError:
             if replica_id >= 0:
-                raise  # followers replicate only local data and rebuild the rest (SPEC.md §4)
+                # Followers replicate only local data and rebuild the rest (docs/tiered-storage.md#follower-rebuild).
+                raise
             return LogReadResult(
                 records=None,
                 high_watermark=high_watermark,
@@ -431,8 +433,8 @@ class Partition:
         state = self.remote_replicas.get(replica_id)
         if state is None or not self.is_leader:
             return False
-        # Kafka's ReplicaState.updateFetchState (SPEC.md §3): caught up now if it asked for everything we
-        # had, or as of its previous fetch if it now has everything we had back then.
+        # Kafka's ReplicaState.updateFetchState (docs/replication.md#isr-shrink): caught up now if it asked for
+        # everything we had, or as of its previous fetch if it now has everything we had back then.
         if fetch_offset >= leader_end_offset:
             state.last_caught_up_time_ms = max(state.last_caught_up_time_ms, fetch_time_ms)
         elif fetch_offset >= state.last_fetch_leader_log_end_offset:
@@ -455,7 +457,8 @@ class Partition:
         return self.maybe_increment_leader_hw(fetch_time_ms, phase)
 
     def _maybe_expand_isr(self, replica_id: int, state: ReplicaState) -> None:
-        """SPEC.md §3: a follower at or past both the HW and the start of this leader epoch may rejoin."""
+        """A follower at or past both the HW and the start of this leader epoch may rejoin
+        (docs/replication.md#isr-expand)."""
         if self._proposal is not None or replica_id in self.isr or not self.is_replica_eligible(replica_id):
             return
         if state.log_end_offset >= self.log.high_watermark and state.log_end_offset >= self._leader_epoch_start_offset:
@@ -614,7 +617,8 @@ class Partition:
     def update_follower_high_watermark(
         self, leader_high_watermark: int, leader_log_start_offset: int, now_ms: int
     ) -> None:
-        """SPEC.md §1 on a follower: HW = min(leader HW, own LEO) (it may go down), log start = max(own, leader's)."""
+        """HW = min(leader HW, own LEO) (it may go down), log start = max(own, leader's)
+        (docs/replication.md#follower-hw)."""
         log = self.log
         old_hw = log.high_watermark
         leo = log.log_end_offset
@@ -634,7 +638,7 @@ class Partition:
             self._emit(trace.LOG_START, trace.FETCH_RESPONSE, old_start, log.log_start_offset, why, now_ms)
 
     def truncate_to(self, offset: int, now_ms: int, why: str) -> None:
-        """Remove every offset >= `offset` (the fetcher decided where, SPEC.md §2)."""
+        """Remove every offset >= `offset` (the fetcher decided where, docs/replication.md#truncation)."""
         log = self.log
         before = (log.log_end_offset, log.high_watermark, log.log_start_offset)
         log.truncate_to(offset)
@@ -655,11 +659,11 @@ class Partition:
         now_ms: int,
         producer_snapshot: bytes | None = None,
     ) -> None:
-        """Seed 001's BuildingRemoteLogAuxState: the offsets below `next_offset` exist only in the leader's
-        remote tier, so restart our log empty there, starting (as the leader's does) at its log start, with
-        the leader's epoch history as of `next_offset` taken from the remote segment's checkpoint, and the
-        producer state of the snapshot copied with that segment (so a retry of an idempotent batch below
-        `next_offset` is still recognised should we become leader)."""
+        """BuildingRemoteLogAuxState (docs/tiered-storage.md#follower-rebuild): the offsets below `next_offset`
+        exist only in the leader's remote tier, so restart our log empty there, starting (as the leader's does)
+        at its log start, with the leader's epoch history as of `next_offset` taken from the remote segment's
+        checkpoint, and the producer state of the snapshot copied with that segment (so a retry of an
+        idempotent batch below `next_offset` is still recognised should we become leader)."""
         log = self.log
         before = (log.log_end_offset, log.high_watermark, log.log_start_offset)
         log.truncate_fully_and_start_at(next_offset, log_start_offset=leader_log_start_offset)

@@ -215,7 +215,7 @@ class ReplicaManager:
         self.produce_purgatory: DelayedOperationPurgatory[DelayedProduce] = DelayedOperationPurgatory("Produce")
         self.isr_shrinks = 0
         self.isr_expands = 0
-        # Brokers that may join an ISR (SPEC.md §3): registered, unfenced, not shutting down.
+        # Brokers that may join an ISR (docs/replication.md#isr-expand): registered, unfenced, not shutting down.
         self._eligible_brokers: set[int] = set()
 
     # Metadata
@@ -270,7 +270,7 @@ class ReplicaManager:
         }
 
     def _is_replica_eligible(self, broker_id: int) -> bool:
-        """Only a live, unfenced broker that is not shutting down may join an ISR (SPEC.md §3)."""
+        """Only a live, unfenced broker that is not shutting down may join an ISR (docs/replication.md#isr-expand)."""
         return broker_id in self._eligible_brokers
 
     def _apply_role(self, partition: Partition, registration: PartitionRegistration, now_ms: int) -> None:
@@ -420,7 +420,7 @@ class ReplicaManager:
     ) -> None:
         for (tp, info), result in zip(infos, results, strict=True):
             read = result.read
-            # A diverging follower's fetch offset is not its position in our log (SPEC.md §2).
+            # A diverging follower's fetch offset is not its position in our log (docs/replication.md#diverging-epoch).
             if read is None or read.diverging_epoch is not None:
                 continue
             partition = self.partitions[tp]

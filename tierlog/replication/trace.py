@@ -1,6 +1,7 @@
-"""Replication trace events: every change of LEO, HW, remote LEO, ISR, leader epoch and log start (SPEC.md §7).
+"""Replication trace events: every change of LEO, HW, remote LEO, ISR, leader epoch and log start
+(docs/replication.md#trace).
 
-An event reads like a row of seed 000's tables: attribute, phase, old value, new value, and why. Partitions
+An event is one row of a table: attribute, phase, old value, new value, and why. Partitions
 hand events to an injected sink; the shell keeps a backlog and streams it. Events are emitted only when a
 value actually changes, so a quiet partition produces none.
 """
@@ -39,7 +40,7 @@ REMOTE_EXPIRE = "remote retention"
 # Both are looked up on every follower fetch: formatted once per broker id.
 @cache
 def remote_leo(broker_id: int) -> str:
-    """The leader's copy of a follower's LEO (seed 000's "Remote LEO")."""
+    """The leader's copy of a follower's LEO (docs/replication.md#terms)."""
     return f"Remote LEO (broker {broker_id})"
 
 

@@ -154,9 +154,9 @@ class FetcherThread:
         )
 
     async def _build_remote_log_aux_state(self, tp: TopicPartition) -> None:
-        """Seed 001's BuildingRemoteLogAuxState (SPEC.md §4): the leader's earliest local offset L and its epoch
-        e (ListOffsets -4), the epoch of L - 1 (OffsetForLeaderEpoch e - 1 tells whether L - 1 still belongs
-        to an earlier epoch), then the remote segment holding L - 1 and its epoch history."""
+        """BuildingRemoteLogAuxState (docs/tiered-storage.md#follower-rebuild): the leader's earliest local
+        offset L and its epoch e (ListOffsets -4), the epoch of L - 1 (OffsetForLeaderEpoch e - 1 tells whether
+        L - 1 still belongs to an earlier epoch), then the remote segment holding L - 1 and its epoch history."""
         if self._remote_log_aux_state is None:
             self.fetcher.on_remote_log_aux_state_failed(tp, "this broker has no remote tier configured", now_ms())
             return

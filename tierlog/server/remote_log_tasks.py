@@ -1,5 +1,5 @@
-"""The RemoteLogManager's shell (KIP-405, SPEC.md §4): timers and worker threads around the decisions in
-tiered/remote_log_manager.py.
+"""The RemoteLogManager's shell (KIP-405, docs/tiered-storage.md): timers and worker threads around the
+decisions in tiered/remote_log_manager.py.
 
 Every `remote.log.manager.task.interval.ms`, for each partition with the remote tier on:
 - leaders copy rolled segments below the LSO (metadata COPY_SEGMENT_STARTED, the data through the
@@ -198,8 +198,8 @@ class RemoteLogTasks:
                 raise
             finally:
                 self._copying.discard(metadata.segment_id.id)
-            # A leader that lost leadership mid-copy still finishes it (seed 001): the copy is complete, and a
-            # duplicate of the new leader's is tolerated and expired later.
+            # A leader that lost leadership mid-copy still finishes it (docs/tiered-storage.md#copy): the copy
+            # is complete, and a duplicate of the new leader's is tolerated and expired later.
             await self.rlmm.publish(self._update(metadata, RemoteLogSegmentState.COPY_SEGMENT_FINISHED))
             self.stats.copy_bytes += metadata.segment_size_in_bytes
             self.stats.copy_segments += 1

@@ -1,4 +1,5 @@
-"""What must hold in every simulated run (SPEC.md §1-§3), checked while it runs and once it has converged.
+"""What must hold in every simulated run (docs/simulation.md#invariants), checked while it runs and once it
+has converged.
 
 During the run, after every event (cheap checks) and every `COMMITTED_CHECK_INTERVAL_MS` (log scans):
 - a leader's HW never moves backwards within one leader epoch;

@@ -84,7 +84,8 @@ class CorruptIndexError(StorageError):
 
 class OffsetMovedToTieredStorageError(OffsetOutOfRangeError):
     """The offset is within the log but below the local log start: it lives only in the remote tier.
-    Consumers are served from there; followers get this error and rebuild their state (SPEC.md §4)."""
+    Consumers are served from there; followers get this error and rebuild their state
+    (docs/tiered-storage.md#remote-read)."""
 
     error_name = "OFFSET_MOVED_TO_TIERED_STORAGE"
 

@@ -1,4 +1,5 @@
-"""LeaderEpochFileCache: the (leader epoch, start offset) history of one partition replica (SPEC.md §2).
+"""LeaderEpochFileCache: the (leader epoch, start offset) history of one partition replica
+(docs/replication.md#epoch-cache).
 
 Mirrors Kafka 3.9's org.apache.kafka.storage.internals.epoch.LeaderEpochFileCache. Invariant kept by
 `assign` and both truncations: entries are strictly increasing in epoch *and* in start offset, so a plain
@@ -73,7 +74,8 @@ class LeaderEpochFileCache:
     def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
         """OffsetsForLeaderEpoch: (largest epoch <= requested, first offset after that epoch's data).
 
-        Seed 002's example: entries 2->30, 3->50, 4->70 and a request for epoch 2 answer (2, 50).
+        Example (docs/replication.md#end-offset-for): entries 2->30, 3->50, 4->70 and a request for epoch 2
+        answer (2, 50).
         """
         if requested_epoch == UNDEFINED_EPOCH:
             # A bootstrapping follower, or data written before leader epochs existed.

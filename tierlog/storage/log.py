@@ -717,9 +717,9 @@ class Log:
         with `remote_end`, Ry < Ly (the highest offset in remote storage below the HW). Integer comparisons
         only: it runs on every append.
 
-        Ry < Ly is checked only where Ry is set: a follower's HW may go down (SPEC.md §1: it adopts a new
-        leader's lower HW) below an Ry learned under the old leader's, which is no error, so the methods a
-        follower runs meanwhile (append, HW update, log start moves, retention, truncation) check only the
+        Ry < Ly is checked only where Ry is set: a follower's HW may go down (docs/replication.md#follower-hw:
+        it adopts a new leader's lower HW) below an Ry learned under the old leader's, which is no error, so the
+        methods a follower runs meanwhile (append, HW update, log start moves, retention, truncation) check only the
         first chain."""
         log_start, local_start = self._log_start_offset, self._local_log_start_offset
         high_watermark, log_end = self._high_watermark, self._next_offset
@@ -839,8 +839,8 @@ class Log:
         """Kafka's deleteOldSegments: segments wholly below the log start; then, if cleanup.policy has
         delete, segments beyond retention.bytes and segments older than retention.ms. Only segments below
         the HW go. With a remote tier the local.retention.* settings apply instead, and a segment goes only
-        once it is copied (SPEC.md §4); the remote tier's own retention moves the log start. Returns the
-        number of segments deleted."""
+        once it is copied (docs/tiered-storage.md#local-retention); the remote tier's own retention moves the
+        log start. Returns the number of segments deleted."""
         self._now_ms = now_ms
         deleted = self._delete_old_segments(
             lambda segment, next_segment: (

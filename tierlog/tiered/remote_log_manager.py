@@ -1,5 +1,6 @@
-"""KIP-405's RemoteLogManager, decisions only (SPEC.md §4): which local segments a leader copies next, what
-a copy carries, which remote segments expire, and how far the remote tier reaches in a log's lineage.
+"""KIP-405's RemoteLogManager, decisions only: which local segments a leader copies next, what a copy
+carries, which remote segments expire, and how far the remote tier reaches in a log's lineage
+(docs/tiered-storage.md#copy, #remote-deletion, #lineage).
 
 The shell (server/remote_log_tasks.py) runs the copies and deletions through the RemoteStorageManager and
 publishes each state change to the remote log metadata; every choice is made here, from the Log, its
@@ -151,7 +152,7 @@ class ExpirationPlan:
 def plan_remote_expiration(
     log: Log, cache: RemoteLogMetadataCache, now_ms: int, in_progress: frozenset[object] = frozenset()
 ) -> ExpirationPlan:
-    """SPEC.md §4's remote deletion, on the leader. A segment goes if (a) all its epochs are at most the first
+    """docs/tiered-storage.md#remote-deletion, on the leader. A segment goes if (a) all its epochs are at most the first
     cached epoch and it ends below the log start, (b) it is in the current lineage and breaches retention.ms
     or retention.bytes (oldest first, bytes counted over the remote tier plus local-only data) or ends below
     the log start, or (c) all its epochs are below the earliest cached epoch. Other segments outside the
