@@ -1,6 +1,6 @@
 """Leader crashes under load: three real broker processes, acks=all, the leader SIGKILLed again and again.
 
-The contract (SPEC.md §1-§3): a record acknowledged with acks=all is never lost and never moves to another
+The contract (docs/replication.md): a record acknowledged with acks=all is never lost and never moves to another
 offset, however often leaders crash; retries may duplicate a record (idempotence is off), but no offset ever
 holds two different records, and once the replicas have converged every replica's log is byte-identical up
 to the high watermark. Each kill picks the *current* leader of a partition (Metadata, confirmed by that

@@ -1,4 +1,4 @@
-"""The seed stories of SPEC.md §1-§3 told again on a real three-broker cluster (LocalCluster processes).
+"""The stories of docs/replication.md told again on a real three-broker cluster (LocalCluster processes).
 
 Node 1 is broker and controller; every test places its replicas on nodes 2 and 3 (2 the preferred leader), so
 killing or pausing a replica never takes the controller with it. What the stories assert is read where an

@@ -1,5 +1,5 @@
-"""ISR membership (SPEC.md §3), min.insync.replicas, acks=all produces waiting for the HW (§1), and the
-fetchers the ReplicaManager keeps per leader broker."""
+"""ISR membership (docs/replication.md#isr-shrink, #isr-expand), min.insync.replicas, acks=all produces
+waiting for the HW (#acks-all), and the fetchers the ReplicaManager keeps per leader broker."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Produce and fetch through ReplicaManager and Partition on real logs: the HW rule (SPEC.md §1) on a
-single replica, leader epochs stamped and cached (SPEC.md §2), and fetches parked in the purgatory."""
+"""Produce and fetch through ReplicaManager and Partition on real logs: the HW rule
+(docs/replication.md#leader-hw) on a single replica, leader epochs stamped and cached (#leader-epoch,
+#epoch-cache), and fetches parked in the purgatory."""
 
 from __future__ import annotations
 

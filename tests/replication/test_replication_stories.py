@@ -1,6 +1,7 @@
-"""The seed articles' stories, replayed step by step between a leader and a follower over real logs:
-the two-round HW propagation (seed 000) and the two failures that truncating to the HW allowed and leader
-epochs prevent (seeds 002/004), plus truncation across several epochs (SPEC.md §1-§2)."""
+"""The stories of docs/replication.md, replayed step by step between a leader and a follower over real logs:
+the two-round HW propagation (story-two-fetch-rounds) and the two failures that truncating to the HW allowed
+and leader epochs prevent (story-hw-data-loss, story-divergence), plus truncation across several epochs
+(#truncation, #fetch-start)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""LeaderEpochFileCache against SPEC.md §2 and Kafka 3.9's LeaderEpochFileCacheTest."""
+"""LeaderEpochFileCache against docs/replication.md#epoch-cache and #end-offset-for, and Kafka 3.9's
+LeaderEpochFileCacheTest."""
 
 from __future__ import annotations
 
@@ -150,7 +151,7 @@ def test_previous_epoch() -> None:
 
 
 def seed_002_leader() -> LeaderEpochFileCache:
-    # Seed 002's table: epoch 2 -> 30, 3 -> 50, 4 -> 70.
+    # The example of docs/replication.md#end-offset-for: epoch 2 -> 30, 3 -> 50, 4 -> 70.
     return cache_with((2, 30), (3, 50), (4, 70))
 
 

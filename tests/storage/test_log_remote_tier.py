@@ -1,5 +1,6 @@
-"""Log with a remote tier (KIP-405, SPEC.md §4): log start vs local log start, local retention that waits for
-copies, OFFSET_MOVED_TO_TIERED_STORAGE, ListOffsets -2/-4/-5, and reloading a log that starts remotely."""
+"""Log with a remote tier (KIP-405, docs/tiered-storage.md): log start vs local log start, local retention
+that waits for copies, OFFSET_MOVED_TO_TIERED_STORAGE, ListOffsets -2/-4/-5, and reloading a log that starts
+remotely."""
 
 from __future__ import annotations
 
@@ -214,8 +215,9 @@ def test_the_highest_remote_offset_is_checked_against_the_high_watermark_where_i
 
 
 def test_a_followers_high_watermark_may_go_below_the_highest_remote_offset(tmp_path: Path) -> None:
-    # SPEC.md §1: a follower adopts a new leader's HW, which may be lower than the one under which it learned
-    # Ry from the remote log metadata. That is no error: appends, HW updates and log start moves go on.
+    # docs/replication.md#follower-hw: a follower adopts a new leader's HW, which may be lower than the one
+    # under which it learned Ry from the remote log metadata. That is no error: appends, HW updates and log
+    # start moves go on.
     log = _remote_log(tmp_path / "topic-0", _one_batch_per_segment())
     _fill(log, 5)
     log.update_highest_offset_in_remote_storage(3)

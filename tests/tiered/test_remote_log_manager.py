@@ -1,5 +1,5 @@
 """The RemoteLogManager's decisions (tiered/remote_log_manager.py) against Kafka's RemoteLogManager and
-RemoteLogManagerTest, SPEC.md §4 and seed 001's layout: which local segments a leader copies, the epoch
+RemoteLogManagerTest, docs/tiered-storage.md and its story-layout: which local segments a leader copies, the epoch
 slice and leader-epoch checkpoint a copy carries, how far the remote tier reaches in this log's lineage,
 which remote segments are of the lineage, and which remote segments expire.
 
@@ -50,7 +50,8 @@ DELETED = RemoteLogSegmentState.DELETE_SEGMENT_FINISHED
 T0 = 1_700_000_000_000
 TP = TopicPartition("topic", 0)
 TIP = TopicIdPartition(uuid.UUID(int=0x405), TP)
-# Seed 001: msg 0-2 in LE-0, 3-4 in LE-1, 5-6 in LE-2, 7-9 in LE-3; remote segments 0-2, 3-5, 6-8.
+# docs/tiered-storage.md#story-layout: msg 0-2 in LE-0, 3-4 in LE-1, 5-6 in LE-2, 7-9 in LE-3; remote segments
+# 0-2, 3-5, 6-8.
 SEED_EPOCHS = [0, 0, 0, 1, 1, 2, 2, 3, 3, 3]
 SEED_ENTRIES = [EpochEntry(0, 0), EpochEntry(1, 3), EpochEntry(2, 5), EpochEntry(3, 7)]
 

@@ -1,5 +1,5 @@
 """RemoteLogMetadataCache and RemoteLogMetadataStore against Kafka's RemoteLogMetadataCacheTest and
-RemoteLogSegmentLifecycleTest, SPEC.md §4 (seed 001's layout) and the overlapping copies a leader change
+RemoteLogSegmentLifecycleTest, docs/tiered-storage.md#story-layout and the overlapping copies a leader change
 leaves behind."""
 
 from __future__ import annotations
@@ -421,7 +421,7 @@ def test_a_copied_segment_serves_while_an_overlapping_copy_is_still_in_progress(
     assert cache.highest_offset_for_epoch(0) == 99
 
 
-# --- seed 001 (SPEC.md §4) ----------------------------------------------------------------------------
+# --- docs/tiered-storage.md#story-layout -----------------------------------------------------------
 
 
 def test_seed_001_layout() -> None:

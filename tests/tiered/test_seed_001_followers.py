@@ -1,4 +1,4 @@
-"""Seed 001's three follower scenarios (SPEC.md §4, KIP-405's BuildingRemoteLogAuxState) on real brokers.
+"""The three follower stories of docs/tiered-storage.md (KIP-405's BuildingRemoteLogAuxState) on real brokers.
 
 Each topic lives on brokers 2 and 3 (2 the preferred leader) of a three-broker cluster; node 1 is the
 controller and never holds a replica, so killing a replica never takes the controller with it. Closed segments

@@ -1,6 +1,6 @@
-"""Tiered storage end to end on a real three-broker cluster (SPEC.md §4, KIP-405): closed segments move to the
-remote tier and leave the brokers' disks, yet every client reads the whole log from offset 0, ListOffsets gives
-Kafka's answers for -2/-4/-5/-1 and timestamps, and all of it survives restarts."""
+"""Tiered storage end to end on a real three-broker cluster (docs/tiered-storage.md, KIP-405): closed segments
+move to the remote tier and leave the brokers' disks, yet every client reads the whole log from offset 0,
+ListOffsets gives Kafka's answers for -2/-4/-5/-1 and timestamps, and all of it survives restarts."""
 
 from __future__ import annotations
 

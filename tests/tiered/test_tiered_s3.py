@@ -1,6 +1,6 @@
 """Tiered storage on a real S3 server (SeaweedFS, started by the tests): every client reads the whole log
 from offset 0 while most of it lives in S3, brokers restart and read it again, and an S3 outage stops only
-what needs S3 (SPEC.md §4): produce and local reads go on, no uncopied segment is deleted locally, remote
+what needs S3 (docs/tiered-storage.md): produce and local reads go on, no uncopied segment is deleted locally, remote
 reads fail with a retriable error instead of hanging, and copying resumes when S3 is back."""
 
 from __future__ import annotations
