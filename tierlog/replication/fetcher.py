@@ -73,11 +73,15 @@ class FetchRequestPartition:
 
 @dataclass(frozen=True, slots=True)
 class FetchRequestData:
+    """A Fetch request as the leader's ReplicaManager takes it (replication/fetch_request.py): what a follower
+    builds, and what the shell decodes a wire request into."""
+
     replica_id: int
     max_wait_ms: int
     min_bytes: int
     max_bytes: int
     partitions: list[FetchRequestPartition]
+    isolation_level: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,12 +27,12 @@ from tierlog.protocol.codec import Request
 from tierlog.protocol.errors import error_code
 from tierlog.records.record_batch import batch_size_at
 from tierlog.replication.errors import UnknownTopicOrPartitionError
+from tierlog.replication.fetch_request import fetch_messages_for_request
+from tierlog.replication.fetcher import FetchRequestData, FetchRequestPartition
 from tierlog.replication.partition import LogReadResult, OffsetAndEpoch
 from tierlog.replication.replica_manager import (
     AppendResult,
-    FetchParams,
     FetchPartitionResult,
-    PartitionFetchInfo,
     ReplicaManager,
     error_name_of,
 )
@@ -477,7 +477,7 @@ class KafkaApis:
         if self.controller_server is not None and self.controller_server.is_metadata_fetch(request):
             return await self._fetch_metadata_log(request)
         uses_topic_ids = request.api_version >= 13
-        infos: list[tuple[TopicPartition, PartitionFetchInfo]] = []
+        partitions: list[FetchRequestPartition] = []
         unknown_ids: list[tuple[uuid.UUID, int]] = []
         for fetch_topic in body.topics:
             name = self._topic_name(fetch_topic.topic_id) if uses_topic_ids else fetch_topic.topic
@@ -485,27 +485,27 @@ class KafkaApis:
                 if name is None:
                     unknown_ids.append((fetch_topic.topic_id, p.partition))
                     continue
-                infos.append(
-                    (
-                        TopicPartition(name, p.partition),
-                        PartitionFetchInfo(
-                            p.fetch_offset,
-                            p.partition_max_bytes,
-                            getattr(p, "current_leader_epoch", -1),
-                            getattr(p, "last_fetched_epoch", -1),
-                            getattr(p, "log_start_offset", -1),
-                        ),
+                partitions.append(
+                    FetchRequestPartition(
+                        topic_partition=TopicPartition(name, p.partition),
+                        topic_id=self._topic_id(name),
+                        fetch_offset=p.fetch_offset,
+                        current_leader_epoch=getattr(p, "current_leader_epoch", -1),
+                        last_fetched_epoch=getattr(p, "last_fetched_epoch", -1),
+                        log_start_offset=getattr(p, "log_start_offset", -1),
+                        partition_max_bytes=p.partition_max_bytes,
                     )
                 )
         replica_id = getattr(body, "replica_id", -1)
         replica_state = getattr(body, "replica_state", None)
         if replica_state is not None and replica_state.replica_id >= 0:
             replica_id = replica_state.replica_id
-        params = FetchParams(
+        fetch = FetchRequestData(
             replica_id=replica_id,
             max_wait_ms=int(body.max_wait.total_seconds() * 1000),
             min_bytes=body.min_bytes,
-            max_bytes=min(getattr(body, "max_bytes", 2**31 - 1), self._fetch_max_bytes),
+            max_bytes=getattr(body, "max_bytes", 2**31 - 1),
+            partitions=partitions,
             isolation_level=getattr(body, "isolation_level", 0),
         )
         loop = asyncio.get_running_loop()
@@ -515,7 +515,9 @@ class KafkaApis:
             if not answered.done():
                 answered.set_result(results)
 
-        delayed = self.replica_manager.fetch_messages(params, infos, now_ms(), respond)
+        delayed = fetch_messages_for_request(
+            self.replica_manager, fetch, now_ms(), respond, fetch_max_bytes=self._fetch_max_bytes
+        )
         # A follower's fetch may have proposed an ISR expansion: send it now, not when this fetch is answered
         # (up to replica.fetch.wait.max.ms later), as Kafka's AlterPartitionManager does.
         self._after_request()

@@ -18,14 +18,9 @@ from pathlib import Path
 from tierlog.common import TopicPartition
 from tierlog.metadata.image import ClusterMetadata
 from tierlog.metadata.records import Endpoint
+from tierlog.replication.fetch_request import fetch_messages_for_request
 from tierlog.replication.fetcher import FetcherConfig, FetchRequestData, FetchResponsePartition
-from tierlog.replication.replica_manager import (
-    AppendResult,
-    FetchParams,
-    FetchPartitionResult,
-    PartitionFetchInfo,
-    ReplicaManager,
-)
+from tierlog.replication.replica_manager import AppendResult, FetchPartitionResult, ReplicaManager
 from tierlog.sim.controller_node import SimController
 from tierlog.sim.world import Network, Node, Respond, Simulation
 from tierlog.storage.log_manager import LogManager
@@ -49,6 +44,7 @@ class BrokerTiming:
     recovery_point_checkpoint_interval_ms: int = 10_000
     flush_check_interval_ms: int = 1000
     retry_backoff_ms: int = 200
+    fetch_max_bytes: int = 57_671_680
 
 
 def to_fetch_response(result: FetchPartitionResult) -> FetchResponsePartition:
@@ -323,22 +319,12 @@ class SimBroker(Node):
         if rm is None:
             respond(NOT_SERVING)
             return
-        params = FetchParams(request.replica_id, request.max_wait_ms, request.min_bytes, request.max_bytes, 0)
-        infos = [
-            (
-                p.topic_partition,
-                PartitionFetchInfo(
-                    p.fetch_offset,
-                    p.partition_max_bytes,
-                    p.current_leader_epoch,
-                    p.last_fetched_epoch,
-                    p.log_start_offset,
-                ),
-            )
-            for p in request.partitions
-        ]
-        delayed = rm.fetch_messages(
-            params, infos, self.sim.now, lambda results: respond([to_fetch_response(r) for r in results])
+        delayed = fetch_messages_for_request(
+            rm,
+            request,
+            self.sim.now,
+            lambda results: respond([to_fetch_response(r) for r in results]),
+            fetch_max_bytes=self.timing.fetch_max_bytes,
         )
         if delayed is not None:
             self.after(delayed.deadline_ms - self.sim.now, lambda: rm.fetch_purgatory.expire(self.sim.now))
