@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 
@@ -20,3 +21,11 @@ class TopicPartition(NamedTuple):
         if not sep or not topic or not partition.isdigit():
             raise ValueError(f"not a partition directory name: {name!r}")
         return cls(topic, int(partition))
+
+
+@dataclass(frozen=True, slots=True)
+class Idle:
+    """What a state machine of the core answers when asked for its next request and it has none: nothing to send
+    before `until_ms` (epoch ms) unless an event (a response, new metadata) changes that first."""
+
+    until_ms: int

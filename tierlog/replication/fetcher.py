@@ -1,10 +1,12 @@
 """Kafka's AbstractFetcherThread without I/O: what a follower fetches from one leader broker, and what it does
 with the answer (append, adopt HW, truncate on a diverging epoch, back off on errors).
 
-The shell (server/fetcher_thread.py) only moves bytes: it sends `build_fetch_request()`, hands the response
-to `process_fetch_response()`, resolves `offset_lookups()` with ListOffsets, resolves `remote_aux_state_builds()`
-with ListOffsets, OffsetForLeaderEpoch and the remote tier (docs/tiered-storage.md#follower-rebuild), and
-reports lost connections.
+The fetcher decides every request; the world around it only carries them. It asks `poll(now_ms)` for the next
+one (a Fetch, a ListOffsets or OffsetForLeaderEpoch to the leader, a read of the remote tier, or how long to
+idle), sends it and hands the answer to the matching `on_...` method (`process_fetch_response` for a Fetch), or
+reports that no answer came (`on_fetch_failed`). The asyncio shell (server/fetcher_thread.py) does that over
+sockets, the simulator (tierlog/sim/) over its network: one request at a time per leader, as Kafka's fetcher
+thread sends them.
 
 Truncation follows docs/replication.md#truncation (Kafka's truncation on fetch, KIP-595): the follower sends
 the epoch of its last fetched batch; a leader on which that epoch ended earlier answers DivergingEpoch (E, off)
@@ -20,9 +22,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from tierlog.common import TopicPartition
+from tierlog.common import Idle, TopicPartition
 from tierlog.replication.partition import NO_EPOCH, Partition
 from tierlog.storage.leader_epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+from tierlog.storage.log import EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +36,9 @@ TRUNCATING: FetchStateName = "truncating"
 # KIP-405's BuildingRemoteLogAuxState (after OFFSET_MOVED_TO_TIERED_STORAGE): the offsets we need exist
 # only in the remote tier, so the epoch history up to the leader's local log start comes from there.
 BUILDING_REMOTE_LOG_AUX_STATE: FetchStateName = "building_remote_log_aux_state"
+
+# With nothing to fetch, look again this soon: new metadata may hand over a partition meanwhile.
+IDLE_POLL_MS = 100
 
 # The partition's leadership moved or is moving: new metadata will re-add it.
 _WAIT_FOR_METADATA_ERRORS = frozenset(
@@ -51,6 +57,17 @@ class FetcherConfig:
 
 
 @dataclass(slots=True)
+class RemoteLogAuxStateBuild:
+    """How far one BuildingRemoteLogAuxState round got: the leader's log start, its earliest local offset L and
+    L's epoch e (ListOffsets), then the epoch that holds L - 1 (`target_epoch`, from OffsetForLeaderEpoch e - 1)."""
+
+    log_start_offset: int
+    local_log_start_offset: int
+    local_log_start_epoch: int
+    target_epoch: int | None
+
+
+@dataclass(slots=True)
 class PartitionFetchState:
     topic_id: uuid.UUID
     fetch_offset: int
@@ -58,6 +75,7 @@ class PartitionFetchState:
     last_fetched_epoch: int | None
     state: FetchStateName
     delayed_until_ms: int = 0
+    remote_build: RemoteLogAuxStateBuild | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +103,41 @@ class FetchRequestData:
 
 
 @dataclass(frozen=True, slots=True)
+class ListOffsetsRequest:
+    """ListOffsets to the leader as a replica (so LATEST is its LEO, not its HW): its (offset, leader epoch) at
+    each timestamp, answered through `ReplicaFetcher.on_list_offsets`."""
+
+    topic_partition: TopicPartition
+    timestamps: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EpochEndOffsetRequest:
+    """OffsetForLeaderEpoch to the leader: the largest epoch at or below `leader_epoch` it knows and where that
+    epoch ends, answered through `ReplicaFetcher.on_epoch_end_offset`."""
+
+    topic_partition: TopicPartition
+    leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteLogAuxStateRequest:
+    """A read of this broker's remote log metadata and remote tier: the remote segment holding `offset` in
+    `leader_epoch`, its end offset, the epoch history up to there and the producer snapshot taken at its end,
+    answered through `ReplicaFetcher.on_remote_log_aux_state`."""
+
+    topic_partition: TopicPartition
+    leader_epoch: int
+    offset: int
+
+
+# Whether a partition's fetch offset is out of range: the leader's log start and end.
+LEADER_LOG_RANGE = (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP)
+# Where the leader's local log starts (offset and epoch) and its whole log starts.
+LEADER_LOCAL_LOG_START = (EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP)
+
+
+@dataclass(frozen=True, slots=True)
 class FetchResponsePartition:
     topic_partition: TopicPartition
     error: str | None
@@ -92,6 +145,9 @@ class FetchResponsePartition:
     log_start_offset: int
     diverging_epoch: tuple[int, int] | None
     records: bytes | memoryview | None
+
+
+FetcherAction = FetchRequestData | ListOffsetsRequest | EpochEndOffsetRequest | RemoteLogAuxStateRequest | Idle
 
 
 class ReplicaFetcher:
@@ -130,6 +186,22 @@ class ReplicaFetcher:
     def remove_partition(self, tp: TopicPartition) -> None:
         self.partitions.pop(tp, None)
         self._requested.pop(tp, None)
+
+    def poll(self, now_ms: int) -> FetcherAction:
+        """The next request to send to this leader (or to the remote tier), one at a time: the leader's log
+        range for a partition out of range, the next step of a remote log state build, then one Fetch for every
+        partition ready to fetch; with none of them, how long to idle."""
+        lookups = self.offset_lookups()
+        if lookups:
+            return ListOffsetsRequest(lookups[0], LEADER_LOG_RANGE)
+        for tp, state in self.partitions.items():
+            if state.state == BUILDING_REMOTE_LOG_AUX_STATE and state.delayed_until_ms <= now_ms:
+                return self._remote_log_aux_state_step(tp, state)
+        request = self.build_fetch_request(now_ms)
+        if request is not None:
+            return request
+        wake_at = self.next_wakeup_ms()
+        return Idle(now_ms + (IDLE_POLL_MS if wake_at is None else max(1, min(IDLE_POLL_MS, wake_at - now_ms))))
 
     def build_fetch_request(self, now_ms: int) -> FetchRequestData | None:
         """One Fetch for every partition ready to fetch; None if none is."""
@@ -239,9 +311,28 @@ class ReplicaFetcher:
         state.last_fetched_epoch = log.latest_epoch
 
     def offset_lookups(self) -> list[TopicPartition]:
-        """Partitions whose fetch offset was out of range: the shell asks the leader for its log start and
-        end (ListOffsets as a replica) and calls on_leader_offsets."""
+        """Partitions whose fetch offset was out of range: `poll` asks the leader for its log start and end
+        (ListOffsets as a replica) before they fetch again."""
         return [tp for tp, state in self.partitions.items() if state.state == TRUNCATING]
+
+    def on_list_offsets(self, tp: TopicPartition, answers: Sequence[tuple[int, int]], now_ms: int) -> None:
+        """The leader's (offset, leader epoch) at each timestamp of the ListOffsetsRequest `poll` made for `tp`."""
+        state = self.partitions.get(tp)
+        if state is None:
+            return
+        if state.state == TRUNCATING:
+            (log_start_offset, _), (log_end_offset, _) = answers
+            self.on_leader_offsets(tp, log_start_offset, log_end_offset, now_ms)
+        elif state.state == BUILDING_REMOTE_LOG_AUX_STATE and state.remote_build is None:
+            (local_start, local_start_epoch), (log_start_offset, _) = answers
+            # Only an epoch after the first can have left L - 1 to an earlier one.
+            target_epoch = None if local_start_epoch > 0 else local_start_epoch
+            state.remote_build = RemoteLogAuxStateBuild(log_start_offset, local_start, local_start_epoch, target_epoch)
+
+    def on_list_offsets_failed(self, tp: TopicPartition, error: str, now_ms: int) -> None:
+        """The leader refused the ListOffsets (leadership moving, ...): back off and ask again."""
+        logger.info("[ReplicaFetcher leader=%d] %s: ListOffsets failed with %s", self.source_broker_id, tp, error)
+        self.on_fetch_failed(now_ms)
 
     def on_leader_offsets(
         self, tp: TopicPartition, leader_log_start_offset: int, leader_log_end_offset: int, now_ms: int
@@ -264,55 +355,85 @@ class ReplicaFetcher:
         state.last_fetched_epoch = log.latest_epoch
         state.state = FETCHING
 
-    def remote_aux_state_builds(self) -> list[TopicPartition]:
-        """Partitions whose next offset lives only in the leader's remote tier and that may try now: the shell
-        finds the leader's local log start (L, e), the remote segment holding L - 1 and its epoch history,
-        and calls on_remote_log_aux_state (or on_remote_log_aux_state_failed)."""
-        return [tp for tp, state in self.partitions.items() if state.state == BUILDING_REMOTE_LOG_AUX_STATE]
+    def _remote_log_aux_state_step(self, tp: TopicPartition, state: PartitionFetchState) -> FetcherAction:
+        """BuildingRemoteLogAuxState (docs/tiered-storage.md#follower-rebuild), one request at a time: the
+        leader's earliest local offset L and its epoch e, the epoch of L - 1 (OffsetForLeaderEpoch e - 1 tells
+        whether L - 1 still belongs to an earlier epoch), then the remote segment holding L - 1 and its epoch
+        history."""
+        build = state.remote_build
+        if build is None:
+            return ListOffsetsRequest(tp, LEADER_LOCAL_LOG_START)
+        if build.target_epoch is None:
+            return EpochEndOffsetRequest(tp, build.local_log_start_epoch - 1)
+        return RemoteLogAuxStateRequest(tp, build.target_epoch, build.local_log_start_offset - 1)
 
-    def is_delayed(self, tp: TopicPartition, now_ms: int) -> bool:
+    def on_epoch_end_offset(self, tp: TopicPartition, epoch: int, end_offset: int, now_ms: int) -> None:
+        """The leader's answer to the EpochEndOffsetRequest `poll` made for `tp`: its largest epoch at or below
+        the one asked for, and where that epoch ends."""
         state = self.partitions.get(tp)
-        return state is not None and state.delayed_until_ms > now_ms
+        build = state.remote_build if state is not None else None
+        if build is None or build.target_epoch is not None:
+            return
+        # Epoch e - 1 may have no records (a gap): the answer names the epoch that really holds L - 1.
+        previous_offset = build.local_log_start_offset - 1
+        build.target_epoch = epoch if end_offset > previous_offset else build.local_log_start_epoch
+
+    def on_epoch_end_offset_failed(self, tp: TopicPartition, error: str, now_ms: int) -> None:
+        self.on_remote_log_aux_state_failed(tp, f"OffsetForLeaderEpoch: {error}", now_ms)
 
     def on_remote_log_aux_state(
         self,
         tp: TopicPartition,
-        next_offset: int,
-        leader_log_start_offset: int,
+        remote_end_offset: int,
         epochs: Sequence[tuple[int, int]],
+        producer_snapshot: bytes | None,
         now_ms: int,
-        producer_snapshot: bytes | None = None,
     ) -> None:
-        """BuildingRemoteLogAuxState (docs/tiered-storage.md#follower-rebuild), completed: restart the local log
-        empty at `next_offset` (the end of the remote segment holding the leader's local log start - 1, plus
-        one) with the leader's log start, adopt the leader's epoch history up to there, and fetch from
-        `next_offset`."""
+        """BuildingRemoteLogAuxState (docs/tiered-storage.md#follower-rebuild), completed with the remote segment
+        the RemoteLogAuxStateRequest found: restart the local log empty after its end with the leader's log
+        start, adopt the leader's epoch history up to there (and the segment's producer snapshot), and fetch
+        from there."""
         state = self.partitions.get(tp)
         partition = self._partition_of(tp)
-        if state is None or partition is None or state.state != BUILDING_REMOTE_LOG_AUX_STATE:
+        build = state.remote_build if state is not None else None
+        if state is None or partition is None or build is None or build.target_epoch is None:
             return
-        partition.build_remote_log_aux_state(next_offset, leader_log_start_offset, epochs, now_ms, producer_snapshot)
+        logger.info(
+            "[ReplicaFetcher leader=%d] %s: built remote log state up to %d (leader log start %d, local start %d)",
+            self.source_broker_id,
+            tp,
+            remote_end_offset,
+            build.log_start_offset,
+            build.local_log_start_offset,
+        )
+        partition.build_remote_log_aux_state(
+            remote_end_offset + 1, build.log_start_offset, epochs, now_ms, producer_snapshot
+        )
         log = partition.log
         state.fetch_offset = log.log_end_offset
         state.last_fetched_epoch = log.latest_epoch
         state.state = FETCHING
+        state.remote_build = None
 
     def on_remote_log_aux_state_failed(self, tp: TopicPartition, reason: str, now_ms: int) -> None:
-        """The remote state could not be built yet (metadata not replicated here yet, remote tier down): try
-        again after the backoff, still in BuildingRemoteLogAuxState."""
+        """The remote state could not be built yet (metadata not replicated here yet, remote tier down): start
+        over after the backoff, still in BuildingRemoteLogAuxState."""
         state = self.partitions.get(tp)
         if state is None:
             return
         logger.info(
             "[ReplicaFetcher leader=%d] %s: cannot build remote log state yet: %s", self.source_broker_id, tp, reason
         )
+        state.remote_build = None
         state.delayed_until_ms = now_ms + self.config.backoff_ms
 
     def on_fetch_failed(self, now_ms: int) -> None:
-        """The request failed as a whole (connection lost, timeout): back off every partition."""
+        """The request failed as a whole (connection lost, timeout): back off every partition; a remote log state
+        build starts over."""
         self._requested.clear()
         for state in self.partitions.values():
             state.delayed_until_ms = now_ms + self.config.backoff_ms
+            state.remote_build = None
 
     def next_wakeup_ms(self) -> int | None:
         """When the earliest backed-off partition may fetch again; None without partitions."""

@@ -1,5 +1,6 @@
-"""Kafka's ReplicaFetcherThread as an asyncio task: moves bytes between a leader broker and the
-deterministic `ReplicaFetcher` that decides what to fetch, what to truncate and what to append.
+"""Kafka's ReplicaFetcherThread as an asyncio task: carries the requests of the deterministic `ReplicaFetcher`
+(replication/fetcher.py), which decides what to fetch, what to truncate and what to append, to a leader broker
+and its answers back.
 
 One task per leader broker; all of this broker's follower partitions led by it share its Fetch requests.
 """
@@ -13,10 +14,17 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from tierlog.common import TopicPartition
+from tierlog.common import Idle, TopicPartition
 from tierlog.metadata.records import Endpoint
 from tierlog.protocol.errors import error_code
-from tierlog.replication.fetcher import FetchRequestData, FetchResponsePartition, ReplicaFetcher
+from tierlog.replication.fetcher import (
+    EpochEndOffsetRequest,
+    FetchRequestData,
+    FetchResponsePartition,
+    ListOffsetsRequest,
+    RemoteLogAuxStateRequest,
+    ReplicaFetcher,
+)
 from tierlog.server.clock import now_ms
 from tierlog.server.entities import request_schema
 from tierlog.server.kafka_client import KafkaConnection, KafkaConnectionError
@@ -26,15 +34,19 @@ logger = logging.getLogger(__name__)
 FETCH_VERSION = 12  # topic names, LastFetchedEpoch and DivergingEpoch (KIP-595/KIP-320)
 LIST_OFFSETS_VERSION = 8  # EARLIEST_LOCAL_TIMESTAMP (KIP-405)
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
-EARLIEST_TIMESTAMP = -2
-LATEST_TIMESTAMP = -1
-EARLIEST_LOCAL_TIMESTAMP = -4
 
 # (partition, leader epoch, offset) -> (end offset of the remote segment holding it, epoch history to there,
 # the producer snapshot taken at its end if the remote tier has one).
 RemoteLogAuxState = Callable[[TopicPartition, int, int], Awaitable[tuple[int, list[tuple[int, int]], bytes | None]]]
-IDLE_POLL_S = 0.1
 _NO_ERROR = error_code(None)
+
+
+class _LeaderRefusedError(Exception):
+    """The leader answered a partition's ListOffsets or OffsetForLeaderEpoch with an error."""
+
+    def __init__(self, error_name: str) -> None:
+        super().__init__(error_name)
+        self.error_name = error_name
 
 
 class FetcherThread:
@@ -82,29 +94,41 @@ class FetcherThread:
                 await self._disconnect()
 
     async def _do_work(self) -> None:
-        for tp in self.fetcher.offset_lookups():
-            await self._reset_offsets(tp)
-        for tp in self.fetcher.remote_aux_state_builds():
-            if not self.fetcher.is_delayed(tp, now_ms()):
-                await self._build_remote_log_aux_state(tp)
-        request = self.fetcher.build_fetch_request(now_ms())
-        if request is None:
-            await self._idle()
-            return
-        connection = await self._connect()
-        response = await connection.send(
-            self._fetch_request(request), timeout_s=self._timeout_s + request.max_wait_ms / 1000
-        )
-        if response.error_code != _NO_ERROR:
-            raise KafkaConnectionError(f"fetch failed: {response.error_code.name}")
-        self.fetcher.process_fetch_response(_response_partitions(response), now_ms())
+        fetcher = self.fetcher
+        action = fetcher.poll(now_ms())
+        if isinstance(action, Idle):
+            await self._idle(action.until_ms)
+        elif isinstance(action, FetchRequestData):
+            connection = await self._connect()
+            response = await connection.send(
+                self._fetch_request(action), timeout_s=self._timeout_s + action.max_wait_ms / 1000
+            )
+            if response.error_code != _NO_ERROR:
+                raise KafkaConnectionError(f"fetch failed: {response.error_code.name}")
+            fetcher.process_fetch_response(_response_partitions(response), now_ms())
+        elif isinstance(action, ListOffsetsRequest):
+            tp = action.topic_partition
+            try:
+                answers = await self._list_offsets(tp, action.timestamps)
+            except _LeaderRefusedError as e:
+                fetcher.on_list_offsets_failed(tp, e.error_name, now_ms())
+            else:
+                fetcher.on_list_offsets(tp, answers, now_ms())
+        elif isinstance(action, EpochEndOffsetRequest):
+            tp = action.topic_partition
+            try:
+                epoch, end_offset = await self._epoch_end_offset(tp, action.leader_epoch)
+            except _LeaderRefusedError as e:
+                fetcher.on_epoch_end_offset_failed(tp, e.error_name, now_ms())
+            else:
+                fetcher.on_epoch_end_offset(tp, epoch, end_offset, now_ms())
+        else:
+            await self._read_remote_log_aux_state(action)
 
-    async def _idle(self) -> None:
-        wake_at = self.fetcher.next_wakeup_ms()
-        delay = IDLE_POLL_S if wake_at is None else max(0.0, min(IDLE_POLL_S, (wake_at - now_ms()) / 1000))
+    async def _idle(self, until_ms: int) -> None:
         self.wakeup.clear()
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(delay):
+            async with asyncio.timeout(max(0, until_ms - now_ms()) / 1000):
                 await self.wakeup.wait()
 
     async def _connect(self) -> KafkaConnection:
@@ -153,44 +177,22 @@ class FetcherThread:
             rack_id="",
         )
 
-    async def _build_remote_log_aux_state(self, tp: TopicPartition) -> None:
-        """BuildingRemoteLogAuxState (docs/tiered-storage.md#follower-rebuild): the leader's earliest local
-        offset L and its epoch e (ListOffsets -4), the epoch of L - 1 (OffsetForLeaderEpoch e - 1 tells whether
-        L - 1 still belongs to an earlier epoch), then the remote segment holding L - 1 and its epoch history."""
+    async def _read_remote_log_aux_state(self, request: RemoteLogAuxStateRequest) -> None:
+        tp = request.topic_partition
         if self._remote_log_aux_state is None:
             self.fetcher.on_remote_log_aux_state_failed(tp, "this broker has no remote tier configured", now_ms())
             return
-        offsets = await self._list_offsets(tp, (EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP))
-        if offsets is None:
-            return
-        (local_start, local_start_epoch), (log_start, _) = offsets
-        previous_offset = local_start - 1
-        target_epoch = local_start_epoch
-        if local_start_epoch > 0:
-            earlier = await self._epoch_end_offset(tp, local_start_epoch - 1)
-            if earlier is None:
-                return
-            earlier_epoch, earlier_end = earlier
-            # Epoch e - 1 may have no records (a gap): the answer names the epoch that really holds L - 1.
-            if earlier_end > previous_offset:
-                target_epoch = earlier_epoch
         try:
-            end_offset, epochs, producer_snapshot = await self._remote_log_aux_state(tp, target_epoch, previous_offset)
+            end_offset, epochs, producer_snapshot = await self._remote_log_aux_state(
+                tp, request.leader_epoch, request.offset
+            )
         except Exception as e:
             self.fetcher.on_remote_log_aux_state_failed(tp, str(e), now_ms())
             return
-        logger.info(
-            "[ReplicaFetcher leader=%d] %s: built remote log state up to %d (leader log start %d, local start %d)",
-            self.fetcher.source_broker_id,
-            tp,
-            end_offset,
-            log_start,
-            local_start,
-        )
-        self.fetcher.on_remote_log_aux_state(tp, end_offset + 1, log_start, epochs, now_ms(), producer_snapshot)
+        self.fetcher.on_remote_log_aux_state(tp, end_offset, epochs, producer_snapshot, now_ms())
 
-    async def _list_offsets(self, tp: TopicPartition, timestamps: tuple[int, ...]) -> list[tuple[int, int]] | None:
-        """(offset, leader epoch) per timestamp from the leader, asking as a replica; None after an error."""
+    async def _list_offsets(self, tp: TopicPartition, timestamps: tuple[int, ...]) -> list[tuple[int, int]]:
+        """(offset, leader epoch) per timestamp from the leader, asking as a replica."""
         s = request_schema(2, LIST_OFFSETS_VERSION)
         connection = await self._connect()
         answers = []
@@ -212,18 +214,11 @@ class FetcherThread:
             response = await connection.send(request, timeout_s=self._timeout_s)
             partition = response.topics[0].partitions[0]
             if partition.error_code != _NO_ERROR:
-                logger.info(
-                    "[ReplicaFetcher leader=%d] %s: ListOffsets failed with %s",
-                    self.fetcher.source_broker_id,
-                    tp,
-                    partition.error_code.name,
-                )
-                self.fetcher.on_fetch_failed(now_ms())
-                return None
+                raise _LeaderRefusedError(partition.error_code.name)
             answers.append((int(partition.offset), int(partition.leader_epoch)))
         return answers
 
-    async def _epoch_end_offset(self, tp: TopicPartition, epoch: int) -> tuple[int, int] | None:
+    async def _epoch_end_offset(self, tp: TopicPartition, epoch: int) -> tuple[int, int]:
         s = request_schema(23, OFFSET_FOR_LEADER_EPOCH_VERSION)
         request = s.OffsetForLeaderEpochRequest(
             replica_id=self.fetcher.config.replica_id,
@@ -240,16 +235,8 @@ class FetcherThread:
         response = await connection.send(request, timeout_s=self._timeout_s)
         answer = response.topics[0].partitions[0]
         if answer.error_code != _NO_ERROR:
-            self.fetcher.on_remote_log_aux_state_failed(tp, f"OffsetForLeaderEpoch: {answer.error_code.name}", now_ms())
-            return None
+            raise _LeaderRefusedError(answer.error_code.name)
         return int(answer.leader_epoch), int(answer.end_offset)
-
-    async def _reset_offsets(self, tp: TopicPartition) -> None:
-        """OFFSET_OUT_OF_RANGE: ask the leader for its log start and end (ListOffsets as a replica, so the
-        end is its LEO, not its HW) and let the fetcher decide where to restart."""
-        offsets = await self._list_offsets(tp, (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP))
-        if offsets is not None:
-            self.fetcher.on_leader_offsets(tp, offsets[0][0], offsets[1][0], now_ms())
 
 
 def _response_partitions(response: Any) -> list[FetchResponsePartition]:

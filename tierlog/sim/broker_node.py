@@ -15,12 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tierlog.common import TopicPartition
+from tierlog.common import Idle, TopicPartition
 from tierlog.metadata.image import ClusterMetadata
 from tierlog.metadata.records import Endpoint
 from tierlog.replication.fetch_request import fetch_messages_for_request
-from tierlog.replication.fetcher import FetcherConfig, FetchRequestData, FetchResponsePartition
-from tierlog.replication.replica_manager import AppendResult, FetchPartitionResult, ReplicaManager
+from tierlog.replication.fetcher import FetcherConfig, FetchRequestData, FetchResponsePartition, ListOffsetsRequest
+from tierlog.replication.replica_manager import AppendResult, FetchPartitionResult, ReplicaManager, error_name_of
 from tierlog.sim.controller_node import SimController
 from tierlog.sim.world import Network, Node, Respond, Simulation
 from tierlog.storage.log_manager import LogManager
@@ -256,61 +256,64 @@ class SimBroker(Node):
     # Follower side: one fetch loop per leader broker
 
     def _fetch_from(self, leader_id: int) -> None:
+        """Carry the requests of the fetcher for `leader_id` (`ReplicaFetcher.poll`) to that leader and its
+        answers back, one at a time, for as long as this broker follows a partition it leads."""
         rm = self.replica_manager
         fetcher = rm.fetchers.get(leader_id) if rm is not None else None
         if fetcher is None:
             self._fetcher_loops.discard(leader_id)
             return
         leader = self._peers[leader_id]
-        now = self.sim.now
+        action = fetcher.poll(self.sim.now)
+        if isinstance(action, Idle):
+            self.after(action.until_ms - self.sim.now, lambda: self._fetch_from(leader_id))
+            return
 
         def failed() -> None:
             fetcher.on_fetch_failed(self.sim.now)
             self._fetch_from(leader_id)
 
-        lookups = fetcher.offset_lookups()
-        if lookups:
-            tp = lookups[0]
+        if isinstance(action, FetchRequestData):
+            request = action
 
-            def on_offsets(reply: object) -> None:
-                if isinstance(reply, tuple):
-                    fetcher.on_leader_offsets(tp, reply[0], reply[1], self.sim.now)
-                    self._fetch_from(leader_id)
-                else:
+            def on_response(reply: object) -> None:
+                if not isinstance(reply, list):
                     failed()
+                    return
+                fetcher.process_fetch_response(reply, self.sim.now)
+                self._send_alter_partitions()
+                self._fetch_from(leader_id)
 
             self._network.call(
                 self,
                 leader,
-                lambda respond: leader.handle_leader_offsets(tp, respond),
+                lambda respond: leader.handle_fetch(request, respond),
+                on_response,
+                failed,
+                self.timing.replica_socket_timeout_ms + request.max_wait_ms,
+            )
+        elif isinstance(action, ListOffsetsRequest):
+            tp, timestamps = action.topic_partition, action.timestamps
+
+            def on_offsets(reply: object) -> None:
+                if isinstance(reply, str):
+                    fetcher.on_list_offsets_failed(tp, reply, self.sim.now)
+                else:
+                    fetcher.on_list_offsets(tp, reply, self.sim.now)  # type: ignore[arg-type]
+                self._fetch_from(leader_id)
+
+            self._network.call(
+                self,
+                leader,
+                lambda respond: leader.handle_list_offsets(self.broker_id, tp, timestamps, respond),
                 on_offsets,
                 failed,
                 self.timing.replica_socket_timeout_ms,
             )
-            return
-        request = fetcher.build_fetch_request(now)
-        if request is None:
-            wake_at = fetcher.next_wakeup_ms()
-            delay = 100 if wake_at is None else max(1, min(100, wake_at - now))
-            self.after(delay, lambda: self._fetch_from(leader_id))
-            return
-
-        def on_response(reply: object) -> None:
-            if not isinstance(reply, list):
-                failed()
-                return
-            fetcher.process_fetch_response(reply, self.sim.now)
-            self._send_alter_partitions()
+        else:
+            # The simulated cluster has no remote tier, so no partition ever needs its remote log state.
+            fetcher.on_remote_log_aux_state_failed(action.topic_partition, "no remote tier", self.sim.now)
             self._fetch_from(leader_id)
-
-        self._network.call(
-            self,
-            leader,
-            lambda respond: leader.handle_fetch(request, respond),
-            on_response,
-            failed,
-            self.timing.replica_socket_timeout_ms + request.max_wait_ms,
-        )
 
     # Leader side: requests from followers and clients
 
@@ -330,14 +333,25 @@ class SimBroker(Node):
             self.after(delayed.deadline_ms - self.sim.now, lambda: rm.fetch_purgatory.expire(self.sim.now))
         self._send_alter_partitions()
 
-    def handle_leader_offsets(self, tp: TopicPartition, respond: Respond) -> None:
-        """ListOffsets as a replica: the leader's log start and end."""
+    def handle_list_offsets(
+        self, replica_id: int, tp: TopicPartition, timestamps: tuple[int, ...], respond: Respond
+    ) -> None:
+        """ListOffsets from replica `replica_id`: (offset, leader epoch) at each timestamp, or the error."""
         rm = self.replica_manager
-        partition = rm.partitions.get(tp) if rm is not None else None
-        if partition is None or not partition.is_leader:
-            respond("NOT_LEADER_OR_FOLLOWER")
+        if rm is None:
+            respond(NOT_SERVING)
             return
-        respond((partition.log.log_start_offset, partition.log.log_end_offset))
+        answers = []
+        for timestamp in timestamps:
+            try:
+                found = rm.fetch_offset_for_timestamp(
+                    tp, timestamp, isolation_level=0, current_leader_epoch=-1, replica_id=replica_id
+                )
+            except Exception as error:
+                respond(error_name_of(error))
+                return
+            answers.append((found.offset, found.leader_epoch) if found is not None else (-1, -1))
+        respond(answers)
 
     def handle_produce(self, tp: TopicPartition, records: bytes, acks: int, timeout_ms: int, respond: Respond) -> None:
         rm = self.replica_manager
