@@ -10,7 +10,7 @@ from tierlog.controller.controller import HeartbeatResult
 from tierlog.metadata.records import Endpoint
 from tierlog.server.controller_channel import HeartbeatRefusedError
 from tierlog.server.lifecycle import BrokerLifecycleManager
-from tierlog.server.metadata_loader import MetadataLoader
+from tierlog.server.metadata_loader import MetadataLoaderTask
 
 
 class ScriptedController:
@@ -37,7 +37,7 @@ class ScriptedController:
 
 def run_until_unfenced(controller: ScriptedController) -> BrokerLifecycleManager:
     async def main() -> BrokerLifecycleManager:
-        loader = MetadataLoader(1, controller, lambda image: None)
+        loader = MetadataLoaderTask(1, controller, lambda image: None)
         lifecycle = BrokerLifecycleManager(
             1,
             [Endpoint("PLAINTEXT", "127.0.0.1", 9092)],

@@ -27,6 +27,7 @@ from tierlog.config_def import ConfigException
 from tierlog.metadata.image import ClusterMetadata
 from tierlog.metadata.records import Endpoint
 from tierlog.replication.fetcher import FetcherConfig, ReplicaFetcher
+from tierlog.replication.metadata_publisher import BrokerMetadataPublisher
 from tierlog.replication.partition import Partition
 from tierlog.replication.replica_manager import ReplicaManager
 from tierlog.server.clock import now_ms
@@ -46,7 +47,7 @@ from tierlog.server.kafka_apis import KafkaApis
 from tierlog.server.lifecycle import BrokerLifecycleManager
 from tierlog.server.log_cleaner_threads import LogCleanerThreads, cleaner_config
 from tierlog.server.meta_properties import cluster_id_on_disk, ensure_meta_properties
-from tierlog.server.metadata_loader import MetadataLoader
+from tierlog.server.metadata_loader import MetadataLoaderTask
 from tierlog.server.metrics import broker_metrics, metrics_route
 from tierlog.server.remote_log_metadata_topic import (
     REPLICATION_FACTOR_CONFIG as RLMM_REPLICATION_FACTOR_CONFIG,
@@ -105,7 +106,6 @@ class Broker:
         # Fetcher tasks of leaders that changed, still winding down (kept so they are not garbage-collected).
         self._stopping_fetchers: set[asyncio.Task[None]] = set()
         self._alter_partition_wakeup = asyncio.Event()
-        self._logs_loaded = False
         self.controller_server: ControllerServer | None = None
         self.http_server: HttpServer | None = None
         self.trace_log = TraceLog(config.node_id)
@@ -130,6 +130,7 @@ class Broker:
             ),
             trace=self.trace_log.record,
         )
+        self.metadata_publisher = BrokerMetadataPublisher(self.replica_manager)
         self.channel: ControllerChannel
         if config.is_controller:
             self.controller_server = ControllerServer(config)
@@ -143,7 +144,7 @@ class Broker:
                 client_id=f"broker-{config.node_id}-controller",
                 request_timeout_ms=config.get_int("replica.socket.timeout.ms"),
             )
-        self.loader = MetadataLoader(config.node_id, self.channel, self._publish)
+        self.loader = MetadataLoaderTask(config.node_id, self.channel, self._publish)
         self.lifecycle = BrokerLifecycleManager(
             config.node_id,
             self._advertised_endpoints(),
@@ -383,14 +384,11 @@ class Broker:
     # Metadata
 
     def _publish(self, image: ClusterMetadata) -> None:
-        now = now_ms()
         self._apply_dynamic_configs(image)
-        if not self._logs_loaded:
+        if not self.metadata_publisher.logs_loaded:
             for log_dir in self.config.log_dirs:
                 ensure_meta_properties(log_dir, self.config.node_id, image.cluster_id)
-            self.log_manager.startup({name: topic.configs for name, topic in image.topics.items()}, now)
-            self._logs_loaded = True
-        self.replica_manager.apply_metadata(image, now)
+        self.metadata_publisher.publish(image, now_ms())
         self._reconcile_fetchers()
         self.group_coordinator.on_metadata(image)
         self._after_request()
@@ -582,7 +580,7 @@ class Broker:
             with contextlib.suppress(Exception):
                 await server.wait_closed()
         await self.channel.close()
-        if self._logs_loaded:
+        if self.metadata_publisher.logs_loaded:
             self.log_manager.shutdown()
         if self.controller_server is not None:
             await self.controller_server.stop()

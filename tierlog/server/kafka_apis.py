@@ -48,7 +48,7 @@ from tierlog.server.entities import (
     response_schema,
     timestamp_or_none,
 )
-from tierlog.server.metadata_loader import MetadataLoader
+from tierlog.server.metadata_loader import MetadataLoaderTask
 from tierlog.server.metrics import BrokerMetrics
 from tierlog.server.remote_log_tasks import RemoteLogTasks
 from tierlog.storage.errors import KafkaStorageError, OffsetOutOfRangeError
@@ -89,7 +89,7 @@ class KafkaApis:
     def __init__(
         self,
         config: KafkaConfig,
-        loader: MetadataLoader,
+        loader: MetadataLoaderTask,
         replica_manager: ReplicaManager,
         arm_timer: Callable[[int], None],
         channel: ControllerChannel,

@@ -19,7 +19,7 @@ from tierlog.server.controller_channel import (
     HeartbeatRefusedError,
     RegistrationError,
 )
-from tierlog.server.metadata_loader import MetadataLoader
+from tierlog.server.metadata_loader import MetadataLoaderTask
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ class BrokerLifecycleManager:
         endpoints: list[Endpoint],
         rack: str | None,
         channel: ControllerChannel,
-        loader: MetadataLoader,
+        loader: MetadataLoaderTask,
         heartbeat_interval_ms: int,
         cluster_id: str,
     ) -> None:
@@ -99,7 +99,8 @@ class BrokerLifecycleManager:
                 await asyncio.sleep(RETRY_BACKOFF_S * 4)
                 continue
             logger.info("[Broker id=%d] registered with broker epoch %d", self.broker_id, self.broker_epoch)
-            self._loader.allow_publishing_from(self.broker_epoch)
+            if self._loader.loader.allow_publishing_from(self.broker_epoch):
+                self._loader.publish()
             return
 
     async def controlled_shutdown(self) -> None:

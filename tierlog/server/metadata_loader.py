@@ -1,9 +1,5 @@
-"""The broker's view of the cluster: it follows the controller's metadata log and folds every record into
-its own `ClusterMetadata` image (the same `apply` the controller uses).
-
-The image is published to the replica manager only once the broker has caught up with the log at least to
-its own registration: a restarted broker must never act on the leaderships it held before it died, which
-the controller has moved away by then (the registration of a new incarnation fences the old one).
+"""The broker's metadata loader as an asyncio task: carries the fetches of the deterministic `MetadataLoader`
+(metadata/loader.py) to the controller and its answers back, and publishes the image when the loader says so.
 """
 
 from __future__ import annotations
@@ -12,55 +8,55 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from tierlog.common import Idle
 from tierlog.metadata.image import ClusterMetadata
+from tierlog.metadata.loader import MetadataLoader
+from tierlog.server.clock import now_ms
 from tierlog.server.controller_channel import ControllerChannel, ControllerUnavailableError
 
 logger = logging.getLogger(__name__)
 
-METADATA_FETCH_WAIT_MS = 500
-RETRY_BACKOFF_S = 0.2
 
-
-class MetadataLoader:
+class MetadataLoaderTask:
     def __init__(self, broker_id: int, channel: ControllerChannel, publish: Callable[[ClusterMetadata], None]) -> None:
         self.broker_id = broker_id
-        self.image = ClusterMetadata(cluster_id="")
+        self.loader = MetadataLoader()
         self._channel = channel
         self._publish = publish
-        # Offset the image must reach before the first publish (the broker's registration record).
-        self._publish_from_offset: int | None = None
-        self._high_watermark = 0
         self._changed = asyncio.Condition()
 
+    @property
+    def image(self) -> ClusterMetadata:
+        return self.loader.image
+
     async def run(self) -> None:
+        loader = self.loader
         while True:
+            action = loader.poll(now_ms())
+            if isinstance(action, Idle):
+                await asyncio.sleep(max(0, action.until_ms - now_ms()) / 1000)
+                continue
             try:
-                records, self._high_watermark = await self._channel.fetch_metadata(
-                    self.broker_id, self.image.offset + 1, METADATA_FETCH_WAIT_MS
+                records, high_watermark = await self._channel.fetch_metadata(
+                    self.broker_id, action.offset, action.max_wait_ms
                 )
             except ControllerUnavailableError as e:
                 logger.debug("[Broker id=%d] metadata fetch failed: %s", self.broker_id, e)
-                await asyncio.sleep(RETRY_BACKOFF_S)
+                loader.on_fetch_failed(now_ms())
                 continue
-            for offset, record in records:
-                self.image.apply(offset, record)
-            if records:
-                self._maybe_publish()
+            if loader.on_records(records, high_watermark):
+                self.publish()
             async with self._changed:
                 self._changed.notify_all()
 
-    def _maybe_publish(self) -> None:
-        caught_up = self.image.offset + 1 >= self._high_watermark
-        if not caught_up or self._publish_from_offset is None or self.image.offset < self._publish_from_offset:
-            return
+    def publish(self) -> None:
+        """Hand the image to the broker (its replicas, fetchers, coordinators)."""
         try:
-            self._publish(self.image)
+            self._publish(self.loader.image)
         except Exception:
-            logger.exception("[Broker id=%d] applying metadata at offset %d failed", self.broker_id, self.image.offset)
-
-    def allow_publishing_from(self, offset: int) -> None:
-        self._publish_from_offset = offset
-        self._maybe_publish()
+            logger.exception(
+                "[Broker id=%d] applying metadata at offset %d failed", self.broker_id, self.loader.image.offset
+            )
 
     async def wait_until_offset(self, offset: int, timeout_s: float) -> bool:
         """Wait until the image holds `offset`; False on timeout."""

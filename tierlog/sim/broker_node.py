@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tierlog.common import Idle, TopicPartition
-from tierlog.metadata.image import ClusterMetadata
+from tierlog.metadata.loader import MetadataLoader
 from tierlog.metadata.records import Endpoint
 from tierlog.replication.fetch_request import fetch_messages_for_request
 from tierlog.replication.fetcher import FetcherConfig, FetchRequestData, FetchResponsePartition, ListOffsetsRequest
+from tierlog.replication.metadata_publisher import BrokerMetadataPublisher
 from tierlog.replication.replica_manager import AppendResult, FetchPartitionResult, ReplicaManager, error_name_of
 from tierlog.sim.controller_node import SimController
 from tierlog.sim.world import Network, Node, Respond, Simulation
@@ -78,27 +79,36 @@ class SimBroker(Node):
         self._peers = peers
         self.timing = timing
         self._log_defaults = log_defaults
-        self.image = ClusterMetadata()
+        self.loader = MetadataLoader()
         self.broker_epoch = -1
         self.fenced = True
         self.log_manager: LogManager | None = None
         self.replica_manager: ReplicaManager | None = None
+        self.publisher: BrokerMetadataPublisher | None = None
         self._fetcher_loops: set[int] = set()
-        self._metadata_high_watermark = 0
 
     # Life cycle
 
     def on_start(self) -> None:
-        self.image = ClusterMetadata()
+        self.loader = MetadataLoader()
         self.broker_epoch = -1
         self.fenced = True
-        self.log_manager = None
-        self.replica_manager = None
-        self._fetcher_loops = set()
-        self._metadata_high_watermark = 0
-        self._register()
-        self._fetch_metadata()
+        self.log_manager = LogManager([self.data_dir], self._log_defaults, new_uuid=self.sim.new_uuid)
         t = self.timing
+        self.replica_manager = ReplicaManager(
+            self.broker_id,
+            self.log_manager,
+            replica_lag_time_max_ms=t.replica_lag_time_max_ms,
+            fetcher_config=FetcherConfig(
+                replica_id=self.broker_id,
+                max_wait_ms=t.replica_fetch_wait_max_ms,
+                backoff_ms=t.replica_fetch_backoff_ms,
+            ),
+        )
+        self.publisher = BrokerMetadataPublisher(self.replica_manager)
+        self._fetcher_loops = set()
+        self._register()
+        self._follow_metadata()
         self.every(t.high_watermark_checkpoint_interval_ms, self._with_logs(LogManager.checkpoint_high_watermarks))
         self.every(t.recovery_point_checkpoint_interval_ms, self._with_logs(LogManager.checkpoint_recovery_points))
         self.every(t.flush_check_interval_ms, self._with_logs(lambda m: m.flush_dirty_logs(self.sim.now)))
@@ -111,6 +121,12 @@ class SimBroker(Node):
                 log.close_handlers()
         self.log_manager = None
         self.replica_manager = None
+        self.publisher = None
+
+    @property
+    def serving(self) -> bool:
+        """Whether this broker has loaded its logs (the asyncio shell opens its client port only after that)."""
+        return self.publisher is not None and self.publisher.logs_loaded
 
     def lose_power(self) -> list[str]:
         """Crash, and lose what was not fsynced: each log keeps its bytes up to its recovery point (the offset
@@ -153,7 +169,7 @@ class SimBroker(Node):
 
     def _with_logs(self, action: Callable[[LogManager], object]) -> Callable[[], None]:
         def run() -> None:
-            if self.log_manager is not None:
+            if self.log_manager is not None and self.serving:
                 action(self.log_manager)
 
         return run
@@ -177,7 +193,8 @@ class SimBroker(Node):
             self.after(self.timing.retry_backoff_ms, self._register)
             return
         self.broker_epoch = reply
-        self._maybe_publish()
+        if self.loader.allow_publishing_from(reply):
+            self._publish()
         self._heartbeat()
 
     def _heartbeat(self) -> None:
@@ -194,7 +211,7 @@ class SimBroker(Node):
         self._network.call(
             self,
             self._controller,
-            lambda respond: self._controller.heartbeat(self.broker_id, epoch, self.image.offset, respond),
+            lambda respond: self._controller.heartbeat(self.broker_id, epoch, self.loader.image.offset, respond),
             on_reply,
             self._next_heartbeat,
             self.timing.controller_request_timeout_ms,
@@ -204,49 +221,36 @@ class SimBroker(Node):
         t = self.timing
         self.after(t.fenced_heartbeat_interval_ms if self.fenced else t.heartbeat_interval_ms, self._heartbeat)
 
-    def _fetch_metadata(self) -> None:
+    def _follow_metadata(self) -> None:
+        """Carry the metadata loader's fetches (`MetadataLoader.poll`) to the controller and its answers back."""
+        action = self.loader.poll(self.sim.now)
+        if isinstance(action, Idle):
+            self.after(action.until_ms - self.sim.now, self._follow_metadata)
+            return
+
         def on_reply(reply: object) -> None:
             records, high_watermark = reply  # type: ignore[misc]
-            for offset, record in records:
-                if offset > self.image.offset:
-                    self.image.apply(offset, record)
-            self._metadata_high_watermark = high_watermark
-            if records:
-                self._maybe_publish()
-            self._fetch_metadata()
+            if self.loader.on_records(records, high_watermark):
+                self._publish()
+            self._follow_metadata()
+
+        def on_failure() -> None:
+            self.loader.on_fetch_failed(self.sim.now)
+            self._follow_metadata()
 
         self._network.call(
             self,
             self._controller,
-            lambda respond: self._controller.fetch_metadata(self.image.offset + 1, respond),
+            lambda respond: self._controller.fetch_metadata(action.offset, action.max_wait_ms, respond),
             on_reply,
-            lambda: self.after(self.timing.retry_backoff_ms, self._fetch_metadata),
+            on_failure,
             self.timing.controller_request_timeout_ms,
         )
 
-    def _maybe_publish(self) -> None:
-        """The metadata loader's rule: publish only once caught up with the log and past our registration."""
-        if self.broker_epoch < 0 or self.image.offset < self.broker_epoch:
-            return
-        if self.image.offset + 1 < self._metadata_high_watermark:
-            return
-        now = self.sim.now
-        if self.replica_manager is None:
-            self.log_manager = LogManager([self.data_dir], self._log_defaults, new_uuid=self.sim.new_uuid)
-            configs = {name: topic.configs for name, topic in self.image.topics.items()}
-            self.log_manager.startup(configs, now)
-            t = self.timing
-            self.replica_manager = ReplicaManager(
-                self.broker_id,
-                self.log_manager,
-                replica_lag_time_max_ms=t.replica_lag_time_max_ms,
-                fetcher_config=FetcherConfig(
-                    replica_id=self.broker_id,
-                    max_wait_ms=t.replica_fetch_wait_max_ms,
-                    backoff_ms=t.replica_fetch_backoff_ms,
-                ),
-            )
-        self.replica_manager.apply_metadata(self.image, now)
+    def _publish(self) -> None:
+        """The broker's side of a published image: the core's publisher, then a fetch loop for each new leader."""
+        assert self.publisher is not None and self.replica_manager is not None
+        self.publisher.publish(self.loader.image, self.sim.now)
         for leader_id in list(self.replica_manager.fetchers):
             if leader_id not in self._fetcher_loops:
                 self._fetcher_loops.add(leader_id)
@@ -319,7 +323,7 @@ class SimBroker(Node):
 
     def handle_fetch(self, request: FetchRequestData, respond: Respond) -> None:
         rm = self.replica_manager
-        if rm is None:
+        if rm is None or not self.serving:
             respond(NOT_SERVING)
             return
         delayed = fetch_messages_for_request(
@@ -338,7 +342,7 @@ class SimBroker(Node):
     ) -> None:
         """ListOffsets from replica `replica_id`: (offset, leader epoch) at each timestamp, or the error."""
         rm = self.replica_manager
-        if rm is None:
+        if rm is None or not self.serving:
             respond(NOT_SERVING)
             return
         answers = []
@@ -355,7 +359,7 @@ class SimBroker(Node):
 
     def handle_produce(self, tp: TopicPartition, records: bytes, acks: int, timeout_ms: int, respond: Respond) -> None:
         rm = self.replica_manager
-        if rm is None:
+        if rm is None or not self.serving:
             respond(AppendResult(error="NOT_LEADER_OR_FOLLOWER"))
             return
         delayed = rm.append_records({tp: bytearray(records)}, acks, timeout_ms, self.sim.now, lambda r: respond(r[tp]))
@@ -367,7 +371,7 @@ class SimBroker(Node):
         """Metadata for clients: each partition's leader as this broker's image has it."""
         leaders = {
             TopicPartition(name, index): registration.leader
-            for name, topic in self.image.topics.items()
+            for name, topic in self.loader.image.topics.items()
             for index, registration in enumerate(topic.partitions)
         }
         respond(leaders)

@@ -18,7 +18,6 @@ from tierlog.replication.partition import AlterPartitionProposal
 from tierlog.sim.world import Node, Respond, Simulation
 
 FENCE_CHECK_INTERVAL_MS = 100
-METADATA_FETCH_WAIT_MS = 500
 
 
 class RecordingMetadataLog(DiskMetadataLog):
@@ -122,7 +121,7 @@ class SimController(Node):
         respond(self.controller.allocate_producer_id_block().start)
         self._answer_parked_fetches()
 
-    def fetch_metadata(self, from_offset: int, respond: Respond) -> None:
+    def fetch_metadata(self, from_offset: int, max_wait_ms: int, respond: Respond) -> None:
         """Records from `from_offset` at once if there are any, else when the next commit comes or the wait
         ends (KRaft's long-polling Fetch)."""
         if from_offset < len(self.records):
@@ -136,7 +135,7 @@ class SimController(Node):
                 self._parked_fetches.remove(parked)
                 respond(([], len(self.records)))
 
-        self.after(METADATA_FETCH_WAIT_MS, expire)
+        self.after(max_wait_ms, expire)
 
     def _answer_parked_fetches(self) -> None:
         parked, self._parked_fetches = self._parked_fetches, []
