@@ -1,4 +1,5 @@
-"""BrokerLifecycleManager against a scripted controller: registration, unfencing and re-registration."""
+"""The broker's lifecycle task against a scripted controller: registration, unfencing and re-registration over
+the controller channel (the rules themselves: tests/metadata/test_broker_lifecycle_manager.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 from tierlog.controller.controller import HeartbeatResult
 from tierlog.metadata.records import Endpoint
 from tierlog.server.controller_channel import HeartbeatRefusedError
-from tierlog.server.lifecycle import BrokerLifecycleManager
+from tierlog.server.lifecycle import BrokerLifecycleTask
 from tierlog.server.metadata_loader import MetadataLoaderTask
 
 
@@ -35,10 +36,10 @@ class ScriptedController:
         return [], 0
 
 
-def run_until_unfenced(controller: ScriptedController) -> BrokerLifecycleManager:
-    async def main() -> BrokerLifecycleManager:
+def run_until_unfenced(controller: ScriptedController) -> BrokerLifecycleTask:
+    async def main() -> BrokerLifecycleTask:
         loader = MetadataLoaderTask(1, controller, lambda image: None)
-        lifecycle = BrokerLifecycleManager(
+        lifecycle = BrokerLifecycleTask(
             1,
             [Endpoint("PLAINTEXT", "127.0.0.1", 9092)],
             None,
@@ -62,14 +63,14 @@ def run_until_unfenced(controller: ScriptedController) -> BrokerLifecycleManager
 def test_a_broker_is_unfenced_once_the_controller_says_so() -> None:
     controller = ScriptedController([HeartbeatResult(False, True, False), HeartbeatResult(True, False, False)])
     lifecycle = run_until_unfenced(controller)
-    assert (len(controller.registrations), lifecycle.broker_epoch, lifecycle.fenced) == (1, 10, False)
+    assert (len(controller.registrations), lifecycle.broker_epoch, lifecycle.manager.fenced) == (1, 10, False)
 
 
 def test_a_stale_broker_epoch_makes_the_broker_register_again_with_the_same_incarnation() -> None:
     controller = ScriptedController([HeartbeatRefusedError("STALE_BROKER_EPOCH")])
     lifecycle = run_until_unfenced(controller)
     assert len(controller.registrations) == 2
-    assert controller.registrations[0] == controller.registrations[1] == lifecycle.incarnation_id
+    assert controller.registrations[0] == controller.registrations[1] == lifecycle.manager.incarnation_id
     assert lifecycle.broker_epoch == 20
 
 

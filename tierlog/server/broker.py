@@ -44,7 +44,7 @@ from tierlog.server.group_apis import GroupApis
 from tierlog.server.group_coordinator import GroupCoordinatorService
 from tierlog.server.http_server import HttpServer
 from tierlog.server.kafka_apis import KafkaApis
-from tierlog.server.lifecycle import BrokerLifecycleManager
+from tierlog.server.lifecycle import BrokerLifecycleTask
 from tierlog.server.log_cleaner_threads import LogCleanerThreads, cleaner_config
 from tierlog.server.meta_properties import cluster_id_on_disk, ensure_meta_properties
 from tierlog.server.metadata_loader import MetadataLoaderTask
@@ -145,7 +145,7 @@ class Broker:
                 request_timeout_ms=config.get_int("replica.socket.timeout.ms"),
             )
         self.loader = MetadataLoaderTask(config.node_id, self.channel, self._publish)
-        self.lifecycle = BrokerLifecycleManager(
+        self.lifecycle = BrokerLifecycleTask(
             config.node_id,
             self._advertised_endpoints(),
             None,

@@ -1,9 +1,6 @@
-"""Kafka's BrokerLifecycleManager: register with the controller, heartbeat, and shut down in a controlled way.
-
-A broker registers with a new incarnation id on every process start, which tells the controller that
-whatever the previous process held is gone. It stays fenced (no leaderships, not eligible for any ISR)
-until its metadata image has caught up with its own registration; heartbeats say how far it has read.
-While fenced it heartbeats quickly so it is unfenced soon after it catches up.
+"""The broker's lifecycle as an asyncio task: carries the registration and heartbeats of the deterministic
+`BrokerLifecycleManager` (metadata/lifecycle.py) to the controller and the answers back, and sends the controlled
+shutdown request when the broker stops.
 """
 
 from __future__ import annotations
@@ -12,7 +9,11 @@ import asyncio
 import logging
 import uuid
 
+from tierlog.common import Idle
+from tierlog.controller.controller import HeartbeatResult
+from tierlog.metadata.lifecycle import BrokerHeartbeatRequest, BrokerLifecycleManager, BrokerRegistrationRequest
 from tierlog.metadata.records import Endpoint
+from tierlog.server.clock import now_ms
 from tierlog.server.controller_channel import (
     ControllerChannel,
     ControllerUnavailableError,
@@ -23,14 +24,10 @@ from tierlog.server.metadata_loader import MetadataLoaderTask
 
 logger = logging.getLogger(__name__)
 
-FENCED_HEARTBEAT_INTERVAL_S = 0.1
-RETRY_BACKOFF_S = 0.5
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 5.0
-# Errors that mean the controller no longer knows this registration: register again.
-_REREGISTER = ("STALE_BROKER_EPOCH", "BROKER_ID_NOT_REGISTERED")
 
 
-class BrokerLifecycleManager:
+class BrokerLifecycleTask:
     def __init__(
         self,
         broker_id: int,
@@ -41,75 +38,78 @@ class BrokerLifecycleManager:
         heartbeat_interval_ms: int,
         cluster_id: str,
     ) -> None:
-        self.broker_id = broker_id
-        self.incarnation_id = uuid.uuid4()
-        self.broker_epoch = -1
-        self.fenced = True
+        self.manager = BrokerLifecycleManager(
+            broker_id,
+            uuid.uuid4(),
+            cluster_id,
+            endpoints,
+            rack,
+            loader.loader,
+            heartbeat_interval_ms=heartbeat_interval_ms,
+        )
         self.unfenced = asyncio.Event()
-        self._endpoints = endpoints
-        self._rack = rack
         self._channel = channel
         self._loader = loader
-        self._interval_s = heartbeat_interval_ms / 1000
-        self._cluster_id = cluster_id
+
+    @property
+    def broker_epoch(self) -> int:
+        return self.manager.broker_epoch
 
     async def run(self) -> None:
+        manager = self.manager
         while True:
-            if self.broker_epoch < 0:
-                await self._register()
-            try:
-                result = await self._channel.heartbeat(
-                    self.broker_id, self.broker_epoch, self._loader.image.offset, False, False
-                )
-            except ControllerUnavailableError as e:
-                logger.debug("[Broker id=%d] heartbeat failed: %s", self.broker_id, e)
-                await asyncio.sleep(RETRY_BACKOFF_S)
-                continue
-            except HeartbeatRefusedError as e:
-                if e.error_name in _REREGISTER:
-                    logger.warning("[Broker id=%d] %s: registering again", self.broker_id, e)
-                    self.broker_epoch = -1
-                else:
-                    logger.warning("[Broker id=%d] %s; retrying", self.broker_id, e)
-                    await asyncio.sleep(RETRY_BACKOFF_S)
-                continue
-            if result.is_fenced != self.fenced:
-                self.fenced = result.is_fenced
-                logger.info(
-                    "[Broker id=%d] %s by the controller", self.broker_id, "fenced" if self.fenced else "unfenced"
-                )
-            if self.fenced:
+            action = manager.poll(now_ms())
+            if isinstance(action, Idle):
+                await asyncio.sleep(max(0, action.until_ms - now_ms()) / 1000)
+            elif isinstance(action, BrokerRegistrationRequest):
+                await self._register(action)
+            else:
+                await self._heartbeat(action)
+            if manager.fenced:
                 self.unfenced.clear()
             else:
                 self.unfenced.set()
-            await asyncio.sleep(FENCED_HEARTBEAT_INTERVAL_S if self.fenced else self._interval_s)
 
-    async def _register(self) -> None:
-        while True:
-            try:
-                self.broker_epoch = await self._channel.register_broker(
-                    self.broker_id, self.incarnation_id, self._cluster_id, self._endpoints, self._rack
-                )
-            except ControllerUnavailableError as e:
-                logger.info("[Broker id=%d] waiting for the controller: %s", self.broker_id, e)
-                await asyncio.sleep(RETRY_BACKOFF_S)
-                continue
-            except RegistrationError as e:
-                logger.error("[Broker id=%d] %s; retrying", self.broker_id, e)
-                await asyncio.sleep(RETRY_BACKOFF_S * 4)
-                continue
-            logger.info("[Broker id=%d] registered with broker epoch %d", self.broker_id, self.broker_epoch)
-            if self._loader.loader.allow_publishing_from(self.broker_epoch):
+    async def _register(self, request: BrokerRegistrationRequest) -> None:
+        try:
+            broker_epoch = await self._channel.register_broker(
+                request.broker_id, request.incarnation_id, request.cluster_id, list(request.endpoints), request.rack
+            )
+        except ControllerUnavailableError as e:
+            self.manager.on_request_failed(str(e), now_ms())
+        except RegistrationError as e:
+            self.manager.on_registration_refused(e.error_name, now_ms())
+        else:
+            if self.manager.on_registration_response(broker_epoch, now_ms()):
                 self._loader.publish()
-            return
+
+    async def _heartbeat(self, request: BrokerHeartbeatRequest) -> None:
+        try:
+            result = await self._send_heartbeat(request)
+        except ControllerUnavailableError as e:
+            self.manager.on_request_failed(str(e), now_ms())
+        except HeartbeatRefusedError as e:
+            self.manager.on_heartbeat_refused(e.error_name, now_ms())
+        else:
+            self.manager.on_heartbeat_response(result.is_fenced, now_ms())
+
+    async def _send_heartbeat(self, request: BrokerHeartbeatRequest) -> HeartbeatResult:
+        return await self._channel.heartbeat(
+            request.broker_id,
+            request.broker_epoch,
+            request.current_metadata_offset,
+            request.want_fence,
+            request.want_shut_down,
+        )
 
     async def controlled_shutdown(self) -> None:
         """Ask the controller to move our leaderships away before we stop (bounded: a dead controller must
         not keep a broker from stopping)."""
-        if self.broker_epoch < 0:
+        request = self.manager.controlled_shutdown_request()
+        if request is None:
             return
         try:
             async with asyncio.timeout(CONTROLLED_SHUTDOWN_TIMEOUT_S):
-                await self._channel.heartbeat(self.broker_id, self.broker_epoch, self._loader.image.offset, False, True)
+                await self._send_heartbeat(request)
         except Exception as e:
-            logger.warning("[Broker id=%d] controlled shutdown request failed: %s", self.broker_id, e)
+            logger.warning("[Broker id=%d] controlled shutdown request failed: %s", request.broker_id, e)

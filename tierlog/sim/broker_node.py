@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tierlog.common import Idle, TopicPartition
+from tierlog.metadata.lifecycle import BrokerLifecycleManager, BrokerRegistrationRequest
 from tierlog.metadata.loader import MetadataLoader
 from tierlog.metadata.records import Endpoint
 from tierlog.replication.fetch_request import fetch_messages_for_request
@@ -35,7 +36,6 @@ class BrokerTiming:
     sees ISR shrinks and recovery-point checkpoints."""
 
     heartbeat_interval_ms: int = 2000
-    fenced_heartbeat_interval_ms: int = 100
     controller_request_timeout_ms: int = 5000
     replica_socket_timeout_ms: int = 30_000
     replica_lag_time_max_ms: int = 10_000
@@ -44,7 +44,6 @@ class BrokerTiming:
     high_watermark_checkpoint_interval_ms: int = 5000
     recovery_point_checkpoint_interval_ms: int = 10_000
     flush_check_interval_ms: int = 1000
-    retry_backoff_ms: int = 200
     fetch_max_bytes: int = 57_671_680
 
 
@@ -80,8 +79,7 @@ class SimBroker(Node):
         self.timing = timing
         self._log_defaults = log_defaults
         self.loader = MetadataLoader()
-        self.broker_epoch = -1
-        self.fenced = True
+        self.lifecycle: BrokerLifecycleManager | None = None
         self.log_manager: LogManager | None = None
         self.replica_manager: ReplicaManager | None = None
         self.publisher: BrokerMetadataPublisher | None = None
@@ -91,8 +89,7 @@ class SimBroker(Node):
 
     def on_start(self) -> None:
         self.loader = MetadataLoader()
-        self.broker_epoch = -1
-        self.fenced = True
+        self.lifecycle = self._lifecycle_manager()
         self.log_manager = LogManager([self.data_dir], self._log_defaults, new_uuid=self.sim.new_uuid)
         t = self.timing
         self.replica_manager = ReplicaManager(
@@ -107,7 +104,7 @@ class SimBroker(Node):
         )
         self.publisher = BrokerMetadataPublisher(self.replica_manager)
         self._fetcher_loops = set()
-        self._register()
+        self._drive_lifecycle()
         self._follow_metadata()
         self.every(t.high_watermark_checkpoint_interval_ms, self._with_logs(LogManager.checkpoint_high_watermarks))
         self.every(t.recovery_point_checkpoint_interval_ms, self._with_logs(LogManager.checkpoint_recovery_points))
@@ -176,50 +173,73 @@ class SimBroker(Node):
 
     # Registration, heartbeats, metadata
 
-    def _register(self) -> None:
-        incarnation_id = f"broker-{self.broker_id}-incarnation-{self.incarnation}"
-        endpoints = [Endpoint("PLAINTEXT", self.name, 9092)]
-        self._network.call(
-            self,
-            self._controller,
-            lambda respond: self._controller.register(self.broker_id, incarnation_id, endpoints, respond),
-            self._on_registered,
-            lambda: self.after(self.timing.retry_backoff_ms, self._register),
-            self.timing.controller_request_timeout_ms,
+    def _lifecycle_manager(self) -> BrokerLifecycleManager:
+        """A new process: a new incarnation, and no cluster id on its disk (the simulator writes no
+        meta.properties), so it joins the simulated cluster."""
+        return BrokerLifecycleManager(
+            self.broker_id,
+            self.sim.new_uuid(),
+            "",
+            [Endpoint("PLAINTEXT", self.name, 9092)],
+            None,
+            self.loader,
+            heartbeat_interval_ms=self.timing.heartbeat_interval_ms,
         )
 
-    def _on_registered(self, reply: object) -> None:
-        if not isinstance(reply, int):
-            self.after(self.timing.retry_backoff_ms, self._register)
+    @property
+    def fenced(self) -> bool:
+        return self.lifecycle is None or self.lifecycle.fenced
+
+    def _drive_lifecycle(self) -> None:
+        """Carry the lifecycle manager's registration and heartbeats (`BrokerLifecycleManager.poll`) to the
+        controller and the answers back."""
+        lifecycle = self.lifecycle
+        assert lifecycle is not None
+        action = lifecycle.poll(self.sim.now)
+        if isinstance(action, Idle):
+            self.after(action.until_ms - self.sim.now, self._drive_lifecycle)
             return
-        self.broker_epoch = reply
-        if self.loader.allow_publishing_from(reply):
-            self._publish()
-        self._heartbeat()
 
-    def _heartbeat(self) -> None:
-        epoch = self.broker_epoch
+        def on_failure() -> None:
+            lifecycle.on_request_failed("no answer in time", self.sim.now)
+            self._drive_lifecycle()
 
-        def on_reply(reply: object) -> None:
-            if isinstance(reply, str):
-                # STALE_BROKER_EPOCH or BROKER_ID_NOT_REGISTERED: the controller forgot us; register again.
-                self._register()
-                return
-            self.fenced = reply.is_fenced  # type: ignore[attr-defined]
-            self._next_heartbeat()
+        if isinstance(action, BrokerRegistrationRequest):
+            registration = action
 
-        self._network.call(
-            self,
-            self._controller,
-            lambda respond: self._controller.heartbeat(self.broker_id, epoch, self.loader.image.offset, respond),
-            on_reply,
-            self._next_heartbeat,
-            self.timing.controller_request_timeout_ms,
-        )
+            def on_registration(reply: object) -> None:
+                if isinstance(reply, str):
+                    lifecycle.on_registration_refused(reply, self.sim.now)
+                elif lifecycle.on_registration_response(int(reply), self.sim.now):  # type: ignore[call-overload]
+                    self._publish()
+                self._drive_lifecycle()
 
-    def _next_heartbeat(self) -> None:
-        t = self.timing
-        self.after(t.fenced_heartbeat_interval_ms if self.fenced else t.heartbeat_interval_ms, self._heartbeat)
+            self._network.call(
+                self,
+                self._controller,
+                lambda respond: self._controller.register(registration, respond),
+                on_registration,
+                on_failure,
+                self.timing.controller_request_timeout_ms,
+            )
+        else:
+            heartbeat = action
+
+            def on_heartbeat(reply: object) -> None:
+                if isinstance(reply, str):
+                    lifecycle.on_heartbeat_refused(reply, self.sim.now)
+                else:
+                    lifecycle.on_heartbeat_response(reply.is_fenced, self.sim.now)  # type: ignore[attr-defined]
+                self._drive_lifecycle()
+
+            self._network.call(
+                self,
+                self._controller,
+                lambda respond: self._controller.heartbeat(heartbeat, respond),
+                on_heartbeat,
+                on_failure,
+                self.timing.controller_request_timeout_ms,
+            )
 
     def _follow_metadata(self) -> None:
         """Carry the metadata loader's fetches (`MetadataLoader.poll`) to the controller and its answers back."""
@@ -404,7 +424,7 @@ class SimBroker(Node):
                 self,
                 self._controller,
                 lambda respond, p=proposal: self._controller.alter_partition(
-                    self.broker_id, self.broker_epoch, p, respond
+                    self.broker_id, self.lifecycle.broker_epoch if self.lifecycle else -1, p, respond
                 ),
                 on_reply,
                 on_failure,

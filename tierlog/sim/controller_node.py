@@ -13,7 +13,8 @@ from pathlib import Path
 from tierlog.controller.controller import Controller, ControllerConfig
 from tierlog.controller.errors import ControllerError
 from tierlog.controller.metadata_log import DiskMetadataLog
-from tierlog.metadata.records import Endpoint, MetadataRecord
+from tierlog.metadata.lifecycle import BrokerHeartbeatRequest, BrokerRegistrationRequest
+from tierlog.metadata.records import MetadataRecord
 from tierlog.replication.partition import AlterPartitionProposal
 from tierlog.sim.world import Node, Respond, Simulation
 
@@ -69,11 +70,16 @@ class SimController(Node):
 
     # Requests (each runs on this node when the message arrives)
 
-    def register(self, broker_id: int, incarnation_id: str, endpoints: list[Endpoint], respond: Respond) -> None:
+    def register(self, request: BrokerRegistrationRequest, respond: Respond) -> None:
         assert self.controller is not None
         try:
             epoch = self.controller.register_broker(
-                broker_id, incarnation_id, self._cluster_id, endpoints, None, self.sim.now
+                request.broker_id,
+                str(request.incarnation_id),
+                request.cluster_id,
+                request.endpoints,
+                request.rack,
+                self.sim.now,
             )
         except ControllerError as error:
             respond(error.error_name)
@@ -81,10 +87,17 @@ class SimController(Node):
         self._answer_parked_fetches()
         respond(epoch)
 
-    def heartbeat(self, broker_id: int, broker_epoch: int, metadata_offset: int, respond: Respond) -> None:
+    def heartbeat(self, request: BrokerHeartbeatRequest, respond: Respond) -> None:
         assert self.controller is not None
         try:
-            result = self.controller.heartbeat(broker_id, broker_epoch, metadata_offset, False, False, self.sim.now)
+            result = self.controller.heartbeat(
+                request.broker_id,
+                request.broker_epoch,
+                request.current_metadata_offset,
+                request.want_fence,
+                request.want_shut_down,
+                self.sim.now,
+            )
         except ControllerError as error:
             respond(error.error_name)
             return
