@@ -26,6 +26,7 @@ from tierlog.config import KafkaConfig, Listener
 from tierlog.config_def import ConfigException
 from tierlog.metadata.image import ClusterMetadata
 from tierlog.metadata.records import Endpoint
+from tierlog.replication.alter_partition_manager import AlterPartitionManager
 from tierlog.replication.fetcher import FetcherConfig, ReplicaFetcher
 from tierlog.replication.metadata_publisher import BrokerMetadataPublisher
 from tierlog.replication.partition import Partition
@@ -131,6 +132,7 @@ class Broker:
             trace=self.trace_log.record,
         )
         self.metadata_publisher = BrokerMetadataPublisher(self.replica_manager)
+        self.alter_partition_manager = AlterPartitionManager(config.node_id, self.replica_manager)
         self.channel: ControllerChannel
         if config.is_controller:
             self.controller_server = ControllerServer(config)
@@ -458,35 +460,21 @@ class Broker:
         self._after_request()
 
     async def _send_alter_partitions(self) -> None:
+        """Carry the AlterPartitionManager's requests to the controller and the answers back; with none to
+        send, wait until a request or a timer may have proposed an ISR change."""
+        manager = self.alter_partition_manager
         while True:
-            await self._alter_partition_wakeup.wait()
-            self._alter_partition_wakeup.clear()
-            proposals = self.replica_manager.take_alter_partition_proposals()
-            for proposal in proposals:
-                try:
-                    result = await self.channel.alter_partition(
-                        self.config.node_id, self.lifecycle.broker_epoch, proposal
-                    )
-                    registration, error = result.registration, result.error
-                except ControllerUnavailableError as e:
-                    registration, error = None, "REQUEST_TIMED_OUT"
-                    logger.info(
-                        "[Broker id=%d] AlterPartition for %s failed: %s",
-                        self.config.node_id,
-                        proposal.topic_partition,
-                        e,
-                    )
-                if error is not None:
-                    logger.info(
-                        "[Broker id=%d] AlterPartition %s ISR %s refused: %s",
-                        self.config.node_id,
-                        proposal.topic_partition,
-                        proposal.new_isr,
-                        error,
-                    )
-                self.replica_manager.on_alter_partition_response(
-                    proposal.topic_partition, registration, error, now_ms()
-                )
+            request = manager.poll(self.lifecycle.broker_epoch)
+            if request is None:
+                await self._alter_partition_wakeup.wait()
+                self._alter_partition_wakeup.clear()
+                continue
+            try:
+                result = await self.channel.alter_partition(request.broker_id, request.broker_epoch, request.proposal)
+            except ControllerUnavailableError as e:
+                manager.on_request_failed(str(e), now_ms())
+            else:
+                manager.on_response(result.registration, result.error, now_ms())
 
     # Connections and timers
 

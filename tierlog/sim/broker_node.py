@@ -19,6 +19,7 @@ from tierlog.common import Idle, TopicPartition
 from tierlog.metadata.lifecycle import BrokerLifecycleManager, BrokerRegistrationRequest
 from tierlog.metadata.loader import MetadataLoader
 from tierlog.metadata.records import Endpoint
+from tierlog.replication.alter_partition_manager import AlterPartitionManager
 from tierlog.replication.fetch_request import fetch_messages_for_request
 from tierlog.replication.fetcher import FetcherConfig, FetchRequestData, FetchResponsePartition, ListOffsetsRequest
 from tierlog.replication.metadata_publisher import BrokerMetadataPublisher
@@ -83,6 +84,7 @@ class SimBroker(Node):
         self.log_manager: LogManager | None = None
         self.replica_manager: ReplicaManager | None = None
         self.publisher: BrokerMetadataPublisher | None = None
+        self.alter_partitions: AlterPartitionManager | None = None
         self._fetcher_loops: set[int] = set()
 
     # Life cycle
@@ -103,6 +105,7 @@ class SimBroker(Node):
             ),
         )
         self.publisher = BrokerMetadataPublisher(self.replica_manager)
+        self.alter_partitions = AlterPartitionManager(self.broker_id, self.replica_manager)
         self._fetcher_loops = set()
         self._drive_lifecycle()
         self._follow_metadata()
@@ -119,6 +122,7 @@ class SimBroker(Node):
         self.log_manager = None
         self.replica_manager = None
         self.publisher = None
+        self.alter_partitions = None
 
     @property
     def serving(self) -> bool:
@@ -404,29 +408,28 @@ class SimBroker(Node):
             self._send_alter_partitions()
 
     def _send_alter_partitions(self) -> None:
-        rm = self.replica_manager
-        if rm is None:
+        """Carry the AlterPartitionManager's next request, if it has one, to the controller and the answer back."""
+        manager, lifecycle = self.alter_partitions, self.lifecycle
+        if manager is None or lifecycle is None:
             return
-        for proposal in rm.take_alter_partition_proposals():
-            tp = proposal.topic_partition
+        request = manager.poll(lifecycle.broker_epoch)
+        if request is None:
+            return
 
-            def on_reply(reply: object, tp: TopicPartition = tp) -> None:
-                registration, error = reply  # type: ignore[misc]
-                if self.replica_manager is not None:
-                    self.replica_manager.on_alter_partition_response(tp, registration, error, self.sim.now)
-                    self._send_alter_partitions()
+        def on_reply(reply: object) -> None:
+            registration, error = reply  # type: ignore[misc]
+            manager.on_response(registration, error, self.sim.now)
+            self._send_alter_partitions()
 
-            def on_failure(tp: TopicPartition = tp) -> None:
-                if self.replica_manager is not None:
-                    self.replica_manager.on_alter_partition_response(tp, None, "REQUEST_TIMED_OUT", self.sim.now)
+        def on_failure() -> None:
+            manager.on_request_failed("no answer in time", self.sim.now)
+            self._send_alter_partitions()
 
-            self._network.call(
-                self,
-                self._controller,
-                lambda respond, p=proposal: self._controller.alter_partition(
-                    self.broker_id, self.lifecycle.broker_epoch if self.lifecycle else -1, p, respond
-                ),
-                on_reply,
-                on_failure,
-                self.timing.controller_request_timeout_ms,
-            )
+        self._network.call(
+            self,
+            self._controller,
+            lambda respond: self._controller.alter_partition(request, respond),
+            on_reply,
+            on_failure,
+            self.timing.controller_request_timeout_ms,
+        )

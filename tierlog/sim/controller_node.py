@@ -15,7 +15,7 @@ from tierlog.controller.errors import ControllerError
 from tierlog.controller.metadata_log import DiskMetadataLog
 from tierlog.metadata.lifecycle import BrokerHeartbeatRequest, BrokerRegistrationRequest
 from tierlog.metadata.records import MetadataRecord
-from tierlog.replication.partition import AlterPartitionProposal
+from tierlog.replication.alter_partition_manager import AlterPartitionRequest
 from tierlog.sim.world import Node, Respond, Simulation
 
 FENCE_CHECK_INTERVAL_MS = 100
@@ -104,12 +104,13 @@ class SimController(Node):
         self._answer_parked_fetches()
         respond(result)
 
-    def alter_partition(self, broker_id: int, broker_epoch: int, p: AlterPartitionProposal, respond: Respond) -> None:
+    def alter_partition(self, request: AlterPartitionRequest, respond: Respond) -> None:
         assert self.controller is not None
+        p = request.proposal
         try:
             registration = self.controller.alter_partition(
-                broker_id,
-                broker_epoch,
+                request.broker_id,
+                request.broker_epoch,
                 p.topic_id,
                 p.topic_partition.partition,
                 p.leader_epoch,
