@@ -13,6 +13,7 @@ from tierlog.controller.metadata_log import (
     METADATA_TOPIC,
     METADATA_TOPIC_ID,
     DiskMetadataLog,
+    WakingMetadataLog,
     decode_metadata_batches,
 )
 from tierlog.metadata.records import ClusterIdRecord, ConfigRecord, ProducerIdsRecord, TopicRecord
@@ -127,3 +128,28 @@ def test_a_torn_last_batch_is_dropped_whole(tmp_path: Path) -> None:
     assert reopened.records_from(0) == list(enumerate(FIRST))
     assert reopened.end_offset == 2
     reopened.close()
+
+
+def test_a_fetch_of_records_the_log_holds_is_answered_at_once(tmp_path: Path) -> None:
+    log = WakingMetadataLog(DiskMetadataLog(tmp_path))
+    log.append(FIRST, NOW)
+    answered: list[str] = []
+    assert log.wait_for_records(1, 500, NOW, lambda: answered.append("at once")) is None
+    assert log.wait_for_records(2, 0, NOW, lambda: answered.append("no wait")) is None
+    assert answered == ["at once", "no wait"]
+
+
+def test_a_parked_fetch_is_answered_by_the_next_append_or_when_its_wait_ends(tmp_path: Path) -> None:
+    log = WakingMetadataLog(DiskMetadataLog(tmp_path))
+    log.append(FIRST, NOW)
+    answered: list[str] = []
+    assert log.wait_for_records(2, 500, NOW, lambda: answered.append("append")) == NOW + 500
+    assert log.wait_for_records(2, 100, NOW, lambda: answered.append("expired")) == NOW + 100
+    log.expire(NOW + 99)
+    assert answered == []
+    log.expire(NOW + 100)
+    assert answered == ["expired"]
+    log.append(SECOND, NOW + 200)
+    assert answered == ["expired", "append"]
+    log.expire(NOW + 1000)
+    assert answered == ["expired", "append"]

@@ -9,7 +9,8 @@ there is no replica to make an unflushed append durable.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -97,6 +98,66 @@ class DiskMetadataLog:
 
     def close(self) -> None:
         self._log.close()
+
+
+@dataclass(frozen=True, slots=True)
+class _ParkedFetch:
+    offset: int
+    deadline_ms: int
+    on_ready: Callable[[], None]
+
+
+class WakingMetadataLog:
+    """The metadata log with KRaft's fetch purgatory: a broker's fetch that finds no records at its offset is
+    parked until an append brings some or its wait ends (long polling). Every controller operation appends
+    through here, so no caller has to remember to wake the fetches. The asyncio shell and the simulator both
+    serve brokers' metadata fetches from it, arming a timer for each parked fetch's deadline."""
+
+    def __init__(self, log: MetadataLog) -> None:
+        self.log = log
+        self._parked: list[_ParkedFetch] = []
+
+    @property
+    def end_offset(self) -> int:
+        return self.log.end_offset
+
+    def append(self, records: Sequence[MetadataRecord], now_ms: int) -> int:
+        first_offset = self.log.append(records, now_ms)
+        self._complete(lambda fetch: fetch.offset < self.log.end_offset)
+        return first_offset
+
+    def records_from(self, start_offset: int) -> list[tuple[int, MetadataRecord]]:
+        return self.log.records_from(start_offset)
+
+    def read(self, start_offset: int, max_bytes: int) -> FileSlice | None:
+        return self.log.read(start_offset, max_bytes)
+
+    def close(self) -> None:
+        self.log.close()
+
+    def wait_for_records(self, offset: int, max_wait_ms: int, now_ms: int, on_ready: Callable[[], None]) -> int | None:
+        """Call `on_ready` once the log holds `offset` or `max_wait_ms` has passed: at once (returning None) if it
+        holds it already or there is no wait, else when an append brings it or `expire` is called at or after
+        the returned deadline."""
+        if offset < self.log.end_offset or max_wait_ms <= 0:
+            on_ready()
+            return None
+        fetch = _ParkedFetch(offset, now_ms + max_wait_ms, on_ready)
+        self._parked.append(fetch)
+        return fetch.deadline_ms
+
+    def expire(self, now_ms: int) -> None:
+        """Answer every parked fetch whose wait has ended."""
+        self._complete(lambda fetch: fetch.deadline_ms <= now_ms)
+
+    def _complete(self, ready: Callable[[_ParkedFetch], bool]) -> None:
+        done: list[_ParkedFetch] = []
+        waiting: list[_ParkedFetch] = []
+        for fetch in self._parked:
+            (done if ready(fetch) else waiting).append(fetch)
+        self._parked = waiting
+        for fetch in done:
+            fetch.on_ready()
 
 
 def decode_metadata_batches(data: bytes) -> list[tuple[int, MetadataRecord]]:

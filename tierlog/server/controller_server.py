@@ -2,22 +2,20 @@
 and the controller APIs brokers call (BrokerRegistration, BrokerHeartbeat, AlterPartition,
 AllocateProducerIds, Fetch of `__cluster_metadata`).
 
-The rules live in `tierlog.controller.controller.Controller`; this module only turns requests into calls on
-it, wakes metadata fetches parked here when the log grows, and fences brokers whose session ran out.
+The rules live in `tierlog.controller.controller.Controller`, and brokers' metadata fetches wait on the
+`WakingMetadataLog` (both in controller/); this module only turns requests into calls on them, arms the timers
+of parked fetches, and fences brokers whose session ran out.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from tierlog.config import KafkaConfig
 from tierlog.controller.controller import Controller, ControllerConfig
-from tierlog.controller.metadata_log import METADATA_TOPIC, DiskMetadataLog
+from tierlog.controller.metadata_log import METADATA_TOPIC, DiskMetadataLog, WakingMetadataLog
 from tierlog.metadata.records import Endpoint, MetadataRecord
 from tierlog.protocol.codec import Request
 from tierlog.protocol.errors import error_code
@@ -35,28 +33,13 @@ API_ALLOCATE_PRODUCER_IDS = 67
 CONTROLLER_APIS = (API_ALTER_PARTITION, API_BROKER_REGISTRATION, API_BROKER_HEARTBEAT, API_ALLOCATE_PRODUCER_IDS)
 
 
-class _WakingMetadataLog(DiskMetadataLog):
-    """The metadata log that wakes the fetches parked on it whenever it grows: every controller operation
-    appends through here, so no caller has to remember to announce it."""
-
-    def __init__(self, log_dir: Path, on_append: Callable[[], None]) -> None:
-        super().__init__(log_dir)
-        self._on_append = on_append
-
-    def append(self, records: Sequence[MetadataRecord], now_ms: int) -> int:
-        first_offset = super().append(records, now_ms)
-        self._on_append()
-        return first_offset
-
-
 class ControllerServer:
     def __init__(self, config: KafkaConfig) -> None:
         self.config = config
-        self._grown = asyncio.Event()
         self._session_task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        self.metadata_log = _WakingMetadataLog(self.config.metadata_log_dir, self._wake_fetches)
+        self.metadata_log = WakingMetadataLog(DiskMetadataLog(self.config.metadata_log_dir))
         self.controller = Controller(
             self.metadata_log,
             ControllerConfig(
@@ -79,12 +62,9 @@ class ControllerServer:
             return  # never started (the broker failed before)
         self._session_task.cancel()
         await asyncio.gather(self._session_task, return_exceptions=True)
-        self._wake_fetches()
+        # Parked metadata fetches are answered now rather than when their wait would end.
+        self.metadata_log.expire(2**63 - 1)
         self.metadata_log.close()
-
-    def _wake_fetches(self) -> None:
-        self._grown.set()
-        self._grown = asyncio.Event()
 
     async def _expire_sessions(self) -> None:
         """Fence brokers when their sessions run out. Heartbeats only push deadlines later and a new session
@@ -108,12 +88,20 @@ class ControllerServer:
 
     async def wait_for_records(self, offset: int, max_wait_ms: int) -> None:
         """Return when the log holds `offset`, or after `max_wait_ms`."""
-        if self.metadata_log.end_offset > offset or max_wait_ms <= 0:
-            return
-        grown = self._grown
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(max_wait_ms / 1000):
-                await grown.wait()
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[None] = loop.create_future()
+
+        def on_ready() -> None:
+            if not ready.done():
+                ready.set_result(None)
+
+        deadline = self.metadata_log.wait_for_records(offset, max_wait_ms, now_ms(), on_ready)
+        if deadline is not None:
+            # The event loop's clock and the wall clock may disagree by a millisecond: expire at the deadline.
+            loop.call_later(
+                max(0, deadline - now_ms()) / 1000, lambda: self.metadata_log.expire(max(now_ms(), deadline))
+            )
+        await ready
 
     async def fetch_records(self, offset: int, max_wait_ms: int) -> tuple[list[tuple[int, MetadataRecord]], int]:
         await self.wait_for_records(offset, max_wait_ms)

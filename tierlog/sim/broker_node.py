@@ -265,7 +265,7 @@ class SimBroker(Node):
         self._network.call(
             self,
             self._controller,
-            lambda respond: self._controller.fetch_metadata(action.offset, action.max_wait_ms, respond),
+            lambda respond: self._controller.fetch_metadata(action, respond),
             on_reply,
             on_failure,
             self.timing.controller_request_timeout_ms,

@@ -1,8 +1,9 @@
 """The controller as a simulated node: the real `Controller` over a real metadata log on the simulated disk.
 
-It serves what brokers ask over the network (registration, heartbeats, AlterPartition, long-polling
-metadata fetches) and fences brokers whose session expired. A crash loses the session deadlines and the
-parked fetches; the metadata log is fsynced on every append, so a restart replays everything committed.
+It serves what brokers ask over the network (registration, heartbeats, AlterPartition, long-polling metadata
+fetches, which wait on the core's `WakingMetadataLog` as the asyncio shell's do) and fences brokers whose session
+expired. A crash loses the session deadlines and the parked fetches; the metadata log is fsynced on every append,
+so a restart replays everything committed.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from pathlib import Path
 
 from tierlog.controller.controller import Controller, ControllerConfig
 from tierlog.controller.errors import ControllerError
-from tierlog.controller.metadata_log import DiskMetadataLog
+from tierlog.controller.metadata_log import DiskMetadataLog, WakingMetadataLog
 from tierlog.metadata.lifecycle import BrokerHeartbeatRequest, BrokerRegistrationRequest
+from tierlog.metadata.loader import MetadataFetchRequest
 from tierlog.metadata.records import MetadataRecord
 from tierlog.replication.alter_partition_manager import AlterPartitionRequest
 from tierlog.sim.world import Node, Respond, Simulation
@@ -41,11 +43,12 @@ class SimController(Node):
         self._config = config
         self._cluster_id = cluster_id
         self.controller: Controller | None = None
-        self._metadata_log: RecordingMetadataLog | None = None
-        self._parked_fetches: list[tuple[int, Respond]] = []
+        self._metadata_log: WakingMetadataLog | None = None
+        self._recording_log: RecordingMetadataLog | None = None
 
     def on_start(self) -> None:
-        self._metadata_log = RecordingMetadataLog(self._data_dir)
+        self._recording_log = RecordingMetadataLog(self._data_dir)
+        self._metadata_log = WakingMetadataLog(self._recording_log)
         self.controller = Controller(
             self._metadata_log, self._config, self.sim.now, self._cluster_id, new_uuid=self.sim.new_uuid
         )
@@ -55,18 +58,17 @@ class SimController(Node):
         if self._metadata_log is not None:
             self._metadata_log.close()
         self._metadata_log = None
+        self._recording_log = None
         self.controller = None
-        self._parked_fetches.clear()
 
     @property
     def records(self) -> list[tuple[int, MetadataRecord]]:
-        assert self._metadata_log is not None
-        return self._metadata_log.records
+        assert self._recording_log is not None
+        return self._recording_log.records
 
     def _fence_stale_brokers(self) -> None:
         assert self.controller is not None
-        if self.controller.fence_stale_brokers(self.sim.now):
-            self._answer_parked_fetches()
+        self.controller.fence_stale_brokers(self.sim.now)
 
     # Requests (each runs on this node when the message arrives)
 
@@ -84,7 +86,6 @@ class SimController(Node):
         except ControllerError as error:
             respond(error.error_name)
             return
-        self._answer_parked_fetches()
         respond(epoch)
 
     def heartbeat(self, request: BrokerHeartbeatRequest, respond: Respond) -> None:
@@ -101,7 +102,6 @@ class SimController(Node):
         except ControllerError as error:
             respond(error.error_name)
             return
-        self._answer_parked_fetches()
         respond(result)
 
     def alter_partition(self, request: AlterPartitionRequest, respond: Respond) -> None:
@@ -120,38 +120,27 @@ class SimController(Node):
         except ControllerError as error:
             respond((None, error.error_name))
             return
-        self._answer_parked_fetches()
         respond((registration, None))
 
     def create_topic(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]) -> None:
         """An admin's CreateTopics, handed straight to the controller (the run's set-up, not under test)."""
         assert self.controller is not None
         self.controller.create_topic(name, partitions, replication_factor, configs)
-        self._answer_parked_fetches()
 
     def allocate_producer_id(self, respond: Respond) -> None:
         """InitProducerId, as a broker would answer it from a block the controller handed out."""
         assert self.controller is not None
         respond(self.controller.allocate_producer_id_block().start)
-        self._answer_parked_fetches()
 
-    def fetch_metadata(self, from_offset: int, max_wait_ms: int, respond: Respond) -> None:
-        """Records from `from_offset` at once if there are any, else when the next commit comes or the wait
-        ends (KRaft's long-polling Fetch)."""
-        if from_offset < len(self.records):
-            respond((self.records[from_offset:], len(self.records)))
-            return
-        parked = (from_offset, respond)
-        self._parked_fetches.append(parked)
+    def fetch_metadata(self, request: MetadataFetchRequest, respond: Respond) -> None:
+        """Records from the offset asked for, with the log's end offset: at once if there are any, else when the
+        next commit comes or the wait ends (KRaft's long-polling Fetch)."""
+        metadata_log = self._metadata_log
+        assert metadata_log is not None
 
-        def expire() -> None:
-            if parked in self._parked_fetches:
-                self._parked_fetches.remove(parked)
-                respond(([], len(self.records)))
+        def answer() -> None:
+            respond((self.records[request.offset :], len(self.records)))
 
-        self.after(max_wait_ms, expire)
-
-    def _answer_parked_fetches(self) -> None:
-        parked, self._parked_fetches = self._parked_fetches, []
-        for from_offset, respond in parked:
-            respond((self.records[from_offset:], len(self.records)))
+        deadline = metadata_log.wait_for_records(request.offset, request.max_wait_ms, self.sim.now, answer)
+        if deadline is not None:
+            self.after(deadline - self.sim.now, lambda: metadata_log.expire(self.sim.now))
