@@ -112,3 +112,11 @@ def test_a_failed_build_starts_over_after_the_backoff(tmp_path: Path) -> None:
     assert fetcher.partitions[TP].state == BUILDING_REMOTE_LOG_AUX_STATE
     assert fetcher.poll(NOW) == Idle(NOW + min(IDLE_POLL_MS, fetcher.config.backoff_ms))
     assert fetcher.poll(backoff_end) == ListOffsetsRequest(TP, LEADER_LOCAL_LOG_START)
+
+
+def test_a_partition_backed_off_asks_for_the_leaders_log_range_only_after_its_backoff(tmp_path: Path) -> None:
+    fetcher = follower_fetcher(tmp_path)
+    answer_fetch_with(fetcher, "OFFSET_OUT_OF_RANGE")
+    fetcher.on_fetch_failed(NOW)
+    assert isinstance(fetcher.poll(NOW), Idle)
+    assert fetcher.poll(NOW + fetcher.config.backoff_ms) == ListOffsetsRequest(TP, LEADER_LOG_RANGE)

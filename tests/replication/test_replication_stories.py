@@ -11,7 +11,12 @@ from replication_helpers import NOW, TOPIC_ID, TP, Cluster, batch, caught_up_pai
 
 from tierlog.common import TopicPartition
 from tierlog.records.codec import build_batch, decode_batches
-from tierlog.replication.fetcher import FetchResponsePartition
+from tierlog.replication.fetcher import (
+    LEADER_LOG_RANGE,
+    FetchRequestData,
+    FetchResponsePartition,
+    ListOffsetsRequest,
+)
 from tierlog.replication.trace import FETCH_RESPONSE, PRODUCE, TRUNCATE, fetch_from
 from tierlog.storage.log import Log
 
@@ -188,10 +193,10 @@ def test_out_of_range_follower_restarts_at_the_leaders_log_start(tmp_path: Path)
     cluster.publish()
     fetcher = cluster.managers[2].fetchers[1]
     assert cluster.fetch(2)[0].error == "OFFSET_OUT_OF_RANGE"
-    assert fetcher.offset_lookups() == [TP]
+    assert fetcher.poll(cluster.now) == ListOffsetsRequest(TP, LEADER_LOG_RANGE)
     assert fetcher.build_fetch_request(cluster.now) is None
     fetcher.on_leader_offsets(TP, 2, 3, cluster.now)
-    assert fetcher.offset_lookups() == []
+    assert isinstance(fetcher.poll(cluster.now), FetchRequestData)
     assert cluster.log(2).log_start_offset == 2
     cluster.fetch(2)
     # The leader's log start lies inside its only batch: the follower takes the batch whole, as Kafka does,

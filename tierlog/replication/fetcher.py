@@ -191,11 +191,13 @@ class ReplicaFetcher:
         """The next request to send to this leader (or to the remote tier), one at a time: the leader's log
         range for a partition out of range, the next step of a remote log state build, then one Fetch for every
         partition ready to fetch; with none of them, how long to idle."""
-        lookups = self.offset_lookups()
-        if lookups:
-            return ListOffsetsRequest(lookups[0], LEADER_LOG_RANGE)
-        for tp, state in self.partitions.items():
-            if state.state == BUILDING_REMOTE_LOG_AUX_STATE and state.delayed_until_ms <= now_ms:
+        # A partition backed off after an error waits out its backoff whatever it waits for.
+        ready = [(tp, state) for tp, state in self.partitions.items() if state.delayed_until_ms <= now_ms]
+        for tp, state in ready:
+            if state.state == TRUNCATING:
+                return ListOffsetsRequest(tp, LEADER_LOG_RANGE)
+        for tp, state in ready:
+            if state.state == BUILDING_REMOTE_LOG_AUX_STATE:
                 return self._remote_log_aux_state_step(tp, state)
         request = self.build_fetch_request(now_ms)
         if request is not None:
@@ -309,11 +311,6 @@ class ReplicaFetcher:
         partition.truncate_to(target, now_ms, why)
         state.fetch_offset = log.log_end_offset
         state.last_fetched_epoch = log.latest_epoch
-
-    def offset_lookups(self) -> list[TopicPartition]:
-        """Partitions whose fetch offset was out of range: `poll` asks the leader for its log start and end
-        (ListOffsets as a replica) before they fetch again."""
-        return [tp for tp, state in self.partitions.items() if state.state == TRUNCATING]
 
     def on_list_offsets(self, tp: TopicPartition, answers: Sequence[tuple[int, int]], now_ms: int) -> None:
         """The leader's (offset, leader epoch) at each timestamp of the ListOffsetsRequest `poll` made for `tp`."""
