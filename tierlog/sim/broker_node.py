@@ -1,7 +1,13 @@
-"""A broker as a simulated node: the real LogManager, ReplicaManager, Partitions and ReplicaFetchers on the
-simulated disk, driven by the same steps as the asyncio shell in `tierlog/server/` (register, follow the
-metadata log, publish the image once caught up with its own registration, heartbeat, fetch from leaders,
-send ISR changes, expire purgatories, checkpoint and flush on timers).
+"""A broker as a simulated node: the broker's core on the simulated disk, with the simulated network in place of
+sockets and virtual timers in place of asyncio's.
+
+Every step the asyncio shell (`tierlog/server/`) takes is a state machine of the core that this node drives
+exactly as the shell does: it asks each for its next request (`poll`), carries that over the network and hands
+the answer back. `BrokerLifecycleManager` registers and heartbeats, `MetadataLoader` follows the metadata log and
+says when to publish, `BrokerMetadataPublisher` loads the logs and applies the image, each `ReplicaFetcher`
+fetches from its leader, `AlterPartitionManager` sends ISR changes, and the leader answers fetches through
+`fetch_messages_for_request`. What is this node's own is the world: the timers (purgatory deadlines, ISR
+expiration, checkpoints, flushes), the messages, and what a crash or a power loss does to the files.
 
 A process crash (SIGKILL) closes the files without writing anything; a power loss also cuts every log back
 to its recovery point, the last offset Kafka's flush made durable, keeping a torn part of the next write
@@ -32,9 +38,9 @@ NOT_SERVING = "NOT_SERVING"
 
 
 @dataclass(frozen=True, slots=True)
-class BrokerTiming:
-    """Kafka's defaults, except the lag and checkpoint intervals, shortened so a minute of virtual time
-    sees ISR shrinks and recovery-point checkpoints."""
+class BrokerSettings:
+    """Kafka's defaults, except the lag and checkpoint intervals, shortened so a minute of virtual time sees ISR
+    shrinks and recovery-point checkpoints, and the request timeouts, which are the simulated connections'."""
 
     heartbeat_interval_ms: int = 2000
     controller_request_timeout_ms: int = 5000
@@ -68,7 +74,7 @@ class SimBroker(Node):
         data_dir: Path,
         controller: SimController,
         peers: dict[int, SimBroker],
-        timing: BrokerTiming,
+        settings: BrokerSettings,
         log_defaults: dict[str, str],
     ) -> None:
         super().__init__(sim, f"broker-{broker_id}")
@@ -77,7 +83,7 @@ class SimBroker(Node):
         self._network = network
         self._controller = controller
         self._peers = peers
-        self.timing = timing
+        self.settings = settings
         self._log_defaults = log_defaults
         self.loader = MetadataLoader()
         self.lifecycle: BrokerLifecycleManager | None = None
@@ -93,7 +99,7 @@ class SimBroker(Node):
         self.loader = MetadataLoader()
         self.lifecycle = self._lifecycle_manager()
         self.log_manager = LogManager([self.data_dir], self._log_defaults, new_uuid=self.sim.new_uuid)
-        t = self.timing
+        t = self.settings
         self.replica_manager = ReplicaManager(
             self.broker_id,
             self.log_manager,
@@ -119,6 +125,7 @@ class SimBroker(Node):
         if self.log_manager is not None:
             for log in self.log_manager.all_logs():
                 log.close_handlers()
+        self.lifecycle = None
         self.log_manager = None
         self.replica_manager = None
         self.publisher = None
@@ -187,7 +194,7 @@ class SimBroker(Node):
             [Endpoint("PLAINTEXT", self.name, 9092)],
             None,
             self.loader,
-            heartbeat_interval_ms=self.timing.heartbeat_interval_ms,
+            heartbeat_interval_ms=self.settings.heartbeat_interval_ms,
         )
 
     @property
@@ -224,7 +231,7 @@ class SimBroker(Node):
                 lambda respond: self._controller.register(registration, respond),
                 on_registration,
                 on_failure,
-                self.timing.controller_request_timeout_ms,
+                self.settings.controller_request_timeout_ms,
             )
         else:
             heartbeat = action
@@ -242,7 +249,7 @@ class SimBroker(Node):
                 lambda respond: self._controller.heartbeat(heartbeat, respond),
                 on_heartbeat,
                 on_failure,
-                self.timing.controller_request_timeout_ms,
+                self.settings.controller_request_timeout_ms,
             )
 
     def _follow_metadata(self) -> None:
@@ -268,7 +275,7 @@ class SimBroker(Node):
             lambda respond: self._controller.fetch_metadata(action, respond),
             on_reply,
             on_failure,
-            self.timing.controller_request_timeout_ms,
+            self.settings.controller_request_timeout_ms,
         )
 
     def _publish(self) -> None:
@@ -318,7 +325,7 @@ class SimBroker(Node):
                 lambda respond: leader.handle_fetch(request, respond),
                 on_response,
                 failed,
-                self.timing.replica_socket_timeout_ms + request.max_wait_ms,
+                self.settings.replica_socket_timeout_ms + request.max_wait_ms,
             )
         elif isinstance(action, ListOffsetsRequest):
             tp, timestamps = action.topic_partition, action.timestamps
@@ -336,7 +343,7 @@ class SimBroker(Node):
                 lambda respond: leader.handle_list_offsets(self.broker_id, tp, timestamps, respond),
                 on_offsets,
                 failed,
-                self.timing.replica_socket_timeout_ms,
+                self.settings.replica_socket_timeout_ms,
             )
         else:
             # The simulated cluster has no remote tier, so no partition ever needs its remote log state.
@@ -355,7 +362,7 @@ class SimBroker(Node):
             request,
             self.sim.now,
             lambda results: respond([to_fetch_response(r) for r in results]),
-            fetch_max_bytes=self.timing.fetch_max_bytes,
+            fetch_max_bytes=self.settings.fetch_max_bytes,
         )
         if delayed is not None:
             self.after(delayed.deadline_ms - self.sim.now, lambda: rm.fetch_purgatory.expire(self.sim.now))
@@ -431,5 +438,5 @@ class SimBroker(Node):
             lambda respond: self._controller.alter_partition(request, respond),
             on_reply,
             on_failure,
-            self.timing.controller_request_timeout_ms,
+            self.settings.controller_request_timeout_ms,
         )

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tierlog.common import TopicPartition
 from tierlog.controller.controller import ControllerConfig
-from tierlog.sim.broker_node import BrokerTiming, SimBroker
+from tierlog.sim.broker_node import BrokerSettings, SimBroker
 from tierlog.sim.clients import SimConsumer, SimProducer
 from tierlog.sim.controller_node import SimController
 from tierlog.sim.invariants import COMMITTED_CHECK_INTERVAL_MS, ClusterChecker, History
@@ -119,7 +119,7 @@ class Cluster:
                 root / f"broker-{broker_id}",
                 self.controller,
                 self.brokers,
-                BrokerTiming(),
+                BrokerSettings(),
                 {},
             )
         self.partitions = [TopicPartition(TOPIC, p) for p in range(config.partitions)]
