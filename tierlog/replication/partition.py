@@ -332,6 +332,14 @@ class Partition:
         if not self.is_leader:
             raise NotLeaderOrFollowerError(f"this broker is not the leader of {self.topic_partition}")
 
+    def _require_leader_of(self, current_leader_epoch: int) -> None:
+        """Kafka's Partition.getLocalLog for a request only the leader serves: the requester's epoch is judged
+        first, so a replica that has not heard of the requester's epoch yet says UNKNOWN_LEADER_EPOCH (retry,
+        it will) and one that knows a newer epoch says FENCED_LEADER_EPOCH (refresh metadata); only a replica
+        at the requester's epoch, or a request without one, is told NOT_LEADER_OR_FOLLOWER."""
+        self.check_leader_epoch(current_leader_epoch)
+        self._require_leader()
+
     def append_records_to_leader(self, records: bytearray, required_acks: int, now_ms: int) -> LogAppendInfo:
         self._require_leader()
         log = self.log
@@ -370,8 +378,7 @@ class Partition:
         A fetcher whose last fetched epoch ended earlier here, or ended before its fetch offset, gets the
         epoch's end instead of records (Kafka's Partition.readRecords; consumers sending LastFetchedEpoch
         too): its log, or what it read, has diverged from ours."""
-        self._require_leader()
-        self.check_leader_epoch(current_leader_epoch)
+        self._require_leader_of(current_leader_epoch)
         if replica_id >= 0 and replica_id not in self.remote_replicas:
             # Kafka answers a non-replica with empty records; an error makes the misrouting visible and sends
             # the fetcher to wait for metadata.
@@ -540,8 +547,7 @@ class Partition:
         self, timestamp: int, *, isolation_level: int, current_leader_epoch: int, from_consumer: bool
     ) -> OffsetAndEpoch | None:
         """ListOffsets on the leader. Consumers never see offsets at or above the HW (the LEO for replicas)."""
-        self._require_leader()
-        self.check_leader_epoch(current_leader_epoch)
+        self._require_leader_of(current_leader_epoch)
         upper = self.log.high_watermark if from_consumer else self.log.log_end_offset
         if timestamp == LATEST_TIMESTAMP:
             return OffsetAndEpoch(upper, -1, self.leader_epoch)
@@ -552,6 +558,14 @@ class Partition:
             return None
         epoch = NO_EPOCH if found.leader_epoch is None else found.leader_epoch
         return OffsetAndEpoch(found.offset, found.timestamp, epoch)
+
+    def last_offset_for_leader_epoch(self, current_leader_epoch: int, leader_epoch: int) -> tuple[int, int]:
+        """OffsetsForLeaderEpoch on the leader (Kafka's lastOffsetForLeaderEpoch): the largest epoch <=
+        `leader_epoch` in our history and the offset it ends at, (-1, -1) if we know none. A consumer validating
+        its position after a leader change (KIP-320) and a follower rebuilding from the remote tier both need
+        the leader's history: another replica's may be shorter or diverge."""
+        self._require_leader_of(current_leader_epoch)
+        return self.log.leader_epoch_cache.end_offset_for(leader_epoch, self.log.log_end_offset)
 
     def delete_records_on_leader(self, offset: int, now_ms: int) -> int:
         """DeleteRecords: move the log start up to `offset` (-1 means the HW); returns the new low watermark."""

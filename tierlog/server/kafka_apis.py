@@ -640,12 +640,15 @@ class KafkaApis:
             for p in topic.partitions:
                 tp = TopicPartition(topic.name, p.partition_index)
                 try:
-                    remote = await self._remote_offset_for_timestamp(tp, p.timestamp, body.replica_id)
+                    current_leader_epoch = getattr(p, "current_leader_epoch", -1)
+                    remote = await self._remote_offset_for_timestamp(
+                        tp, p.timestamp, body.replica_id, current_leader_epoch
+                    )
                     found = remote or self.replica_manager.fetch_offset_for_timestamp(
                         tp,
                         p.timestamp,
                         isolation_level=getattr(body, "isolation_level", 0),
-                        current_leader_epoch=getattr(p, "current_leader_epoch", -1),
+                        current_leader_epoch=current_leader_epoch,
                         replica_id=body.replica_id,
                     )
                 except Exception as error:
@@ -672,12 +675,15 @@ class KafkaApis:
         return s.ListOffsetsResponse(throttle_time=NO_THROTTLE, topics=tuple(topics))
 
     async def _remote_offset_for_timestamp(
-        self, tp: TopicPartition, timestamp: int, replica_id: int
+        self, tp: TopicPartition, timestamp: int, replica_id: int, current_leader_epoch: int
     ) -> OffsetAndEpoch | None:
-        """A timestamp may fall in the remote tier, which is searched first (Kafka's UnifiedLog does too)."""
+        """A timestamp may fall in the remote tier, which is searched first (Kafka's UnifiedLog does too), by
+        the leader of the requester's epoch only: a fenced or unknown epoch is refused as the local lookup
+        would, and a non-leader leaves the refusal to it."""
         if self.remote_log is None or timestamp < 0 or replica_id >= 0:
             return None
         partition = self.replica_manager.get_partition(tp)
+        partition.check_leader_epoch(current_leader_epoch)
         if not partition.is_leader or not partition.log.remote_log_enabled:
             return None
         try:
@@ -721,10 +727,8 @@ class KafkaApis:
             for p in topic.partitions:
                 tp = TopicPartition(topic.topic, p.partition)
                 try:
-                    partition = self.replica_manager.get_partition(tp)
-                    partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
-                    epoch, end_offset = partition.log.leader_epoch_cache.end_offset_for(
-                        p.leader_epoch, partition.log.log_end_offset
+                    epoch, end_offset = self.replica_manager.get_partition(tp).last_offset_for_leader_epoch(
+                        getattr(p, "current_leader_epoch", -1), p.leader_epoch
                     )
                     error = None
                 except Exception as e:
