@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from replication_helpers import TP, Cluster
 
-from tierlog.controller.metadata import PartitionRegistration
+from tierlog.metadata.image import PartitionRegistration
 from tierlog.replication.errors import FencedLeaderEpochError, NotLeaderOrFollowerError, UnknownLeaderEpochError
 from tierlog.replication.replica_manager import FetchParams, FetchPartitionResult, PartitionFetchInfo
 
