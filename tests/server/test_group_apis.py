@@ -14,10 +14,10 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from prometheus_client import generate_latest
 
+from tierlog.client.requests import request_schema
 from tierlog.config import KafkaConfig
 from tierlog.protocol.codec import Request
 from tierlog.server.broker import Broker
-from tierlog.server.entities import request_schema
 from tierlog.server.group_apis import (
     API_DELETE_GROUPS,
     API_DESCRIBE_GROUPS,

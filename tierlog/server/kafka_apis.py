@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import datetime
 import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
+from tierlog.client.requests import create_topics_request
 from tierlog.common import TopicPartition
 from tierlog.config import KafkaConfig
 from tierlog.controller.controller import Controller, validate_topic_name
@@ -44,7 +44,6 @@ from tierlog.server.controller_server import CONTROLLER_APIS, ControllerServer
 from tierlog.server.entities import (
     NO_THROTTLE,
     ResponseSchema,
-    request_schema,
     response_schema,
     timestamp_or_none,
 )
@@ -699,21 +698,10 @@ class KafkaApis:
     ) -> str | None:
         """CreateTopics on the broker's own behalf (auto-creation, internal topics), decided by the controller
         as a client's would be; the error name or None."""
-        s = request_schema(API_CREATE_TOPICS, 7)
-        body = s.CreateTopicsRequest(
-            topics=(
-                s.CreatableTopic(
-                    name=name,
-                    num_partitions=partitions,
-                    replication_factor=replication_factor,
-                    assignments=(),
-                    configs=tuple(s.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()),
-                ),
-            ),
-            timeout=datetime.timedelta(seconds=30),
-            validate_only=False,
+        body = create_topics_request(name, partitions, replication_factor, configs, timeout_ms=30_000)
+        response = await self.handlers[API_CREATE_TOPICS](
+            Request(API_CREATE_TOPICS, body.__version__, 0, "broker", body, 0)
         )
-        response = await self.handlers[API_CREATE_TOPICS](Request(API_CREATE_TOPICS, 7, 0, "broker", body, 0))
         result = response.topics[0]
         if result.error_code == error_code(None):
             return None
