@@ -66,8 +66,8 @@ class LogReadResult:
     # (epoch, end offset) when a follower's last fetched epoch ended earlier on the leader (KIP-595's
     # DivergingEpoch): the follower must truncate before it may fetch.
     diverging_epoch: tuple[int, int] | None = None
-    # Set instead of records when a consumer's offset lives only in the remote tier: the shell reads it
-    # from there (Kafka's RemoteStorageFetchInfo).
+    # Set instead of records when a consumer's offset lives only in the remote tier: the ReplicaManager has
+    # it read from there (Kafka's RemoteStorageFetchInfo).
     remote_fetch: RemoteFetchInfo | None = None
 
     @property
@@ -77,6 +77,9 @@ class LogReadResult:
 
 @dataclass(frozen=True, slots=True)
 class RemoteFetchInfo:
+    """What a consumer's fetch reads from the remote tier (Kafka's RemoteStorageFetchInfo)."""
+
+    topic_id: uuid.UUID
     fetch_offset: int
     max_bytes: int
     min_one_message: bool
@@ -416,7 +419,11 @@ class Partition:
                 log_start_offset=log.log_start_offset,
                 log_end_offset=log.log_end_offset,
                 remote_fetch=RemoteFetchInfo(
-                    fetch_offset, max_bytes, min_one_message, log.leader_epoch_cache.epoch_for_offset(fetch_offset)
+                    self.topic_id,
+                    fetch_offset,
+                    max_bytes,
+                    min_one_message,
+                    log.leader_epoch_cache.epoch_for_offset(fetch_offset),
                 ),
             )
         return LogReadResult(
