@@ -27,7 +27,8 @@ from tierlog.cli.cluster import (
     read_cluster_info,
 )
 from tierlog.cli.main import cli
-from tierlog.testing.local_cluster import BrokerStartError, LocalCluster, api_versions_answered, wait_until
+from tierlog.client.probes import api_versions_answered
+from tierlog.testing.local_cluster import BrokerStartError, LocalCluster, wait_until
 
 CLIENT_TIMEOUT_S = 30.0
 CONVERGE_S = 30.0

@@ -1,26 +1,16 @@
 """BrokerProcess and LocalCluster: the lifecycle the demo, `tierlog cluster`, the tests and the benchmarks rely
-on, and the probes they wait with."""
+on (the probes they wait with are tests/client/test_probes.py's)."""
 
 from __future__ import annotations
 
 import itertools
 import signal
-import socket
-import struct
-import threading
 from pathlib import Path
 
 import pytest
 
-from tierlog.testing.local_cluster import (
-    BrokerProcess,
-    BrokerStartError,
-    LocalCluster,
-    api_versions_answered,
-    free_port,
-    free_ports,
-    metadata_broker_ids,
-)
+from tierlog.client.probes import api_versions_answered
+from tierlog.testing.local_cluster import BrokerProcess, BrokerStartError, LocalCluster, free_ports
 
 
 def test_broker_process_lifecycle(tmp_path: Path) -> None:
@@ -63,44 +53,6 @@ def test_a_broker_that_cannot_start_fails_fast_with_its_log(tmp_path: Path) -> N
             broker.wait_ready(30)
     finally:
         broker.stop()
-
-
-def test_nothing_answers_on_a_free_port() -> None:
-    assert not api_versions_answered("127.0.0.1", free_port(), timeout_s=0.5)
-
-
-def _metadata_v1_answer(correlation_id: int, brokers: list[tuple[int, str, int, str | None]]) -> bytes:
-    body = struct.pack(">ii", correlation_id, len(brokers))
-    for node_id, host, port, rack in brokers:
-        body += struct.pack(">ih", node_id, len(host)) + host.encode() + struct.pack(">i", port)
-        body += struct.pack(">h", -1) if rack is None else struct.pack(">h", len(rack)) + rack.encode()
-    body += struct.pack(">ii", 1, 0)  # controller id, no topics
-    return struct.pack(">i", len(body)) + body
-
-
-def test_metadata_probe_reads_the_broker_ids() -> None:
-    requests: list[tuple[int, int]] = []
-
-    def serve(server: socket.socket) -> None:
-        connection, _ = server.accept()
-        with connection:
-            (size,) = struct.unpack(">i", connection.recv(4))
-            request = connection.recv(size)
-            api_key, version, correlation_id = struct.unpack_from(">hhi", request)
-            requests.append((api_key, version))
-            brokers = [(1, "127.0.0.1", 9092, None), (3, "broker-3.local", 9094, "rack-b")]
-            connection.sendall(_metadata_v1_answer(correlation_id, brokers))
-
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        thread = threading.Thread(target=serve, args=(server,), daemon=True)
-        thread.start()
-        assert metadata_broker_ids("127.0.0.1", server.getsockname()[1], timeout_s=5) == {1, 3}
-        thread.join(5)
-    assert requests == [(3, 1)]
-
-
-def test_metadata_probe_of_nothing_is_none() -> None:
-    assert metadata_broker_ids("127.0.0.1", free_port(), timeout_s=0.5) is None
 
 
 def test_free_ports_are_distinct() -> None:

@@ -27,7 +27,7 @@ from kio.schema.offset_commit.v8 import request as offset_commit_v8
 from kio.schema.offset_fetch.v7 import request as offset_fetch_v7
 from kio.schema.sync_group.v5 import request as sync_group_v5
 
-from tierlog.server.kafka_client import KafkaConnection
+from tierlog.client.connection import KafkaConnection
 from tierlog.testing.local_cluster import LocalCluster
 
 TIMEOUT_S = 20.0

@@ -1,15 +1,14 @@
-"""What the protocol tests share: every served (api key, version), and request frames written by kio."""
+"""What the protocol tests share: every served (api key, version), and request frames of kio entities."""
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 from hypothesis import strategies as st
-from kio.serial import entity_writer
-from kio.static.primitive import i16, i32
 
+from tierlog.client.wire import encode_request
 from tierlog.protocol.api_versions import SUPPORTED_APIS
+from tierlog.protocol.framing import SIZE_PREFIX
 
 SERVED = [
     (api.api_key, version) for api in SUPPORTED_APIS.values() for version in range(api.min_version, api.max_version + 1)
@@ -17,20 +16,9 @@ SERVED = [
 
 
 def kio_frame(entity: Any, correlation_id: int = 7, client_id: str | None = "kio-test") -> bytes:
-    """A request frame (without its size prefix): the header version kio assigns to `entity`, then the body."""
-    header_type = entity.__header_schema__
-    out = io.BytesIO()
-    entity_writer(header_type)(
-        out,
-        header_type(
-            request_api_key=i16(entity.__api_key__),
-            request_api_version=i16(entity.__version__),
-            correlation_id=i32(correlation_id),
-            client_id=client_id,
-        ),
-    )
-    entity_writer(type(entity))(out, entity)
-    return out.getvalue()
+    """A request frame (without its size prefix) of the kio entity `entity`, as tierlog's client writes it
+    (tests/client/test_requests.py checks that against kio's own header writer)."""
+    return encode_request(entity, correlation_id, client_id)[SIZE_PREFIX.size :]
 
 
 # Byte edits for fuzzing a frame: (kind, where, value), applied in order by `mutate`.

@@ -21,8 +21,8 @@ from confluent_kafka.admin import (
 )
 from kio.schema.errors import ErrorCode
 
-from tierlog.server.entities import request_schema
-from tierlog.server.kafka_client import KafkaConnection
+from tierlog.client.connection import KafkaConnection
+from tierlog.client.requests import request_schema
 from tierlog.testing.local_cluster import BrokerProcess, LocalCluster
 
 TIMEOUT_S = 30.0

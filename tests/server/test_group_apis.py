@@ -14,10 +14,10 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from prometheus_client import generate_latest
 
+from tierlog.client.requests import request_schema
 from tierlog.config import KafkaConfig
 from tierlog.protocol.codec import Request
 from tierlog.server.broker import Broker
-from tierlog.server.entities import request_schema
 from tierlog.server.group_apis import (
     API_DELETE_GROUPS,
     API_DESCRIBE_GROUPS,
@@ -79,8 +79,8 @@ def run_broker(tmp_path: Path, test: Callable[[KafkaApis], Awaitable[None]]) -> 
         async with asyncio.timeout(30):
             await broker.start()
         try:
-            broker.apis.controller.create_topic("events", 2, 1, {})
-            await broker.apis._sync_metadata()
+            broker.controller_server.controller.create_topic("events", 2, 1, {})
+            await broker.forwarding_manager.sync_metadata()
             await test(broker.apis)
         finally:
             await broker.stop()
@@ -339,8 +339,8 @@ def test_committed_offsets_and_groups_survive_a_restart(tmp_path: Path) -> None:
                 await broker.start()
             try:
                 if "events" not in broker.apis.image.topics:
-                    broker.apis.controller.create_topic("events", 2, 1, {})
-                    await broker.apis._sync_metadata()
+                    broker.controller_server.controller.create_topic("events", 2, 1, {})
+                    await broker.forwarding_manager.sync_metadata()
                 await test(broker.apis)
             finally:
                 await broker.stop()
@@ -377,8 +377,8 @@ def test_metrics_count_groups_by_state_and_offset_commits(tmp_path: Path) -> Non
         async with asyncio.timeout(30):
             await broker.start()
         try:
-            broker.apis.controller.create_topic("events", 2, 1, {})
-            await broker.apis._sync_metadata()
+            broker.controller_server.controller.create_topic("events", 2, 1, {})
+            await broker.forwarding_manager.sync_metadata()
             await find_coordinator(broker.apis, "g")
             member, generation = await join_and_sync(broker.apis, "g")
             assert await commit(broker.apis, "g", 1, member, generation) == ErrorCode.none

@@ -39,8 +39,8 @@ def run_with_broker(tmp_path: Path, test: Callable[[Broker], Awaitable[None]], *
             await broker.start()
         try:
             if create_topic:
-                broker.apis.controller.create_topic(TOPIC, 1, 1, {})
-                await broker.apis._sync_metadata()
+                broker.controller_server.controller.create_topic(TOPIC, 1, 1, {})
+                await broker.forwarding_manager.sync_metadata()
             async with asyncio.timeout(60):
                 await test(broker)
         finally:

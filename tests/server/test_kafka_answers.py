@@ -16,19 +16,17 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
+from tierlog.client.connection import KafkaConnection
+from tierlog.client.requests import metadata_request, produce_request, request_schema
+from tierlog.common import TopicPartition
 from tierlog.records.codec import RecordSpec, build_batch
 from tierlog.records.record_batch import CompressionType
-from tierlog.server.entities import request_schema
-from tierlog.server.kafka_client import KafkaConnection
 from tierlog.testing.local_cluster import BrokerProcess
 
 TIMEOUT_S = 10.0
-API_PRODUCE, API_METADATA, API_FIND_COORDINATOR, API_DESCRIBE_GROUPS = 0, 3, 10, 15
-API_DELETE_RECORDS, API_DESCRIBE_CLUSTER = 21, 60
+API_FIND_COORDINATOR, API_DESCRIBE_GROUPS, API_DELETE_RECORDS, API_DESCRIBE_CLUSTER = 10, 15, 21, 60
 REQUEST_CLASSES = {
     API_FIND_COORDINATOR: "FindCoordinatorRequest",
-    API_PRODUCE: "ProduceRequest",
-    API_METADATA: "MetadataRequest",
     API_DELETE_RECORDS: "DeleteRecordsRequest",
     API_DESCRIBE_GROUPS: "DescribeGroupsRequest",
     API_DESCRIBE_CLUSTER: "DescribeClusterRequest",
@@ -51,9 +49,8 @@ CLUSTER_OPERATIONS = bit_field(
 GROUP_OPERATIONS = bit_field(READ, DELETE, DESCRIBE)
 
 
-def send(broker: BrokerProcess, api_key: int, version: int, **body: Any) -> Any:
-    """One request of that version (fields the version lacks are dropped), answered by the broker."""
-    request = getattr(request_schema(api_key, version), REQUEST_CLASSES[api_key])(**body)
+def send(broker: BrokerProcess, request: Any) -> Any:
+    """`request`, answered by the broker."""
 
     async def exchange() -> Any:
         async with asyncio.timeout(TIMEOUT_S):
@@ -66,18 +63,16 @@ def send(broker: BrokerProcess, api_key: int, version: int, **body: Any) -> Any:
     return asyncio.run(exchange())
 
 
+def request_of(api_key: int, version: int, **body: Any) -> Any:
+    """A request of an API tierlog itself never sends, of that version (fields it lacks are dropped)."""
+    return getattr(request_schema(api_key, version), REQUEST_CLASSES[api_key])(**body)
+
+
 def produce(broker: BrokerProcess, version: int, topic: str, batch: bytes) -> Any:
-    s = request_schema(API_PRODUCE, version)
-    response = send(
-        broker,
-        API_PRODUCE,
-        version,
-        transactional_id=None,
-        acks=-1,
-        timeout=datetime.timedelta(seconds=TIMEOUT_S),
-        topic_data=(s.TopicProduceData(name=topic, partition_data=(s.PartitionProduceData(index=0, records=batch),)),),
+    request = produce_request(
+        TopicPartition(topic, 0), batch, acks=-1, timeout_ms=int(TIMEOUT_S * 1000), version=version
     )
-    ((topic_response,),) = (response.responses,)
+    ((topic_response,),) = (send(broker, request).responses,)
     (partition,) = topic_response.partition_responses
     return partition
 
@@ -154,14 +149,16 @@ def test_delete_records_takes_no_negative_offset_but_minus_one(
     def delete(offset: int) -> tuple[int, int]:
         response = send(
             shared_broker,
-            API_DELETE_RECORDS,
-            version,
-            topics=(
-                s.DeleteRecordsTopic(
-                    name=topic, partitions=(s.DeleteRecordsPartition(partition_index=0, offset=offset),)
+            request_of(
+                API_DELETE_RECORDS,
+                version,
+                topics=(
+                    s.DeleteRecordsTopic(
+                        name=topic, partitions=(s.DeleteRecordsPartition(partition_index=0, offset=offset),)
+                    ),
                 ),
+                timeout=datetime.timedelta(seconds=TIMEOUT_S),
             ),
-            timeout=datetime.timedelta(seconds=TIMEOUT_S),
         )
         ((result,),) = (response.topics,)
         (partition,) = result.partitions
@@ -175,16 +172,7 @@ def test_delete_records_takes_no_negative_offset_but_minus_one(
 
 
 def metadata(broker: BrokerProcess, version: int, topics: list[str], asks: bool) -> Any:
-    s = request_schema(API_METADATA, version)
-    return send(
-        broker,
-        API_METADATA,
-        version,
-        topics=tuple(s.MetadataRequestTopic(name=name, topic_id=None) for name in topics),
-        allow_auto_topic_creation=False,
-        include_cluster_authorized_operations=asks,
-        include_topic_authorized_operations=asks,
-    )
+    return send(broker, metadata_request(topics, include_authorized_operations=asks, version=version))
 
 
 @pytest.mark.parametrize("version", range(8, 13))
@@ -217,7 +205,8 @@ def test_describe_cluster_reports_every_cluster_operation_when_asked(
 ) -> None:
     def operations(asks: bool) -> int:
         response = send(
-            shared_broker, API_DESCRIBE_CLUSTER, version, include_cluster_authorized_operations=asks, endpoint_type=1
+            shared_broker,
+            request_of(API_DESCRIBE_CLUSTER, version, include_cluster_authorized_operations=asks, endpoint_type=1),
         )
         assert response.error_code == ErrorCode.none
         return int(response.cluster_authorized_operations)
@@ -234,7 +223,7 @@ def test_describe_groups_reports_every_group_operation_when_asked(
 
     def described(asks: bool) -> bool:
         response = send(
-            shared_broker, API_DESCRIBE_GROUPS, version, groups=(group,), include_authorized_operations=asks
+            shared_broker, request_of(API_DESCRIBE_GROUPS, version, groups=(group,), include_authorized_operations=asks)
         )
         (answer,) = response.groups
         answers.append((answer.error_code, answer.authorized_operations))
@@ -242,7 +231,7 @@ def test_describe_groups_reports_every_group_operation_when_asked(
 
     # The first FindCoordinator creates __consumer_offsets; until its partition is loaded, the group has no
     # coordinator (and the answer no operations).
-    send(shared_broker, API_FIND_COORDINATOR, 0, key=group)
+    send(shared_broker, request_of(API_FIND_COORDINATOR, 0, key=group))
     poll_until(lambda: described(asks=True), TIMEOUT_S, f"a coordinator for {group}")
     assert all(operations == INT32_MIN for _, operations in answers[:-1])
     # A group the coordinator does not know is described as Dead, without error, as Kafka 3.x does.

@@ -17,7 +17,8 @@ from kio.schema.metadata.v12 import request as metadata_v12
 from tierlog.config import KafkaConfig
 from tierlog.protocol.codec import Request
 from tierlog.server.broker import Broker
-from tierlog.server.kafka_apis import API_DELETE_TOPICS, API_METADATA, KafkaApis
+from tierlog.server.controller_apis import API_DELETE_TOPICS
+from tierlog.server.kafka_apis import API_METADATA, KafkaApis
 
 
 def run_with_broker(tmp_path: Path, test: Callable[[KafkaApis], Awaitable[None]]) -> None:
@@ -35,9 +36,9 @@ def run_with_broker(tmp_path: Path, test: Callable[[KafkaApis], Awaitable[None]]
         async with asyncio.timeout(30):
             await broker.start()
         try:
-            controller = broker.apis.controller
+            controller = broker.controller_server.controller
             controller.create_topic("events", 2, 1, {})
-            await broker.apis._sync_metadata()
+            await broker.forwarding_manager.sync_metadata()
             await test(broker.apis)
         finally:
             await broker.stop()

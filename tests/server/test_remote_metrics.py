@@ -1,13 +1,15 @@
-"""The remote tier on /metrics and /v1/partitions (issue 4): the broker's wiring read over real logs and a
-real remote log metadata cache, with the RemoteLogManager and the ReplicaManager stubbed to what the wiring
-reads (their `stats`, `cache_of` and `partitions`)."""
+"""The remote tier on /metrics and /v1/partitions (issue 4): the broker's wiring (server/broker_metrics.py)
+read over real logs and a real remote log metadata cache, with the RemoteLogManager and the ReplicaManager
+stubbed to what the wiring reads (their `stats`, `cache_of` and `partitions`)."""
 
 from __future__ import annotations
 
 import re
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -15,7 +17,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from tierlog.common import TopicPartition
 from tierlog.records.codec import build_batch
 from tierlog.replication.partition import Partition
-from tierlog.server.broker import Broker
+from tierlog.server.broker_metrics import describe_partitions, wire_broker_metrics
 from tierlog.server.metrics import broker_metrics
 from tierlog.server.remote_log_tasks import RemoteLogStats
 from tierlog.storage.log import Log
@@ -82,11 +84,26 @@ def remote_segment(
         store.apply(RemoteLogSegmentMetadataUpdate(segment_id, T0, RemoteLogSegmentState.COPY_SEGMENT_FINISHED, 1))
 
 
+@dataclass
+class Wired:
+    """Metrics wired as the broker wires them, in a registry of their own."""
+
+    replica_manager: Any
+    remote_log: Any
+    registry: CollectorRegistry
+
+
+def wire(replica_manager: Any, remote_log: Any) -> Wired:
+    registry = CollectorRegistry()
+    wire_broker_metrics(broker_metrics(registry), replica_manager, remote_log)
+    return Wired(replica_manager, remote_log, registry)
+
+
 @pytest.fixture
-def broker(tmp_path: Path) -> Broker:
-    """A Broker shell (no __init__: no sockets, no event loop) over two partitions. `tiered` has offsets
-    0..4 in five one-batch segments: 0 and 1 copied (Ry = 1) and deleted locally (Lx = 2, Rx = 0), 2 being
-    copied (COPY_SEGMENT_STARTED), 3 rolled and waiting, 4 the active segment. `local` has no remote tier."""
+def broker(tmp_path: Path) -> Wired:
+    """The wiring over two partitions. `tiered` has offsets 0..4 in five one-batch segments: 0 and 1 copied
+    (Ry = 1) and deleted locally (Lx = 2, Rx = 0), 2 being copied (COPY_SEGMENT_STARTED), 3 rolled and waiting,
+    4 the active segment. `local` has no remote tier."""
     tiered_log = open_log(tmp_path, TIERED, remote=True)
     fill(tiered_log, 5)
     tiered_log.update_highest_offset_in_remote_storage(1)
@@ -102,19 +119,14 @@ def broker(tmp_path: Path) -> Broker:
     remote_segment(partitions[TIERED], 1, 1, finished=True, store=remote_log.store)
     remote_segment(partitions[TIERED], 2, 2, finished=False, store=remote_log.store)
 
-    shell = object.__new__(Broker)
-    shell.replica_manager = SimpleNamespace(  # type: ignore[assignment]
+    replica_manager = SimpleNamespace(
         partitions=partitions, under_replicated_partitions=lambda: 0, isr_shrinks=0, isr_expands=0
     )
-    shell.remote_log = remote_log  # type: ignore[assignment]
-    shell._metrics_registry = CollectorRegistry()
-    shell.metrics = broker_metrics(shell._metrics_registry)
-    shell._wire_metrics()
-    return shell
+    return wire(replica_manager, remote_log)
 
 
-def render(broker: Broker) -> str:
-    return generate_latest(broker._metrics_registry).decode()
+def render(broker: Wired) -> str:
+    return generate_latest(broker.registry).decode()
 
 
 def samples(text: str, name: str) -> dict[str, float]:
@@ -128,7 +140,7 @@ def samples(text: str, name: str) -> dict[str, float]:
     return found
 
 
-def test_per_partition_tier_gauges(broker: Broker) -> None:
+def test_per_partition_tier_gauges(broker: Wired) -> None:
     text = render(broker)
     assert samples(text, "tierlog_log_start_offset") == {"tiered-0": 0, "local-0": 0}
     assert samples(text, "tierlog_local_log_start_offset") == {"tiered-0": 2, "local-0": 0}
@@ -144,7 +156,7 @@ def test_per_partition_tier_gauges(broker: Broker) -> None:
     assert "# TYPE tierlog_remote_copy_lag_bytes gauge\n" in text
 
 
-def test_remote_log_manager_counters(broker: Broker) -> None:
+def test_remote_log_manager_counters(broker: Wired) -> None:
     text = render(broker)
     expected = {
         "tierlog_remote_copy_bytes_total": 1000,
@@ -160,13 +172,12 @@ def test_remote_log_manager_counters(broker: Broker) -> None:
         assert f"# TYPE {name} counter\n" in text
         assert samples(text, name) == {"": value}, name
     # Read at every scrape: the RemoteLogManager's counts move, the next scrape shows them.
-    broker.remote_log.stats.copy_bytes += 24  # type: ignore[union-attr]
+    broker.remote_log.stats.copy_bytes += 24
     assert samples(render(broker), "tierlog_remote_copy_bytes_total") == {"": 1024}
 
 
-def test_without_a_remote_tier_the_counters_are_zero_and_remote_gauges_empty(broker: Broker) -> None:
-    broker.remote_log = None
-    text = render(broker)
+def test_without_a_remote_tier_the_counters_are_zero_and_remote_gauges_empty(broker: Wired) -> None:
+    text = render(wire(broker.replica_manager, None))
     assert samples(text, "tierlog_remote_copy_bytes_total") == {"": 0}
     assert samples(text, "tierlog_remote_fetch_errors_total") == {"": 0}
     assert samples(text, "tierlog_remote_log_end_offset") == {}
@@ -175,7 +186,7 @@ def test_without_a_remote_tier_the_counters_are_zero_and_remote_gauges_empty(bro
     assert samples(text, "tierlog_local_log_start_offset") == {"tiered-0": 2, "local-0": 0}
 
 
-def test_copy_lag_falls_as_segments_are_copied(broker: Broker) -> None:
+def test_copy_lag_falls_as_segments_are_copied(broker: Wired) -> None:
     log = broker.replica_manager.partitions[TIERED].log
     log.update_highest_offset_in_remote_storage(2)
     assert samples(render(broker), "tierlog_remote_copy_lag_bytes") == {"tiered-0": BATCH_BYTES}
@@ -183,8 +194,8 @@ def test_copy_lag_falls_as_segments_are_copied(broker: Broker) -> None:
     assert samples(render(broker), "tierlog_remote_copy_lag_bytes") == {"tiered-0": 0}
 
 
-def test_v1_partitions_reports_the_remote_tier_of_tiered_partitions(broker: Broker) -> None:
-    local, tiered = broker._describe_partitions()  # sorted: "local" < "tiered"
+def test_v1_partitions_reports_the_remote_tier_of_tiered_partitions(broker: Wired) -> None:
+    local, tiered = describe_partitions(broker.replica_manager, broker.remote_log)  # sorted: "local" < "tiered"
     assert (local["topic"], tiered["topic"]) == ("local", "tiered")
     assert {"remote_size_bytes", "remote_segments", "copy_lag_bytes"}.isdisjoint(local)
     assert {key: tiered[key] for key in ("log_start_offset", "highest_offset_in_remote_storage")} == {
@@ -198,14 +209,14 @@ def test_v1_partitions_reports_the_remote_tier_of_tiered_partitions(broker: Brok
     assert tiered["copy_lag_bytes"] == 2 * BATCH_BYTES
 
 
-def test_v1_partitions_of_a_tiered_partition_with_no_remote_metadata_yet(broker: Broker, tmp_path: Path) -> None:
+def test_v1_partitions_of_a_tiered_partition_with_no_remote_metadata_yet(broker: Wired, tmp_path: Path) -> None:
     fresh = TopicPartition("fresh", 0)
     log = open_log(tmp_path, fresh, remote=True)
     fill(log, 2)
     broker.replica_manager.partitions[fresh] = Partition(
         fresh, uuid.uuid4(), log, 1, is_replica_eligible=lambda _: True
     )
-    [status] = [s for s in broker._describe_partitions() if s["topic"] == "fresh"]
+    [status] = [s for s in describe_partitions(broker.replica_manager, broker.remote_log) if s["topic"] == "fresh"]
     assert (status["remote_size_bytes"], status["remote_segments"]) == (0, 0)
     assert status["highest_offset_in_remote_storage"] == -1
     assert status["copy_lag_bytes"] == BATCH_BYTES  # segment 0; segment 1 is active

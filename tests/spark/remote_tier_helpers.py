@@ -12,8 +12,9 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tierlog.server.entities import request_schema
-from tierlog.server.kafka_client import KafkaConnection
+from tierlog.client.connection import KafkaConnection
+from tierlog.client.requests import list_offsets_request
+from tierlog.common import TopicPartition
 from tierlog.testing.local_cluster import LocalCluster, wait_until
 
 CLIENT_TIMEOUT_S = 30.0
@@ -104,19 +105,7 @@ def highest_tiered_offset(bootstrap: str, topic: str) -> int:
         host, port = bootstrap.split(",")[0].rsplit(":", 1)
         connection = await KafkaConnection.open(host, int(port), client_id="test", timeout_s=5)
         try:
-            s = request_schema(2, 9)
-            request = s.ListOffsetsRequest(
-                replica_id=-1,
-                isolation_level=0,
-                topics=(
-                    s.ListOffsetsTopic(
-                        name=topic,
-                        partitions=(
-                            s.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=LATEST_TIERED),
-                        ),
-                    ),
-                ),
-            )
+            request = list_offsets_request(TopicPartition(topic, 0), LATEST_TIERED, version=9)
             answer = (await connection.send(request, timeout_s=10)).topics[0].partitions[0]
             assert int(answer.error_code.value) == 0, answer
             return int(answer.offset)

@@ -9,7 +9,6 @@ controller and holds no replica. Closed segments leave the leader's disk as soon
 from __future__ import annotations
 
 import asyncio
-import datetime
 import time
 from pathlib import Path
 
@@ -27,10 +26,11 @@ from tiered_helpers import (
     wait_tiered,
 )
 
+from tierlog.client.connection import KafkaConnection
+from tierlog.client.requests import produce_request
+from tierlog.common import TopicPartition
 from tierlog.protocol.errors import error_code
 from tierlog.records.codec import build_batch
-from tierlog.server.entities import request_schema
-from tierlog.server.kafka_client import KafkaConnection
 from tierlog.storage.producer_state import decode_snapshot
 from tierlog.testing.local_cluster import LocalCluster, wait_until
 
@@ -61,15 +61,7 @@ def raw_produce(cluster: LocalCluster, node_id: int, topic: str, records: bytes)
         host, port = cluster.broker(node_id).bootstrap.rsplit(":", 1)
         connection = await KafkaConnection.open(host, int(port), client_id="test", timeout_s=5)
         try:
-            s = request_schema(0, 9)
-            request = s.ProduceRequest(
-                transactional_id=None,
-                acks=-1,
-                timeout=datetime.timedelta(seconds=10),
-                topic_data=(
-                    s.TopicProduceData(name=topic, partition_data=(s.PartitionProduceData(index=0, records=records),)),
-                ),
-            )
+            request = produce_request(TopicPartition(topic, 0), records, acks=-1, timeout_ms=10_000)
             response = await connection.send(request, timeout_s=15)
             answer = response.responses[0].partition_responses[0]
             return int(answer.error_code.value), int(answer.base_offset)

@@ -6,7 +6,6 @@ reads fail with a retriable error instead of hanging, and copying resumes when S
 from __future__ import annotations
 
 import asyncio
-import datetime
 import time
 import uuid
 
@@ -34,9 +33,10 @@ from tiered_helpers import (
     wait_tiered,
 )
 
+from tierlog.client.connection import KafkaConnection
+from tierlog.client.requests import PartitionFetch, fetch_request
+from tierlog.common import TopicPartition
 from tierlog.protocol.errors import error_code
-from tierlog.server.entities import request_schema
-from tierlog.server.kafka_client import KafkaConnection
 from tierlog.testing.local_cluster import LocalCluster, wait_until
 from tierlog.testing.local_s3 import LocalS3Server
 
@@ -116,32 +116,8 @@ def _fetch_answer(address: str, topic: str, offset: int, timeout_s: float) -> tu
         host, port = address.rsplit(":", 1)
         connection = await KafkaConnection.open(host, int(port), client_id="test", timeout_s=5)
         try:
-            s = request_schema(1, 12)
-            request = s.FetchRequest(
-                replica_id=-1,
-                max_wait=datetime.timedelta(milliseconds=100),
-                min_bytes=1,
-                max_bytes=1 << 20,
-                isolation_level=0,
-                session_id=0,
-                session_epoch=-1,
-                topics=(
-                    s.FetchTopic(
-                        topic=topic,
-                        partitions=(
-                            s.FetchPartition(
-                                partition=0,
-                                current_leader_epoch=-1,
-                                fetch_offset=offset,
-                                last_fetched_epoch=-1,
-                                log_start_offset=-1,
-                                partition_max_bytes=1 << 20,
-                            ),
-                        ),
-                    ),
-                ),
-                forgotten_topics_data=(),
-                rack_id="",
+            request = fetch_request(
+                [PartitionFetch(TopicPartition(topic, 0), offset, 1 << 20)], max_wait_ms=100, max_bytes=1 << 20
             )
             response = await connection.send(request, timeout_s=timeout_s)
             answer = response.responses[0].partitions[0]

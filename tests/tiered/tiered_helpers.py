@@ -14,8 +14,9 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tierlog.server.entities import request_schema
-from tierlog.server.kafka_client import KafkaConnection
+from tierlog.client.connection import KafkaConnection
+from tierlog.client.requests import list_offsets_request
+from tierlog.common import TopicPartition as TierlogTopicPartition
 from tierlog.testing.local_cluster import LocalCluster, wait_until
 
 CLIENT_TIMEOUT_S = 30.0
@@ -140,21 +141,7 @@ def list_offsets(address: str, topic: str, timestamp: int, partition: int = 0) -
         host, port = address.rsplit(":", 1)
         connection = await KafkaConnection.open(host, int(port), client_id="test", timeout_s=5)
         try:
-            s = request_schema(2, 9)
-            request = s.ListOffsetsRequest(
-                replica_id=-1,
-                isolation_level=0,
-                topics=(
-                    s.ListOffsetsTopic(
-                        name=topic,
-                        partitions=(
-                            s.ListOffsetsPartition(
-                                partition_index=partition, current_leader_epoch=-1, timestamp=timestamp
-                            ),
-                        ),
-                    ),
-                ),
-            )
+            request = list_offsets_request(TierlogTopicPartition(topic, partition), timestamp, version=9)
             response = await connection.send(request, timeout_s=10)
             answer = response.topics[0].partitions[0]
             return int(answer.error_code.value), int(answer.offset), int(answer.leader_epoch)

@@ -30,8 +30,8 @@ from confluent_kafka.admin import AdminClient, TopicMetadata
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from tierlog.client.probes import answers_api_versions
 from tierlog.config import parse_properties
-from tierlog.testing.local_cluster import answers_api_versions
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 BOOTSTRAP_ENV = "TIERLOG_BOOTSTRAP"

@@ -11,6 +11,7 @@ from __future__ import annotations
 from tierlog.replication.fetcher import FetchRequestData
 from tierlog.replication.replica_manager import (
     DelayedFetch,
+    DelayedRemoteFetch,
     FetchParams,
     FetchResponder,
     PartitionFetchInfo,
@@ -25,10 +26,10 @@ def fetch_messages_for_request(
     respond: FetchResponder,
     *,
     fetch_max_bytes: int,
-) -> DelayedFetch | None:
-    """Answer `request` through `respond`, at once or when its wait ends; returns the parked fetch, whose
-    deadline the caller arms a timer for. `fetch_max_bytes` is the broker's fetch.max.bytes, which caps what
-    one request may ask for."""
+) -> DelayedFetch | DelayedRemoteFetch | None:
+    """Answer `request` through `respond`, at once or when its wait (or its read of the remote tier) ends;
+    returns the parked fetch, whose deadline the caller arms a timer for. `fetch_max_bytes` is the broker's
+    fetch.max.bytes, which caps what one request may ask for."""
     params = FetchParams(
         replica_id=request.replica_id,
         max_wait_ms=request.max_wait_ms,

@@ -66,8 +66,8 @@ class LogReadResult:
     # (epoch, end offset) when a follower's last fetched epoch ended earlier on the leader (KIP-595's
     # DivergingEpoch): the follower must truncate before it may fetch.
     diverging_epoch: tuple[int, int] | None = None
-    # Set instead of records when a consumer's offset lives only in the remote tier: the shell reads it
-    # from there (Kafka's RemoteStorageFetchInfo).
+    # Set instead of records when a consumer's offset lives only in the remote tier: the ReplicaManager has
+    # it read from there (Kafka's RemoteStorageFetchInfo).
     remote_fetch: RemoteFetchInfo | None = None
 
     @property
@@ -77,6 +77,9 @@ class LogReadResult:
 
 @dataclass(frozen=True, slots=True)
 class RemoteFetchInfo:
+    """What a consumer's fetch reads from the remote tier (Kafka's RemoteStorageFetchInfo)."""
+
+    topic_id: uuid.UUID
     fetch_offset: int
     max_bytes: int
     min_one_message: bool
@@ -332,6 +335,14 @@ class Partition:
         if not self.is_leader:
             raise NotLeaderOrFollowerError(f"this broker is not the leader of {self.topic_partition}")
 
+    def _require_leader_of(self, current_leader_epoch: int) -> None:
+        """Kafka's Partition.getLocalLog for a request only the leader serves: the requester's epoch is judged
+        first, so a replica that has not heard of the requester's epoch yet says UNKNOWN_LEADER_EPOCH (retry,
+        it will) and one that knows a newer epoch says FENCED_LEADER_EPOCH (refresh metadata); only a replica
+        at the requester's epoch, or a request without one, is told NOT_LEADER_OR_FOLLOWER."""
+        self.check_leader_epoch(current_leader_epoch)
+        self._require_leader()
+
     def append_records_to_leader(self, records: bytearray, required_acks: int, now_ms: int) -> LogAppendInfo:
         self._require_leader()
         log = self.log
@@ -370,8 +381,7 @@ class Partition:
         A fetcher whose last fetched epoch ended earlier here, or ended before its fetch offset, gets the
         epoch's end instead of records (Kafka's Partition.readRecords; consumers sending LastFetchedEpoch
         too): its log, or what it read, has diverged from ours."""
-        self._require_leader()
-        self.check_leader_epoch(current_leader_epoch)
+        self._require_leader_of(current_leader_epoch)
         if replica_id >= 0 and replica_id not in self.remote_replicas:
             # Kafka answers a non-replica with empty records; an error makes the misrouting visible and sends
             # the fetcher to wait for metadata.
@@ -409,7 +419,11 @@ class Partition:
                 log_start_offset=log.log_start_offset,
                 log_end_offset=log.log_end_offset,
                 remote_fetch=RemoteFetchInfo(
-                    fetch_offset, max_bytes, min_one_message, log.leader_epoch_cache.epoch_for_offset(fetch_offset)
+                    self.topic_id,
+                    fetch_offset,
+                    max_bytes,
+                    min_one_message,
+                    log.leader_epoch_cache.epoch_for_offset(fetch_offset),
                 ),
             )
         return LogReadResult(
@@ -540,8 +554,7 @@ class Partition:
         self, timestamp: int, *, isolation_level: int, current_leader_epoch: int, from_consumer: bool
     ) -> OffsetAndEpoch | None:
         """ListOffsets on the leader. Consumers never see offsets at or above the HW (the LEO for replicas)."""
-        self._require_leader()
-        self.check_leader_epoch(current_leader_epoch)
+        self._require_leader_of(current_leader_epoch)
         upper = self.log.high_watermark if from_consumer else self.log.log_end_offset
         if timestamp == LATEST_TIMESTAMP:
             return OffsetAndEpoch(upper, -1, self.leader_epoch)
@@ -552,6 +565,14 @@ class Partition:
             return None
         epoch = NO_EPOCH if found.leader_epoch is None else found.leader_epoch
         return OffsetAndEpoch(found.offset, found.timestamp, epoch)
+
+    def last_offset_for_leader_epoch(self, current_leader_epoch: int, leader_epoch: int) -> tuple[int, int]:
+        """OffsetsForLeaderEpoch on the leader (Kafka's lastOffsetForLeaderEpoch): the largest epoch <=
+        `leader_epoch` in our history and the offset it ends at, (-1, -1) if we know none. A consumer validating
+        its position after a leader change (KIP-320) and a follower rebuilding from the remote tier both need
+        the leader's history: another replica's may be shorter or diverge."""
+        self._require_leader_of(current_leader_epoch)
+        return self.log.leader_epoch_cache.end_offset_for(leader_epoch, self.log.log_end_offset)
 
     def delete_records_on_leader(self, offset: int, now_ms: int) -> int:
         """DeleteRecords: move the log start up to `offset` (-1 means the HW); returns the new low watermark."""

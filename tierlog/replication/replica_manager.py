@@ -4,11 +4,14 @@ It turns the controller's metadata image into local Partitions (creating and del
 their roles: leaders serve produce and fetch, followers are handed to one `ReplicaFetcher` per leader broker
 (`fetchers`; the shell runs a task per entry). Requests that cannot be answered yet wait in a purgatory: a
 fetch until enough bytes arrive or its wait ends (DelayedFetch), an acks=all produce until the HW passes its
-records or its timeout (DelayedProduce).
+records or its timeout (DelayedProduce), a consumer's fetch of an offset only the remote tier holds until
+the remote read answers or `remote.fetch.max.wait.ms` passes (DelayedRemoteFetch). The remote read itself
+runs in the shell (`AsyncRemoteRead`), which calls back with its result.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +29,7 @@ from tierlog.replication.partition import (
     LogReadResult,
     OffsetAndEpoch,
     Partition,
+    RemoteFetchInfo,
 )
 from tierlog.replication.purgatory import DelayedOperation, DelayedOperationPurgatory
 from tierlog.replication.trace import TraceSink, ignore_trace
@@ -33,6 +37,8 @@ from tierlog.storage.log import LogAppendInfo
 from tierlog.storage.log_manager import LogManager
 
 CONSUMER_REPLICA_ID = -1
+# Kafka's remote.fetch.max.wait.ms default.
+DEFAULT_REMOTE_FETCH_MAX_WAIT_MS = 500
 logger = logging.getLogger(__name__)
 
 
@@ -152,6 +158,63 @@ def _can_answer(results: Sequence[FetchPartitionResult], min_bytes: int) -> bool
     return sum(r.read.size for r in results if r.read is not None) >= min_bytes
 
 
+@dataclass(frozen=True, slots=True)
+class RemoteLogReadResult:
+    """What a remote read gave: the records, or the Kafka error name the partition is answered with."""
+
+    records: bytes | None
+    error: str | None = None
+
+
+# The shell's remote read (Kafka's RemoteLogManager.asyncRead): starts reading the partition from the remote
+# tier, off the event loop, and calls back on it with the result; the function it returns cancels the read.
+AsyncRemoteRead = Callable[[TopicPartition, RemoteFetchInfo, Callable[[RemoteLogReadResult], None]], Callable[[], None]]
+
+
+class DelayedRemoteFetch(DelayedOperation):
+    """A consumer's fetch whose first partition with data lives only in the remote tier (Kafka's
+    DelayedRemoteFetch): answered when that partition's remote read is, or at `remote.fetch.max.wait.ms`, when
+    the read is cancelled and the partition answered empty (the consumer simply fetches again). Kafka serves
+    one remote partition per fetch: any other partition whose offset is remote is answered empty."""
+
+    def __init__(
+        self,
+        deadline_ms: int,
+        results: Sequence[FetchPartitionResult],
+        remote_partition: TopicPartition,
+        respond: FetchResponder,
+    ) -> None:
+        super().__init__(deadline_ms)
+        self._results = results
+        self._remote_partition = remote_partition
+        self._respond = respond
+        self.remote_result: RemoteLogReadResult | None = None
+        self.cancel_read: Callable[[], None] = lambda: None
+
+    def try_complete(self) -> bool:
+        return self.remote_result is not None and self.force_complete()
+
+    def on_complete(self) -> None:
+        remote = self.remote_result
+        if remote is None:
+            self.cancel_read()
+        answered = []
+        for result in self._results:
+            read = result.read
+            if read is None or read.remote_fetch is None:
+                answered.append(result)
+                continue
+            empty = dataclasses.replace(read, remote_fetch=None)
+            if result.topic_partition != self._remote_partition or remote is None:
+                answered.append(dataclasses.replace(result, read=empty))
+            elif remote.error is not None:
+                answered.append(FetchPartitionResult(result.topic_partition, remote.error, None))
+            else:
+                # The records are bytes read from the remote tier, not a slice of a local segment.
+                answered.append(dataclasses.replace(result, read=dataclasses.replace(empty, records=remote.records)))
+        self._respond(answered)
+
+
 class DelayedProduce(DelayedOperation):
     """An acks=all produce waiting until the HW of every appended partition passes its records (Kafka's
     DelayedProduce). The whole response is delivered once; partitions still waiting at the deadline answer
@@ -203,6 +266,8 @@ class ReplicaManager:
         replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS,
         fetcher_config: FetcherConfig | None = None,
         trace: TraceSink = ignore_trace,
+        remote_read: AsyncRemoteRead | None = None,
+        remote_fetch_max_wait_ms: int = DEFAULT_REMOTE_FETCH_MAX_WAIT_MS,
     ) -> None:
         self.local_broker_id = local_broker_id
         self.log_manager = log_manager
@@ -213,6 +278,13 @@ class ReplicaManager:
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self.fetch_purgatory: DelayedOperationPurgatory[DelayedFetch] = DelayedOperationPurgatory("Fetch")
         self.produce_purgatory: DelayedOperationPurgatory[DelayedProduce] = DelayedOperationPurgatory("Produce")
+        self.remote_fetch_purgatory: DelayedOperationPurgatory[DelayedRemoteFetch] = DelayedOperationPurgatory(
+            "RemoteFetch"
+        )
+        # None without a remote tier (remote.log.storage.system.enable=false).
+        self._remote_read = remote_read
+        # A dynamic broker config: the shell updates it when the broker's config changes.
+        self.remote_fetch_max_wait_ms = remote_fetch_max_wait_ms
         self.isr_shrinks = 0
         self.isr_expands = 0
         # Brokers that may join an ISR (docs/replication.md#isr-expand): registered, unfenced, not shutting down.
@@ -393,22 +465,46 @@ class ReplicaManager:
         infos: Sequence[tuple[TopicPartition, PartitionFetchInfo]],
         now_ms: int,
         respond: FetchResponder,
-    ) -> DelayedFetch | None:
+    ) -> DelayedFetch | DelayedRemoteFetch | None:
         """Answer at once when there is an error, a diverging epoch, enough data or no wait; otherwise park
-        the fetch. A follower's fetch first records its position on the leader (its remote LEO), which may
-        move the HW. Returns the parked operation so the shell can arm a timer for its deadline."""
+        the fetch. A fetch of an offset only the remote tier holds waits for that read instead. A follower's
+        fetch first records its position on the leader (its remote LEO), which may move the HW. Returns the
+        parked operation so the shell can arm a timer for its deadline."""
         results = self.read_from_local_log(params, infos)
         if params.replica_id >= 0:
             self._update_follower_fetch_states(params.replica_id, infos, results, now_ms)
-        # A remote read is waited for by the shell (bounded by remote.fetch.max.wait.ms), never here.
-        needs_remote = any(r.read is not None and r.read.remote_fetch is not None for r in results)
-        if params.max_wait_ms <= 0 or not infos or needs_remote or _can_answer(results, params.min_bytes):
+        remote = next((r for r in results if r.read is not None and r.read.remote_fetch is not None), None)
+        if remote is not None and self._remote_read is not None:
+            return self._fetch_remote(results, remote, now_ms, respond)
+        if params.max_wait_ms <= 0 or not infos or remote is not None or _can_answer(results, params.min_bytes):
             respond(results)
             return None
         delayed = DelayedFetch(now_ms + params.max_wait_ms, self, params, infos, respond)
         # Just read and found unanswerable (recording a follower's position does not change what it reads):
         # watch without reading every partition again.
         self.fetch_purgatory.watch(delayed, [tp for tp, _ in infos])
+        return delayed
+
+    def _fetch_remote(
+        self,
+        results: list[FetchPartitionResult],
+        remote: FetchPartitionResult,
+        now_ms: int,
+        respond: FetchResponder,
+    ) -> DelayedRemoteFetch | None:
+        """Start the remote read of the first partition that needs one and park the fetch until it answers
+        (Kafka's processRemoteFetch)."""
+        assert self._remote_read is not None and remote.read is not None and remote.read.remote_fetch is not None
+        tp = remote.topic_partition
+        delayed = DelayedRemoteFetch(now_ms + self.remote_fetch_max_wait_ms, results, tp, respond)
+
+        def on_read(result: RemoteLogReadResult) -> None:
+            delayed.remote_result = result
+            self.remote_fetch_purgatory.check_and_complete(tp)
+
+        delayed.cancel_read = self._remote_read(tp, remote.read.remote_fetch, on_read)
+        if self.remote_fetch_purgatory.try_complete_else_watch(delayed, [tp]):
+            return None
         return delayed
 
     def _update_follower_fetch_states(

@@ -17,7 +17,6 @@ import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -29,10 +28,13 @@ from tierlog.metadata.records import Endpoint
 from tierlog.replication.alter_partition_manager import AlterPartitionManager
 from tierlog.replication.fetcher import FetcherConfig, ReplicaFetcher
 from tierlog.replication.metadata_publisher import BrokerMetadataPublisher
-from tierlog.replication.partition import Partition
 from tierlog.replication.replica_manager import ReplicaManager
+from tierlog.server.auto_topic_creation_manager import AutoTopicCreationManager
+from tierlog.server.broker_metrics import describe_partitions, wire_broker_metrics
 from tierlog.server.clock import now_ms
+from tierlog.server.config_apis import ConfigApis
 from tierlog.server.connection import serve_connection
+from tierlog.server.controller_apis import ControllerApis
 from tierlog.server.controller_channel import (
     ControllerChannel,
     ControllerUnavailableError,
@@ -41,6 +43,7 @@ from tierlog.server.controller_channel import (
 )
 from tierlog.server.controller_server import ControllerServer
 from tierlog.server.fetcher_thread import FetcherThread
+from tierlog.server.forwarding_manager import ForwardingManager
 from tierlog.server.group_apis import GroupApis
 from tierlog.server.group_coordinator import GroupCoordinatorService
 from tierlog.server.http_server import HttpServer
@@ -54,13 +57,12 @@ from tierlog.server.remote_log_metadata_topic import (
     REPLICATION_FACTOR_CONFIG as RLMM_REPLICATION_FACTOR_CONFIG,
 )
 from tierlog.server.remote_log_metadata_topic import TopicBasedRemoteLogMetadataManager
-from tierlog.server.remote_log_tasks import RemoteLogStats, RemoteLogTasks
+from tierlog.server.remote_log_tasks import RemoteLogStats, RemoteLogTasks, RemoteStorageReaderThreadPool
 from tierlog.server.trace_log import TraceLog, trace_stream_route
 from tierlog.storage.log_manager import LogManager
 from tierlog.storage.producer_state import ProducerStateManagerConfig
 from tierlog.tiered.fsspec_storage import FsspecRemoteStorageManager
-from tierlog.tiered.remote_log_manager import copy_lag_bytes
-from tierlog.tiered.segment_metadata import RemoteLogSegmentState
+from tierlog.tiered.remote_storage_manager import RemoteStorageManager
 
 logger = logging.getLogger(__name__)
 
@@ -117,26 +119,12 @@ class Broker:
             config.remote_storage_system_enable,
             ProducerStateManagerConfig(config.get_int("producer.id.expiration.ms")),
         )
-        self.replica_manager = ReplicaManager(
-            config.node_id,
-            self.log_manager,
-            replica_lag_time_max_ms=config.get_int("replica.lag.time.max.ms"),
-            fetcher_config=FetcherConfig(
-                replica_id=config.node_id,
-                max_wait_ms=config.get_int("replica.fetch.wait.max.ms"),
-                min_bytes=config.get_int("replica.fetch.min.bytes"),
-                max_bytes=config.get_int("replica.fetch.response.max.bytes"),
-                partition_max_bytes=config.get_int("replica.fetch.max.bytes"),
-                backoff_ms=config.get_int("replica.fetch.backoff.ms"),
-            ),
-            trace=self.trace_log.record,
-        )
-        self.metadata_publisher = BrokerMetadataPublisher(self.replica_manager)
-        self.alter_partition_manager = AlterPartitionManager(config.node_id, self.replica_manager)
         self.channel: ControllerChannel
+        controller_apis: ControllerApis | None = None
         if config.is_controller:
             self.controller_server = ControllerServer(config)
             self.channel = LocalControllerChannel(self.controller_server)
+            controller_apis = ControllerApis(config, self.controller_server)
         else:
             address = config.controller_address
             assert address is not None  # KafkaConfig refuses a broker without one
@@ -156,66 +144,114 @@ class Broker:
             config.get_int("broker.heartbeat.interval.ms"),
             cluster_id_on_disk(config.log_dirs),
         )
+        self.forwarding_manager = ForwardingManager(config.node_id, self.channel, self.loader, controller_apis)
+        self.auto_topic_creation = AutoTopicCreationManager(config, lambda: self.loader.image, self.forwarding_manager)
+        # The remote tier (remote.log.storage.system.enable): its storage, its metadata and its reader threads
+        # come first, as the ReplicaManager reads the tier through them; the RemoteLogManager's tasks, which
+        # run over the ReplicaManager's replicas, come after it.
+        self.rlmm: TopicBasedRemoteLogMetadataManager | None = None
+        self.remote_storage_readers: RemoteStorageReaderThreadPool | None = None
+        self.remote_log: RemoteLogTasks | None = None
+        rsm: RemoteStorageManager | None = None
+        remote_log_stats = RemoteLogStats()
+        if config.remote_storage_system_enable:
+            rsm = self._remote_storage_manager()
+            self.rlmm = self._remote_log_metadata_manager()
+            self.remote_storage_readers = RemoteStorageReaderThreadPool(
+                self.rlmm.store,
+                rsm,
+                remote_log_stats,
+                index_cache_dir=config.log_dirs[0] / REMOTE_INDEX_CACHE_DIR,
+                index_cache_bytes=config.get_int("remote.log.index.file.cache.total.size.bytes"),
+                reader_threads=config.get_int("remote.log.reader.threads"),
+            )
+        self.replica_manager = ReplicaManager(
+            config.node_id,
+            self.log_manager,
+            replica_lag_time_max_ms=config.get_int("replica.lag.time.max.ms"),
+            fetcher_config=FetcherConfig(
+                replica_id=config.node_id,
+                max_wait_ms=config.get_int("replica.fetch.wait.max.ms"),
+                min_bytes=config.get_int("replica.fetch.min.bytes"),
+                max_bytes=config.get_int("replica.fetch.response.max.bytes"),
+                partition_max_bytes=config.get_int("replica.fetch.max.bytes"),
+                backoff_ms=config.get_int("replica.fetch.backoff.ms"),
+            ),
+            trace=self.trace_log.record,
+            remote_read=self.remote_storage_readers.async_read if self.remote_storage_readers is not None else None,
+            remote_fetch_max_wait_ms=config.get_int("remote.fetch.max.wait.ms"),
+        )
+        self.metadata_publisher = BrokerMetadataPublisher(self.replica_manager)
+        self.alter_partition_manager = AlterPartitionManager(config.node_id, self.replica_manager)
+        if self.rlmm is not None and rsm is not None and self.remote_storage_readers is not None:
+            self.remote_log = RemoteLogTasks(
+                config.node_id,
+                self.replica_manager,
+                self.rlmm,
+                rsm,
+                self.remote_storage_readers,
+                remote_log_stats,
+                task_interval_ms=config.get_int("remote.log.manager.task.interval.ms"),
+                copier_threads=config.get_int("remote.log.manager.copier.thread.pool.size"),
+            )
         self._metrics_registry = CollectorRegistry()
         self.metrics = broker_metrics(self._metrics_registry)
-        self._wire_metrics()
+        wire_broker_metrics(self.metrics, self.replica_manager, self.remote_log)
         self.log_cleaner = LogCleanerThreads(config, self.log_manager, self._metrics_registry)
+        self.group_coordinator = GroupCoordinatorService(
+            config,
+            self.replica_manager,
+            lambda: self.loader.image,
+            self.auto_topic_creation.create_topic,
+            self._arm_purgatory_timer,
+            self._metrics_registry,
+        )
         self.apis = KafkaApis(
             config,
             self.loader,
             self.replica_manager,
             self._arm_purgatory_timer,
             self.channel,
-            self.controller_server,
-            self.metrics,
-            self._after_request,
+            forwarding_manager=self.forwarding_manager,
+            auto_topic_creation=self.auto_topic_creation,
+            group_apis=GroupApis(config, self.group_coordinator, lambda: self.loader.image),
+            config_apis=ConfigApis(
+                config,
+                lambda: self.loader.image,
+                (lambda: self.controller_server.controller) if self.controller_server is not None else None,
+                self.channel,
+                self.forwarding_manager.sync_metadata,
+            ),
+            controller_apis=controller_apis,
+            remote_log=self.remote_log,
+            metrics=self.metrics,
+            after_request=self._after_request,
         )
-        self.group_coordinator = GroupCoordinatorService(
-            config,
-            self.replica_manager,
-            lambda: self.loader.image,
-            self.apis.create_topic,
-            self._arm_purgatory_timer,
-            self._metrics_registry,
-        )
-        self.apis.handlers.update(GroupApis(config, self.group_coordinator, lambda: self.loader.image).handlers)
-        self.remote_log: RemoteLogTasks | None = None
-        self.rlmm: TopicBasedRemoteLogMetadataManager | None = None
-        if config.remote_storage_system_enable:
-            self._build_remote_log()
 
-    def _build_remote_log(self) -> None:
-        """KIP-405's RemoteLogManager with the default (fsspec) RemoteStorageManager and the topic-based
-        RemoteLogMetadataManager, both configured through Kafka's impl prefixes (rsm.config.*, rlmm.config.*)."""
-        config = self.config
+    def _remote_storage_manager(self) -> RemoteStorageManager:
+        """KIP-405's default RemoteStorageManager (fsspec), configured through Kafka's impl prefix (rsm.config.*)."""
         try:
-            rsm = FsspecRemoteStorageManager.from_config(config.prefixed("remote.log.storage.manager.impl.prefix"))
+            return FsspecRemoteStorageManager.from_config(
+                self.config.prefixed("remote.log.storage.manager.impl.prefix")
+            )
         except ValueError as e:
             raise ConfigException(str(e)) from None
+
+    def _remote_log_metadata_manager(self) -> TopicBasedRemoteLogMetadataManager:
+        """KIP-405's topic-based RemoteLogMetadataManager, configured through Kafka's impl prefix (rlmm.config.*)."""
+        config = self.config
         rlmm_settings = config.prefixed("remote.log.metadata.manager.impl.prefix")
         rlmm_settings[RLMM_REPLICATION_FACTOR_CONFIG] = str(
             config.internal_topic_replication_factor(RLMM_REPLICATION_FACTOR_CONFIG, rlmm_settings)
         )
-        self.rlmm = TopicBasedRemoteLogMetadataManager(
+        return TopicBasedRemoteLogMetadataManager(
             config.node_id,
             rlmm_settings,
             lambda: self.loader.image,
             self._leader_endpoint,
-            self.apis.create_topic,
+            self.auto_topic_creation.create_topic,
             request_timeout_ms=config.get_int("replica.socket.timeout.ms"),
         )
-        self.remote_log = RemoteLogTasks(
-            config.node_id,
-            self.replica_manager,
-            self.rlmm,
-            rsm,
-            index_cache_dir=config.log_dirs[0] / REMOTE_INDEX_CACHE_DIR,
-            index_cache_bytes=config.get_int("remote.log.index.file.cache.total.size.bytes"),
-            task_interval_ms=config.get_int("remote.log.manager.task.interval.ms"),
-            copier_threads=config.get_int("remote.log.manager.copier.thread.pool.size"),
-            reader_threads=config.get_int("remote.log.reader.threads"),
-        )
-        self.apis.remote_log = self.remote_log
 
     async def start(self) -> None:
         """Start-up fails before it writes anything when a port cannot be bound (log directories were checked
@@ -294,7 +330,12 @@ class Broker:
         host, port = address
 
         async def partitions(_request: web.Request) -> web.Response:
-            return web.json_response({"broker_id": self.config.node_id, "partitions": self._describe_partitions()})
+            return web.json_response(
+                {
+                    "broker_id": self.config.node_id,
+                    "partitions": describe_partitions(self.replica_manager, self.remote_log),
+                }
+            )
 
         self.http_server = HttpServer(
             [metrics_route(registry), web.get("/v1/partitions", partitions), trace_stream_route(self.trace_log)]
@@ -304,84 +345,6 @@ class Broker:
         except OSError as e:
             raise StartupError(f"cannot listen on tierlog.http.listener {host}:{port}: {_reason(e)}") from None
         logger.info("[Broker id=%d] HTTP (metrics, partitions, trace) on %s:%d", self.config.node_id, host, bound)
-
-    def _wire_metrics(self) -> None:
-        rm = self.replica_manager
-        self.metrics.under_replicated_partitions.callback(lambda: rm.under_replicated_partitions())
-        self.metrics.isr_shrinks_total.callback(lambda: rm.isr_shrinks)
-        self.metrics.isr_expands_total.callback(lambda: rm.isr_expands)
-
-        def per_partition(value: Callable[[Any], int]) -> Callable[[], list[tuple[dict[str, str], float]]]:
-            return lambda: [
-                ({"topic": tp.topic, "partition": str(tp.partition)}, float(value(p)))
-                for tp, p in list(rm.partitions.items())
-            ]
-
-        self.metrics.partition_high_watermark.callback(per_partition(lambda p: p.log.high_watermark))
-        self.metrics.partition_log_end_offset.callback(per_partition(lambda p: p.log.log_end_offset))
-        self.metrics.partition_hw_lag.callback(per_partition(lambda p: p.log.log_end_offset - p.log.high_watermark))
-        self.metrics.partition_log_start_offset.callback(per_partition(lambda p: p.log.log_start_offset))
-        self.metrics.partition_local_log_start_offset.callback(per_partition(lambda p: p.log.local_log_start_offset))
-        self.metrics.partition_local_log_size_bytes.callback(per_partition(lambda p: p.log.size_in_bytes))
-
-        # The remote tier (issue 4). self.remote_log is read at scrape time: it is built after this runs.
-        def per_tiered_partition(
-            value: Callable[[Partition, RemoteLogTasks], int],
-        ) -> Callable[[], list[tuple[dict[str, str], float]]]:
-            def samples() -> list[tuple[dict[str, str], float]]:
-                remote_log = self.remote_log
-                if remote_log is None:
-                    return []
-                return [
-                    ({"topic": tp.topic, "partition": str(tp.partition)}, float(value(p, remote_log)))
-                    for tp, p in list(rm.partitions.items())
-                    if p.log.remote_log_enabled
-                ]
-
-            return samples
-
-        def remote_size(partition: Partition, remote_log: RemoteLogTasks) -> int:
-            cache = remote_log.cache_of(partition)
-            return cache.remote_size_in_bytes if cache is not None else 0
-
-        self.metrics.partition_remote_log_end_offset.callback(
-            per_tiered_partition(lambda p, _: p.log.highest_offset_in_remote_storage)
-        )
-        self.metrics.partition_remote_log_size_bytes.callback(per_tiered_partition(remote_size))
-        self.metrics.partition_remote_copy_lag_bytes.callback(per_tiered_partition(lambda p, _: copy_lag_bytes(p.log)))
-
-        def remote_stat(value: Callable[[RemoteLogStats], int]) -> Callable[[], float]:
-            return lambda: float(value(self.remote_log.stats)) if self.remote_log is not None else 0.0
-
-        self.metrics.remote_copy_bytes_total.callback(remote_stat(lambda s: s.copy_bytes))
-        self.metrics.remote_copy_segments_total.callback(remote_stat(lambda s: s.copy_segments))
-        self.metrics.remote_copy_errors_total.callback(remote_stat(lambda s: s.copy_errors))
-        self.metrics.remote_fetch_bytes_total.callback(remote_stat(lambda s: s.fetch_bytes))
-        self.metrics.remote_fetch_requests_total.callback(remote_stat(lambda s: s.fetch_requests))
-        self.metrics.remote_fetch_errors_total.callback(remote_stat(lambda s: s.fetch_errors))
-        self.metrics.remote_delete_segments_total.callback(remote_stat(lambda s: s.delete_segments))
-        self.metrics.remote_delete_errors_total.callback(remote_stat(lambda s: s.delete_errors))
-
-    def _describe_partitions(self) -> list[dict[str, object]]:
-        """GET /v1/partitions: each replica as Partition.describe() has it and, where the remote tier is on for
-        it, that tier: remote_size_bytes and remote_segments (COPY_SEGMENT_FINISHED, as this broker's remote
-        log metadata has them) and copy_lag_bytes (rolled local segments below the HW above Ry)."""
-        rm = self.replica_manager
-        remote_log = self.remote_log
-        described = []
-        for tp in sorted(rm.partitions):
-            partition = rm.partitions[tp]
-            status = partition.describe()
-            if remote_log is not None and partition.log.remote_log_enabled:
-                cache = remote_log.cache_of(partition)
-                segments = cache.list_remote_log_segments() if cache is not None else []
-                status["remote_size_bytes"] = cache.remote_size_in_bytes if cache is not None else 0
-                status["remote_segments"] = sum(
-                    1 for s in segments if s.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
-                )
-                status["copy_lag_bytes"] = copy_lag_bytes(partition.log)
-            described.append(status)
-        return described
 
     # Metadata
 
@@ -418,6 +381,7 @@ class Broker:
             ProducerStateManagerConfig(config.get_int("producer.id.expiration.ms")),
             {name: topic.configs for name, topic in image.topics.items()},
         )
+        self.replica_manager.remote_fetch_max_wait_ms = config.get_int("remote.fetch.max.wait.ms")
         if any(name.startswith("log.cleaner.") for name in changed):
             self._background.append(
                 asyncio.create_task(
@@ -519,6 +483,7 @@ class Broker:
         now = now_ms() if now is None else now
         self.replica_manager.fetch_purgatory.expire(now)
         self.replica_manager.produce_purgatory.expire(now)
+        self.replica_manager.remote_fetch_purgatory.expire(now)
 
     async def serve_until_stopped(self) -> None:
         await self._stopped.wait()
@@ -549,6 +514,8 @@ class Broker:
         self._fetcher_threads.clear()
         if self.remote_log is not None:
             await self.remote_log.stop()
+        if self.remote_storage_readers is not None:
+            await self.remote_storage_readers.stop()
         if self.rlmm is not None:
             await self.rlmm.stop()
         if self.http_server is not None:

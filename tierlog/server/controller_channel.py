@@ -8,12 +8,21 @@ fetch long-polls: one for the metadata log, one for every other RPC.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 import uuid
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from tierlog.client.connection import KafkaConnection, KafkaConnectionError
+from tierlog.client.requests import (
+    PartitionFetch,
+    allocate_producer_ids_request,
+    alter_partition_request,
+    broker_heartbeat_request,
+    broker_registration_request,
+    fetch_request,
+)
+from tierlog.common import TopicPartition
 from tierlog.controller.controller import HeartbeatResult
 from tierlog.controller.metadata_log import METADATA_TOPIC, decode_metadata_batches
 from tierlog.metadata.image import PartitionRegistration
@@ -23,8 +32,6 @@ from tierlog.replication.partition import AlterPartitionProposal
 from tierlog.replication.replica_manager import error_name_of
 from tierlog.server.clock import now_ms
 from tierlog.server.controller_server import ControllerServer
-from tierlog.server.entities import request_schema
-from tierlog.server.kafka_client import KafkaConnection, KafkaConnectionError
 
 logger = logging.getLogger(__name__)
 
@@ -173,18 +180,7 @@ class RemoteControllerChannel:
     async def register_broker(
         self, broker_id: int, incarnation_id: uuid.UUID, cluster_id: str, endpoints: list[Endpoint], rack: str | None
     ) -> int:
-        s = request_schema(62, 4)
-        request = s.BrokerRegistrationRequest(
-            broker_id=broker_id,
-            cluster_id=cluster_id,
-            incarnation_id=incarnation_id,
-            listeners=tuple(s.Listener(name=e.name, host=e.host, port=e.port, security_protocol=0) for e in endpoints),
-            features=(),
-            rack=rack,
-            is_migrating_zk_broker=False,
-            log_dirs=(),
-            previous_broker_epoch=-1,
-        )
+        request = broker_registration_request(broker_id, incarnation_id, cluster_id, endpoints, rack)
         response = await self._rpc_call(request)
         if response.error_code != error_code(None):
             raise RegistrationError(response.error_code.name.upper())
@@ -193,15 +189,13 @@ class RemoteControllerChannel:
     async def heartbeat(
         self, broker_id: int, broker_epoch: int, current_metadata_offset: int, want_fence: bool, want_shut_down: bool
     ) -> HeartbeatResult:
-        s = request_schema(63, 1)
         response = await self._rpc_call(
-            s.BrokerHeartbeatRequest(
-                broker_id=broker_id,
-                broker_epoch=broker_epoch,
-                current_metadata_offset=current_metadata_offset,
+            broker_heartbeat_request(
+                broker_id,
+                broker_epoch,
+                current_metadata_offset,
                 want_fence=want_fence,
                 want_shut_down=want_shut_down,
-                offline_log_dirs=(),
             )
         )
         if response.error_code != error_code(None):
@@ -215,26 +209,14 @@ class RemoteControllerChannel:
     async def alter_partition(
         self, broker_id: int, broker_epoch: int, proposal: AlterPartitionProposal
     ) -> AlterPartitionResult:
-        s = request_schema(56, 3)
-        request = s.AlterPartitionRequest(
-            broker_id=broker_id,
-            broker_epoch=broker_epoch,
-            topics=(
-                s.TopicData(
-                    topic_id=proposal.topic_id,
-                    partitions=(
-                        s.PartitionData(
-                            partition_index=proposal.topic_partition.partition,
-                            leader_epoch=proposal.leader_epoch,
-                            new_isr_with_epochs=tuple(
-                                s.BrokerState(broker_id=b, broker_epoch=-1) for b in proposal.new_isr
-                            ),
-                            leader_recovery_state=0,
-                            partition_epoch=proposal.partition_epoch,
-                        ),
-                    ),
-                ),
-            ),
+        request = alter_partition_request(
+            broker_id,
+            broker_epoch,
+            proposal.topic_id,
+            proposal.topic_partition.partition,
+            leader_epoch=proposal.leader_epoch,
+            partition_epoch=proposal.partition_epoch,
+            new_isr=proposal.new_isr,
         )
         response = await self._rpc_call(request)
         if response.error_code != error_code(None):
@@ -255,8 +237,7 @@ class RemoteControllerChannel:
         )
 
     async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> range:
-        s = request_schema(67, 0)
-        response = await self._rpc_call(s.AllocateProducerIdsRequest(broker_id=broker_id, broker_epoch=broker_epoch))
+        response = await self._rpc_call(allocate_producer_ids_request(broker_id, broker_epoch))
         if response.error_code != error_code(None):
             raise ControllerUnavailableError(f"producer ids refused: {response.error_code.name.upper()}")
         return range(response.producer_id_start, response.producer_id_start + response.producer_id_len)
@@ -264,32 +245,11 @@ class RemoteControllerChannel:
     async def fetch_metadata(
         self, broker_id: int, offset: int, max_wait_ms: int
     ) -> tuple[list[tuple[int, MetadataRecord]], int]:
-        s = request_schema(1, 12)
-        request = s.FetchRequest(
+        request = fetch_request(
+            [PartitionFetch(TopicPartition(METADATA_TOPIC, 0), offset, METADATA_FETCH_MAX_BYTES)],
             replica_id=broker_id,
-            max_wait=datetime.timedelta(milliseconds=max_wait_ms),
-            min_bytes=1,
+            max_wait_ms=max_wait_ms,
             max_bytes=METADATA_FETCH_MAX_BYTES,
-            isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
-            topics=(
-                s.FetchTopic(
-                    topic=METADATA_TOPIC,
-                    partitions=(
-                        s.FetchPartition(
-                            partition=0,
-                            current_leader_epoch=-1,
-                            fetch_offset=offset,
-                            last_fetched_epoch=-1,
-                            log_start_offset=-1,
-                            partition_max_bytes=METADATA_FETCH_MAX_BYTES,
-                        ),
-                    ),
-                ),
-            ),
-            forgotten_topics_data=(),
-            rack_id="",
         )
         if max_wait_ms > 0:
             response = await self._send("_fetch", request, self._timeout_s + max_wait_ms / 1000)

@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from tierlog.client.connection import KafkaConnection, KafkaConnectionError
+from tierlog.client.requests import (
+    PartitionFetch,
+    fetch_request,
+    list_offsets_request,
+    offset_for_leader_epoch_request,
+)
 from tierlog.common import Idle, TopicPartition
 from tierlog.metadata.records import Endpoint
 from tierlog.protocol.errors import error_code
@@ -26,14 +32,8 @@ from tierlog.replication.fetcher import (
     ReplicaFetcher,
 )
 from tierlog.server.clock import now_ms
-from tierlog.server.entities import request_schema
-from tierlog.server.kafka_client import KafkaConnection, KafkaConnectionError
 
 logger = logging.getLogger(__name__)
-
-FETCH_VERSION = 12  # topic names, LastFetchedEpoch and DivergingEpoch (KIP-595/KIP-320)
-LIST_OFFSETS_VERSION = 8  # EARLIEST_LOCAL_TIMESTAMP (KIP-405)
-OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 
 # (partition, leader epoch, offset) -> (end offset of the remote segment holding it, epoch history to there,
 # the producer snapshot taken at its end if the remote tier has one).
@@ -151,30 +151,22 @@ class FetcherThread:
             await connection.close()
 
     def _fetch_request(self, data: FetchRequestData) -> Any:
-        s = request_schema(1, FETCH_VERSION)
-        by_topic: dict[str, list[Any]] = {}
-        for p in data.partitions:
-            by_topic.setdefault(p.topic_partition.topic, []).append(
-                s.FetchPartition(
-                    partition=p.topic_partition.partition,
+        return fetch_request(
+            [
+                PartitionFetch(
+                    p.topic_partition,
+                    p.fetch_offset,
+                    p.partition_max_bytes,
                     current_leader_epoch=p.current_leader_epoch,
-                    fetch_offset=p.fetch_offset,
                     last_fetched_epoch=p.last_fetched_epoch,
                     log_start_offset=p.log_start_offset,
-                    partition_max_bytes=p.partition_max_bytes,
                 )
-            )
-        return s.FetchRequest(
+                for p in data.partitions
+            ],
             replica_id=data.replica_id,
-            max_wait=datetime.timedelta(milliseconds=data.max_wait_ms),
+            max_wait_ms=data.max_wait_ms,
             min_bytes=data.min_bytes,
             max_bytes=data.max_bytes,
-            isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
-            topics=tuple(s.FetchTopic(topic=name, partitions=tuple(parts)) for name, parts in by_topic.items()),
-            forgotten_topics_data=(),
-            rack_id="",
         )
 
     async def _read_remote_log_aux_state(self, request: RemoteLogAuxStateRequest) -> None:
@@ -193,24 +185,10 @@ class FetcherThread:
 
     async def _list_offsets(self, tp: TopicPartition, timestamps: tuple[int, ...]) -> list[tuple[int, int]]:
         """(offset, leader epoch) per timestamp from the leader, asking as a replica."""
-        s = request_schema(2, LIST_OFFSETS_VERSION)
         connection = await self._connect()
         answers = []
         for timestamp in timestamps:
-            request = s.ListOffsetsRequest(
-                replica_id=self.fetcher.config.replica_id,
-                isolation_level=0,
-                topics=(
-                    s.ListOffsetsTopic(
-                        name=tp.topic,
-                        partitions=(
-                            s.ListOffsetsPartition(
-                                partition_index=tp.partition, current_leader_epoch=-1, timestamp=timestamp
-                            ),
-                        ),
-                    ),
-                ),
-            )
+            request = list_offsets_request(tp, timestamp, replica_id=self.fetcher.config.replica_id)
             response = await connection.send(request, timeout_s=self._timeout_s)
             partition = response.topics[0].partitions[0]
             if partition.error_code != _NO_ERROR:
@@ -219,18 +197,7 @@ class FetcherThread:
         return answers
 
     async def _epoch_end_offset(self, tp: TopicPartition, epoch: int) -> tuple[int, int]:
-        s = request_schema(23, OFFSET_FOR_LEADER_EPOCH_VERSION)
-        request = s.OffsetForLeaderEpochRequest(
-            replica_id=self.fetcher.config.replica_id,
-            topics=(
-                s.OffsetForLeaderTopic(
-                    topic=tp.topic,
-                    partitions=(
-                        s.OffsetForLeaderPartition(partition=tp.partition, current_leader_epoch=-1, leader_epoch=epoch),
-                    ),
-                ),
-            ),
-        )
+        request = offset_for_leader_epoch_request(tp, epoch, replica_id=self.fetcher.config.replica_id)
         connection = await self._connect()
         response = await connection.send(request, timeout_s=self._timeout_s)
         answer = response.topics[0].partitions[0]

@@ -1,16 +1,16 @@
-"""KafkaApis: one handler per Kafka API, turning request entities into calls on the core and back.
+"""KafkaApis: the broker's request handlers, turning request entities into calls on the core and back, and the
+one dispatch table of every API the broker serves.
 
 Handlers are thin: validation rules and state live in the controller and the replication core. Every
 handler answers every version the broker advertises, through `ResponseSchema` (fields a version lacks
-are dropped).
+are dropped). The table also holds the handlers of the other API classes the broker is built with: the
+group APIs (`GroupApis`), the config APIs (`ConfigApis`), the admin requests only the controller decides
+(through the `ForwardingManager`) and, on the controller's own node, the controller's APIs (`ControllerApis`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import datetime
-import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -18,9 +18,6 @@ from typing import Any
 
 from tierlog.common import TopicPartition
 from tierlog.config import KafkaConfig
-from tierlog.controller.controller import Controller, validate_topic_name
-from tierlog.controller.errors import ControllerError, InvalidReplicaAssignmentError
-from tierlog.controller.metadata_log import METADATA_TOPIC
 from tierlog.metadata.image import ClusterMetadata, TopicMetadata
 from tierlog.protocol.api_versions import supported_api_versions
 from tierlog.protocol.codec import Request
@@ -29,7 +26,7 @@ from tierlog.records.record_batch import batch_size_at
 from tierlog.replication.errors import UnknownTopicOrPartitionError
 from tierlog.replication.fetch_request import fetch_messages_for_request
 from tierlog.replication.fetcher import FetchRequestData, FetchRequestPartition
-from tierlog.replication.partition import LogReadResult, OffsetAndEpoch
+from tierlog.replication.partition import OffsetAndEpoch
 from tierlog.replication.replica_manager import (
     AppendResult,
     FetchPartitionResult,
@@ -37,24 +34,19 @@ from tierlog.replication.replica_manager import (
     error_name_of,
 )
 from tierlog.server.authorized_operations import CLUSTER_OPERATIONS, OMITTED, TOPIC_OPERATIONS
+from tierlog.server.auto_topic_creation_manager import AutoTopicCreationManager, check_topic_name
 from tierlog.server.clock import now_ms
 from tierlog.server.config_apis import ConfigApis
-from tierlog.server.controller_channel import ControllerChannel, ControllerUnavailableError
-from tierlog.server.controller_server import CONTROLLER_APIS, ControllerServer
-from tierlog.server.entities import (
-    NO_THROTTLE,
-    ResponseSchema,
-    request_schema,
-    response_schema,
-    timestamp_or_none,
-)
+from tierlog.server.controller_apis import ADMIN_APIS, BROKER_TO_CONTROLLER_APIS, ControllerApis
+from tierlog.server.controller_channel import ControllerChannel
+from tierlog.server.entities import NO_THROTTLE, ResponseSchema, response_schema, timestamp_or_none
+from tierlog.server.forwarding_manager import ForwardingManager
+from tierlog.server.group_apis import GroupApis
 from tierlog.server.metadata_loader import MetadataLoaderTask
 from tierlog.server.metrics import BrokerMetrics
 from tierlog.server.remote_log_tasks import RemoteLogTasks
-from tierlog.storage.errors import KafkaStorageError, OffsetOutOfRangeError
+from tierlog.storage.errors import KafkaStorageError
 from tierlog.tiered.remote_storage_manager import RemoteStorageError
-
-logger = logging.getLogger(__name__)
 
 API_PRODUCE = 0
 API_FETCH = 1
@@ -63,24 +55,9 @@ API_METADATA = 3
 API_INIT_PRODUCER_ID = 22
 API_OFFSET_FOR_LEADER_EPOCH = 23
 API_API_VERSIONS = 18
-API_CREATE_TOPICS = 19
-API_DELETE_TOPICS = 20
 API_DELETE_RECORDS = 21
-API_CREATE_PARTITIONS = 37
 API_DESCRIBE_CLUSTER = 60
 API_DESCRIBE_PRODUCERS = 61
-
-# Admin requests the controller decides (a broker that is not the controller forwards them).
-FORWARDED_APIS = (
-    API_CREATE_TOPICS,
-    API_DELETE_TOPICS,
-    API_CREATE_PARTITIONS,
-)
-
-
-# How long an admin request waits for this broker's metadata to show the change the controller made.
-METADATA_PROPAGATION_TIMEOUT_S = 5.0
-
 
 Handler = Callable[[Request], Awaitable[Any]]
 
@@ -93,7 +70,13 @@ class KafkaApis:
         replica_manager: ReplicaManager,
         arm_timer: Callable[[int], None],
         channel: ControllerChannel,
-        controller_server: ControllerServer | None,
+        *,
+        forwarding_manager: ForwardingManager,
+        auto_topic_creation: AutoTopicCreationManager,
+        group_apis: GroupApis,
+        config_apis: ConfigApis,
+        controller_apis: ControllerApis | None,
+        remote_log: RemoteLogTasks | None,
         metrics: BrokerMetrics | None = None,
         after_request: Callable[[], None] = lambda: None,
     ) -> None:
@@ -101,16 +84,17 @@ class KafkaApis:
         self.loader = loader
         self.replica_manager = replica_manager
         self.channel = channel
-        # Set on the controller's own node: admin requests are decided here rather than forwarded.
-        self.controller_server = controller_server
+        self._auto_topic_creation = auto_topic_creation
+        # Set on the controller's own node (it also serves the controller's APIs).
+        self._controller_apis = controller_apis
+        # Set when remote.log.storage.system.enable is on.
+        self._remote_log = remote_log
         self._metrics = metrics
         self._after_request = after_request
         # The shell arms a timer for a delayed operation's deadline (epoch ms) so the purgatory expires it.
         self._arm_timer = arm_timer
         self.node_id = config.node_id
         self._fetch_max_bytes = config.get_int("fetch.max.bytes")
-        # Set by the broker when remote.log.storage.system.enable is on.
-        self.remote_log: RemoteLogTasks | None = None
         self.handlers: dict[int, Handler] = {
             API_PRODUCE: self.handle_produce,
             API_FETCH: self.handle_fetch,
@@ -118,40 +102,23 @@ class KafkaApis:
             API_METADATA: self.handle_metadata,
             API_OFFSET_FOR_LEADER_EPOCH: self.handle_offset_for_leader_epoch,
             API_API_VERSIONS: self.handle_api_versions,
-            API_CREATE_TOPICS: self.handle_create_topics,
-            API_DELETE_TOPICS: self.handle_delete_topics,
             API_DELETE_RECORDS: self.handle_delete_records,
-            API_CREATE_PARTITIONS: self.handle_create_partitions,
             API_DESCRIBE_CLUSTER: self.handle_describe_cluster,
             API_INIT_PRODUCER_ID: self.handle_init_producer_id,
             API_DESCRIBE_PRODUCERS: self.handle_describe_producers,
         }
-        if controller_server is not None:
-            for key in CONTROLLER_APIS:
-                self.handlers[key] = controller_server.handle
-        else:
-            # Kafka's ForwardingManager: only the controller decides these; other brokers relay them.
-            for key in FORWARDED_APIS:
-                self.handlers[key] = self._forward
-        self.handlers.update(
-            ConfigApis(
-                config,
-                lambda: self.image,
-                (lambda: self.controller) if controller_server is not None else None,
-                channel,
-                self._sync_metadata,
-            ).handlers
-        )
+        self.handlers.update(group_apis.handlers)
+        self.handlers.update(config_apis.handlers)
+        # Only the controller decides these (Kafka's ForwardingManager).
+        self.handlers.update(dict.fromkeys(ADMIN_APIS, forwarding_manager.forward))
+        if controller_apis is not None:
+            self.handlers.update({key: controller_apis.handlers[key] for key in BROKER_TO_CONTROLLER_APIS})
+            self.handlers[API_FETCH] = self._fetch_on_the_controllers_node
         self._producer_ids: Iterator[int] = iter(())
 
     @property
     def image(self) -> ClusterMetadata:
         return self.loader.image
-
-    @property
-    def controller(self) -> Controller:
-        assert self.controller_server is not None
-        return self.controller_server.controller
 
     async def handle(self, request: Request) -> Any:
         """The response entity, or None when the request gets no response (acks=0 produce)."""
@@ -166,25 +133,6 @@ class KafkaApis:
     @staticmethod
     def _schema(request: Request) -> ResponseSchema:
         return response_schema(request.api_key, request.api_version)
-
-    async def _sync_metadata(self) -> None:
-        """After the controller changed something: wait (bounded) until this broker's image shows it, so a
-        client that creates a topic and then produces finds it here."""
-        try:
-            _, end_offset = await self.channel.fetch_metadata(self.node_id, self.image.offset + 1, 0)
-        except ControllerUnavailableError:
-            return
-        await self.loader.wait_until_offset(end_offset - 1, METADATA_PROPAGATION_TIMEOUT_S)
-
-    async def _forward(self, request: Request) -> Any:
-        """An admin request decided by the controller; answered once this broker's metadata shows the result."""
-        try:
-            response = await self.channel.forward(request.body)
-        except ControllerUnavailableError as e:
-            logger.warning("forwarding %s to the controller failed: %s", type(request.body).__name__, e)
-            raise
-        await self._sync_metadata()
-        return response
 
     # ApiVersions, Metadata, DescribeCluster
 
@@ -244,7 +192,7 @@ class KafkaApis:
             topic = self.image.topics.get(name)
             error = None
             if topic is None and allow_auto_create and self.config.get_bool("auto.create.topics.enable"):
-                topic, error = await self._auto_create(name)
+                topic, error = await self._auto_topic_creation.auto_create(name)
             if topic is None:
                 error = error or check_topic_name(name) or "UNKNOWN_TOPIC_OR_PARTITION"
                 topics.append(
@@ -266,23 +214,6 @@ class KafkaApis:
             topics=tuple(topics),
             cluster_authorized_operations=cluster_operations,
         )
-
-    async def _auto_create(self, name: str) -> tuple[TopicMetadata | None, str | None]:
-        """Kafka's AutoTopicCreationManager: a CreateTopics with the broker defaults, decided by the controller."""
-        error = check_topic_name(name)
-        if error is not None:
-            return None, error
-        error = await self.create_topic(
-            name, self.config.get_int("num.partitions"), self.config.get_int("default.replication.factor"), {}
-        )
-        if error not in (None, "TOPIC_ALREADY_EXISTS"):
-            return None, error
-        topic = self.image.topics.get(name)
-        if topic is None:
-            # Created, but not yet in this broker's metadata: the client retries, as with Kafka.
-            return None, "LEADER_NOT_AVAILABLE"
-        logger.info("auto-created topic %s with %d partitions", name, len(topic.partitions))
-        return topic, None
 
     @staticmethod
     def _topic_metadata(
@@ -472,10 +403,15 @@ class KafkaApis:
             self._arm_timer(delayed.deadline_ms)
         return await answered
 
+    async def _fetch_on_the_controllers_node(self, request: Request) -> Any:
+        """A broker following the metadata log fetches it from the controller; every other Fetch is a broker's."""
+        assert self._controller_apis is not None
+        if self._controller_apis.is_metadata_fetch(request):
+            return await self._controller_apis.handle_metadata_fetch(request)
+        return await self.handle_fetch(request)
+
     async def handle_fetch(self, request: Request) -> Any:
         body = request.body
-        if self.controller_server is not None and self.controller_server.is_metadata_fetch(request):
-            return await self._fetch_metadata_log(request)
         uses_topic_ids = request.api_version >= 13
         partitions: list[FetchRequestPartition] = []
         unknown_ids: list[tuple[uuid.UUID, int]] = []
@@ -524,41 +460,7 @@ class KafkaApis:
         if delayed is not None:
             self._arm_timer(delayed.deadline_ms)
         results = await answered
-        if self.remote_log is not None and any(r.read is not None and r.read.remote_fetch for r in results):
-            results = await self._read_remote(results)
         return self._fetch_response(request, results, unknown_ids)
-
-    async def _read_remote(self, results: list[FetchPartitionResult]) -> list[FetchPartitionResult]:
-        """Fill in the first partition whose offset lives only in the remote tier (Kafka serves one remote
-        partition per fetch), waiting at most remote.fetch.max.wait.ms: past that the partition is answered
-        empty and the consumer simply fetches again; a remote tier that fails answers KAFKA_STORAGE_ERROR,
-        which clients retry."""
-        assert self.remote_log is not None
-        served = False
-        answered = []
-        for result in results:
-            read = result.read
-            if read is None or read.remote_fetch is None:
-                answered.append(result)
-                continue
-            empty = dataclasses.replace(read, remote_fetch=None)
-            if served:
-                answered.append(dataclasses.replace(result, read=empty))
-                continue
-            served = True
-            try:
-                async with asyncio.timeout(self.config.get_int("remote.fetch.max.wait.ms") / 1000):
-                    records = await self.remote_log.read(result.topic_partition, read.remote_fetch)
-            except TimeoutError:
-                answered.append(dataclasses.replace(result, read=empty))
-            except RemoteStorageError as e:
-                logger.warning("remote read of %s failed: %s", result.topic_partition, e)
-                answered.append(FetchPartitionResult(result.topic_partition, "KAFKA_STORAGE_ERROR", None))
-            except OffsetOutOfRangeError as e:
-                answered.append(FetchPartitionResult(result.topic_partition, e.error_name, None))
-            else:
-                answered.append(dataclasses.replace(result, read=dataclasses.replace(empty, records=records)))
-        return answered
 
     def _fetch_response(
         self, request: Request, results: list[FetchPartitionResult], unknown_ids: list[tuple[uuid.UUID, int]]
@@ -607,24 +509,6 @@ class KafkaApis:
             throttle_time=NO_THROTTLE, error_code=error_code(None), session_id=0, responses=tuple(responses)
         )
 
-    async def _fetch_metadata_log(self, request: Request) -> Any:
-        """A broker following the controller's metadata log (KRaft brokers fetch it like any partition)."""
-        assert self.controller_server is not None
-        fetch_partition = request.body.topics[0].partitions[0]
-        data, end_offset = await self.controller_server.read_metadata_log(
-            fetch_partition.fetch_offset,
-            fetch_partition.partition_max_bytes,
-            int(request.body.max_wait.total_seconds() * 1000),
-        )
-        read = LogReadResult(
-            records=data,
-            high_watermark=end_offset,
-            last_stable_offset=end_offset,
-            log_start_offset=0,
-            log_end_offset=end_offset,
-        )
-        return self._fetch_response(request, [FetchPartitionResult(TopicPartition(METADATA_TOPIC, 0), None, read)], [])
-
     def _topic_name(self, topic_id: uuid.UUID | None) -> str | None:
         topic = self.image.topic_by_id(topic_id) if topic_id is not None else None
         return topic.name if topic is not None else None
@@ -642,12 +526,15 @@ class KafkaApis:
             for p in topic.partitions:
                 tp = TopicPartition(topic.name, p.partition_index)
                 try:
-                    remote = await self._remote_offset_for_timestamp(tp, p.timestamp, body.replica_id)
+                    current_leader_epoch = getattr(p, "current_leader_epoch", -1)
+                    remote = await self._remote_offset_for_timestamp(
+                        tp, p.timestamp, body.replica_id, current_leader_epoch
+                    )
                     found = remote or self.replica_manager.fetch_offset_for_timestamp(
                         tp,
                         p.timestamp,
                         isolation_level=getattr(body, "isolation_level", 0),
-                        current_leader_epoch=getattr(p, "current_leader_epoch", -1),
+                        current_leader_epoch=current_leader_epoch,
                         replica_id=body.replica_id,
                     )
                 except Exception as error:
@@ -674,46 +561,24 @@ class KafkaApis:
         return s.ListOffsetsResponse(throttle_time=NO_THROTTLE, topics=tuple(topics))
 
     async def _remote_offset_for_timestamp(
-        self, tp: TopicPartition, timestamp: int, replica_id: int
+        self, tp: TopicPartition, timestamp: int, replica_id: int, current_leader_epoch: int
     ) -> OffsetAndEpoch | None:
-        """A timestamp may fall in the remote tier, which is searched first (Kafka's UnifiedLog does too)."""
-        if self.remote_log is None or timestamp < 0 or replica_id >= 0:
+        """A timestamp may fall in the remote tier, which is searched first (Kafka's UnifiedLog does too), by
+        the leader of the requester's epoch only: a fenced or unknown epoch is refused as the local lookup
+        would, and a non-leader leaves the refusal to it."""
+        if self._remote_log is None or timestamp < 0 or replica_id >= 0:
             return None
         partition = self.replica_manager.get_partition(tp)
+        partition.check_leader_epoch(current_leader_epoch)
         if not partition.is_leader or not partition.log.remote_log_enabled:
             return None
         try:
-            found = await self.remote_log.find_offset_by_timestamp(partition, timestamp)
+            found = await self._remote_log.find_offset_by_timestamp(partition, timestamp)
         except RemoteStorageError as e:
             raise KafkaStorageError(f"cannot search the remote tier of {tp}: {e}") from e
         if found is None:
             return None
         return OffsetAndEpoch(found.offset, found.timestamp, -1 if found.leader_epoch is None else found.leader_epoch)
-
-    async def create_topic(
-        self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
-    ) -> str | None:
-        """CreateTopics on the broker's own behalf (auto-creation, internal topics), decided by the controller
-        as a client's would be; the error name or None."""
-        s = request_schema(API_CREATE_TOPICS, 7)
-        body = s.CreateTopicsRequest(
-            topics=(
-                s.CreatableTopic(
-                    name=name,
-                    num_partitions=partitions,
-                    replication_factor=replication_factor,
-                    assignments=(),
-                    configs=tuple(s.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()),
-                ),
-            ),
-            timeout=datetime.timedelta(seconds=30),
-            validate_only=False,
-        )
-        response = await self.handlers[API_CREATE_TOPICS](Request(API_CREATE_TOPICS, 7, 0, "broker", body, 0))
-        result = response.topics[0]
-        if result.error_code == error_code(None):
-            return None
-        return str(result.error_code.name).upper()
 
     async def handle_offset_for_leader_epoch(self, request: Request) -> Any:
         s = self._schema(request)
@@ -723,10 +588,8 @@ class KafkaApis:
             for p in topic.partitions:
                 tp = TopicPartition(topic.topic, p.partition)
                 try:
-                    partition = self.replica_manager.get_partition(tp)
-                    partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
-                    epoch, end_offset = partition.log.leader_epoch_cache.end_offset_for(
-                        p.leader_epoch, partition.log.log_end_offset
+                    epoch, end_offset = self.replica_manager.get_partition(tp).last_offset_for_leader_epoch(
+                        getattr(p, "current_leader_epoch", -1), p.leader_epoch
                     )
                     error = None
                 except Exception as e:
@@ -763,129 +626,7 @@ class KafkaApis:
             topics.append(s.DeleteRecordsTopicResult(name=topic.name, partitions=tuple(partitions)))
         return s.DeleteRecordsResponse(throttle_time=NO_THROTTLE, topics=tuple(topics))
 
-    # Topic administration
-
-    async def handle_create_topics(self, request: Request) -> Any:
-        s = self._schema(request)
-        body = request.body
-        results = []
-        for t in body.topics:
-            num_partitions = t.num_partitions
-            replication_factor = t.replication_factor
-            if t.assignments:
-                num_partitions = len(t.assignments)
-                replication_factor = len(t.assignments[0].broker_ids)
-            if num_partitions == -1:
-                num_partitions = self.config.get_int("num.partitions")
-            if replication_factor == -1:
-                replication_factor = self.config.get_int("default.replication.factor")
-            configs = {c.name: c.value for c in t.configs if c.value is not None}
-            assignments = [list(a.broker_ids) for a in sorted(t.assignments, key=lambda a: a.partition_index)]
-            try:
-                if assignments and [a.partition_index for a in t.assignments] != list(range(len(assignments))):
-                    raise InvalidReplicaAssignmentError("Partitions of a manual assignment must be numbered from 0.")
-                topic = self.controller.create_topic(
-                    t.name,
-                    num_partitions,
-                    replication_factor,
-                    configs,
-                    validate_only=body.validate_only,
-                    assignments=assignments or None,
-                )
-            except ControllerError as e:
-                results.append(
-                    s.CreatableTopicResult(
-                        name=t.name,
-                        topic_id=uuid.UUID(int=0),
-                        error_code=error_code(e.error_name),
-                        error_message=str(e),
-                        topic_config_error_code=0,
-                        num_partitions=-1,
-                        replication_factor=-1,
-                        configs=None,
-                    )
-                )
-                continue
-            results.append(
-                s.CreatableTopicResult(
-                    name=t.name,
-                    topic_id=topic.topic_id,
-                    error_code=error_code(None),
-                    error_message=None,
-                    topic_config_error_code=0,
-                    num_partitions=len(topic.partitions),
-                    replication_factor=len(topic.partitions[0].replicas),
-                    configs=tuple(
-                        s.CreatableTopicConfigs(
-                            name=c.name, value=c.value, read_only=False, config_source=c.source, is_sensitive=False
-                        )
-                        for c in self.config.describe_topic(topic.configs)
-                    ),
-                )
-            )
-        if not body.validate_only:
-            await self._sync_metadata()
-        return s.CreateTopicsResponse(throttle_time=NO_THROTTLE, topics=tuple(results))
-
-    async def handle_delete_topics(self, request: Request) -> Any:
-        s = self._schema(request)
-        body = request.body
-        if hasattr(body, "topics"):  # v6+ names a topic or gives its id
-            requested = [
-                (t.name if t.name is not None else self._topic_name(t.topic_id), t.topic_id) for t in body.topics
-            ]
-        else:
-            requested = [(name, None) for name in body.topic_names]
-        deletion_enabled = self.config.get_bool("delete.topic.enable")
-        results = []
-        for name, topic_id in requested:
-            if name is None:
-                results.append(
-                    s.DeletableTopicResult(
-                        name=None, topic_id=topic_id, error_code=error_code("UNKNOWN_TOPIC_ID"), error_message=None
-                    )
-                )
-                continue
-            try:
-                topic = self.controller.delete_topic(name, deletion_enabled=deletion_enabled)
-                error, message, topic_id = None, None, topic.topic_id
-            except ControllerError as e:
-                error, message, topic_id = e.error_name, str(e), uuid.UUID(int=0)
-            results.append(
-                s.DeletableTopicResult(
-                    name=name, topic_id=topic_id, error_code=error_code(error), error_message=message
-                )
-            )
-        await self._sync_metadata()
-        return s.DeleteTopicsResponse(throttle_time=NO_THROTTLE, responses=tuple(results))
-
-    async def handle_create_partitions(self, request: Request) -> Any:
-        s = self._schema(request)
-        body = request.body
-        results = []
-        for t in body.topics:
-            try:
-                self.controller.create_partitions(t.name, t.count, validate_only=body.validate_only)
-                error, message = None, None
-            except ControllerError as e:
-                error, message = e.error_name, str(e)
-            results.append(
-                s.CreatePartitionsTopicResult(name=t.name, error_code=error_code(error), error_message=message)
-            )
-        if not body.validate_only:
-            await self._sync_metadata()
-        return s.CreatePartitionsResponse(throttle_time=NO_THROTTLE, results=tuple(results))
-
 
 def _holds_several_batches(records: bytes) -> bool:
     first = batch_size_at(records, 0)
     return first is not None and first < len(records)
-
-
-def check_topic_name(name: str) -> str | None:
-    """The error name for an illegal topic name, else None."""
-    try:
-        validate_topic_name(name)
-    except ControllerError as e:
-        return e.error_name
-    return None

@@ -137,8 +137,8 @@ class ScrapeCollector:
 
 @dataclass(frozen=True, slots=True)
 class BrokerMetrics:
-    """The broker's metrics: KafkaApis calls `observe_request` per request; the broker wires the callbacks
-    of the rest to the state it already keeps."""
+    """The broker's metrics: KafkaApis calls `observe_request` per request; `broker_metrics.wire_broker_metrics`
+    points the callbacks of the rest at the state the broker already keeps."""
 
     # labels: request (the Kafka API name, "Produce")
     requests_total: Counter
@@ -187,7 +187,7 @@ class BrokerMetrics:
 
 
 def broker_metrics(registry: CollectorRegistry) -> BrokerMetrics:
-    """Create the broker's metrics in `registry` (callbacks unset: the broker wires them)."""
+    """Create the broker's metrics in `registry` (callbacks unset: `broker_metrics.wire_broker_metrics` sets them)."""
     partition_labels = ("topic", "partition")
 
     def counter(name: str, documentation: str) -> ScrapedMetric:

@@ -11,31 +11,32 @@ what a broker acts on is what survives a leader change of the metadata partition
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from tierlog.client.connection import KafkaConnection, KafkaConnectionError
+from tierlog.client.requests import PartitionFetch, fetch_request, produce_request
+from tierlog.common import TopicPartition
 from tierlog.metadata.image import ClusterMetadata
 from tierlog.metadata.records import Endpoint
 from tierlog.protocol.errors import error_code
 from tierlog.records.codec import build_batch, decode_batches
 from tierlog.server.clock import now_ms
-from tierlog.server.entities import request_schema
-from tierlog.server.kafka_client import KafkaConnection, KafkaConnectionError
-from tierlog.tiered.remote_log_metadata_cache import RemoteLogMetadataStore, metadata_partition_for
+from tierlog.tiered.remote_log_metadata_cache import (
+    REMOTE_LOG_METADATA_TOPIC,
+    RemoteLogMetadataStore,
+    metadata_partition_for,
+)
 from tierlog.tiered.segment_metadata import RemoteLogMetadataEvent, decode_event, encode_event
 
 logger = logging.getLogger(__name__)
 
-REMOTE_LOG_METADATA_TOPIC = "__remote_log_metadata"
 # Kafka's rlmm.config.* names and defaults.
 NUM_PARTITIONS_CONFIG = "remote.log.metadata.topic.num.partitions"
 REPLICATION_FACTOR_CONFIG = "remote.log.metadata.topic.replication.factor"
 RETENTION_MS_CONFIG = "remote.log.metadata.topic.retention.ms"
 DEFAULTS = {NUM_PARTITIONS_CONFIG: "50", REPLICATION_FACTOR_CONFIG: "3", RETENTION_MS_CONFIG: "-1"}
-PRODUCE_VERSION = 9
-FETCH_VERSION = 12
 _NO_ERROR = error_code(None)
 _FETCH_WAIT_MS = 200
 _RETRY_S = 0.1
@@ -66,6 +67,7 @@ class TopicBasedRemoteLogMetadataManager:
         self._image = image
         self._endpoint_of = endpoint_of
         self._create_topic = create_topic
+        self._timeout_ms = request_timeout_ms
         self._timeout_s = request_timeout_ms / 1000
         self.store = RemoteLogMetadataStore()
         # Next offset to read per metadata partition, and the HW each partition had when first read.
@@ -96,19 +98,11 @@ class TopicBasedRemoteLogMetadataManager:
 
     async def _produce(self, partition: int, value: bytes) -> int:
         leader = self._leader_of(partition)
-        s = request_schema(0, PRODUCE_VERSION)
-        body = s.ProduceRequest(
-            transactional_id=None,
+        body = produce_request(
+            TopicPartition(REMOTE_LOG_METADATA_TOPIC, partition),
+            build_batch([(None, value, (), now_ms())]),
             acks=-1,
-            timeout=datetime.timedelta(seconds=self._timeout_s),
-            topic_data=(
-                s.TopicProduceData(
-                    name=REMOTE_LOG_METADATA_TOPIC,
-                    partition_data=(
-                        s.PartitionProduceData(index=partition, records=build_batch([(None, value, (), now_ms())])),
-                    ),
-                ),
-            ),
+            timeout_ms=self._timeout_ms,
         )
         response = await self._send(leader, body, self._timeout_s * 2)
         result = response.responses[0].partition_responses[0]
@@ -195,33 +189,13 @@ class TopicBasedRemoteLogMetadataManager:
             raise failures[0]
 
     async def _fetch_from(self, leader: int, partitions: list[int]) -> None:
-        s = request_schema(1, FETCH_VERSION)
-        body = s.FetchRequest(
-            replica_id=-1,
-            max_wait=datetime.timedelta(milliseconds=_FETCH_WAIT_MS),
-            min_bytes=1,
+        body = fetch_request(
+            [
+                PartitionFetch(TopicPartition(REMOTE_LOG_METADATA_TOPIC, p), self._positions.get(p, 0), 4 << 20)
+                for p in partitions
+            ],
+            max_wait_ms=_FETCH_WAIT_MS,
             max_bytes=16 << 20,
-            isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
-            topics=(
-                s.FetchTopic(
-                    topic=REMOTE_LOG_METADATA_TOPIC,
-                    partitions=tuple(
-                        s.FetchPartition(
-                            partition=p,
-                            current_leader_epoch=-1,
-                            fetch_offset=self._positions.get(p, 0),
-                            last_fetched_epoch=-1,
-                            log_start_offset=-1,
-                            partition_max_bytes=4 << 20,
-                        )
-                        for p in partitions
-                    ),
-                ),
-            ),
-            forgotten_topics_data=(),
-            rack_id="",
         )
         response = await self._send(leader, body, self._timeout_s + _FETCH_WAIT_MS / 1000)
         for topic in response.responses:

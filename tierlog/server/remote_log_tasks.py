@@ -7,8 +7,9 @@ Every `remote.log.manager.task.interval.ms`, for each partition with the remote 
   log start moves first, then DELETE_SEGMENT_STARTED, the objects, DELETE_SEGMENT_FINISHED);
 - followers learn from the remote log metadata how far the remote tier reaches, so their local retention
   may delete what is copied.
-Consumers' fetches below the local log start, ListOffsets by timestamp and followers' BuildingRemoteLogAuxState
-read the remote tier through here, on reader threads, never on the event loop.
+Consumers' fetches below the local log start (the ReplicaManager's DelayedRemoteFetch), ListOffsets by
+timestamp and followers' BuildingRemoteLogAuxState read the remote tier on the reader threads of
+`RemoteStorageReaderThreadPool`, never on the event loop.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any, TypeVar
 from tierlog.common import TopicPartition
 from tierlog.replication import trace
 from tierlog.replication.partition import Partition, RemoteFetchInfo
-from tierlog.replication.replica_manager import ReplicaManager
+from tierlog.replication.replica_manager import RemoteLogReadResult, ReplicaManager, error_name_of
 from tierlog.server.clock import now_ms
 from tierlog.server.remote_log_metadata_topic import TopicBasedRemoteLogMetadataManager
 from tierlog.storage.errors import OffsetOutOfRangeError
@@ -42,7 +43,7 @@ from tierlog.tiered.remote_log_manager import (
     parse_epoch_checkpoint,
     plan_remote_expiration,
 )
-from tierlog.tiered.remote_log_metadata_cache import RemoteLogMetadataCache
+from tierlog.tiered.remote_log_metadata_cache import RemoteLogMetadataCache, RemoteLogMetadataStore
 from tierlog.tiered.remote_log_reader import RemoteLogReader
 from tierlog.tiered.remote_storage_manager import (
     IndexType,
@@ -78,6 +79,102 @@ class RemoteLogStats:
     delete_errors: int = 0
 
 
+class RemoteStorageReaderThreadPool:
+    """The remote tier's readers (Kafka's remote storage reader thread pool, `remote.log.reader.threads`):
+    consumers' fetches below the local log start, started by the ReplicaManager (`async_read`, Kafka's
+    RemoteLogManager.asyncRead), and the RemoteLogManager's reads of remote indexes (`run`)."""
+
+    def __init__(
+        self,
+        store: RemoteLogMetadataStore,
+        rsm: RemoteStorageManager,
+        stats: RemoteLogStats,
+        *,
+        index_cache_dir: Path,
+        index_cache_bytes: int,
+        reader_threads: int,
+    ) -> None:
+        self._store = store
+        self._stats = stats
+        self.index_cache = RemoteIndexCache(index_cache_dir, rsm, index_cache_bytes)
+        self.reader = RemoteLogReader(rsm, self.index_cache)
+        self._threads = ThreadPoolExecutor(reader_threads, thread_name_prefix="remote-log-reader")
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    async def stop(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._threads.shutdown(wait=False, cancel_futures=True)
+        self.index_cache.close()
+
+    async def run(self, function: Callable[..., _T], *args: Any) -> _T:
+        """`function(*args)` on a reader thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._threads, function, *args)
+
+    def async_read(
+        self, tp: TopicPartition, info: RemoteFetchInfo, on_done: Callable[[RemoteLogReadResult], None]
+    ) -> Callable[[], None]:
+        """Read `info` of `tp` and call `on_done` with the records, or the error the partition is answered with:
+        KAFKA_STORAGE_ERROR when the remote tier fails (clients retry it). Returns what cancels the read."""
+        task = asyncio.create_task(self._read(tp, info), name=f"remote-read-{tp}")
+        self._tasks.add(task)
+
+        def done(task: asyncio.Task[bytes]) -> None:
+            self._tasks.discard(task)
+            if task.cancelled():
+                return
+            error = task.exception()
+            if error is None:
+                on_done(RemoteLogReadResult(task.result()))
+            elif isinstance(error, RemoteStorageError):
+                logger.warning("remote read of %s failed: %s", tp, error)
+                on_done(RemoteLogReadResult(None, "KAFKA_STORAGE_ERROR"))
+            else:
+                on_done(RemoteLogReadResult(None, error_name_of(error)))
+
+        task.add_done_callback(done)
+
+        def cancel() -> None:
+            task.cancel()
+
+        return cancel
+
+    async def _read(self, tp: TopicPartition, info: RemoteFetchInfo) -> bytes:
+        """A consumer's fetch below the local log start (Kafka's RemoteLogReader). Raises
+        OffsetOutOfRangeError if no remote segment of this log's lineage holds the offset, RemoteStorageError
+        if the remote tier fails."""
+        metadata = self.remote_segment(TopicIdPartition(info.topic_id, tp), info.leader_epoch, info.fetch_offset)
+        if metadata is None:
+            raise OffsetOutOfRangeError(
+                f"Received request for offset {info.fetch_offset} for leader epoch {info.leader_epoch} of {tp}, "
+                "which is in no remote segment"
+            )
+        self._stats.fetch_requests += 1
+        try:
+            result = await self.run(self.reader.read, metadata, info.fetch_offset, info.max_bytes, info.min_one_message)
+        except RemoteStorageError:
+            self._stats.fetch_errors += 1
+            raise
+        self._stats.fetch_bytes += len(result.records)
+        if result.next_position is not None:
+            # Sequential readers come back for the next chunk: fetch it while this response is sent.
+            prefetch = asyncio.create_task(self.run(self.reader.prefetch_next, metadata, result.next_position))
+            self._tasks.add(prefetch)
+            prefetch.add_done_callback(_discard_quietly(self._tasks))
+        return result.records
+
+    def remote_segment(
+        self, partition: TopicIdPartition, leader_epoch: int | None, offset: int
+    ) -> RemoteLogSegmentMetadata | None:
+        """The copied segment holding `offset` in `leader_epoch`, as this broker's remote log metadata has it."""
+        cache = self._store.cache(partition)
+        if cache is None or leader_epoch is None:
+            return None
+        return cache.remote_log_segment_metadata(leader_epoch, offset)
+
+
 class RemoteLogTasks:
     def __init__(
         self,
@@ -85,27 +182,24 @@ class RemoteLogTasks:
         replica_manager: ReplicaManager,
         rlmm: TopicBasedRemoteLogMetadataManager,
         rsm: RemoteStorageManager,
+        readers: RemoteStorageReaderThreadPool,
+        stats: RemoteLogStats,
         *,
-        index_cache_dir: Path,
-        index_cache_bytes: int,
         task_interval_ms: int,
         copier_threads: int,
-        reader_threads: int,
     ) -> None:
         self._broker_id = broker_id
         self._replica_manager = replica_manager
         self.rlmm = rlmm
         self.rsm = rsm
-        self.index_cache = RemoteIndexCache(index_cache_dir, rsm, index_cache_bytes)
-        self.reader = RemoteLogReader(rsm, self.index_cache)
+        self._readers = readers
         self._interval_s = task_interval_ms / 1000
         self._copier = ThreadPoolExecutor(copier_threads, thread_name_prefix="remote-log-copier")
-        self._readers = ThreadPoolExecutor(reader_threads, thread_name_prefix="remote-log-reader")
         self._copying: set[uuid.UUID] = set()
         self._busy: set[TopicPartition] = set()
         self._background: set[asyncio.Task[Any]] = set()
         self._task: asyncio.Task[None] | None = None
-        self.stats = RemoteLogStats()
+        self.stats = stats
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="remote-log-manager")
@@ -116,8 +210,6 @@ class RemoteLogTasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._copier.shutdown(wait=False, cancel_futures=True)
-        self._readers.shutdown(wait=False, cancel_futures=True)
-        self.index_cache.close()
 
     async def _run(self) -> None:
         await self.rlmm.ready.wait()
@@ -190,7 +282,7 @@ class RemoteLogTasks:
             await self.rlmm.publish(metadata)
             self._copying.add(metadata.segment_id.id)
             try:
-                await self._in_thread(self._copier, self.rsm.copy_log_segment_data, metadata, data)
+                await self._on_copier_thread(self.rsm.copy_log_segment_data, metadata, data)
             except Exception:
                 # (Cancelled at shutdown: the COPY_SEGMENT_STARTED left behind expires as an abandoned copy.)
                 self.stats.copy_errors += 1
@@ -209,7 +301,7 @@ class RemoteLogTasks:
         """Best effort: remove what a failed copy uploaded; what remains is expired with the log later."""
         try:
             await self.rlmm.publish(self._update(metadata, RemoteLogSegmentState.DELETE_SEGMENT_STARTED))
-            await self._in_thread(self._copier, self.rsm.delete_log_segment_data, metadata)
+            await self._on_copier_thread(self.rsm.delete_log_segment_data, metadata)
             await self.rlmm.publish(self._update(metadata, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED))
         except Exception as e:
             logger.info("[RemoteLogManager broker=%d] cleaning up a failed copy failed too: %s", self._broker_id, e)
@@ -246,8 +338,8 @@ class RemoteLogTasks:
             try:
                 if segment.state != RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
                     await self.rlmm.publish(self._update(segment, RemoteLogSegmentState.DELETE_SEGMENT_STARTED))
-                await self._in_thread(self._copier, self.rsm.delete_log_segment_data, segment)
-                self.index_cache.remove(segment.segment_id.id)
+                await self._on_copier_thread(self.rsm.delete_log_segment_data, segment)
+                self._readers.index_cache.remove(segment.segment_id.id)
                 await self.rlmm.publish(self._update(segment, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED))
                 self.stats.delete_segments += 1
             except RemoteStorageError:
@@ -270,43 +362,13 @@ class RemoteLogTasks:
 
     # Reads
 
-    async def read(self, tp: TopicPartition, info: RemoteFetchInfo) -> bytes:
-        """A consumer's fetch below the local log start (Kafka's RemoteLogReader). Raises
-        OffsetOutOfRangeError if no remote segment of this log's lineage holds the offset, RemoteStorageError
-        if the remote tier fails."""
-        metadata = self._remote_segment(tp, info.leader_epoch, info.fetch_offset)
-        if metadata is None:
-            raise OffsetOutOfRangeError(
-                f"Received request for offset {info.fetch_offset} for leader epoch {info.leader_epoch} of {tp}, "
-                "which is in no remote segment"
-            )
-        self.stats.fetch_requests += 1
-        try:
-            result = await self._in_thread(
-                self._readers, self.reader.read, metadata, info.fetch_offset, info.max_bytes, info.min_one_message
-            )
-        except RemoteStorageError:
-            self.stats.fetch_errors += 1
-            raise
-        self.stats.fetch_bytes += len(result.records)
-        if result.next_position is not None:
-            # Sequential readers come back for the next chunk: fetch it while this response is sent.
-            prefetch = asyncio.create_task(
-                self._in_thread(self._readers, self.reader.prefetch_next, metadata, result.next_position)
-            )
-            self._background.add(prefetch)
-            prefetch.add_done_callback(_discard_quietly(self._background))
-        return result.records
-
     def _remote_segment(
         self, tp: TopicPartition, leader_epoch: int | None, offset: int
     ) -> RemoteLogSegmentMetadata | None:
-        """The copied segment holding `offset` in `leader_epoch`, as this broker's remote log metadata has it."""
         partition = self._replica_manager.partitions.get(tp)
-        cache = self.cache_of(partition) if partition is not None else None
-        if cache is None or leader_epoch is None:
+        if partition is None:
             return None
-        return cache.remote_log_segment_metadata(leader_epoch, offset)
+        return self._readers.remote_segment(TopicIdPartition(partition.topic_id, tp), leader_epoch, offset)
 
     async def find_offset_by_timestamp(self, partition: Partition, timestamp: int) -> TimestampAndOffset | None:
         """ListOffsets by timestamp over the remote tier: the first offset at or after the log start whose
@@ -325,8 +387,8 @@ class RemoteLogTasks:
         ]
         if not segments:
             return None
-        return await self._in_thread(
-            self._readers, self.reader.find_offset_by_timestamp, segments, timestamp, log.log_start_offset
+        return await self._readers.run(
+            self._readers.reader.find_offset_by_timestamp, segments, timestamp, log.log_start_offset
         )
 
     async def remote_log_aux_state(
@@ -341,10 +403,10 @@ class RemoteLogTasks:
                 f"no remote segment of {tp} holds offset {offset} in epoch {leader_epoch} (yet): the remote "
                 "log metadata may still be replicating"
             )
-        checkpoint = await self._in_thread(self._readers, self.rsm.fetch_index, metadata, IndexType.LEADER_EPOCH)
+        checkpoint = await self._readers.run(self.rsm.fetch_index, metadata, IndexType.LEADER_EPOCH)
         try:
-            snapshot: bytes | None = await self._in_thread(
-                self._readers, self.rsm.fetch_index, metadata, IndexType.PRODUCER_SNAPSHOT
+            snapshot: bytes | None = await self._readers.run(
+                self.rsm.fetch_index, metadata, IndexType.PRODUCER_SNAPSHOT
             )
         except RemoteResourceNotFoundError:
             snapshot = None
@@ -369,8 +431,8 @@ class RemoteLogTasks:
     def cache_of(self, partition: Partition) -> RemoteLogMetadataCache | None:
         return self.rlmm.store.cache(TopicIdPartition(partition.topic_id, partition.topic_partition))
 
-    async def _in_thread(self, pool: ThreadPoolExecutor, function: Callable[..., _T], *args: Any) -> _T:
-        return await asyncio.get_running_loop().run_in_executor(pool, function, *args)
+    async def _on_copier_thread(self, function: Callable[..., _T], *args: Any) -> _T:
+        return await asyncio.get_running_loop().run_in_executor(self._copier, function, *args)
 
 
 def _discard_quietly(tasks: set[asyncio.Task[Any]]) -> Callable[[asyncio.Task[Any]], None]:

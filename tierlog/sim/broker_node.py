@@ -38,6 +38,14 @@ NOT_SERVING = "NOT_SERVING"
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionLeader:
+    """A partition's leader and leader epoch, as a Metadata response carries them (leader -1: none)."""
+
+    leader_id: int
+    leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerSettings:
     """Kafka's defaults, except the lag and checkpoint intervals, shortened so a minute of virtual time sees ISR
     shrinks and recovery-point checkpoints, and the request timeouts, which are the simulated connections'."""
@@ -398,10 +406,23 @@ class SimBroker(Node):
             self.after(timeout_ms, lambda: rm.produce_purgatory.expire(self.sim.now))
         self._send_alter_partitions()
 
+    def handle_offsets_for_leader_epoch(
+        self, tp: TopicPartition, current_leader_epoch: int, leader_epoch: int, respond: Respond
+    ) -> None:
+        """OffsetsForLeaderEpoch from a consumer validating its position: (epoch, end offset) or an error name."""
+        rm = self.replica_manager
+        if rm is None or not self.serving:
+            respond(NOT_SERVING)
+            return
+        try:
+            respond(rm.get_partition(tp).last_offset_for_leader_epoch(current_leader_epoch, leader_epoch))
+        except Exception as error:
+            respond(error_name_of(error))
+
     def handle_metadata(self, respond: Respond) -> None:
-        """Metadata for clients: each partition's leader as this broker's image has it."""
+        """Metadata for clients: each partition's leader and leader epoch as this broker's image has them."""
         leaders = {
-            TopicPartition(name, index): registration.leader
+            TopicPartition(name, index): PartitionLeader(registration.leader, registration.leader_epoch)
             for name, topic in self.loader.image.topics.items()
             for index, registration in enumerate(topic.partitions)
         }

@@ -1,6 +1,12 @@
 """Simulated Kafka clients: producers that send unique values with acks=all and retry the way a client does
 (refresh metadata, send again), and consumers that read every partition from offset 0 at the leader.
 
+Both keep partition leaders as Kafka's clients do since KIP-320 (the Java client's Metadata, librdkafka): with
+their leader epochs, never taking a leader from metadata older than the newest epoch seen. A consumer fetches
+with the leader epoch it knows, so a broker that is not the leader of that epoch refuses (FENCED_LEADER_EPOCH:
+refresh metadata; UNKNOWN_LEADER_EPOCH: the broker has not heard yet, try again), and after a leader change
+it validates its position with OffsetsForLeaderEpoch before fetching on.
+
 An idempotent producer (enable.idempotence) takes a producer id from the controller, numbers its batches per
 partition and sends the very same batch again until it is acknowledged, so every value must end up in the
 log exactly once; a plain producer gives a value up after `DELIVERY_ATTEMPTS` and may write it twice.
@@ -12,15 +18,17 @@ with) in the run's `History`; the invariants judge the cluster by it.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from tierlog.common import TopicPartition
 from tierlog.records.codec import build_batch, decode_batches
 from tierlog.replication.fetcher import FetchRequestData, FetchRequestPartition, FetchResponsePartition
 from tierlog.replication.replica_manager import AppendResult
-from tierlog.sim.broker_node import SimBroker
+from tierlog.sim.broker_node import PartitionLeader, SimBroker
 from tierlog.sim.controller_node import SimController
 from tierlog.sim.invariants import History
-from tierlog.sim.world import Network, Node, Simulation
+from tierlog.sim.world import Network, Node, Respond, Simulation
 
 REQUEST_TIMEOUT_MS = 30_000
 DELIVERY_ATTEMPTS = 20
@@ -34,20 +42,36 @@ class SimClient(Node):
         super().__init__(sim, name)
         self._network = network
         self._brokers = brokers
-        self.leaders: dict[TopicPartition, int] = {}
+        self.leaders: dict[TopicPartition, PartitionLeader] = {}
+        self.last_seen_epochs: dict[TopicPartition, int] = {}
         self.running = True
 
     def refresh_metadata(self) -> None:
         broker = self._brokers[self.sim.rng.choice(sorted(self._brokers))]
 
         def on_reply(reply: object) -> None:
-            self.leaders = dict(reply)  # type: ignore[call-overload]
+            self.update_leaders(reply)  # type: ignore[arg-type]
 
         self._network.call(self, broker, broker.handle_metadata, on_reply, lambda: None, REQUEST_TIMEOUT_MS)
 
+    def update_leaders(self, answer: Mapping[TopicPartition, PartitionLeader]) -> None:
+        """Kafka's Metadata.updateLatestMetadata: a partition's leader is taken from an answer whose leader epoch
+        is at least the newest seen; an older one comes from a broker that has not heard of the latest election
+        (a deposed leader cut off from the controller among them), so the cached leader stays. A partition the
+        answer lacks has no known leader until an answer names one."""
+        leaders: dict[TopicPartition, PartitionLeader] = {}
+        for tp, leader in answer.items():
+            seen = self.last_seen_epochs.get(tp)
+            if seen is None or leader.leader_epoch >= seen:
+                self.last_seen_epochs[tp] = leader.leader_epoch
+                leaders[tp] = leader
+            elif tp in self.leaders:
+                leaders[tp] = self.leaders[tp]
+        self.leaders = leaders
+
     def leader_of(self, tp: TopicPartition) -> SimBroker | None:
-        leader_id = self.leaders.get(tp, -1)
-        return self._brokers.get(leader_id)
+        leader = self.leaders.get(tp)
+        return self._brokers.get(leader.leader_id) if leader is not None else None
 
 
 class SimProducer(SimClient):
@@ -174,8 +198,26 @@ class SimProducer(SimClient):
         self.after(RETRY_BACKOFF_MS, lambda: self._send(tp, value, batch, attempt + 1))
 
 
+@dataclass(slots=True)
+class FetchPosition:
+    """Kafka's SubscriptionState for one partition: the next offset, the leader epoch of the last record read
+    (None before the first), the leader the position belongs to, and whether it awaits validation."""
+
+    offset: int = 0
+    offset_epoch: int | None = None
+    current_leader: PartitionLeader | None = None
+    awaiting_validation: bool = False
+
+    def maybe_validate(self, leader: PartitionLeader) -> None:
+        """SubscriptionState.maybeValidatePosition: under a new leader or leader epoch, what was read must be
+        checked against the new leader's history before fetching on (nothing read yet: nothing to check)."""
+        if leader != self.current_leader:
+            self.current_leader = leader
+            self.awaiting_validation = self.offset_epoch is not None
+
+
 class SimConsumer(SimClient):
-    """Reads each partition from offset 0, one fetch at a time, round robin."""
+    """Reads each partition from offset 0, one request at a time, round robin."""
 
     def __init__(
         self,
@@ -189,7 +231,7 @@ class SimConsumer(SimClient):
         super().__init__(sim, network, name, brokers)
         self._partitions = partitions
         self._history = history
-        self.positions = dict.fromkeys(partitions, 0)
+        self.positions = {tp: FetchPosition() for tp in partitions}
         self._turn = 0
 
     def on_start(self) -> None:
@@ -201,56 +243,106 @@ class SimConsumer(SimClient):
             return
         tp = self._partitions[self._turn % len(self._partitions)]
         self._turn += 1
-        leader = self.leader_of(tp)
-        if leader is None:
+        leader = self.leaders.get(tp)
+        broker = self.leader_of(tp)
+        if leader is None or broker is None:
             self.refresh_metadata()
             self.after(RETRY_BACKOFF_MS, self._fetch_next)
             return
         position = self.positions[tp]
-        request = FetchRequestData(
-            replica_id=-1,
-            max_wait_ms=100,
-            min_bytes=1,
-            max_bytes=1 << 20,
-            partitions=[FetchRequestPartition(tp, uuid.UUID(int=0), position, -1, -1, -1, 1 << 20)],
-        )
+        position.maybe_validate(leader)
+        if position.awaiting_validation:
+            self._validate(tp, broker, position)
+        else:
+            self._fetch(tp, broker, position)
 
-        def on_reply(reply: object) -> None:
-            if isinstance(reply, list):
-                self._on_partition_data(tp, position, reply[0])
-            else:
-                self.refresh_metadata()
+    def _call(self, broker: SimBroker, handle: Callable[[Respond], None], on_reply: Callable[[object], None]) -> None:
+        """One request; whatever the answer, the next request follows (a lost one after a metadata refresh)."""
+
+        def answered(reply: object) -> None:
+            on_reply(reply)
             self.after(self.sim.rng.randint(0, 20), self._fetch_next)
 
         def on_failure() -> None:
             self.refresh_metadata()
             self._fetch_next()
 
-        self._network.call(
-            self,
-            leader,
-            lambda respond: leader.handle_fetch(request, respond),
+        self._network.call(self, broker, handle, answered, on_failure, REQUEST_TIMEOUT_MS)
+
+    def _validate(self, tp: TopicPartition, broker: SimBroker, position: FetchPosition) -> None:
+        """KIP-320: ask the leader where the epoch of the last record read ends in its log; before our position
+        means records we read are gone from it. Any error: refresh metadata and try again (the Java client's
+        OffsetsForLeaderEpochUtils)."""
+        offset, offset_epoch, leader = position.offset, position.offset_epoch, position.current_leader
+        assert offset_epoch is not None and leader is not None
+
+        def on_reply(reply: object) -> None:
+            if not isinstance(reply, tuple):
+                self.refresh_metadata()
+                return
+            if not position.awaiting_validation or (position.offset, position.current_leader) != (offset, leader):
+                return  # the position moved on meanwhile
+            end_epoch, end_offset = reply
+            position.awaiting_validation = False
+            if end_epoch < 0 or end_offset < offset:
+                self._history.violation(
+                    "consumer position beyond the log",
+                    f"{self.name} at {tp} offset {offset} (leader epoch {offset_epoch}): {broker.name}, leader in "
+                    f"epoch {leader.leader_epoch}, ends epoch {end_epoch} at {end_offset}: committed records are gone",
+                )
+                if end_epoch >= 0:
+                    # A consumer with auto.offset.reset goes back to where the logs diverge (seekValidated).
+                    position.offset, position.offset_epoch = end_offset, end_epoch
+
+        self._call(
+            broker,
+            lambda respond: broker.handle_offsets_for_leader_epoch(tp, leader.leader_epoch, offset_epoch, respond),
             on_reply,
-            on_failure,
-            REQUEST_TIMEOUT_MS,
         )
 
-    def _on_partition_data(self, tp: TopicPartition, position: int, data: FetchResponsePartition) -> None:
+    def _fetch(self, tp: TopicPartition, broker: SimBroker, position: FetchPosition) -> None:
+        assert position.current_leader is not None
+        offset = position.offset
+        request = FetchRequestData(
+            replica_id=-1,
+            max_wait_ms=100,
+            min_bytes=1,
+            max_bytes=1 << 20,
+            partitions=[
+                FetchRequestPartition(
+                    tp, uuid.UUID(int=0), offset, position.current_leader.leader_epoch, -1, -1, 1 << 20
+                )
+            ],
+        )
+
+        def on_reply(reply: object) -> None:
+            if isinstance(reply, list):
+                self._on_partition_data(tp, offset, reply[0])
+            else:
+                self.refresh_metadata()
+
+        self._call(broker, lambda respond: broker.handle_fetch(request, respond), on_reply)
+
+    def _on_partition_data(self, tp: TopicPartition, offset: int, data: FetchResponsePartition) -> None:
+        """The Java client's FetchCollector: a broker that has not heard of our leader epoch yet
+        (UNKNOWN_LEADER_EPOCH) is asked again as is; any other refusal sends us to fresh metadata."""
         if data.error is not None:
             if data.error == "OFFSET_OUT_OF_RANGE":
                 self._history.violation(
                     "consumer position beyond the log",
-                    f"{self.name} at {tp} offset {position} was told OFFSET_OUT_OF_RANGE: committed records are gone",
+                    f"{self.name} at {tp} offset {offset} was told OFFSET_OUT_OF_RANGE: committed records are gone",
                 )
-            self.refresh_metadata()
+            if data.error != "UNKNOWN_LEADER_EPOCH":
+                self.refresh_metadata()
             return
-        if self.positions[tp] != position or not data.records:
+        position = self.positions[tp]
+        if position.offset != offset or not data.records:
             return  # a reply to an older fetch, or nothing new
         for batch in decode_batches(bytes(data.records)):
             for record in batch.records:
-                if record.offset < position:
+                if record.offset < position.offset:
                     continue
                 value = record.value.decode() if record.value is not None else ""
-                self._history.read(self.name, tp, record.offset, value, data.high_watermark, expected=position)
-                position = record.offset + 1
-        self.positions[tp] = position
+                self._history.read(self.name, tp, record.offset, value, data.high_watermark, expected=position.offset)
+                position.offset = record.offset + 1
+                position.offset_epoch = batch.header.partition_leader_epoch

@@ -29,12 +29,15 @@ from confluent_kafka.admin import AdminClient
 
 from tierlog.common import TopicPartition
 from tierlog.records.record_batch import RECORD_BATCH_OVERHEAD, batch_size_at, read_header
-from tierlog.server.remote_log_metadata_topic import REMOTE_LOG_METADATA_TOPIC
 from tierlog.spark.arrow import record_batches_to_arrow
 from tierlog.storage.epoch_entry import EpochEntry
 from tierlog.tiered.fsspec_storage import FsspecRemoteStorageManager
 from tierlog.tiered.remote_log_manager import is_within_lineage, parse_epoch_checkpoint
-from tierlog.tiered.remote_log_metadata_cache import RemoteLogMetadataCache, RemoteLogMetadataStore
+from tierlog.tiered.remote_log_metadata_cache import (
+    REMOTE_LOG_METADATA_TOPIC,
+    RemoteLogMetadataCache,
+    RemoteLogMetadataStore,
+)
 from tierlog.tiered.remote_storage_manager import IndexType, RemoteStorageError
 from tierlog.tiered.segment_metadata import (
     RemoteLogSegmentMetadata,

@@ -10,12 +10,10 @@ Arrow decoder instead of through a client's per-record objects.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -34,11 +32,11 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from tierlog.client.connection import KafkaConnection, KafkaConnectionError
+from tierlog.client.requests import PartitionFetch, fetch_request
 from tierlog.common import TopicPartition
 from tierlog.protocol.errors import error_code
 from tierlog.records.record_batch import batch_size_at, read_header
-from tierlog.server.entities import request_schema
-from tierlog.server.kafka_client import KafkaConnection, KafkaConnectionError
 from tierlog.spark.arrow import record_batches_to_arrow, spark_ddl
 from tierlog.spark.offsets import (
     DataLossError,
@@ -62,7 +60,6 @@ from tierlog.spark.remote_tier import (
 from tierlog.spark.sink import TierlogStreamWriter, TierlogWriter, parse_sink_options
 from tierlog.tiered.remote_storage_manager import RemoteResourceNotFoundError, RemoteStorageError
 
-FETCH_VERSION = 12
 # Per-request bounds on an executor's fetches; a range is read in as many fetches as it takes.
 FETCH_TIMEOUT_S = 30.0
 FETCH_MAX_WAIT_MS = 500
@@ -360,7 +357,11 @@ def read_range(
                     connection = loop.run_until_complete(
                         KafkaConnection.open(host, int(port), client_id="tierlog-spark", timeout_s=FETCH_TIMEOUT_S)
                     )
-                request = _fetch_request(r, offset)
+                request = fetch_request(
+                    [PartitionFetch(TopicPartition(r.topic, r.partition), offset, FETCH_MAX_BYTES)],
+                    max_wait_ms=FETCH_MAX_WAIT_MS,
+                    max_bytes=FETCH_MAX_BYTES,
+                )
                 response = loop.run_until_complete(connection.send(request, timeout_s=FETCH_TIMEOUT_S))
                 answer = response.responses[0].partitions[0]
                 problem = None if answer.error_code == _NO_ERROR else answer.error_code.name.upper()
@@ -431,33 +432,3 @@ def _next_offset(records: bytes | memoryview) -> int | None:
             return next_offset
         next_offset = read_header(view, position).next_offset
         position += size
-
-
-def _fetch_request(r: OffsetRange, offset: int) -> Any:
-    s = request_schema(1, FETCH_VERSION)
-    return s.FetchRequest(
-        replica_id=-1,  # a consumer: the broker answers up to the high watermark only
-        max_wait=datetime.timedelta(milliseconds=FETCH_MAX_WAIT_MS),
-        min_bytes=1,
-        max_bytes=FETCH_MAX_BYTES,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=(
-            s.FetchTopic(
-                topic=r.topic,
-                partitions=(
-                    s.FetchPartition(
-                        partition=r.partition,
-                        current_leader_epoch=-1,
-                        fetch_offset=offset,
-                        last_fetched_epoch=-1,
-                        log_start_offset=-1,
-                        partition_max_bytes=FETCH_MAX_BYTES,
-                    ),
-                ),
-            ),
-        ),
-        forgotten_topics_data=(),
-        rack_id="",
-    )

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import time
@@ -22,11 +21,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import NamedTuple, Self, TypeVar
 
-from tierlog.protocol.api_versions import API_VERSIONS_KEY
+from tierlog.client.probes import api_versions_answered, metadata_broker_ids
 
 _HOST = "127.0.0.1"
 _POLL_INTERVAL_S = 0.05
-_METADATA_KEY = 3
 # A probe of a paused broker must not eat the whole wait: each request gets at most this long.
 _PROBE_TIMEOUT_S = 1.0
 
@@ -79,86 +77,6 @@ def free_ports(count: int) -> list[int]:
             sock.bind((_HOST, 0))
             ports.append(sock.getsockname()[1])
         return ports
-
-
-def api_versions_answered(host: str, port: int, timeout_s: float) -> bool:
-    """True when `host:port` answers a Kafka ApiVersions v0 request without error.
-
-    v0 (no tagged fields, response header v0) is the request every Kafka broker must answer, so this
-    probe depends on nothing but the wire format: it works before any client library can connect.
-    """
-    try:
-        with socket.create_connection((host, port), timeout=timeout_s) as sock:
-            return answers_api_versions(sock)
-    except OSError:
-        return False
-
-
-def answers_api_versions(sock: socket.socket) -> bool:
-    """True when the peer of the connected `sock` answers ApiVersions v0 without error, within the socket's
-    timeout (as `api_versions_answered`, for a caller that made the connection itself)."""
-    correlation_id = 0x7E1A
-    client_id = b"tierlog-probe"
-    body = struct.pack(">hhih", API_VERSIONS_KEY, 0, correlation_id, len(client_id)) + client_id
-    try:
-        sock.sendall(struct.pack(">i", len(body)) + body)
-        # Size (4), correlation id (4), error code (2) is all we need to read.
-        header = _recv_exactly(sock, 10)
-    except OSError:
-        return False
-    if header is None:
-        return False
-    size, got_correlation_id, error_code = struct.unpack(">iih", header)
-    return size >= 6 and got_correlation_id == correlation_id and error_code == 0
-
-
-def metadata_broker_ids(host: str, port: int, timeout_s: float) -> set[int] | None:
-    """The node ids a Metadata v1 answer from `host:port` lists (fenced brokers are left out), or None when
-    it does not answer in time.
-
-    v1 with an empty topic list asks for brokers only, and its answer starts with them, so as for
-    ApiVersions a few struct calls read it without a client library (librdkafka would cache and retry)."""
-    correlation_id = 0x7E1B
-    client_id = b"tierlog-probe"
-    body = struct.pack(">hhih", _METADATA_KEY, 1, correlation_id, len(client_id)) + client_id + struct.pack(">i", 0)
-    try:
-        with socket.create_connection((host, port), timeout=timeout_s) as sock:
-            sock.sendall(struct.pack(">i", len(body)) + body)
-            size_bytes = _recv_exactly(sock, 4)
-            if size_bytes is None:
-                return None
-            (size,) = struct.unpack(">i", size_bytes)
-            response = _recv_exactly(sock, size)
-    except OSError:
-        return None
-    if response is None:
-        return None
-    try:
-        got_correlation_id, count = struct.unpack_from(">ii", response, 0)
-        if got_correlation_id != correlation_id:
-            return None
-        ids: set[int] = set()
-        pos = 8
-        for _ in range(count):
-            # node_id int32, host string, port int32, rack nullable string
-            node_id, host_length = struct.unpack_from(">ih", response, pos)
-            pos += 6 + host_length + 4
-            (rack_length,) = struct.unpack_from(">h", response, pos)
-            pos += 2 + max(rack_length, 0)
-            ids.add(node_id)
-    except struct.error:
-        return None
-    return ids
-
-
-def _recv_exactly(sock: socket.socket, n: int) -> bytes | None:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            return None
-        data += chunk
-    return data
 
 
 class BrokerProcess:

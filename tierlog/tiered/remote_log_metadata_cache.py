@@ -35,6 +35,9 @@ from tierlog.tiered.segment_metadata import (
 
 logger = logging.getLogger(__name__)
 
+# The internal topic the events are kept in (Kafka's TopicBasedRemoteLogMetadataManager's).
+REMOTE_LOG_METADATA_TOPIC = "__remote_log_metadata"
+
 _STARTED = RemoteLogSegmentState.COPY_SEGMENT_STARTED
 _COPIED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 _DELETED = RemoteLogSegmentState.DELETE_SEGMENT_FINISHED

@@ -1,6 +1,7 @@
 """KafkaConnection: requests a real broker answers (ApiVersions, Metadata, CreateTopics, Produce, Fetch,
 ListOffsets), and against a scripted fake server every way a connection fails (refused, timeout, EOF, a
-wrong correlation id, a malformed frame, cancellation) is one KafkaConnectionError and a closed connection.
+wrong correlation id, a malformed frame, cancellation) is one KafkaConnectionError and a closed connection;
+`send_blocking`, the same exchange on a blocking socket, fails the same ways.
 """
 
 from __future__ import annotations
@@ -8,28 +9,33 @@ from __future__ import annotations
 import asyncio
 import datetime
 import io
+import socket
 import struct
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from kio.schema.api_versions.v3 import request as api_versions_v3
 from kio.schema.api_versions.v3 import response as api_versions_v3_response
-from kio.schema.create_topics.v7 import request as create_topics_v7
 from kio.schema.errors import ErrorCode
-from kio.schema.fetch.v12 import request as fetch_v12
-from kio.schema.list_offsets.v7 import request as list_offsets_v7
-from kio.schema.metadata.v1 import request as metadata_v1
 from kio.schema.metadata.v1 import response as metadata_v1_response
-from kio.schema.metadata.v12 import request as metadata_v12
 from kio.schema.metadata.v12 import response as metadata_v12_response
-from kio.schema.produce.v9 import request as produce_v9
 from kio.serial import entity_writer
-from kio.static.primitive import i8, i16, i32, i64
+from kio.static.primitive import i16, i32
 
+from tierlog.client.connection import KafkaConnection, KafkaConnectionError, send_blocking
+from tierlog.client.requests import (
+    PartitionFetch,
+    api_versions_request,
+    create_topics_request,
+    fetch_request,
+    list_offsets_request,
+    metadata_request,
+    produce_request,
+)
+from tierlog.common import TopicPartition
 from tierlog.protocol.framing import read_frame
 from tierlog.records.codec import build_batch, decode_batches
-from tierlog.server.kafka_client import KafkaConnection, KafkaConnectionError
 from tierlog.testing.local_cluster import BrokerProcess, free_port
 
 HOST = "127.0.0.1"
@@ -65,7 +71,7 @@ def with_connection(port: int, body: Callable[[KafkaConnection], Awaitable[Any]]
 
 
 def test_api_versions_v3_lists_the_apis_a_follower_needs(real_broker: BrokerProcess) -> None:
-    request = api_versions_v3.ApiVersionsRequest(client_software_name="tierlog", client_software_version="0.1")
+    request = api_versions_request(version=3)
 
     async def body(connection: KafkaConnection) -> Any:
         return await connection.send(request, timeout_s=TIMEOUT_S)
@@ -79,30 +85,18 @@ def test_api_versions_v3_lists_the_apis_a_follower_needs(real_broker: BrokerProc
         assert low <= version <= high
 
 
-def create_topic_request(name: str, partitions: int) -> create_topics_v7.CreateTopicsRequest:
-    return create_topics_v7.CreateTopicsRequest(
-        topics=(
-            create_topics_v7.CreatableTopic(
-                name=name, num_partitions=i32(partitions), replication_factor=i16(1), assignments=(), configs=()
-            ),
-        ),
-        timeout=datetime.timedelta(seconds=10),
-        validate_only=False,
-    )
+def create_topic_request(name: str, partitions: int) -> Any:
+    return create_topics_request(name, partitions, 1, {}, timeout_ms=10_000)
 
 
-def metadata_request(name: str) -> metadata_v12.MetadataRequest:
-    return metadata_v12.MetadataRequest(
-        topics=(metadata_v12.MetadataRequestTopic(topic_id=None, name=name),),
-        allow_auto_topic_creation=False,
-        include_topic_authorized_operations=False,
-    )
+def metadata_v12_request(name: str) -> Any:
+    return metadata_request([name], version=12)
 
 
 def test_create_topics_v7_then_metadata_v12_describes_the_topic(real_broker: BrokerProcess) -> None:
     async def body(connection: KafkaConnection) -> tuple[Any, Any]:
         created = await connection.send(create_topic_request("described", 3), timeout_s=TIMEOUT_S)
-        return created, await connection.send(metadata_request("described"), timeout_s=TIMEOUT_S)
+        return created, await connection.send(metadata_v12_request("described"), timeout_s=TIMEOUT_S)
 
     created, metadata = with_connection(real_broker.port, body)
     ((topic_result,),) = (created.topics,)
@@ -118,58 +112,20 @@ def test_create_topics_v7_then_metadata_v12_describes_the_topic(real_broker: Bro
 
 def test_non_flexible_metadata_v1_uses_request_header_v1_and_response_header_v0(real_broker: BrokerProcess) -> None:
     async def body(connection: KafkaConnection) -> Any:
-        return await connection.send(metadata_v1.MetadataRequest(topics=()), timeout_s=TIMEOUT_S)
+        return await connection.send(metadata_request(()), timeout_s=TIMEOUT_S)
 
     response = with_connection(real_broker.port, body)
     assert isinstance(response, metadata_v1_response.MetadataResponse)
     assert [b.node_id for b in response.brokers] == [real_broker.node_id]
 
 
+def consumer_fetch(topic: str, offset: int) -> Any:
+    return fetch_request(
+        [PartitionFetch(TopicPartition(topic, 0), offset, 1 << 20)], max_wait_ms=100, max_bytes=1 << 20
+    )
+
+
 RECORDS = [(f"key-{i}".encode(), f"value-{i}".encode(), [("h", b"x")], 1_700_000_000_000 + i) for i in range(5)]
-
-
-def produce_request(topic: str, batch: bytes) -> produce_v9.ProduceRequest:
-    return produce_v9.ProduceRequest(
-        transactional_id=None,
-        acks=i16(-1),
-        timeout=datetime.timedelta(seconds=10),
-        topic_data=(
-            produce_v9.TopicProduceData(
-                name=topic, partition_data=(produce_v9.PartitionProduceData(index=i32(0), records=batch),)
-            ),
-        ),
-    )
-
-
-def fetch_request(topic: str, offset: int) -> fetch_v12.FetchRequest:
-    return fetch_v12.FetchRequest(
-        max_wait=datetime.timedelta(milliseconds=100),
-        min_bytes=i32(1),
-        topics=(
-            fetch_v12.FetchTopic(
-                topic=topic,
-                partitions=(
-                    fetch_v12.FetchPartition(
-                        partition=i32(0), fetch_offset=i64(offset), partition_max_bytes=i32(1 << 20)
-                    ),
-                ),
-            ),
-        ),
-        forgotten_topics_data=(),
-    )
-
-
-def list_offsets_request(topic: str, timestamp: int) -> list_offsets_v7.ListOffsetsRequest:
-    return list_offsets_v7.ListOffsetsRequest(
-        replica_id=i32(-1),
-        isolation_level=i8(0),
-        topics=(
-            list_offsets_v7.ListOffsetsTopic(
-                name=topic,
-                partitions=(list_offsets_v7.ListOffsetsPartition(partition_index=i32(0), timestamp=i64(timestamp)),),
-            ),
-        ),
-    )
 
 
 def test_produce_v9_then_fetch_v12_returns_the_records_and_list_offsets_v7_the_end(real_broker: BrokerProcess) -> None:
@@ -177,10 +133,17 @@ def test_produce_v9_then_fetch_v12_returns_the_records_and_list_offsets_v7_the_e
 
     async def body(connection: KafkaConnection) -> tuple[Any, ...]:
         await connection.send(create_topic_request(topic, 1), timeout_s=TIMEOUT_S)
-        produced = await connection.send(produce_request(topic, build_batch(RECORDS)), timeout_s=TIMEOUT_S)
-        fetched = await connection.send(fetch_request(topic, 0), timeout_s=TIMEOUT_S)
-        latest = await connection.send(list_offsets_request(topic, -1), timeout_s=TIMEOUT_S)
-        earliest = await connection.send(list_offsets_request(topic, -2), timeout_s=TIMEOUT_S)
+        produced = await connection.send(
+            produce_request(TopicPartition(topic, 0), build_batch(RECORDS), acks=-1, timeout_ms=10_000),
+            timeout_s=TIMEOUT_S,
+        )
+        fetched = await connection.send(consumer_fetch(topic, 0), timeout_s=TIMEOUT_S)
+        latest = await connection.send(
+            list_offsets_request(TopicPartition(topic, 0), -1, version=7), timeout_s=TIMEOUT_S
+        )
+        earliest = await connection.send(
+            list_offsets_request(TopicPartition(topic, 0), -2, version=7), timeout_s=TIMEOUT_S
+        )
         return produced, fetched, latest, earliest
 
     produced, fetched, latest, earliest = with_connection(real_broker.port, body)
@@ -205,7 +168,7 @@ def test_fetch_beyond_the_end_decodes_with_null_records(real_broker: BrokerProce
 
     async def body(connection: KafkaConnection) -> Any:
         await connection.send(create_topic_request(topic, 1), timeout_s=TIMEOUT_S)
-        return await connection.send(fetch_request(topic, 0), timeout_s=TIMEOUT_S)
+        return await connection.send(consumer_fetch(topic, 0), timeout_s=TIMEOUT_S)
 
     fetched = with_connection(real_broker.port, body)
     (partition,) = fetched.responses[0].partitions
@@ -219,7 +182,9 @@ def test_concurrent_sends_on_one_connection_each_get_their_own_response(real_bro
 
     async def body(connection: KafkaConnection) -> list[Any]:
         await asyncio.gather(*(connection.send(create_topic_request(n, 1), timeout_s=TIMEOUT_S) for n in names))
-        return list(await asyncio.gather(*(connection.send(metadata_request(n), timeout_s=TIMEOUT_S) for n in names)))
+        return list(
+            await asyncio.gather(*(connection.send(metadata_v12_request(n), timeout_s=TIMEOUT_S) for n in names))
+        )
 
     responses = with_connection(real_broker.port, body)
     assert [r.topics[0].name for r in responses] == names
@@ -318,7 +283,7 @@ def fake_exchange(
         async with fake as port:
             connection = await KafkaConnection.open(HOST, port, client_id="fake-client", timeout_s=TIMEOUT_S)
             try:
-                outcome: Any = await connection.send(metadata_request("t"), timeout_s=timeout_s)
+                outcome: Any = await connection.send(metadata_v12_request("t"), timeout_s=timeout_s)
             except KafkaConnectionError as exc:
                 outcome = exc
             closed = connection.closed
@@ -348,7 +313,7 @@ def test_correlation_ids_increase_per_request() -> None:
         async with fake as port:
             connection = await KafkaConnection.open(HOST, port, client_id="c", timeout_s=TIMEOUT_S)
             for _ in range(3):
-                await connection.send(metadata_request("t"), timeout_s=TIMEOUT_S)
+                await connection.send(metadata_v12_request("t"), timeout_s=TIMEOUT_S)
             await connection.close()
 
     run(scenario)
@@ -417,7 +382,7 @@ def test_a_closed_connection_refuses_further_sends() -> None:
             await connection.close()
             await connection.close()  # idempotent
             try:
-                await connection.send(metadata_request("t"), timeout_s=TIMEOUT_S)
+                await connection.send(metadata_v12_request("t"), timeout_s=TIMEOUT_S)
             except KafkaConnectionError as exc:
                 return exc
             return None
@@ -435,7 +400,7 @@ def test_a_cancelled_send_closes_the_connection() -> None:
     async def scenario() -> bool:
         async with FakeServer(silent) as port:
             connection = await KafkaConnection.open(HOST, port, client_id="c", timeout_s=TIMEOUT_S)
-            send = asyncio.ensure_future(connection.send(metadata_request("t"), timeout_s=TIMEOUT_S))
+            send = asyncio.ensure_future(connection.send(metadata_v12_request("t"), timeout_s=TIMEOUT_S))
             await arrived.wait()
             send.cancel()
             with pytest.raises(asyncio.CancelledError):
@@ -473,9 +438,84 @@ def test_api_versions_responses_are_read_with_header_v0_even_when_flexible() -> 
     async def scenario() -> Any:
         async with fake as port:
             connection = await KafkaConnection.open(HOST, port, client_id="c", timeout_s=TIMEOUT_S)
-            request = api_versions_v3.ApiVersionsRequest(client_software_name="t", client_software_version="1")
-            response = await connection.send(request, timeout_s=TIMEOUT_S)
+            response = await connection.send(api_versions_request(version=3), timeout_s=TIMEOUT_S)
             await connection.close()
             return response
 
     assert run(scenario) == body
+
+
+# --- send_blocking: the same exchange on a blocking socket ----------------------------------------------
+
+
+def test_send_blocking_gets_the_answer_of_a_real_broker(real_broker: BrokerProcess) -> None:
+    with socket.create_connection((HOST, real_broker.port), timeout=TIMEOUT_S) as sock:
+        response = send_blocking(sock, metadata_request(()), client_id="blocking")
+    assert isinstance(response, metadata_v1_response.MetadataResponse)
+    assert [(b.node_id, b.port) for b in response.brokers] == [(real_broker.node_id, real_broker.port)]
+
+
+def blocking_exchange(answer: Callable[[bytes], bytes | None], *, timeout_s: float = TIMEOUT_S) -> Any:
+    """One Metadata v12 send_blocking to a one-shot server that writes `answer(request frame)` back (None:
+    nothing, the connection stays open) and then closes: the response or the KafkaConnectionError."""
+    with socket.create_server((HOST, 0)) as server:
+        done = threading.Event()
+
+        def serve() -> None:
+            connection, _ = server.accept()
+            with connection:
+                (size,) = struct.unpack(">i", connection.recv(4))
+                frame = b""
+                while len(frame) < size:
+                    frame += connection.recv(size - len(frame))
+                reply = answer(frame)
+                if reply is None:
+                    done.wait(TEST_DEADLINE_S)
+                else:
+                    connection.sendall(reply)
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        try:
+            with socket.create_connection(server.getsockname(), timeout=timeout_s) as sock:
+                return send_blocking(sock, metadata_v12_request("t"), client_id="blocking")
+        except KafkaConnectionError as exc:
+            return exc
+        finally:
+            done.set()
+            thread.join(TEST_DEADLINE_S)
+
+
+def test_send_blocking_reads_a_well_formed_answer() -> None:
+    assert blocking_exchange(
+        lambda frame: response_frame(correlation_id_of(frame), METADATA_V12, header_tags=True)
+    ) == (METADATA_V12)
+
+
+@pytest.mark.parametrize(
+    ("answer", "fragment"),
+    [
+        (lambda frame: b"", "connection closed by the peer"),
+        (
+            lambda frame: response_frame(correlation_id_of(frame) + 5, METADATA_V12, header_tags=True),
+            "correlation id 5",
+        ),
+        (
+            lambda frame: response_frame(correlation_id_of(frame), METADATA_V12, header_tags=True)[:-3],
+            "connection closed after",
+        ),
+        (lambda frame: b"HTTP/1.1 400 Bad Request\r\n\r\n", "exceeds"),
+        (
+            lambda frame: struct.pack(">i", 9) + struct.pack(">i", correlation_id_of(frame)) + b"\xff" * 5,
+            "malformed response",
+        ),
+        (lambda frame: None, "no response within 0.3s"),
+    ],
+    ids=["eof", "wrong-correlation-id", "truncated", "not-kafka", "malformed", "silent"],
+)
+def test_send_blocking_fails_with_one_line(answer: Callable[[bytes], bytes | None], fragment: str) -> None:
+    outcome = blocking_exchange(answer, timeout_s=0.3)
+    assert isinstance(outcome, KafkaConnectionError), outcome
+    assert "MetadataRequest v12 to 127.0.0.1:" in str(outcome)
+    assert fragment in str(outcome)
+    assert "\n" not in str(outcome)

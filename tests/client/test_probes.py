@@ -1,0 +1,123 @@
+"""The probes the CLI and the local cluster wait with: a broker answers ApiVersions v0 and Metadata v1 (its
+broker ids); a free port, a silent peer, a peer that is not a Kafka broker and an error answer do not."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tierlog.client.probes import answers_api_versions, api_versions_answered, metadata_broker_ids
+from tierlog.testing.local_cluster import BrokerProcess, free_port
+
+HOST = "127.0.0.1"
+# What a fake peer does with a request frame: the bytes to answer with, or None to stay silent.
+Answer = Callable[[bytes], bytes | None]
+
+
+@pytest.fixture
+def fake_peer() -> Iterator[Callable[[Answer], int]]:
+    """Starts one-connection peers answering with an `Answer`; the port of each. Requests are recorded."""
+    servers: list[socket.socket] = []
+    threads: list[threading.Thread] = []
+    stop = threading.Event()
+
+    def start(answer: Answer) -> int:
+        server = socket.create_server((HOST, 0))
+        servers.append(server)
+
+        def serve() -> None:
+            connection, _ = server.accept()
+            with connection:
+                (size,) = struct.unpack(">i", connection.recv(4))
+                frame = b""
+                while len(frame) < size:
+                    frame += connection.recv(size - len(frame))
+                reply = answer(frame)
+                if reply is None:
+                    stop.wait(30)
+                else:
+                    connection.sendall(reply)
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        threads.append(thread)
+        port: int = server.getsockname()[1]
+        return port
+
+    yield start
+    stop.set()
+    for thread in threads:
+        thread.join(5)
+    for server in servers:
+        server.close()
+
+
+def header_of(frame: bytes) -> tuple[int, int, int]:
+    """(api key, version, correlation id) of a request frame."""
+    api_key, version, correlation_id = struct.unpack_from(">hhi", frame)
+    return api_key, version, correlation_id
+
+
+def metadata_v1_answer(correlation_id: int, brokers: list[tuple[int, str, int, str | None]]) -> bytes:
+    body = struct.pack(">ii", correlation_id, len(brokers))
+    for node_id, host, port, rack in brokers:
+        body += struct.pack(">ih", node_id, len(host)) + host.encode() + struct.pack(">i", port)
+        body += struct.pack(">h", -1) if rack is None else struct.pack(">h", len(rack)) + rack.encode()
+    body += struct.pack(">ii", 1, 0)  # controller id, no topics
+    return struct.pack(">i", len(body)) + body
+
+
+def api_versions_v0_answer(correlation_id: int, error_code: int) -> bytes:
+    body = struct.pack(">ihi", correlation_id, error_code, 1) + struct.pack(">hhh", 18, 0, 4)
+    return struct.pack(">i", len(body)) + body
+
+
+def test_a_broker_answers_both_probes(shared_broker: BrokerProcess) -> None:
+    assert api_versions_answered(HOST, shared_broker.port, timeout_s=5)
+    assert metadata_broker_ids(HOST, shared_broker.port, timeout_s=5) == {shared_broker.node_id}
+
+
+def test_the_metadata_probe_reads_the_broker_ids(fake_peer: Callable[[Answer], int]) -> None:
+    requests: list[tuple[int, int, int]] = []
+
+    def answer(frame: bytes) -> bytes:
+        requests.append(header_of(frame))
+        brokers = [(1, "127.0.0.1", 9092, None), (3, "broker-3.local", 9094, "rack-b")]
+        return metadata_v1_answer(header_of(frame)[2], brokers)
+
+    assert metadata_broker_ids(HOST, fake_peer(answer), timeout_s=5) == {1, 3}
+    assert [(api_key, version) for api_key, version, _ in requests] == [(3, 1)]
+
+
+def test_an_api_versions_answer_counts_only_without_error(fake_peer: Callable[[Answer], int]) -> None:
+    assert api_versions_answered(HOST, fake_peer(lambda f: api_versions_v0_answer(header_of(f)[2], 0)), timeout_s=5)
+    unsupported = fake_peer(lambda f: api_versions_v0_answer(header_of(f)[2], 35))  # UNSUPPORTED_VERSION
+    assert not api_versions_answered(HOST, unsupported, timeout_s=5)
+
+
+def test_a_peer_that_is_not_a_kafka_broker_answers_no_probe(fake_peer: Callable[[Answer], int]) -> None:
+    def http(_frame: bytes) -> bytes:
+        return b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"
+
+    assert not api_versions_answered(HOST, fake_peer(http), timeout_s=5)
+    assert metadata_broker_ids(HOST, fake_peer(http), timeout_s=5) is None
+
+
+def test_a_silent_peer_answers_no_probe_within_the_timeout(fake_peer: Callable[[Answer], int]) -> None:
+    assert not api_versions_answered(HOST, fake_peer(lambda _frame: None), timeout_s=0.3)
+    assert metadata_broker_ids(HOST, fake_peer(lambda _frame: None), timeout_s=0.3) is None
+
+
+def test_answers_api_versions_uses_the_callers_connection(fake_peer: Callable[[Answer], int]) -> None:
+    port = fake_peer(lambda f: api_versions_v0_answer(header_of(f)[2], 0))
+    with socket.create_connection((HOST, port), timeout=5) as sock:
+        assert answers_api_versions(sock)
+
+
+def test_nothing_answers_on_a_free_port() -> None:
+    assert not api_versions_answered(HOST, free_port(), timeout_s=0.5)
+    assert metadata_broker_ids(HOST, free_port(), timeout_s=0.5) is None

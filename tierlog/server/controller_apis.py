@@ -1,0 +1,332 @@
+"""ControllerApis (Kafka's class of that name): the requests the controller decides, on the controller's own node.
+
+- The admin requests only the controller decides: CreateTopics, DeleteTopics, CreatePartitions. They reach
+  it through the `ForwardingManager`, from this node's own KafkaApis or forwarded by another broker.
+- The controller APIs brokers call: BrokerRegistration, BrokerHeartbeat, AlterPartition, AllocateProducerIds,
+  and the Fetch of `__cluster_metadata` (KRaft brokers follow the metadata log like any partition).
+
+Each turns a request entity into a call on `tierlog.controller.controller.Controller`, where the rules live,
+and its answer into the response of the request's version.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from tierlog.config import KafkaConfig
+from tierlog.controller.controller import Controller
+from tierlog.controller.errors import ControllerError, InvalidReplicaAssignmentError
+from tierlog.controller.metadata_log import METADATA_TOPIC
+from tierlog.metadata.records import Endpoint
+from tierlog.protocol.codec import Request
+from tierlog.protocol.errors import error_code
+from tierlog.replication.replica_manager import error_name_of
+from tierlog.server.clock import now_ms
+from tierlog.server.controller_server import ControllerServer
+from tierlog.server.entities import NO_THROTTLE, ResponseSchema, response_schema
+
+logger = logging.getLogger(__name__)
+
+API_CREATE_TOPICS = 19
+API_DELETE_TOPICS = 20
+API_CREATE_PARTITIONS = 37
+API_ALTER_PARTITION = 56
+API_BROKER_REGISTRATION = 62
+API_BROKER_HEARTBEAT = 63
+API_ALLOCATE_PRODUCER_IDS = 67
+
+# Admin requests the controller decides (a broker that is not the controller forwards them).
+ADMIN_APIS = (API_CREATE_TOPICS, API_DELETE_TOPICS, API_CREATE_PARTITIONS)
+# What brokers ask of the controller (besides the metadata Fetch).
+BROKER_TO_CONTROLLER_APIS = (
+    API_ALTER_PARTITION,
+    API_BROKER_REGISTRATION,
+    API_BROKER_HEARTBEAT,
+    API_ALLOCATE_PRODUCER_IDS,
+)
+
+Handler = Callable[[Request], Awaitable[Any]]
+
+
+class ControllerApis:
+    def __init__(self, config: KafkaConfig, server: ControllerServer) -> None:
+        self.config = config
+        self._server = server
+        self.handlers: dict[int, Handler] = {
+            API_CREATE_TOPICS: self.handle_create_topics,
+            API_DELETE_TOPICS: self.handle_delete_topics,
+            API_CREATE_PARTITIONS: self.handle_create_partitions,
+            API_BROKER_REGISTRATION: self.handle_broker_registration,
+            API_BROKER_HEARTBEAT: self.handle_broker_heartbeat,
+            API_ALTER_PARTITION: self.handle_alter_partition,
+            API_ALLOCATE_PRODUCER_IDS: self.handle_allocate_producer_ids,
+        }
+
+    @property
+    def controller(self) -> Controller:
+        return self._server.controller
+
+    async def handle(self, request: Request) -> Any:
+        return await self.handlers[request.api_key](request)
+
+    @staticmethod
+    def _schema(request: Request) -> ResponseSchema:
+        return response_schema(request.api_key, request.api_version)
+
+    # Topic administration
+
+    async def handle_create_topics(self, request: Request) -> Any:
+        s = self._schema(request)
+        body = request.body
+        results = []
+        for t in body.topics:
+            num_partitions = t.num_partitions
+            replication_factor = t.replication_factor
+            if t.assignments:
+                num_partitions = len(t.assignments)
+                replication_factor = len(t.assignments[0].broker_ids)
+            if num_partitions == -1:
+                num_partitions = self.config.get_int("num.partitions")
+            if replication_factor == -1:
+                replication_factor = self.config.get_int("default.replication.factor")
+            configs = {c.name: c.value for c in t.configs if c.value is not None}
+            assignments = [list(a.broker_ids) for a in sorted(t.assignments, key=lambda a: a.partition_index)]
+            try:
+                if assignments and [a.partition_index for a in t.assignments] != list(range(len(assignments))):
+                    raise InvalidReplicaAssignmentError("Partitions of a manual assignment must be numbered from 0.")
+                topic = self.controller.create_topic(
+                    t.name,
+                    num_partitions,
+                    replication_factor,
+                    configs,
+                    validate_only=body.validate_only,
+                    assignments=assignments or None,
+                )
+            except ControllerError as e:
+                results.append(
+                    s.CreatableTopicResult(
+                        name=t.name,
+                        topic_id=uuid.UUID(int=0),
+                        error_code=error_code(e.error_name),
+                        error_message=str(e),
+                        topic_config_error_code=0,
+                        num_partitions=-1,
+                        replication_factor=-1,
+                        configs=None,
+                    )
+                )
+                continue
+            results.append(
+                s.CreatableTopicResult(
+                    name=t.name,
+                    topic_id=topic.topic_id,
+                    error_code=error_code(None),
+                    error_message=None,
+                    topic_config_error_code=0,
+                    num_partitions=len(topic.partitions),
+                    replication_factor=len(topic.partitions[0].replicas),
+                    configs=tuple(
+                        s.CreatableTopicConfigs(
+                            name=c.name, value=c.value, read_only=False, config_source=c.source, is_sensitive=False
+                        )
+                        for c in self.config.describe_topic(topic.configs)
+                    ),
+                )
+            )
+        return s.CreateTopicsResponse(throttle_time=NO_THROTTLE, topics=tuple(results))
+
+    async def handle_delete_topics(self, request: Request) -> Any:
+        s = self._schema(request)
+        body = request.body
+        if hasattr(body, "topics"):  # v6+ names a topic or gives its id
+            requested = [
+                (t.name if t.name is not None else self._topic_name(t.topic_id), t.topic_id) for t in body.topics
+            ]
+        else:
+            requested = [(name, None) for name in body.topic_names]
+        deletion_enabled = self.config.get_bool("delete.topic.enable")
+        results = []
+        for name, topic_id in requested:
+            if name is None:
+                results.append(
+                    s.DeletableTopicResult(
+                        name=None, topic_id=topic_id, error_code=error_code("UNKNOWN_TOPIC_ID"), error_message=None
+                    )
+                )
+                continue
+            try:
+                topic = self.controller.delete_topic(name, deletion_enabled=deletion_enabled)
+                error, message, topic_id = None, None, topic.topic_id
+            except ControllerError as e:
+                error, message, topic_id = e.error_name, str(e), uuid.UUID(int=0)
+            results.append(
+                s.DeletableTopicResult(
+                    name=name, topic_id=topic_id, error_code=error_code(error), error_message=message
+                )
+            )
+        return s.DeleteTopicsResponse(throttle_time=NO_THROTTLE, responses=tuple(results))
+
+    def _topic_name(self, topic_id: uuid.UUID | None) -> str | None:
+        topic = self.controller.topic_by_id(topic_id) if topic_id is not None else None
+        return topic.name if topic is not None else None
+
+    async def handle_create_partitions(self, request: Request) -> Any:
+        s = self._schema(request)
+        body = request.body
+        results = []
+        for t in body.topics:
+            try:
+                self.controller.create_partitions(t.name, t.count, validate_only=body.validate_only)
+                error, message = None, None
+            except ControllerError as e:
+                error, message = e.error_name, str(e)
+            results.append(
+                s.CreatePartitionsTopicResult(name=t.name, error_code=error_code(error), error_message=message)
+            )
+        return s.CreatePartitionsResponse(throttle_time=NO_THROTTLE, results=tuple(results))
+
+    # What brokers ask of the controller
+
+    async def handle_broker_registration(self, request: Request) -> Any:
+        s = self._schema(request)
+        body = request.body
+        try:
+            broker_epoch = self.controller.register_broker(
+                body.broker_id,
+                str(body.incarnation_id),
+                body.cluster_id,
+                [Endpoint(listener.name, listener.host, listener.port) for listener in body.listeners],
+                body.rack,
+                now_ms(),
+            )
+            error = None
+        except Exception as e:
+            broker_epoch, error = -1, error_name_of(e)
+            logger.warning(
+                "[Controller id=%d] refused registration of broker %d: %s", self.config.node_id, body.broker_id, e
+            )
+        return s.BrokerRegistrationResponse(
+            throttle_time=NO_THROTTLE, error_code=error_code(error), broker_epoch=broker_epoch
+        )
+
+    async def handle_broker_heartbeat(self, request: Request) -> Any:
+        s = self._schema(request)
+        body = request.body
+        try:
+            result = self.controller.heartbeat(
+                body.broker_id,
+                body.broker_epoch,
+                body.current_metadata_offset,
+                body.want_fence,
+                body.want_shut_down,
+                now_ms(),
+            )
+        except Exception as e:
+            return s.BrokerHeartbeatResponse(
+                throttle_time=NO_THROTTLE,
+                error_code=error_code(error_name_of(e)),
+                is_caught_up=False,
+                is_fenced=True,
+                should_shut_down=False,
+            )
+        return s.BrokerHeartbeatResponse(
+            throttle_time=NO_THROTTLE,
+            error_code=error_code(None),
+            is_caught_up=result.is_caught_up,
+            is_fenced=result.is_fenced,
+            should_shut_down=result.should_shut_down,
+        )
+
+    async def handle_alter_partition(self, request: Request) -> Any:
+        s = self._schema(request)
+        body = request.body
+        topics = []
+        for topic in body.topics:
+            partitions = []
+            for p in topic.partitions:
+                new_isr = [b.broker_id for b in p.new_isr_with_epochs]
+                try:
+                    registration = self.controller.alter_partition(
+                        body.broker_id,
+                        body.broker_epoch,
+                        topic.topic_id,
+                        p.partition_index,
+                        p.leader_epoch,
+                        p.partition_epoch,
+                        new_isr,
+                    )
+                except Exception as e:
+                    partitions.append(
+                        s.PartitionData(
+                            partition_index=p.partition_index,
+                            error_code=error_code(error_name_of(e)),
+                            leader_id=-1,
+                            leader_epoch=-1,
+                            isr=(),
+                            leader_recovery_state=0,
+                            partition_epoch=-1,
+                        )
+                    )
+                    continue
+                partitions.append(
+                    s.PartitionData(
+                        partition_index=p.partition_index,
+                        error_code=error_code(None),
+                        leader_id=registration.leader,
+                        leader_epoch=registration.leader_epoch,
+                        isr=tuple(registration.isr),
+                        leader_recovery_state=0,
+                        partition_epoch=registration.partition_epoch,
+                    )
+                )
+            topics.append(s.TopicData(topic_id=topic.topic_id, partitions=tuple(partitions)))
+        return s.AlterPartitionResponse(throttle_time=NO_THROTTLE, error_code=error_code(None), topics=tuple(topics))
+
+    async def handle_allocate_producer_ids(self, request: Request) -> Any:
+        s = self._schema(request)
+        block = self.controller.allocate_producer_id_block(request.body.broker_id)
+        return s.AllocateProducerIdsResponse(
+            throttle_time=NO_THROTTLE,
+            error_code=error_code(None),
+            producer_id_start=block.start,
+            producer_id_len=len(block),
+        )
+
+    # The metadata log
+
+    @staticmethod
+    def is_metadata_fetch(request: Request) -> bool:
+        return any(getattr(t, "topic", None) == METADATA_TOPIC for t in request.body.topics)
+
+    async def handle_metadata_fetch(self, request: Request) -> Any:
+        """A broker following the controller's metadata log, parked here until the log holds its offset or
+        its wait ends."""
+        s = self._schema(request)
+        fetch_partition = request.body.topics[0].partitions[0]
+        data, end_offset = await self._server.read_metadata_log(
+            fetch_partition.fetch_offset,
+            fetch_partition.partition_max_bytes,
+            int(request.body.max_wait.total_seconds() * 1000),
+        )
+        partition = s.PartitionData(
+            partition_index=0,
+            error_code=error_code(None),
+            high_watermark=end_offset,
+            last_stable_offset=end_offset,
+            log_start_offset=0,
+            diverging_epoch=s.EpochEndOffset(epoch=-1, end_offset=-1),
+            aborted_transactions=None,
+            preferred_read_replica=-1,
+            records=data if data is not None else b"",
+        )
+        return s.FetchResponse(
+            throttle_time=NO_THROTTLE,
+            error_code=error_code(None),
+            session_id=0,
+            responses=(
+                s.FetchableTopicResponse(topic=METADATA_TOPIC, topic_id=uuid.UUID(int=0), partitions=(partition,)),
+            ),
+        )
