@@ -2,7 +2,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test lint bench sim soak fuzz
+.PHONY: setup demo test lint bench sim soak fuzz layers
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -37,3 +37,8 @@ soak: setup
 
 fuzz: setup
 	TIERLOG_FUZZ_EXAMPLES=2000 $(BIN)/pytest tests/protocol/test_live_broker_fuzz.py
+
+# docs/layers.svg, the picture of docs/architecture.md#layers, drawn from the imports (pydeps, Graphviz's dot).
+layers: setup
+	command -v dot >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz >/dev/null; }
+	$(BIN)/pydeps tierlog --only tierlog --max-module-depth 2 --cluster --rankdir BT --noshow -T svg -o docs/layers.svg
