@@ -1,4 +1,5 @@
-"""confluent-kafka (librdkafka) against a real broker: what goes in comes back out, byte for byte.
+"""confluent-kafka (librdkafka) against a real broker: codecs on disk, partitions, offsets, sizes, acks and timestamps
+(its produce/consume round trip is in test_round_trip.py).
 
 Consumers never join a group: they assign() partitions and never commit.
 """
@@ -17,52 +18,6 @@ from tierlog.testing.local_cluster import BrokerProcess, wait_until
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 BASE_TS = 1_700_000_000_000
-
-
-def varied_records(count: int, seed: int = 7) -> list[dict[str, Any]]:
-    """Binary keys and values of many sizes, null keys, null values (tombstones), empty-but-present keys
-    and values, duplicate and null-valued headers, and CreateTimes that are not in offset order."""
-    rng = random.Random(seed)
-    records = []
-    for i in range(count):
-        key: bytes | None = rng.randbytes(rng.randrange(1, 40))
-        value: bytes | None = rng.randbytes(rng.choice([0, 1, 10, 100, 1000, 5000]))
-        if i % 7 == 0:
-            key = None
-        if i % 11 == 0:
-            value = None
-        if i % 13 == 0:
-            key = b""
-        headers: list[tuple[str, bytes | None]] = []
-        if i % 3 == 0:
-            headers = [("trace-id", b"%08d" % i), ("dup", b"one"), ("dup", b"two"), ("bin", rng.randbytes(8))]
-        if i % 5 == 0:
-            headers.append(("null-valued", None))
-        if i % 17 == 0:
-            headers.append(("empty", b""))
-        records.append(
-            {"key": key, "value": value, "headers": headers, "timestamp": BASE_TS + i * 1000 - (i % 4) * 1500}
-        )
-    return records
-
-
-@pytest.mark.parametrize("codec", CODECS)
-def test_records_round_trip_with_keys_values_headers_and_timestamps(
-    shared_broker: BrokerProcess, kafka: Any, codec: str
-) -> None:
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic)
-    sent = varied_records(600)
-    acked = kafka.produce(shared_broker.bootstrap, topic, sent, compression_type=codec, linger_ms=20)
-    assert acked == [(0, i) for i in range(len(sent))]
-
-    got = kafka.consume_all(shared_broker.bootstrap, topic)
-    assert [r.offset for r in got] == list(range(len(sent)))
-    for record, spec in zip(got, sent, strict=True):
-        assert record.key == spec["key"], f"key of offset {record.offset}"
-        assert record.value == spec["value"], f"value of offset {record.offset}"
-        assert list(record.headers) == spec["headers"], f"headers of offset {record.offset}"
-        assert (record.create_time, record.timestamp) == (True, spec["timestamp"]), f"timestamp of {record.offset}"
 
 
 @pytest.mark.parametrize("codec", CODECS)
