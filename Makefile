@@ -2,7 +2,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test lint bench sim soak fuzz layers
+.PHONY: setup demo test test-fast lint bench sim soak fuzz layers
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -17,6 +17,12 @@ demo: setup
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/pytest
+
+# Every test that starts no broker, Spark session or simulation and is not marked slow (pyproject.toml's
+# markers): a few minutes on two cores, for the edit-test loop. CI runs `make test`.
+test-fast: setup
+	$(BIN)/ruff check .
+	$(BIN)/pytest -m "not cluster and not spark and not sim and not slow"
 
 lint: setup
 	$(BIN)/ruff check .

@@ -1,12 +1,22 @@
-"""Fixtures shared by every test that talks to a real broker process over the wire.
+"""The one home of the tests' infrastructure: the fixtures every test gets brokers, clusters, an S3 server and
+Kafka clients from, and the markers that sort tests into tiers.
 
-Brokers are `tierlog.testing.local_cluster.BrokerProcess` subprocesses on 127.0.0.1 with a free port and a
-data directory under the test's tmp_path. Every wait is bounded, and every broker a fixture started is
-stopped (SIGTERM, then SIGKILL) when its test (or module) ends, pass or fail; the tail of its log is
-printed at teardown, so a failing test shows what the broker said.
+Brokers come from one factory, `LocalBrokers`: `broker_factory(...)` for a single broker, `cluster_factory(...)`
+for a `tierlog.testing.local_cluster.LocalCluster` (node 1 broker and controller), both with
+`DEFAULT_TEST_OVERRIDES` plus the test's settings (`module_broker_factory`, `module_cluster_factory`,
+`shared_broker` live for a module). Every broker is a real process on 127.0.0.1 with free ports and its data
+under the test's tmp_path; every wait is bounded, and every broker is stopped (SIGTERM, then SIGKILL) when its
+test (or module) ends, pass or fail, with the tail of its log printed, so a failing test shows what it said.
 
-Helpers are handed out as fixtures (`kafka`, `clients`, `broker_factory`, ...) rather than imported, so
-test files never import `conftest`. Every client helper is bounded by `CLIENT_TIMEOUT_S`.
+Waits are `tierlog.testing.local_cluster.wait_until`: one bounded poll whose failure names what it waited for.
+
+Tests that start brokers are marked `cluster` by `pytest_collection_modifyitems` (those that start them some
+other way carry the marker themselves, and an unmarked test that starts a BrokerProcess fails), tests of a
+Spark session `spark`, the simulator's `sim`; `make test-fast` runs the rest (pyproject.toml registers them).
+
+Fixtures are handed out rather than imported, so test files never import `conftest`; what tests import is in
+the helper modules next to it (cluster_helpers, tiered_helpers, storage_helpers). Every client helper is bounded
+by `CLIENT_TIMEOUT_S`.
 """
 
 from __future__ import annotations
@@ -25,14 +35,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cluster_helpers import BrokerFactory, ClusterFactory
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tierlog.cli.produce import produce_bounded
-from tierlog.testing.local_cluster import BrokerProcess, wait_until
+from tierlog.testing.local_cluster import BrokerProcess, LocalCluster, wait_until
+from tierlog.testing.local_s3 import LocalS3Server
 
-# How long a broker may take to answer its first ApiVersions, and to shut down.
+# How long a broker may take to answer its first ApiVersions, a cluster to have every broker registered, and
+# a broker to shut down.
 BROKER_READY_TIMEOUT_S = 30.0
+CLUSTER_START_TIMEOUT_S = 60.0
 BROKER_STOP_TIMEOUT_S = 15.0
 # Client-side bound for one admin call, one produce-and-flush, one consume-all.
 CLIENT_TIMEOUT_S = 30.0
@@ -48,7 +62,9 @@ def _dotted(key: str) -> str:
     return key.replace("_", ".")
 
 
-BrokerFactory = Callable[..., BrokerProcess]
+def _test_settings(overrides: Mapping[str, str] | None, settings: Mapping[str, object]) -> dict[str, str]:
+    return {**DEFAULT_TEST_OVERRIDES, **(overrides or {}), **{_dotted(k): str(v) for k, v in settings.items()}}
+
 
 # Every broker any fixture started and has not stopped yet: the last resort, should pytest exit without
 # running fixture teardown (pytest-timeout's thread method, an internal error), is to kill them at exit.
@@ -62,42 +78,105 @@ def _kill_leftover_brokers() -> None:
             broker.kill(signal.SIGKILL)
 
 
-class _BrokerPool:
-    """Starts brokers on demand and guarantees they are gone afterwards."""
+class LocalBrokers:
+    """The one place tests get broker processes from: `broker(...)` starts a single broker, `cluster(...)` a
+    LocalCluster (node 1 broker and controller), each with `DEFAULT_TEST_OVERRIDES` plus the test's settings,
+    under `base_dir`. Whatever it returns is started and ready; `close` stops all of it (SIGKILL after
+    `BROKER_STOP_TIMEOUT_S`) and prints the tail of every broker's log."""
 
     def __init__(self, base_dir: Path) -> None:
         self.base_dir = base_dir
         self.brokers: list[BrokerProcess] = []
+        self.clusters: list[LocalCluster] = []
 
-    def start(self, overrides: Mapping[str, str] | None = None, **settings: object) -> BrokerProcess:
-        merged = dict(DEFAULT_TEST_OVERRIDES)
-        merged.update(overrides or {})
-        merged.update({_dotted(k): str(v) for k, v in settings.items()})
-        broker = BrokerProcess(self.base_dir / f"broker-{len(self.brokers) + 1}" / "data", overrides=merged)
+    def broker(self, overrides: Mapping[str, str] | None = None, **settings: object) -> BrokerProcess:
+        """A ready broker; `settings` are Kafka settings with underscores (`log_retention_ms=100`)."""
+        broker = BrokerProcess(
+            self.base_dir / f"broker-{len(self.brokers) + 1}" / "data", overrides=_test_settings(overrides, settings)
+        )
         self.brokers.append(broker)
         _LIVE_BROKERS.add(broker)
         broker.start()
         broker.wait_ready(BROKER_READY_TIMEOUT_S)
         return broker
 
+    def cluster(self, overrides: Mapping[str, str] | None = None, brokers: int = 3, **settings: object) -> LocalCluster:
+        """`brokers` started brokers, each registered and listed in every one's Metadata."""
+        cluster = LocalCluster(
+            self.base_dir / f"cluster-{len(self.clusters) + 1}",
+            brokers=brokers,
+            overrides=_test_settings(overrides, settings),
+        )
+        self.clusters.append(cluster)
+        _LIVE_BROKERS.update(cluster.broker(node_id) for node_id in cluster.node_ids)
+        cluster.start(CLUSTER_START_TIMEOUT_S)
+        return cluster
+
     def close(self) -> None:
+        for cluster in self.clusters:
+            try:
+                cluster.stop(BROKER_STOP_TIMEOUT_S)
+            finally:
+                self._done_with([cluster.broker(node_id) for node_id in cluster.node_ids])
         for broker in self.brokers:
             try:
                 broker.stop(BROKER_STOP_TIMEOUT_S)
-                _LIVE_BROKERS.discard(broker)
             finally:
-                print(f"\n---- last lines of {broker.log_file} ----\n{broker.log_tail(60)}")
+                self._done_with([broker])
+
+    @staticmethod
+    def _done_with(brokers: list[BrokerProcess]) -> None:
+        """Forget the brokers that are gone (one still running is left to the exit hook) and print their logs."""
+        for broker in brokers:
+            if not broker.running:
+                _LIVE_BROKERS.discard(broker)
+            print(f"\n---- last lines of {broker.log_file} ----\n{broker.log_tail(60)}")
 
 
 @pytest.fixture
-def broker_factory(tmp_path: Path) -> Iterator[BrokerFactory]:
+def local_brokers(tmp_path: Path) -> Iterator[LocalBrokers]:
+    """The brokers and clusters of one test, stopped when it ends, pass or fail."""
+    brokers = LocalBrokers(tmp_path)
+    try:
+        yield brokers
+    finally:
+        brokers.close()
+
+
+@pytest.fixture(scope="module")
+def module_local_brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBrokers]:
+    """As `local_brokers`, but they live until the module's last test is done."""
+    brokers = LocalBrokers(tmp_path_factory.mktemp("module-brokers"))
+    try:
+        yield brokers
+    finally:
+        brokers.close()
+
+
+@pytest.fixture
+def broker_factory(local_brokers: LocalBrokers) -> BrokerFactory:
     """`broker_factory(log_retention_check_interval_ms=200)` or `broker_factory({"log.retention.ms": "1"})`:
     a fresh, ready broker with `DEFAULT_TEST_OVERRIDES` plus the given settings, stopped when the test ends."""
-    pool = _BrokerPool(tmp_path)
-    try:
-        yield pool.start
-    finally:
-        pool.close()
+    return local_brokers.broker
+
+
+@pytest.fixture
+def cluster_factory(local_brokers: LocalBrokers) -> ClusterFactory:
+    """`cluster_factory({"min.insync.replicas": "2"}, brokers=3)`: a started LocalCluster with
+    `DEFAULT_TEST_OVERRIDES` plus the given settings, stopped when the test ends."""
+    return local_brokers.cluster
+
+
+@pytest.fixture(scope="module")
+def module_broker_factory(module_local_brokers: LocalBrokers) -> BrokerFactory:
+    """As `broker_factory`, but the brokers live until the module's last test is done."""
+    return module_local_brokers.broker
+
+
+@pytest.fixture(scope="module")
+def module_cluster_factory(module_local_brokers: LocalBrokers) -> ClusterFactory:
+    """As `cluster_factory`, but the clusters live until the module's last test is done."""
+    return module_local_brokers.cluster
 
 
 @pytest.fixture
@@ -107,26 +186,74 @@ def broker(broker_factory: BrokerFactory) -> BrokerProcess:
 
 
 @pytest.fixture(scope="module")
-def module_broker_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerFactory]:
-    """As `broker_factory`, but the brokers live until the module's last test is done."""
-    pool = _BrokerPool(tmp_path_factory.mktemp("module-brokers"))
-    try:
-        yield pool.start
-    finally:
-        pool.close()
-
-
-@pytest.fixture(scope="module")
 def shared_broker(module_broker_factory: BrokerFactory) -> BrokerProcess:
     """One broker for a module of tests that each work on topics of their own: far cheaper than a broker
     per test. Tests that restart, kill or damage a broker use `broker` instead."""
     return module_broker_factory()
 
 
-@pytest.fixture
-def poll_until() -> Callable[[Callable[[], bool], float, str], None]:
-    """`poll_until(condition, timeout_s, what)`: the bounded wait tests use instead of a sleep."""
-    return wait_until
+# --- a real S3 server -----------------------------------------------------------------------------------
+
+S3_TEST_BUCKET = "tierlog-test"
+S3_START_TIMEOUT_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalS3Server]:
+    """A started LocalS3Server (SeaweedFS `weed mini`) on 127.0.0.1 with the bucket `s3_bucket`, stopped (and its
+    process group gone) when the module's last test is done, pass or fail; the tail of its log is printed then.
+    Tests share it, so each works under a prefix of its own (`s3_server.rsm_properties(s3_bucket, prefix=...)`),
+    and a test that kills or stops it restarts it before it ends (in a `finally`)."""
+    server = LocalS3Server(tmp_path_factory.mktemp("s3"))
+    try:
+        server.start(timeout_s=S3_START_TIMEOUT_S)
+        server.create_bucket(S3_TEST_BUCKET)
+        yield server
+    finally:
+        try:
+            server.stop()
+        finally:
+            print(f"\n---- last lines of {server.log_file} ----\n{server.log_tail(40)}")
+
+
+@pytest.fixture(scope="module")
+def s3_bucket(s3_server: LocalS3Server) -> str:
+    """The name of the bucket `s3_server` was started with."""
+    return S3_TEST_BUCKET
+
+
+# --- markers: which tier a test belongs to (pyproject.toml registers them) ------------------------------
+
+# A test that asks for one of these (directly or through another fixture) starts broker processes.
+_BROKER_FIXTURES = frozenset({"local_brokers", "module_local_brokers", "cli_cluster"})
+_SIM_TESTS = Path(__file__).parent / "sim"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """`cluster` for every test that gets brokers from the fixtures, `spark` for every test of a Spark session,
+    `sim` for every test in tests/sim; tests that start brokers or Spark some other way carry the marker
+    themselves."""
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if fixtures & _BROKER_FIXTURES:
+            item.add_marker(pytest.mark.cluster)
+        if "spark" in fixtures:
+            item.add_marker(pytest.mark.spark)
+        if item.path.is_relative_to(_SIM_TESTS):
+            item.add_marker(pytest.mark.sim)
+
+
+@pytest.fixture(autouse=True)
+def _brokers_only_in_cluster_tests(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test without the `cluster` marker cannot start a BrokerProcess, so the fast tier stays fast: whatever
+    starts brokers in this process is marked, by `pytest_collection_modifyitems` or by hand."""
+    if request.node.get_closest_marker("cluster") is not None:
+        return
+
+    def refuse(broker: BrokerProcess) -> None:
+        raise AssertionError(f"{request.node.nodeid} starts broker {broker.node_id} but is not marked `cluster`")
+
+    monkeypatch.setattr(BrokerProcess, "start", refuse)
 
 
 # --- records --------------------------------------------------------------------------------------------
@@ -184,6 +311,15 @@ def storage() -> Callable[[BrokerProcess, str, int], set[str]]:
     return stored_codecs
 
 
+def _fields(record: Spec) -> dict[str, Any]:
+    """librdkafka's produce() arguments for a record Spec."""
+    fields: dict[str, Any] = {"value": record.get("value"), "key": record.get("key")}
+    fields.update(
+        {name: record[name] for name in ("headers", "timestamp", "partition") if record.get(name) is not None}
+    )
+    return fields
+
+
 # --- confluent-kafka helpers ------------------------------------------------------------------------------
 
 
@@ -203,6 +339,14 @@ class Kafka:
 
     def admin(self, bootstrap: str) -> AdminClient:
         return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(self.timeout_s * 1000)})
+
+    def new_topic(
+        self, bootstrap: str, partitions: int = 1, config: Mapping[str, str] | None = None, *, hint: str = ""
+    ) -> str:
+        """A topic of this test's own (`topic_name(hint)`), created as `create_topic` creates it; its name."""
+        name = self.topic_name(hint)
+        self.create_topic(bootstrap, name, partitions, config)
+        return name
 
     def create_topic(
         self, bootstrap: str, name: str, partitions: int = 1, config: Mapping[str, str] | None = None
@@ -266,15 +410,23 @@ class Kafka:
             return report
 
         for index, record in enumerate(records):
-            kwargs: dict[str, Any] = {"value": record.get("value"), "key": record.get("key")}
-            for field in ("headers", "timestamp", "partition"):
-                if record.get(field) is not None:
-                    kwargs[field] = record[field]
-            produce_bounded(producer, self.timeout_s, topic=topic, on_delivery=on_delivery(index), **kwargs)
+            produce_bounded(producer, self.timeout_s, topic=topic, on_delivery=on_delivery(index), **_fields(record))
         remaining = producer.flush(self.timeout_s)
         assert remaining == 0, f"{remaining} records still undelivered after {self.timeout_s}s"
         assert not errors, f"delivery failed: {errors[:5]}"
         return [a for a in acked if a is not None]
+
+    def delivery_errors(
+        self, bootstrap: str, topic: str, records: Sequence[Spec], **config: object
+    ) -> list[str | None]:
+        """Produce each of `records` in a batch of its own (a refused batch fails every record in it); return each
+        one's delivery error name, None for a delivered record. For tests of what the broker refuses."""
+        producer = self.producer(bootstrap, linger_ms=0, **config)
+        errors: list[str | None] = []
+        for record in records:
+            producer.produce(topic, on_delivery=lambda err, _msg: errors.append(err and err.name()), **_fields(record))
+            assert producer.flush(self.timeout_s) == 0, f"a record still undelivered after {self.timeout_s}s"
+        return errors
 
     def consumer(self, bootstrap: str, **config: object) -> Consumer:
         """A consumer that never joins a group: librdkafka requires a group.id, but we only assign()."""
@@ -400,6 +552,17 @@ class ConfluentAdapter(ClientAdapter):
         return records[:count]
 
 
+def _assign_only(timeout_s: float) -> dict[str, Any]:
+    """kafka-python's and aiokafka's consumer settings (they share them) for a consumer that assigns and seeks:
+    no group, no commits, and an error rather than a reset when an offset is out of range."""
+    return {
+        "group_id": None,
+        "enable_auto_commit": False,
+        "auto_offset_reset": "none",
+        "request_timeout_ms": int(timeout_s * 1000),
+    }
+
+
 def _python_client_rec(m: Any) -> Rec:
     """A Rec from a kafka-python or aiokafka ConsumerRecord (the same fields; timestamp_type 0 is CreateTime)."""
     return Rec(
@@ -452,13 +615,7 @@ class KafkaPythonAdapter(ClientAdapter):
         from kafka import KafkaConsumer
         from kafka import TopicPartition as KTopicPartition
 
-        consumer = KafkaConsumer(
-            bootstrap_servers=bootstrap,
-            group_id=None,
-            enable_auto_commit=False,
-            auto_offset_reset="none",
-            request_timeout_ms=int(self.timeout_s * 1000),
-        )
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap, **_assign_only(self.timeout_s))
         try:
             tp = KTopicPartition(topic, partition)
             consumer.assign([tp])
@@ -514,13 +671,7 @@ class AiokafkaAdapter(ClientAdapter):
         from aiokafka import TopicPartition as ATopicPartition
 
         async def run() -> list[Rec]:
-            consumer = AIOKafkaConsumer(
-                bootstrap_servers=bootstrap,
-                group_id=None,
-                enable_auto_commit=False,
-                auto_offset_reset="none",
-                request_timeout_ms=int(self.timeout_s * 1000),
-            )
+            consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **_assign_only(self.timeout_s))
             await consumer.start()
             try:
                 tp = ATopicPartition(topic, partition)

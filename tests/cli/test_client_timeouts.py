@@ -76,6 +76,8 @@ def unreachable() -> Iterator[list[str]]:
         generator.close()
 
 
+# Each case waits out its whole --timeout: about half a minute for all of them.
+@pytest.mark.slow
 @pytest.mark.parametrize("command", COMMANDS, ids=IDS)
 def test_timeout_bounds_the_call_whatever_the_bootstrap_servers(
     command: list[str], unreachable: list[str], start_up_s: float

@@ -1,7 +1,8 @@
 """Three real broker processes: LocalCluster, `tierlog cluster up|status|down` and `tierlog trace`.
 
-Every broker any test starts is stopped when the test ends, pass or fail: LocalCluster is a context
-manager, and the `cli_cluster` fixture SIGKILLs whatever `cluster up` recorded and is still alive."""
+Every broker any test starts is stopped when the test ends, pass or fail: conftest's `cluster_factory` stops
+its clusters, a cluster that cannot start stops itself, and the `cli_cluster` fixture SIGKILLs whatever
+`cluster up` recorded and is still alive."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_helpers import CLUSTER_START_S, OVERRIDES, CliCluster, log_tails
+from cli_helpers import CLUSTER_START_S, OVERRIDES, CliCluster
 from click.testing import CliRunner
+from cluster_helpers import ClusterFactory
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tierlog.cli.cluster import (
@@ -29,6 +31,8 @@ from tierlog.cli.cluster import (
 from tierlog.cli.main import cli
 from tierlog.client.probes import api_versions_answered
 from tierlog.testing.local_cluster import BrokerStartError, LocalCluster, wait_until
+
+pytestmark = pytest.mark.cluster
 
 CLIENT_TIMEOUT_S = 30.0
 CONVERGE_S = 30.0
@@ -61,34 +65,30 @@ def replicated(addresses: dict[int, str], topic: str, offset_end: int) -> dict[s
 # --- LocalCluster -----------------------------------------------------------------------------------------
 
 
-def test_local_cluster_starts_loses_and_gets_back_a_broker(tmp_path: Path) -> None:
-    cluster = LocalCluster(tmp_path, brokers=3, overrides=OVERRIDES)
-    try:
-        cluster.start(CLUSTER_START_S)
-        assert cluster.metadata_views() == {1: {1, 2, 3}, 2: {1, 2, 3}, 3: {1, 2, 3}}
-        http = {node_id: cluster.http_address(node_id) for node_id in cluster.node_ids}
-        assert all(report.up for report in reports(http)), reports(http)
+def test_local_cluster_starts_loses_and_gets_back_a_broker(cluster_factory: ClusterFactory) -> None:
+    cluster = cluster_factory(OVERRIDES, brokers=3)
+    assert cluster.metadata_views() == {1: {1, 2, 3}, 2: {1, 2, 3}, 3: {1, 2, 3}}
+    http = {node_id: cluster.http_address(node_id) for node_id in cluster.node_ids}
+    assert all(report.up for report in reports(http)), reports(http)
 
-        # A crash: the controller fences broker 3 once its session times out, and Metadata drops it.
-        cluster.kill(3)
-        assert not cluster.broker(3).running
-        cluster.wait_for_brokers(2, timeout_s=30)
-        assert cluster.metadata_views() == {1: {1, 2}, 2: {1, 2}}
+    # A crash: the controller fences broker 3 once its session times out, and Metadata drops it.
+    cluster.kill(3)
+    assert not cluster.broker(3).running
+    cluster.wait_for_brokers(2, timeout_s=30)
+    assert cluster.metadata_views() == {1: {1, 2}, 2: {1, 2}}
 
-        first_pid = cluster.broker(3).pid
-        cluster.restart(3, timeout_s=60)
-        assert cluster.broker(3).pid != first_pid
-        cluster.wait_for_brokers(3, timeout_s=30)
+    first_pid = cluster.broker(3).pid
+    cluster.restart(3, timeout_s=60)
+    assert cluster.broker(3).pid != first_pid
+    cluster.wait_for_brokers(3, timeout_s=30)
 
-        # A paused broker keeps its sockets but answers nothing; the others keep serving.
-        cluster.pause(2)
-        assert not api_versions_answered("127.0.0.1", cluster.broker(2).port, timeout_s=0.5)
-        assert set(cluster.metadata_views()) == {1, 3}
-        cluster.resume(2)
-        assert api_versions_answered("127.0.0.1", cluster.broker(2).port, timeout_s=5)
-    finally:
-        cluster.stop()
-        log_tails([cluster.broker(n).log_file for n in cluster.node_ids])
+    # A paused broker keeps its sockets but answers nothing; the others keep serving.
+    cluster.pause(2)
+    assert not api_versions_answered("127.0.0.1", cluster.broker(2).port, timeout_s=0.5)
+    assert set(cluster.metadata_views()) == {1, 3}
+    cluster.resume(2)
+    assert api_versions_answered("127.0.0.1", cluster.broker(2).port, timeout_s=5)
+    cluster.stop()
     assert not any(cluster.broker(n).running for n in cluster.node_ids)
 
 
@@ -190,33 +190,30 @@ def test_cluster_up_status_down(cli_cluster: CliCluster, kafka: Any) -> None:
 # --- tierlog trace ----------------------------------------------------------------------------------------
 
 
-def test_trace_shows_one_record_replicating_as_in_seed_000(tmp_path: Path, kafka: Any) -> None:
-    with LocalCluster(tmp_path, brokers=3, overrides=OVERRIDES) as cluster:
-        try:
-            http = {node_id: cluster.http_address(node_id) for node_id in cluster.node_ids}
-            create_topic(cluster.bootstrap, "seed-000")
-            assert kafka.produce(cluster.bootstrap, "seed-000", [{"value": b"one message"}]) == [(0, 0)]  # acks=all
-            # acks=all returns once the leader's HW passed the record; the followers learn the new HW on
-            # their next fetch.
-            state = wait_until(lambda: replicated(http, "seed-000", 1), CONVERGE_S, "HW 1 on every replica")
-            leader = state["leader"]
-            followers = [n for n in cluster.node_ids if n != leader]
+def test_trace_shows_one_record_replicating_as_in_seed_000(cluster_factory: ClusterFactory, kafka: Any) -> None:
+    cluster = cluster_factory(OVERRIDES, brokers=3)
+    http = {node_id: cluster.http_address(node_id) for node_id in cluster.node_ids}
+    create_topic(cluster.bootstrap, "seed-000")
+    assert kafka.produce(cluster.bootstrap, "seed-000", [{"value": b"one message"}]) == [(0, 0)]  # acks=all
+    # acks=all returns once the leader's HW passed the record; the followers learn the new HW on
+    # their next fetch.
+    state = wait_until(lambda: replicated(http, "seed-000", 1), CONVERGE_S, "HW 1 on every replica")
+    leader = state["leader"]
+    followers = [n for n in cluster.node_ids if n != leader]
 
-            addresses = [arg for address in http.values() for arg in ("--http", address)]
-            result = CliRunner().invoke(cli, ["trace", "seed-000", "0", *addresses, "--no-follow", "--timeout", "10"])
-            assert result.exit_code == 0, result.output
-            rows = [re.split(r" {2,}", line.strip()) for line in result.stdout.splitlines()]
-            assert rows[0] == ["time", "broker", "attribute", "phase", "old", "new", "why"]
-            changes = [(int(row[1]), row[2], row[4], row[5]) for row in rows[1:]]
+    addresses = [arg for address in http.values() for arg in ("--http", address)]
+    result = CliRunner().invoke(cli, ["trace", "seed-000", "0", *addresses, "--no-follow", "--timeout", "10"])
+    assert result.exit_code == 0, result.output
+    rows = [re.split(r" {2,}", line.strip()) for line in result.stdout.splitlines()]
+    assert rows[0] == ["time", "broker", "attribute", "phase", "old", "new", "why"]
+    changes = [(int(row[1]), row[2], row[4], row[5]) for row in rows[1:]]
 
-            assert (leader, "Leader LEO", "0", "1") in changes, result.stdout
-            assert (leader, "Leader HW", "0", "1") in changes, result.stdout
-            assert changes.index((leader, "Leader LEO", "0", "1")) < changes.index((leader, "Leader HW", "0", "1"))
-            for follower in followers:
-                assert (leader, f"Remote LEO (broker {follower})", "0", "1") in changes, result.stdout
-                assert (follower, "Follower LEO", "0", "1") in changes, result.stdout
-                assert (follower, "Follower HW", "0", "1") in changes, result.stdout
-            times = [row[0] for row in rows[1:]]
-            assert times == sorted(times)
-        finally:
-            log_tails([cluster.broker(n).log_file for n in cluster.node_ids])
+    assert (leader, "Leader LEO", "0", "1") in changes, result.stdout
+    assert (leader, "Leader HW", "0", "1") in changes, result.stdout
+    assert changes.index((leader, "Leader LEO", "0", "1")) < changes.index((leader, "Leader HW", "0", "1"))
+    for follower in followers:
+        assert (leader, f"Remote LEO (broker {follower})", "0", "1") in changes, result.stdout
+        assert (follower, "Follower LEO", "0", "1") in changes, result.stdout
+        assert (follower, "Follower HW", "0", "1") in changes, result.stdout
+    times = [row[0] for row in rows[1:]]
+    assert times == sorted(times)

@@ -9,9 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from tierlog.cli.main import cli
+
+pytestmark = pytest.mark.cluster
 
 # partition, leader, in S3 (Rx..Ry), on disk (Lx..Lz), HW, objects, S3 bytes, disk bytes
 TIER_ROW = re.compile(

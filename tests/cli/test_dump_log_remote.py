@@ -10,14 +10,14 @@ from pathlib import Path
 
 from cli_helpers import tierlog
 
-from tierlog.testing.local_cluster import BrokerProcess
+from tierlog.testing.local_cluster import BrokerProcess, wait_until
 
 TIERING_S = 60.0
 RECORDS = 400  # of about 110 bytes: three 16 KiB segments, two of them closed and copied
 
 
 def test_dumps_a_tiered_topics_objects_by_their_remote_names(
-    broker_factory: Callable[..., BrokerProcess], tmp_path: Path, poll_until: Callable[..., None]
+    broker_factory: Callable[..., BrokerProcess], tmp_path: Path
 ) -> None:
     remote = tmp_path / "remote"
     broker = broker_factory(
@@ -42,7 +42,7 @@ def test_dumps_a_tiered_topics_objects_by_their_remote_names(
     produced = tierlog("produce", "tiered", *settings, "-b", broker.bootstrap, stdin=lines)
     assert produced.code == 0, produced.stderr
 
-    poll_until(lambda: len(list(remote.rglob("*.log"))) >= 2, TIERING_S, "two segments copied to the remote tier")
+    wait_until(lambda: len(list(remote.rglob("*.log"))) >= 2, TIERING_S, "two segments copied to the remote tier")
     second = sorted(remote.rglob("*.log"))[1]
     assert re.fullmatch(r"\d{20}-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.log", second.name)
     base_offset = int(second.name[:20])

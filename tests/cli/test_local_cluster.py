@@ -13,6 +13,7 @@ from tierlog.client.probes import api_versions_answered
 from tierlog.testing.local_cluster import BrokerProcess, BrokerStartError, LocalCluster, free_ports
 
 
+@pytest.mark.cluster
 def test_broker_process_lifecycle(tmp_path: Path) -> None:
     with BrokerProcess(tmp_path / "broker-1") as broker:
         assert broker.running
@@ -39,12 +40,14 @@ def test_broker_process_lifecycle(tmp_path: Path) -> None:
     assert (tmp_path / "broker-1.log").exists()
 
 
+@pytest.mark.cluster
 def test_stop_of_a_paused_broker_is_still_a_clean_shutdown(tmp_path: Path) -> None:
     with BrokerProcess(tmp_path / "broker-1") as broker:
         broker.pause()
         assert broker.stop() == 0
 
 
+@pytest.mark.cluster
 def test_a_broker_that_cannot_start_fails_fast_with_its_log(tmp_path: Path) -> None:
     broker = BrokerProcess(tmp_path / "broker-1", overrides={"num.partitions": "many"})
     broker.start()

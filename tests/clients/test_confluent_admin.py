@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,10 +17,9 @@ from confluent_kafka.admin import (
     OffsetSpec,
 )
 
-from tierlog.testing.local_cluster import BrokerProcess
+from tierlog.testing.local_cluster import BrokerProcess, wait_until
 
 BASE_TS = 1_700_000_000_000
-PollUntil = Callable[[Callable[[], bool], float, str], None]
 
 
 def _error_name(exc: BaseException) -> str:
@@ -36,8 +34,7 @@ def _topic_configs(admin: Any, topic: str, timeout: float) -> dict[str, Any]:
 
 def test_create_topic_then_describe_shows_its_partitions_and_id(shared_broker: BrokerProcess, kafka: Any) -> None:
     admin = kafka.admin(shared_broker.bootstrap)
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic, partitions=3)
+    topic = kafka.new_topic(shared_broker.bootstrap, partitions=3)
     description = admin.describe_topics(TopicCollection([topic]), request_timeout=kafka.timeout_s)[topic].result(
         kafka.timeout_s
     )
@@ -65,8 +62,7 @@ def test_list_topics_without_a_topic_lists_every_topic(shared_broker: BrokerProc
 
 def test_create_existing_topic_fails_with_topic_already_exists(shared_broker: BrokerProcess, kafka: Any) -> None:
     admin = kafka.admin(shared_broker.bootstrap)
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic)
+    topic = kafka.new_topic(shared_broker.bootstrap)
     future = admin.create_topics([NewTopic(topic, 2, 1)], request_timeout=kafka.timeout_s)[topic]
     with pytest.raises(KafkaException) as raised:
         future.result(kafka.timeout_s)
@@ -106,8 +102,7 @@ def test_describe_configs_shows_overrides_broker_settings_and_defaults(
     shared_broker: BrokerProcess, kafka: Any
 ) -> None:
     admin = kafka.admin(shared_broker.bootstrap)
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic, config={"retention.ms": "3600000"})
+    topic = kafka.new_topic(shared_broker.bootstrap, config={"retention.ms": "3600000"})
     configs = _topic_configs(admin, topic, kafka.timeout_s)
     assert configs["retention.ms"].value == "3600000"
     assert configs["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
@@ -129,8 +124,7 @@ def test_describe_configs_of_an_unknown_topic_fails(shared_broker: BrokerProcess
 
 def test_incremental_alter_configs_sets_and_deletes_topic_overrides(shared_broker: BrokerProcess, kafka: Any) -> None:
     admin = kafka.admin(shared_broker.bootstrap)
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic, config={"retention.ms": "3600000"})
+    topic = kafka.new_topic(shared_broker.bootstrap, config={"retention.ms": "3600000"})
 
     def alter(*entries: ConfigEntry) -> None:
         resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=list(entries))
@@ -160,8 +154,7 @@ def test_incremental_alter_configs_sets_and_deletes_topic_overrides(shared_broke
 @pytest.mark.filterwarnings("ignore:alter_configs has been deprecated:DeprecationWarning")
 def test_alter_configs_replaces_every_topic_override(shared_broker: BrokerProcess, kafka: Any) -> None:
     admin = kafka.admin(shared_broker.bootstrap)
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic, config={"retention.ms": "3600000"})
+    topic = kafka.new_topic(shared_broker.bootstrap, config={"retention.ms": "3600000"})
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic, set_config={"max.message.bytes": "20000"})
     admin.alter_configs([resource])[resource].result(kafka.timeout_s)
     configs = _topic_configs(admin, topic, kafka.timeout_s)
@@ -171,17 +164,12 @@ def test_alter_configs_replaces_every_topic_override(shared_broker: BrokerProces
 
 def test_altered_max_message_bytes_takes_effect_on_produce(shared_broker: BrokerProcess, kafka: Any) -> None:
     admin = kafka.admin(shared_broker.bootstrap)
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic)
+    topic = kafka.new_topic(shared_broker.bootstrap)
     kafka.produce(shared_broker.bootstrap, topic, [{"value": b"x" * 50_000}])
     entry = ConfigEntry("max.message.bytes", "10000", incremental_operation=AlterConfigOpType.SET)
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
     admin.incremental_alter_configs([resource])[resource].result(kafka.timeout_s)
-    producer = kafka.producer(shared_broker.bootstrap, linger_ms=0)
-    errors: list[Any] = []
-    producer.produce(topic, value=b"x" * 50_000, on_delivery=lambda err, _msg: errors.append(err))
-    assert producer.flush(kafka.timeout_s) == 0
-    assert len(errors) == 1 and errors[0] is not None and errors[0].name() == "MSG_SIZE_TOO_LARGE"
+    assert kafka.delivery_errors(shared_broker.bootstrap, topic, [{"value": b"x" * 50_000}]) == ["MSG_SIZE_TOO_LARGE"]
     assert kafka.watermarks(shared_broker.bootstrap, topic) == (0, 1)
 
 
@@ -189,8 +177,7 @@ def test_create_partitions_grows_the_topic_and_new_partitions_take_records(
     shared_broker: BrokerProcess, kafka: Any
 ) -> None:
     admin = kafka.admin(shared_broker.bootstrap)
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic)
+    topic = kafka.new_topic(shared_broker.bootstrap)
     admin.create_partitions([NewPartitions(topic, 4)])[topic].result(kafka.timeout_s)
     assert sorted(admin.list_topics(topic=topic, timeout=kafka.timeout_s).topics[topic].partitions) == [0, 1, 2, 3]
     kafka.produce(shared_broker.bootstrap, topic, [{"value": b"p3", "partition": 3}])
@@ -200,16 +187,15 @@ def test_create_partitions_grows_the_topic_and_new_partitions_take_records(
     assert _error_name(raised.value) == "INVALID_PARTITIONS"
 
 
-def test_delete_topic_removes_it_and_its_data(shared_broker: BrokerProcess, kafka: Any, poll_until: PollUntil) -> None:
+def test_delete_topic_removes_it_and_its_data(shared_broker: BrokerProcess, kafka: Any) -> None:
     admin = kafka.admin(shared_broker.bootstrap)
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic)
+    topic = kafka.new_topic(shared_broker.bootstrap)
     kafka.produce(shared_broker.bootstrap, topic, [{"value": b"old"}] * 10)
     partition_dir = shared_broker.log_dir / f"{topic}-0"
     assert partition_dir.is_dir()
     admin.delete_topics([topic])[topic].result(kafka.timeout_s)
     assert not kafka.topic_exists(shared_broker.bootstrap, topic)
-    poll_until(lambda: not partition_dir.exists(), 10, f"{partition_dir} to go")
+    wait_until(lambda: not partition_dir.exists(), 10, f"{partition_dir} to go")
     # A topic created again under the same name starts empty.
     kafka.create_topic(shared_broker.bootstrap, topic)
     assert kafka.watermarks(shared_broker.bootstrap, topic) == (0, 0)
@@ -220,8 +206,7 @@ def test_delete_topic_removes_it_and_its_data(shared_broker: BrokerProcess, kafk
 
 def test_delete_records_moves_the_log_start_offset(shared_broker: BrokerProcess, kafka: Any) -> None:
     admin = kafka.admin(shared_broker.bootstrap)
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic)
+    topic = kafka.new_topic(shared_broker.bootstrap)
     kafka.produce(shared_broker.bootstrap, topic, [{"value": b"v%d" % i} for i in range(100)])
 
     [result] = admin.delete_records([TopicPartition(topic, 0, 40)]).values()
@@ -261,8 +246,7 @@ def test_authorized_operations_are_every_operation_of_the_resource_without_an_au
     shared_broker: BrokerProcess, kafka: Any
 ) -> None:
     admin = kafka.admin(shared_broker.bootstrap)
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic)
+    topic = kafka.new_topic(shared_broker.bootstrap)
     timeout = {"request_timeout": kafka.timeout_s}
     cluster = admin.describe_cluster(include_authorized_operations=True, **timeout).result(kafka.timeout_s)
     assert set(cluster.authorized_operations) == {
@@ -301,8 +285,7 @@ def test_authorized_operations_are_every_operation_of_the_resource_without_an_au
 
 def test_list_offsets_earliest_latest_by_timestamp_and_max_timestamp(shared_broker: BrokerProcess, kafka: Any) -> None:
     admin = kafka.admin(shared_broker.bootstrap)
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic)
+    topic = kafka.new_topic(shared_broker.bootstrap)
     timestamps = [10, 20, 30, 90, 40, 50]  # the largest timestamp is at offset 3
     kafka.produce(
         shared_broker.bootstrap,

@@ -1,4 +1,5 @@
-"""confluent-kafka (librdkafka) against a real broker: what goes in comes back out, byte for byte.
+"""confluent-kafka (librdkafka) against a real broker: codecs on disk, partitions, offsets, sizes, acks and timestamps
+(its produce/consume round trip is in test_round_trip.py).
 
 Consumers never join a group: they assign() partitions and never commit.
 """
@@ -13,56 +14,10 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_END, TIMESTAMP_LOG_APPEND_TIME, TopicPartition
 
-from tierlog.testing.local_cluster import BrokerProcess
+from tierlog.testing.local_cluster import BrokerProcess, wait_until
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 BASE_TS = 1_700_000_000_000
-
-
-def varied_records(count: int, seed: int = 7) -> list[dict[str, Any]]:
-    """Binary keys and values of many sizes, null keys, null values (tombstones), empty-but-present keys
-    and values, duplicate and null-valued headers, and CreateTimes that are not in offset order."""
-    rng = random.Random(seed)
-    records = []
-    for i in range(count):
-        key: bytes | None = rng.randbytes(rng.randrange(1, 40))
-        value: bytes | None = rng.randbytes(rng.choice([0, 1, 10, 100, 1000, 5000]))
-        if i % 7 == 0:
-            key = None
-        if i % 11 == 0:
-            value = None
-        if i % 13 == 0:
-            key = b""
-        headers: list[tuple[str, bytes | None]] = []
-        if i % 3 == 0:
-            headers = [("trace-id", b"%08d" % i), ("dup", b"one"), ("dup", b"two"), ("bin", rng.randbytes(8))]
-        if i % 5 == 0:
-            headers.append(("null-valued", None))
-        if i % 17 == 0:
-            headers.append(("empty", b""))
-        records.append(
-            {"key": key, "value": value, "headers": headers, "timestamp": BASE_TS + i * 1000 - (i % 4) * 1500}
-        )
-    return records
-
-
-@pytest.mark.parametrize("codec", CODECS)
-def test_records_round_trip_with_keys_values_headers_and_timestamps(
-    shared_broker: BrokerProcess, kafka: Any, codec: str
-) -> None:
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic)
-    sent = varied_records(600)
-    acked = kafka.produce(shared_broker.bootstrap, topic, sent, compression_type=codec, linger_ms=20)
-    assert acked == [(0, i) for i in range(len(sent))]
-
-    got = kafka.consume_all(shared_broker.bootstrap, topic)
-    assert [r.offset for r in got] == list(range(len(sent)))
-    for record, spec in zip(got, sent, strict=True):
-        assert record.key == spec["key"], f"key of offset {record.offset}"
-        assert record.value == spec["value"], f"value of offset {record.offset}"
-        assert list(record.headers) == spec["headers"], f"headers of offset {record.offset}"
-        assert (record.create_time, record.timestamp) == (True, spec["timestamp"]), f"timestamp of {record.offset}"
 
 
 @pytest.mark.parametrize("codec", CODECS)
@@ -72,8 +27,7 @@ def test_batches_are_stored_with_the_codec_the_producer_was_configured_with(
     # librdkafka silently falls back to uncompressed batches when the broker's ApiVersions make it believe
     # the codec is unsupported (lz4 needs FindCoordinator v0 advertised, zstd Produce v7 and Fetch v10).
     # The broker writes batches as sent, so the segment files show which codec really travelled.
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic)
+    topic = kafka.new_topic(shared_broker.bootstrap)
     sent = [{"key": b"k", "value": b"tierlog " * 250} for _ in range(100)]
     kafka.produce(shared_broker.bootstrap, topic, sent, compression_type=codec, linger_ms=50)
     assert storage(shared_broker, topic, 0) == {codec}
@@ -81,8 +35,7 @@ def test_batches_are_stored_with_the_codec_the_producer_was_configured_with(
 
 
 def test_records_keep_their_partition_and_order_across_partitions(shared_broker: BrokerProcess, kafka: Any) -> None:
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic, partitions=8)
+    topic = kafka.new_topic(shared_broker.bootstrap, partitions=8)
     sent = [{"key": b"key-%d" % (i % 50), "value": b"value-%06d" % i} for i in range(4000)]
     acked = kafka.produce(shared_broker.bootstrap, topic, sent, compression_type="lz4")
     got = kafka.consume_all(shared_broker.bootstrap, topic, partitions=range(8))
@@ -102,8 +55,7 @@ def test_records_keep_their_partition_and_order_across_partitions(shared_broker:
 
 
 def test_consuming_from_an_offset_in_the_middle_starts_exactly_there(shared_broker: BrokerProcess, kafka: Any) -> None:
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic)
+    topic = kafka.new_topic(shared_broker.bootstrap)
     sent = [{"value": b"v%d" % i} for i in range(1000)]
     # Many small batches, so the start offset falls inside a batch: the client skips its first records.
     kafka.produce(shared_broker.bootstrap, topic, sent, linger_ms=0, batch_num_messages=7)
@@ -113,21 +65,15 @@ def test_consuming_from_an_offset_in_the_middle_starts_exactly_there(shared_brok
 
 
 def test_large_records_near_message_max_bytes_round_trip(shared_broker: BrokerProcess, kafka: Any) -> None:
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic)
+    topic = kafka.new_topic(shared_broker.bootstrap)
     sent = [{"value": random.Random(i).randbytes(900_000)} for i in range(3)]
     kafka.produce(shared_broker.bootstrap, topic, sent, linger_ms=0)
     assert [r.value for r in kafka.consume_all(shared_broker.bootstrap, topic)] == [s["value"] for s in sent]
 
 
 def test_record_larger_than_max_message_bytes_is_refused(shared_broker: BrokerProcess, kafka: Any) -> None:
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic, config={"max.message.bytes": "10000"})
-    producer = kafka.producer(shared_broker.bootstrap, linger_ms=0)
-    errors: list[Any] = []
-    producer.produce(topic, value=b"x" * 20_000, on_delivery=lambda err, _msg: errors.append(err))
-    assert producer.flush(kafka.timeout_s) == 0
-    assert len(errors) == 1 and errors[0] is not None and errors[0].name() == "MSG_SIZE_TOO_LARGE"
+    topic = kafka.new_topic(shared_broker.bootstrap, config={"max.message.bytes": "10000"})
+    assert kafka.delivery_errors(shared_broker.bootstrap, topic, [{"value": b"x" * 20_000}]) == ["MSG_SIZE_TOO_LARGE"]
     assert kafka.watermarks(shared_broker.bootstrap, topic) == (0, 0)
 
 
@@ -163,8 +109,7 @@ def test_offsets_for_times_finds_the_first_offset_at_or_after_the_timestamp(
 def test_offsets_for_times_with_timestamps_out_of_offset_order(shared_broker: BrokerProcess, kafka: Any) -> None:
     # Kafka answers with the first offset whose timestamp is >= the target, even when an earlier offset
     # carries a later timestamp.
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic)
+    topic = kafka.new_topic(shared_broker.bootstrap)
     timestamps = [5000, 1000, 3000, 9000, 2000, 7000]
     kafka.produce(
         shared_broker.bootstrap,
@@ -183,31 +128,26 @@ def test_offsets_for_times_with_timestamps_out_of_offset_order(shared_broker: Br
 
 
 def test_earliest_and_latest_offsets_are_log_start_and_end(shared_broker: BrokerProcess, kafka: Any) -> None:
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic, partitions=2)
+    topic = kafka.new_topic(shared_broker.bootstrap, partitions=2)
     assert kafka.watermarks(shared_broker.bootstrap, topic, 0) == (0, 0)
     kafka.produce(shared_broker.bootstrap, topic, [{"value": b"v", "partition": 1}] * 25)
     assert kafka.watermarks(shared_broker.bootstrap, topic, 0) == (0, 0)
     assert kafka.watermarks(shared_broker.bootstrap, topic, 1) == (0, 25)
 
 
-def test_produce_with_acks_1_and_acks_0_both_append(
-    shared_broker: BrokerProcess, kafka: Any, poll_until: Callable[[Callable[[], bool], float, str], None]
-) -> None:
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic)
+def test_produce_with_acks_1_and_acks_0_both_append(shared_broker: BrokerProcess, kafka: Any) -> None:
+    topic = kafka.new_topic(shared_broker.bootstrap)
     kafka.produce(shared_broker.bootstrap, topic, [{"value": b"acks1-%d" % i} for i in range(50)], acks=1)
     # acks=0 gets no answer: the records must still arrive, after the acks=1 ones, in order.
     kafka.produce(shared_broker.bootstrap, topic, [{"value": b"acks0-%d" % i} for i in range(50)], acks=0)
-    poll_until(lambda: kafka.watermarks(shared_broker.bootstrap, topic)[1] == 100, 10, "the acks=0 records")
+    wait_until(lambda: kafka.watermarks(shared_broker.bootstrap, topic)[1] == 100, 10, "the acks=0 records")
     values = [r.value for r in kafka.consume_all(shared_broker.bootstrap, topic)]
     assert values == [b"acks1-%d" % i for i in range(50)] + [b"acks0-%d" % i for i in range(50)]
 
 
 @pytest.mark.parametrize("codec", ["none", "zstd"])
 def test_log_append_time_topics_stamp_the_broker_time(shared_broker: BrokerProcess, kafka: Any, codec: str) -> None:
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic, config={"message.timestamp.type": "LogAppendTime"})
+    topic = kafka.new_topic(shared_broker.bootstrap, config={"message.timestamp.type": "LogAppendTime"})
     before = int(time.time() * 1000)
     sent = [{"value": b"v%d" % i, "timestamp": BASE_TS + i} for i in range(50)]
     kafka.produce(shared_broker.bootstrap, topic, sent, compression_type=codec)
@@ -215,10 +155,13 @@ def test_log_append_time_topics_stamp_the_broker_time(shared_broker: BrokerProce
     consumer = kafka.consumer(shared_broker.bootstrap)
     try:
         consumer.assign([TopicPartition(topic, 0, 0)])
-        seen = []
-        deadline = time.monotonic() + kafka.timeout_s
-        while len(seen) < len(sent) and time.monotonic() < deadline:
-            seen += [m.timestamp() for m in consumer.consume(100, timeout=0.2) if m.error() is None]
+        seen: list[tuple[int, int]] = []
+
+        def read_all() -> bool:
+            seen.extend(m.timestamp() for m in consumer.consume(100, timeout=0.2) if m.error() is None)
+            return len(seen) >= len(sent)
+
+        wait_until(read_all, kafka.timeout_s, lambda: f"{len(sent)} records of {topic} (have {len(seen)})", 0)
     finally:
         consumer.close()
     assert len(seen) == len(sent)
@@ -237,15 +180,8 @@ def test_log_append_time_topics_stamp_the_broker_time(shared_broker: BrokerProce
 
 
 def test_create_time_too_far_ahead_is_refused_with_invalid_timestamp(shared_broker: BrokerProcess, kafka: Any) -> None:
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic, config={"message.timestamp.after.max.ms": "3600000"})
-    producer = kafka.producer(shared_broker.bootstrap, linger_ms=0)
-    errors: list[Any] = []
+    topic = kafka.new_topic(shared_broker.bootstrap, config={"message.timestamp.after.max.ms": "3600000"})
     future = int(time.time() * 1000) + 2 * 3_600_000
-    # Kafka refuses the whole batch, so each record goes in a batch of its own.
-    producer.produce(topic, value=b"from the future", timestamp=future, on_delivery=lambda e, _m: errors.append(e))
-    assert producer.flush(kafka.timeout_s) == 0
-    producer.produce(topic, value=b"now", on_delivery=lambda e, _m: errors.append(e))
-    assert producer.flush(kafka.timeout_s) == 0
-    assert [e.name() if e else None for e in errors] == ["INVALID_TIMESTAMP", None]
+    records = [{"value": b"from the future", "timestamp": future}, {"value": b"now"}]
+    assert kafka.delivery_errors(shared_broker.bootstrap, topic, records) == ["INVALID_TIMESTAMP", None]
     assert [r.value for r in kafka.consume_all(shared_broker.bootstrap, topic)] == [b"now"]

@@ -31,8 +31,7 @@ def dataset(count: int) -> list[dict[str, Any]]:
 def test_records_from_one_client_read_back_identically_with_every_client(
     shared_broker: BrokerProcess, kafka: Any, clients: Any, storage: Any, producer: str
 ) -> None:
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic)
+    topic = kafka.new_topic(shared_broker.bootstrap)
     sent = dataset(500)
     offsets = clients[producer].produce(shared_broker.bootstrap, topic, sent, compression=PRODUCER_CODECS[producer])
     assert offsets == list(range(len(sent)))

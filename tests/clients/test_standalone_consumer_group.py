@@ -3,12 +3,11 @@ single-node quickstart does: __consumer_offsets gets one replica without any set
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from tierlog.testing.local_cluster import BrokerProcess
+from tierlog.testing.local_cluster import BrokerProcess, wait_until
 
 DEADLINE_S = 30.0
 
@@ -25,14 +24,15 @@ def _subscribe_and_read(bootstrap: str, group: str, topic: str, count: int) -> l
     values: list[bytes] = []
     try:
         consumer.subscribe([topic])
-        deadline = time.monotonic() + DEADLINE_S
-        while len(values) < count and time.monotonic() < deadline:
+
+        def read_all() -> bool:
             message = consumer.poll(0.5)
-            if message is None or message.error() is not None:
-                continue
-            values.append(message.value())
-        if values:
-            consumer.commit(asynchronous=False)
+            if message is not None and message.error() is None:
+                values.append(message.value())
+            return len(values) >= count
+
+        wait_until(read_all, DEADLINE_S, lambda: f"{count} records of {topic} for {group} (have {len(values)})", 0)
+        consumer.commit(asynchronous=False)
     finally:
         consumer.close()
     return values
@@ -41,8 +41,7 @@ def _subscribe_and_read(bootstrap: str, group: str, topic: str, count: int) -> l
 def test_a_standalone_broker_on_embedded_defaults_serves_a_group_and_its_commits(
     broker: BrokerProcess, kafka: Any
 ) -> None:
-    topic = kafka.topic_name()
-    kafka.create_topic(broker.bootstrap, topic, partitions=2)
+    topic = kafka.new_topic(broker.bootstrap, partitions=2)
     kafka.produce(broker.bootstrap, topic, [{"value": f"v{i}".encode()} for i in range(10)])
     first = _subscribe_and_read(broker.bootstrap, "standalone", topic, 10)
     assert sorted(first) == sorted(f"v{i}".encode() for i in range(10))

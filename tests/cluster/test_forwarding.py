@@ -3,8 +3,7 @@ ForwardingManager) and answers once its own metadata shows the result, so the ne
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Producer
@@ -16,9 +15,8 @@ TIMEOUT_S = 15.0
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    with LocalCluster(tmp_path, brokers=2, overrides={"auto.create.topics.enable": "true"}) as started:
-        yield started
+def cluster(cluster_factory: Callable[..., LocalCluster]) -> LocalCluster:
+    return cluster_factory({"auto.create.topics.enable": "true"}, brokers=2)
 
 
 def test_admin_requests_on_a_non_controller_broker_are_forwarded(cluster: LocalCluster) -> None:

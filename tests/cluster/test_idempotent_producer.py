@@ -12,20 +12,21 @@ Every wait is bounded and names what it waited for; the brokers' log tails are p
 
 from __future__ import annotations
 
-import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from cluster_helpers import (
+    BackgroundProducer,
+    ClusterFactory,
     confirmed_leader,
+    create_topic_with_leaders,
     describe_partitions,
-    print_log_tails,
+    wait_confirmed_leader,
 )
-from confluent_kafka import KafkaError, Message, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import KafkaError, Message
+from confluent_kafka.admin import NewTopic
 
-from tierlog.testing.local_cluster import LocalCluster, wait_until
+from tierlog.testing.local_cluster import wait_until
 
 TOPIC = "idempotent"
 # Replica order decides elections: a partition moves between nodes 2 and 3, node 1 is the last resort.
@@ -46,7 +47,6 @@ BURST = 5
 PRODUCE_TICK_S = 0.02
 MAX_QUEUED = 2000
 
-CLUSTER_START_S = 60.0
 RESTART_S = 45.0
 REJOIN_S = 30.0
 LEADER_S = 30.0
@@ -54,33 +54,28 @@ FLUSH_S = 60.0
 SETTLE_S = 1.5
 
 
-class ProducerThread(threading.Thread):
-    """Sends `{partition}-{n}` for n = 0, 1, 2, ... to every partition until stopped, then flushes."""
+class ProducerThread(BackgroundProducer):
+    """Sends `{partition}-{n}` for n = 0, 1, 2, ... to every partition until finished."""
 
     def __init__(self, bootstrap: str) -> None:
-        super().__init__(name="idempotent-producer", daemon=True)
-        self.stopping = threading.Event()
+        config: dict[str, object] = {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "request.timeout.ms": 5000,
+            # Nothing may fail: a message that expired would be a gap the test could not tell apart.
+            "message.timeout.ms": 120_000,
+            "retry.backoff.ms": 100,
+            "retry.backoff.max.ms": 500,
+            "reconnect.backoff.ms": 100,
+            "reconnect.backoff.max.ms": 1000,
+            "topic.metadata.refresh.interval.ms": 1000,
+        }
+        super().__init__("idempotent-producer", config, tick_s=PRODUCE_TICK_S, max_queued=MAX_QUEUED, flush_s=FLUSH_S)
         self.sent: dict[int, list[bytes]] = {p: [] for p in PARTITIONS}
         self.acked = 0
         self.failed: list[str] = []
-        self.unflushed = 0
-        self.error: BaseException | None = None
-        self.producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "enable.idempotence": True,
-                "acks": "all",
-                "linger.ms": 5,
-                "request.timeout.ms": 5000,
-                # Nothing may fail: a message that expired would be a gap the test could not tell apart.
-                "message.timeout.ms": 120_000,
-                "retry.backoff.ms": 100,
-                "retry.backoff.max.ms": 500,
-                "reconnect.backoff.ms": 100,
-                "reconnect.backoff.max.ms": 1000,
-                "topic.metadata.refresh.interval.ms": 1000,
-            }
-        )
 
     def on_delivery(self, error: KafkaError | None, message: Message) -> None:
         if error is not None:
@@ -88,53 +83,34 @@ class ProducerThread(threading.Thread):
         else:
             self.acked += 1
 
-    def run(self) -> None:
-        try:
-            while not self.stopping.is_set():
-                if len(self.producer) < MAX_QUEUED:
-                    for _ in range(BURST):
-                        for partition in PARTITIONS:
-                            value = f"{partition}-{len(self.sent[partition])}".encode()
-                            self.producer.produce(TOPIC, value=value, partition=partition, on_delivery=self.on_delivery)
-                            self.sent[partition].append(value)
-                self.producer.poll(PRODUCE_TICK_S)
-            self.unflushed = self.producer.flush(FLUSH_S)
-        except BaseException as e:  # re-raised by the test, which cannot see a thread's exception otherwise
-            self.error = e
+    def produce_burst(self) -> None:
+        for _ in range(BURST):
+            for partition in PARTITIONS:
+                value = f"{partition}-{len(self.sent[partition])}".encode()
+                self.producer.produce(TOPIC, value=value, partition=partition, on_delivery=self.on_delivery)
+                self.sent[partition].append(value)
 
 
-def test_idempotent_producer_sends_every_record_once_in_order_while_leaders_crash(tmp_path: Path, kafka: Any) -> None:
-    cluster = LocalCluster(tmp_path, brokers=len(BROKERS), overrides=OVERRIDES)
+def test_idempotent_producer_sends_every_record_once_in_order_while_leaders_crash(
+    cluster_factory: ClusterFactory, kafka: Any
+) -> None:
+    cluster = cluster_factory(OVERRIDES, brokers=len(BROKERS))
     producer: ProducerThread | None = None
     kills: list[tuple[int, int, int]] = []
     try:
-        cluster.start(CLUSTER_START_S)
-        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         new_topic = NewTopic(
             TOPIC,
             num_partitions=len(PARTITIONS),
             replica_assignment=[ASSIGNMENT[p] for p in PARTITIONS],
             config={"min.insync.replicas": "2"},
         )
-        admin.create_topics([new_topic], request_timeout=15)[TOPIC].result(timeout=30)
-        for partition in PARTITIONS:
-            wait_until(
-                lambda p=partition: confirmed_leader(cluster, TOPIC, p),
-                LEADER_S,
-                lambda: f"a leader with the full ISR for every partition ({describe_partitions(cluster, TOPIC)})",
-            )
+        create_topic_with_leaders(cluster, new_topic, len(PARTITIONS), LEADER_S)
         producer = ProducerThread(cluster.bootstrap)
         producer.start()
         wait_until(lambda: producer.acked >= 200, 30, lambda: f"200 acknowledgements (have {producer.acked})")
 
         for round_no, (partition, down_s) in enumerate(ROUNDS, 1):
-            leader, epoch = wait_until(
-                lambda p=partition: confirmed_leader(cluster, TOPIC, p),
-                LEADER_S,
-                lambda p=partition, r=round_no: (
-                    f"round {r}: a confirmed leader of p{p} ({describe_partitions(cluster, TOPIC)})"
-                ),
-            )
+            leader, epoch = wait_confirmed_leader(cluster, TOPIC, partition, LEADER_S, f"round {round_no}: ")
             assert leader in KILLABLE, f"round {round_no}: p{partition} is led by node {leader}, the controller"
             cluster.kill(leader)
             time.sleep(down_s)
@@ -152,11 +128,7 @@ def test_idempotent_producer_sends_every_record_once_in_order_while_leaders_cras
             print(f"round {round_no}: killed broker {leader} (leader of p{partition}, epoch {epoch}) for {down_s}s")
             time.sleep(SETTLE_S)
 
-        producer.stopping.set()
-        producer.join(FLUSH_S + 10)
-        assert not producer.is_alive(), f"the producer did not stop and flush within {FLUSH_S + 10}s"
-        if producer.error is not None:
-            raise producer.error
+        producer.finish()
         sent = producer.sent
         summary = (
             f"{producer.acked} acknowledged of {sum(map(len, sent.values()))} sent, {len(producer.failed)} failed "
@@ -180,8 +152,5 @@ def test_idempotent_producer_sends_every_record_once_in_order_while_leaders_cras
                 f"{summary}"
             )
     finally:
-        if producer is not None and producer.is_alive():
-            producer.stopping.set()
-            producer.join(FLUSH_S + 10)
-        cluster.stop()
-        print_log_tails(cluster)
+        if producer is not None:
+            producer.close()

@@ -13,20 +13,21 @@ failing run shows what each broker said.
 from __future__ import annotations
 
 import itertools
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cluster_helpers import (
-    confirmed_leader,
+    BackgroundProducer,
+    ClusterFactory,
+    create_topic_with_leaders,
     describe_partitions,
     partition_views,
-    print_log_tails,
+    wait_confirmed_leader,
 )
-from confluent_kafka import KafkaError, Message, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import KafkaError, Message
+from confluent_kafka.admin import NewTopic
 
 from tierlog.records.codec import decode_batches
 from tierlog.testing.local_cluster import LocalCluster, wait_until
@@ -56,7 +57,6 @@ PRODUCE_TICK_S = 0.02
 MAX_QUEUED = 5000
 PADDING = "x" * 100
 
-CLUSTER_START_S = 60.0
 RESTART_S = 60.0
 REJOIN_S = 45.0
 LEADER_S = 30.0
@@ -84,50 +84,36 @@ class Acks:
         self.acked.append((message.partition() or 0, offset, value))
 
 
-class ProducerThread(threading.Thread):
-    """Produces unique values (`{partition}-{seq}`) to both partitions until stopped, then flushes."""
+class ProducerThread(BackgroundProducer):
+    """Produces unique values (`{partition}-{seq}`) to both partitions until finished."""
 
     def __init__(self, bootstrap: str) -> None:
-        super().__init__(name="failover-producer", daemon=True)
+        config: dict[str, object] = {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            # Duplicates are allowed by this test's contract; the broker must not lose or move records.
+            "enable.idempotence": False,
+            "retries": 1_000_000,
+            "retry.backoff.ms": 100,
+            "retry.backoff.max.ms": 500,
+            "linger.ms": 5,
+            "request.timeout.ms": 5000,
+            "message.timeout.ms": 60_000,
+            "reconnect.backoff.ms": 100,
+            "reconnect.backoff.max.ms": 1000,
+            "topic.metadata.refresh.interval.ms": 1000,
+        }
+        super().__init__("failover-producer", config, tick_s=PRODUCE_TICK_S, max_queued=MAX_QUEUED, flush_s=FLUSH_S)
         self.acks = Acks()
-        self.stopping = threading.Event()
-        self.error: BaseException | None = None
-        self.unflushed = 0
-        self.producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "acks": "all",
-                # Duplicates are allowed by this test's contract; the broker must not lose or move records.
-                "enable.idempotence": False,
-                "retries": 1_000_000,
-                "retry.backoff.ms": 100,
-                "retry.backoff.max.ms": 500,
-                "linger.ms": 5,
-                "request.timeout.ms": 5000,
-                "message.timeout.ms": 60_000,
-                "reconnect.backoff.ms": 100,
-                "reconnect.backoff.max.ms": 1000,
-                "topic.metadata.refresh.interval.ms": 1000,
-            }
-        )
+        self.seq = 0
 
-    def run(self) -> None:
-        try:
-            seq = 0
-            while not self.stopping.is_set():
-                if len(self.producer) < MAX_QUEUED:
-                    for _ in range(BURST):
-                        for partition in PARTITIONS:
-                            value = f"{partition}-{seq:09d}-{PADDING}".encode()
-                            self.producer.produce(
-                                TOPIC, value=value, partition=partition, on_delivery=self.acks.on_delivery
-                            )
-                            self.acks.produced += 1
-                        seq += 1
-                self.producer.poll(PRODUCE_TICK_S)
-            self.unflushed = self.producer.flush(FLUSH_S)
-        except BaseException as e:  # re-raised by the test, which cannot see a thread's exception otherwise
-            self.error = e
+    def produce_burst(self) -> None:
+        for _ in range(BURST):
+            for partition in PARTITIONS:
+                value = f"{partition}-{self.seq:09d}-{PADDING}".encode()
+                self.producer.produce(TOPIC, value=value, partition=partition, on_delivery=self.acks.on_delivery)
+                self.acks.produced += 1
+            self.seq += 1
 
 
 def rejoined(cluster: LocalCluster, node_id: int) -> dict[int, int] | None:
@@ -195,23 +181,17 @@ def stored_batches(partition_dir: Path, high_watermark: int) -> list[StoredBatch
     return batches
 
 
-def test_leader_killed_again_and_again_loses_no_acknowledged_record(tmp_path: Path, kafka: Any) -> None:
+def test_leader_killed_again_and_again_loses_no_acknowledged_record(
+    cluster_factory: ClusterFactory, kafka: Any
+) -> None:
     started = time.monotonic()
-    cluster = LocalCluster(tmp_path, brokers=len(BROKERS), overrides=OVERRIDES)
+    cluster = cluster_factory(OVERRIDES, brokers=len(BROKERS))
     producer: ProducerThread | None = None
     kills: list[tuple[int, int, int, int]] = []  # (partition, killed leader, epoch before, epoch after)
     try:
-        cluster.start(CLUSTER_START_S)
-        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         new_topic = NewTopic(TOPIC, num_partitions=len(PARTITIONS), replication_factor=len(BROKERS))
         new_topic.config = {"min.insync.replicas": "2"}
-        admin.create_topics([new_topic], request_timeout=15)[TOPIC].result(timeout=30)
-        for partition in PARTITIONS:
-            wait_until(
-                lambda p=partition: confirmed_leader(cluster, TOPIC, p),
-                LEADER_S,
-                lambda: f"a leader with the full ISR for every partition ({describe_partitions(cluster, TOPIC)})",
-            )
+        create_topic_with_leaders(cluster, new_topic, len(PARTITIONS), LEADER_S)
 
         producer = ProducerThread(cluster.bootstrap)
         producer.start()
@@ -219,13 +199,7 @@ def test_leader_killed_again_and_again_loses_no_acknowledged_record(tmp_path: Pa
         wait_until(lambda: len(acks.acked) >= 200, 30, lambda: f"200 acknowledgements (have {len(acks.acked)})")
 
         for round_no, (partition, down_s) in enumerate(ROUNDS, 1):
-            leader, epoch_before = wait_until(
-                lambda p=partition: confirmed_leader(cluster, TOPIC, p),
-                LEADER_S,
-                lambda p=partition, r=round_no: (
-                    f"round {r}: a confirmed leader of p{p} ({describe_partitions(cluster, TOPIC)})"
-                ),
-            )
+            leader, epoch_before = wait_confirmed_leader(cluster, TOPIC, partition, LEADER_S, f"round {round_no}: ")
             acked_before = len(acks.acked)
             cluster.kill(leader)
             time.sleep(down_s)
@@ -252,11 +226,7 @@ def test_leader_killed_again_and_again_loses_no_acknowledged_record(tmp_path: Pa
             # Records under the new leader before the next crash, so each epoch holds data.
             time.sleep(SETTLE_S)
 
-        producer.stopping.set()
-        producer.join(FLUSH_S + 10)
-        assert not producer.is_alive(), f"the producer did not stop and flush within {FLUSH_S + 10}s"
-        if producer.error is not None:
-            raise producer.error
+        producer.finish()
         final = wait_until(
             lambda: converged(cluster),
             CONVERGE_S,
@@ -294,17 +264,16 @@ def test_leader_killed_again_and_again_loses_no_acknowledged_record(tmp_path: Pa
         assert not lost, f"{len(lost)} acknowledged records not at their offset, first {lost[:3]}; {summary}"
         duplicates = len(consumed) - len({v for v in consumed.values()})
     finally:
-        if producer is not None and producer.is_alive():
-            producer.stopping.set()
-            producer.join(FLUSH_S + 10)
+        if producer is not None:
+            producer.close()
+        # The comparison below reads the segment files of cleanly stopped brokers.
         cluster.stop()
-        print_log_tails(cluster)
 
     # (b) after a clean stop every replica's log holds the same batches, byte for byte, up to the HW, and
     # (c) no offset holds two different records: each replica's records equal the acknowledged ones.
     for partition in PARTITIONS:
         hw = high_watermarks[partition]
-        logs = {node: stored_batches(tmp_path / f"broker-{node}" / f"{TOPIC}-{partition}", hw) for node in BROKERS}
+        logs = {node: stored_batches(cluster.broker(node).log_dir / f"{TOPIC}-{partition}", hw) for node in BROKERS}
         reference = logs[BROKERS[0]]
         assert reference and reference[0].base_offset == 0, f"p{partition}: broker 1's log does not start at 0"
         for before, after in itertools.pairwise(reference):

@@ -3,8 +3,7 @@ replicas of a topic whose compression.type differs from the producer's codec sta
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,9 +16,8 @@ TIMEOUT_S = 30.0
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    with LocalCluster(tmp_path, brokers=2) as started:
-        yield started
+def cluster(cluster_factory: Callable[..., LocalCluster]) -> LocalCluster:
+    return cluster_factory(brokers=2)
 
 
 def segment_bytes(cluster: LocalCluster, node_id: int, topic: str) -> bytes:

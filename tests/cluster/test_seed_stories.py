@@ -11,27 +11,22 @@ and the tail of each broker's log is printed then, which is where a failure's re
 
 from __future__ import annotations
 
-import atexit
 import itertools
 import json
-import signal
 import socket
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
-from cluster_helpers import HTTP_TIMEOUT_S, http_get, metadata_partition, partition_states, print_log_tails
+from cluster_helpers import HTTP_TIMEOUT_S, ClusterFactory, http_get, metadata_partition, replica_state
 from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tierlog.records.codec import decode_batches
 from tierlog.testing.local_cluster import LocalCluster, wait_until
-
-T = TypeVar("T")
 
 LEADER, FOLLOWER = 2, 3
 CLUSTER_START_S = 60.0
@@ -53,58 +48,28 @@ BASE_OVERRIDES = {
 
 LEO_HW_ATTRIBUTES = ("Leader LEO", "Follower LEO", f"Remote LEO (broker {FOLLOWER})", "Leader HW", "Follower HW")
 
-# Every cluster a test started and has not stopped: should pytest exit without running fixture teardown,
-# the last resort is to kill their brokers at exit rather than leave them running.
-_LIVE_CLUSTERS: set[LocalCluster] = set()
-
-
-@atexit.register
-def _kill_leftover_brokers() -> None:
-    for cluster in list(_LIVE_CLUSTERS):
-        for node_id in cluster.node_ids:
-            broker = cluster.broker(node_id)
-            if broker.running:
-                broker.kill(signal.SIGKILL)
-
-
-# --- bounded waits ----------------------------------------------------------------------------------------
-
-
-def wait_for(
-    condition: Callable[[], T | None], timeout_s: float, what: str, detail: Callable[[], str] | None = None
-) -> T:
-    """`wait_until`, with what `detail()` says about the state when it gives up."""
-    return wait_until(condition, timeout_s, lambda: what + (f"; {detail()}" if detail else ""))
-
-
 # --- the brokers' HTTP endpoints ---------------------------------------------------------------------------
-
-
-def partition_status(cluster: LocalCluster, node_id: int, topic: str) -> dict[str, Any] | None:
-    """What broker `node_id` says of `topic`-0 on /v1/partitions; None if it does not answer or hosts no replica."""
-    return (partition_states(cluster, node_id, topic) or {}).get(0)
 
 
 def wait_for_follower_to_lead(cluster: LocalCluster, topic: str, old_epoch: int) -> dict[str, Any]:
     """The old follower's own status once it leads `topic`-0 in an epoch above `old_epoch`."""
 
     def follower_leads() -> dict[str, Any] | None:
-        status = partition_status(cluster, FOLLOWER, topic)
+        status = replica_state(cluster, FOLLOWER, topic)
         return (
             status if status is not None and status["role"] == "leader" and status["leader_epoch"] > old_epoch else None
         )
 
-    return wait_for(
+    return wait_until(
         follower_leads,
         FAILOVER_S,
-        f"broker {FOLLOWER} leading {topic}-0 in an epoch above {old_epoch}",
-        lambda: statuses(cluster, topic),
+        lambda: f"broker {FOLLOWER} leading {topic}-0 in an epoch above {old_epoch}; {statuses(cluster, topic)}",
     )
 
 
 def statuses(cluster: LocalCluster, topic: str) -> str:
     """Both replicas' /v1/partitions answers, for failure messages."""
-    return "; ".join(f"broker {n}: {partition_status(cluster, n, topic)}" for n in (LEADER, FOLLOWER))
+    return "; ".join(f"broker {n}: {replica_state(cluster, n, topic)}" for n in (LEADER, FOLLOWER))
 
 
 def metric_value(cluster: LocalCluster, node_id: int, name: str) -> float:
@@ -226,7 +191,7 @@ def create_topic(cluster: LocalCluster, topic: str, config: Mapping[str, str]) -
     futures[topic].result(timeout=CLIENT_TIMEOUT_S)
 
     def ready() -> bool:
-        leader, follower = partition_status(cluster, LEADER, topic), partition_status(cluster, FOLLOWER, topic)
+        leader, follower = replica_state(cluster, LEADER, topic), replica_state(cluster, FOLLOWER, topic)
         return (
             leader is not None
             and follower is not None
@@ -236,7 +201,9 @@ def create_topic(cluster: LocalCluster, topic: str, config: Mapping[str, str]) -
             and follower["leader"] == LEADER
         )
 
-    wait_for(ready, CONVERGE_S, f"broker {LEADER} leading {topic} with ISR [2, 3]", lambda: statuses(cluster, topic))
+    wait_until(
+        ready, CONVERGE_S, lambda: f"broker {LEADER} leading {topic} with ISR [2, 3]; {statuses(cluster, topic)}"
+    )
 
 
 def produce_one(bootstrap: str, topic: str, value: bytes, acks: str, **config: object) -> tuple[KafkaError | None, int]:
@@ -300,38 +267,6 @@ def segment_files(cluster: LocalCluster, node_id: int, topic: str) -> dict[str, 
     return {path.name: path.read_bytes() for path in sorted(directory.glob("*.log"))}
 
 
-# --- the cluster fixture ------------------------------------------------------------------------------------
-
-
-ClusterFactory = Callable[[Mapping[str, str]], LocalCluster]
-
-
-@pytest.fixture
-def start_cluster(tmp_path: Path) -> Iterator[ClusterFactory]:
-    """`start_cluster(overrides)`: three started brokers with BASE_OVERRIDES plus `overrides`; stopped (paused
-    ones resumed first, SIGKILL after a grace period) when the test ends, their logs' tails printed."""
-    clusters: list[LocalCluster] = []
-
-    def start(overrides: Mapping[str, str]) -> LocalCluster:
-        cluster = LocalCluster(
-            tmp_path / f"cluster-{len(clusters) + 1}", brokers=3, overrides={**BASE_OVERRIDES, **overrides}
-        )
-        clusters.append(cluster)
-        _LIVE_CLUSTERS.add(cluster)
-        cluster.start(CLUSTER_START_S)
-        return cluster
-
-    try:
-        yield start
-    finally:
-        for cluster in clusters:
-            try:
-                cluster.stop(timeout_s=10)
-                _LIVE_CLUSTERS.discard(cluster)
-            finally:
-                print_log_tails(cluster)
-
-
 @pytest.fixture
 def trace_streams() -> Iterator[Callable[[LocalCluster, int, str], TraceStream]]:
     """`open_trace(cluster, node_id, topic)`: a TraceStream of `topic`-0, closed when the test ends."""
@@ -357,9 +292,9 @@ def topic_name(story: str) -> str:
 
 
 def test_seed_000_two_round_hw_propagation(
-    start_cluster: ClusterFactory, trace_streams: Callable[[LocalCluster, int, str], TraceStream]
+    cluster_factory: ClusterFactory, trace_streams: Callable[[LocalCluster, int, str], TraceStream]
 ) -> None:
-    cluster = start_cluster({})
+    cluster = cluster_factory(BASE_OVERRIDES)
     topic = topic_name("seed-000")
     create_topic(cluster, topic, {"min.insync.replicas": "1"})
     streams = {LEADER: trace_streams(cluster, LEADER, topic), FOLLOWER: trace_streams(cluster, FOLLOWER, topic)}
@@ -369,18 +304,17 @@ def test_seed_000_two_round_hw_propagation(
     remote_leo = f"Remote LEO (broker {FOLLOWER})"
 
     def fetching() -> bool:
-        status = partition_status(cluster, LEADER, topic)
+        status = replica_state(cluster, LEADER, topic)
         known = (
             status is not None and status.get("remote_replicas", {}).get(str(FOLLOWER), {}).get("log_end_offset") == 0
         )
         traced = any(e.get("attribute") == remote_leo and e.get("new") == 0 for e in streams[LEADER].snapshot())
         return known and traced
 
-    wait_for(
+    wait_until(
         fetching,
         CONVERGE_S,
-        f"broker {FOLLOWER} fetching (remote LEO 0 on the leader)",
-        lambda: statuses(cluster, topic),
+        lambda: f"broker {FOLLOWER} fetching (remote LEO 0 on the leader); {statuses(cluster, topic)}",
     )
     before = {node_id: max((e.get("seq", -1) for e in s.snapshot()), default=-1) for node_id, s in streams.items()}
 
@@ -390,11 +324,13 @@ def test_seed_000_two_round_hw_propagation(
     def follower_hw_reached() -> bool:
         return any(e.get("attribute") == "Follower HW" and e.get("new") == 1 for e in merged_events(streams, before))
 
-    wait_for(
+    wait_until(
         follower_hw_reached,
         CONVERGE_S,
-        "the follower's HW to reach 1 (second FETCH round)",
-        lambda: "merged trace after the produce:\n" + table(merged_events(streams, before)),
+        lambda: (
+            "the follower's HW to reach 1 (second FETCH round); merged trace after the produce:\n"
+            + table(merged_events(streams, before))
+        ),
     )
     # Anything after the second round would be an extra transition: give it a moment to show up.
     time.sleep(0.5)
@@ -434,39 +370,38 @@ FOLLOWER_FETCH_WAIT_MS = 6000
 
 
 def test_seed_002_hw_data_loss_story_keeps_the_acknowledged_message(
-    start_cluster: ClusterFactory, trace_streams: Callable[[LocalCluster, int, str], TraceStream], kafka: Any
+    cluster_factory: ClusterFactory, trace_streams: Callable[[LocalCluster, int, str], TraceStream], kafka: Any
 ) -> None:
     # A follower FETCH with nothing new waits 6 s at the leader, so after the second FETCH round of m1 (the one
     # that lets the leader's HW and the acks=all answer pass m1) the follower holds m1 with HW 0 for 6 s: the
     # state in which the old, HW-based truncation lost m1. (Longer only slows the rejoin below: a restarted
     # follower's first FETCH may come while the leader still sees it fenced, and the next one waits this long.)
-    cluster = start_cluster({"replica.fetch.wait.max.ms": str(FOLLOWER_FETCH_WAIT_MS)})
+    cluster = cluster_factory({**BASE_OVERRIDES, "replica.fetch.wait.max.ms": str(FOLLOWER_FETCH_WAIT_MS)})
     topic = topic_name("seed-002-loss")
     create_topic(cluster, topic, {"min.insync.replicas": "1"})
-    wait_for(
+    wait_until(
         lambda: (
-            (partition_status(cluster, LEADER, topic) or {})
+            (replica_state(cluster, LEADER, topic) or {})
             .get("remote_replicas", {})
             .get(str(FOLLOWER), {})
             .get("log_end_offset")
             == 0
         ),
         CONVERGE_S,
-        f"broker {FOLLOWER} fetching",
-        lambda: statuses(cluster, topic),
+        lambda: f"broker {FOLLOWER} fetching; {statuses(cluster, topic)}",
     )
 
     assert produce_acked(cluster.broker(LEADER).bootstrap, topic, b"m1", acks="all") == 0
     acked_at = time.monotonic()
-    follower = partition_status(cluster, FOLLOWER, topic)
+    follower = replica_state(cluster, FOLLOWER, topic)
     assert follower is not None and (follower["log_end_offset"], follower["high_watermark"]) == (1, 0), (
         f"the follower should hold m1 with HW 0 after the acks=all answer; {statuses(cluster, topic)}"
     )
-    leader = partition_status(cluster, LEADER, topic)
+    leader = replica_state(cluster, LEADER, topic)
     assert leader is not None and leader["high_watermark"] == 1, statuses(cluster, topic)
     # The HW on disk is what a restarted broker starts from: it must say 0 for the story to be the seed's.
     # It was 0 since the topic was created and the checkpoint is written every 100 ms.
-    wait_for(lambda: checkpointed_hw(cluster, FOLLOWER, topic) is not None, 5, "the follower's HW checkpoint")
+    wait_until(lambda: checkpointed_hw(cluster, FOLLOWER, topic) is not None, 5, "the follower's HW checkpoint")
     assert checkpointed_hw(cluster, FOLLOWER, topic) == 0
     assert time.monotonic() - acked_at < FOLLOWER_FETCH_WAIT_MS / 1000 - 1.5, (
         "too slow: the follower may have learnt HW 1 before the crash"
@@ -478,8 +413,8 @@ def test_seed_002_hw_data_loss_story_keeps_the_acknowledged_message(
 
     # The restarted follower starts from LEO 1 and HW 0 and must not cut m1 off: its epoch cache says epoch 0
     # goes on past offset 0, and the leader agrees. Truncating to the stale HW is the old bug.
-    status = wait_for(
-        lambda: partition_status(cluster, FOLLOWER, topic),
+    status = wait_until(
+        lambda: replica_state(cluster, FOLLOWER, topic),
         CONVERGE_S,
         f"the restarted broker {FOLLOWER} to load {topic}-0",
     )
@@ -488,7 +423,7 @@ def test_seed_002_hw_data_loss_story_keeps_the_acknowledged_message(
     )
 
     def back_in_isr() -> bool:
-        leader, follower = partition_status(cluster, LEADER, topic), partition_status(cluster, FOLLOWER, topic)
+        leader, follower = replica_state(cluster, LEADER, topic), replica_state(cluster, FOLLOWER, topic)
         return (
             leader is not None
             and sorted(leader["isr"]) == [LEADER, FOLLOWER]
@@ -497,8 +432,8 @@ def test_seed_002_hw_data_loss_story_keeps_the_acknowledged_message(
             and sorted(follower["isr"]) == [LEADER, FOLLOWER]
         )
 
-    wait_for(back_in_isr, CONVERGE_S, f"broker {FOLLOWER} back in the ISR", lambda: statuses(cluster, topic))
-    follower = partition_status(cluster, FOLLOWER, topic)
+    wait_until(back_in_isr, CONVERGE_S, lambda: f"broker {FOLLOWER} back in the ISR; {statuses(cluster, topic)}")
+    follower = replica_state(cluster, FOLLOWER, topic)
     assert follower is not None and follower["log_end_offset"] == 1, statuses(cluster, topic)
     truncations = [e for e in restarted.snapshot() if e.get("phase") == "truncate"]
     assert not truncations, f"the restarted follower truncated:\n{table(truncations)}"
@@ -508,11 +443,10 @@ def test_seed_002_hw_data_loss_story_keeps_the_acknowledged_message(
 
     new_leader = wait_for_follower_to_lead(cluster, topic, old_epoch)
     assert new_leader["log_end_offset"] == 1, new_leader
-    wait_for(
-        lambda: (partition_status(cluster, FOLLOWER, topic) or {}).get("high_watermark") == 1,
+    wait_until(
+        lambda: (replica_state(cluster, FOLLOWER, topic) or {}).get("high_watermark") == 1,
         CONVERGE_S,
-        "the new leader's HW to cover m1",
-        lambda: statuses(cluster, topic),
+        lambda: f"the new leader's HW to cover m1; {statuses(cluster, topic)}",
     )
     assert records(kafka, cluster.broker(FOLLOWER).bootstrap, topic) == [(0, b"m1")]
     assert restarted.error is None, restarted.error
@@ -524,24 +458,23 @@ def test_seed_002_hw_data_loss_story_keeps_the_acknowledged_message(
 
 
 def test_seed_002_divergence_story_ends_with_identical_logs(
-    start_cluster: ClusterFactory, trace_streams: Callable[[LocalCluster, int, str], TraceStream], kafka: Any
+    cluster_factory: ClusterFactory, trace_streams: Callable[[LocalCluster, int, str], TraceStream], kafka: Any
 ) -> None:
     # Short follower fetch waits, so a FETCH parked at the leader when the follower is frozen expires (its
     # empty answer waits in the frozen follower's socket) before m1 arrives: m1 must stay on the leader alone.
     fetch_wait_ms = 200
-    cluster = start_cluster({"replica.fetch.wait.max.ms": str(fetch_wait_ms)})
+    cluster = cluster_factory({**BASE_OVERRIDES, "replica.fetch.wait.max.ms": str(fetch_wait_ms)})
     topic = topic_name("seed-002-diverge")
     create_topic(cluster, topic, {"min.insync.replicas": "1"})
     leader_bootstrap = cluster.broker(LEADER).bootstrap
 
     assert produce_acked(leader_bootstrap, topic, b"m0", acks="all") == 0
-    wait_for(
-        lambda: (partition_status(cluster, FOLLOWER, topic) or {}).get("high_watermark") == 1,
+    wait_until(
+        lambda: (replica_state(cluster, FOLLOWER, topic) or {}).get("high_watermark") == 1,
         CONVERGE_S,
-        "both replicas to hold m0 with HW 1",
-        lambda: statuses(cluster, topic),
+        lambda: f"both replicas to hold m0 with HW 1; {statuses(cluster, topic)}",
     )
-    old_epoch = (partition_status(cluster, LEADER, topic) or {})["leader_epoch"]
+    old_epoch = (replica_state(cluster, LEADER, topic) or {})["leader_epoch"]
 
     # The follower freezes for well under its session timeout, so it stays a live, unfenced ISR member.
     paused_at = time.monotonic()
@@ -549,7 +482,7 @@ def test_seed_002_divergence_story_ends_with_identical_logs(
     try:
         time.sleep(3 * fetch_wait_ms / 1000)
         assert produce_acked(leader_bootstrap, topic, b"m1", acks="1") == 1
-        leader = partition_status(cluster, LEADER, topic)
+        leader = replica_state(cluster, LEADER, topic)
         assert leader is not None and leader["log_end_offset"] == 2, statuses(cluster, topic)
         cluster.kill(LEADER)
     finally:
@@ -567,7 +500,7 @@ def test_seed_002_divergence_story_ends_with_identical_logs(
     old_leader_trace = trace_streams(cluster, LEADER, topic)
 
     def identical_positions() -> bool:
-        a, b = partition_status(cluster, LEADER, topic), partition_status(cluster, FOLLOWER, topic)
+        a, b = replica_state(cluster, LEADER, topic), replica_state(cluster, FOLLOWER, topic)
         return (
             a is not None
             and b is not None
@@ -578,11 +511,14 @@ def test_seed_002_divergence_story_ends_with_identical_logs(
             and sorted(b["isr"]) == [LEADER, FOLLOWER]
         )
 
-    wait_for(
+    wait_until(
         identical_positions,
         CONVERGE_S,
-        "both replicas at LEO 2 and HW 2, both in the ISR",
-        lambda: statuses(cluster, topic) + "\nold leader's trace:\n" + table(old_leader_trace.snapshot()),
+        lambda: (
+            f"both replicas at LEO 2 and HW 2, both in the ISR; {statuses(cluster, topic)}"
+            + "\nold leader's trace:\n"
+            + table(old_leader_trace.snapshot())
+        ),
     )
 
     # The old leader cut m1 off where the new leader's epoch says its own epoch ended (DivergingEpoch), not
@@ -622,11 +558,13 @@ def test_seed_002_divergence_story_ends_with_identical_logs(
 
 
 def test_slow_follower_leaves_isr_and_rejoins_and_acks_all_is_refused_below_min_isr(
-    start_cluster: ClusterFactory, kafka: Any
+    cluster_factory: ClusterFactory, kafka: Any
 ) -> None:
     # The session outlasts the pause, so the controller never fences the frozen broker: the shrink can only
     # come from the leader's own lag check (every replica.lag.time.max.ms / 2).
-    cluster = start_cluster({"replica.lag.time.max.ms": "1500", "broker.session.timeout.ms": "20000"})
+    cluster = cluster_factory(
+        {**BASE_OVERRIDES, "replica.lag.time.max.ms": "1500", "broker.session.timeout.ms": "20000"}
+    )
     topic = topic_name("isr")
     create_topic(cluster, topic, {"min.insync.replicas": "2"})
     leader_bootstrap = cluster.broker(LEADER).bootstrap
@@ -637,17 +575,18 @@ def test_slow_follower_leaves_isr_and_rejoins_and_acks_all_is_refused_below_min_
         # acks=1 moves the leader's LEO past the frozen follower's.
         for i in range(3):
             produce_acked(leader_bootstrap, topic, f"while-frozen-{i}".encode(), acks="1")
-        wait_for(
-            lambda: (partition_status(cluster, LEADER, topic) or {}).get("isr") == [LEADER],
+        wait_until(
+            lambda: (replica_state(cluster, LEADER, topic) or {}).get("isr") == [LEADER],
             10,
-            f"the leader to shrink the ISR to [{LEADER}]",
-            lambda: f"leader: {partition_status(cluster, LEADER, topic)}",
+            lambda: f"the leader to shrink the ISR to [{LEADER}]; leader: {replica_state(cluster, LEADER, topic)}",
         )
-        wait_for(
+        wait_until(
             lambda: all(metadata_isr(cluster, topic, node_id) == [LEADER] for node_id in (1, LEADER)),
             10,
-            f"Metadata of brokers 1 and {LEADER} to show ISR [{LEADER}]",
-            lambda: f"{[metadata_isr(cluster, topic, n) for n in (1, LEADER)]}",
+            lambda: (
+                f"Metadata of brokers 1 and {LEADER} to show ISR [{LEADER}]; "
+                f"{[metadata_isr(cluster, topic, n) for n in (1, LEADER)]}"
+            ),
         )
 
         error, _ = produce_one(
@@ -659,17 +598,17 @@ def test_slow_follower_leaves_isr_and_rejoins_and_acks_all_is_refused_below_min_
     finally:
         cluster.resume(FOLLOWER)
 
-    wait_for(
-        lambda: sorted((partition_status(cluster, LEADER, topic) or {}).get("isr", [])) == [LEADER, FOLLOWER],
+    wait_until(
+        lambda: sorted((replica_state(cluster, LEADER, topic) or {}).get("isr", [])) == [LEADER, FOLLOWER],
         CONVERGE_S,
-        f"broker {FOLLOWER} back in the ISR",
-        lambda: statuses(cluster, topic),
+        lambda: f"broker {FOLLOWER} back in the ISR; {statuses(cluster, topic)}",
     )
-    wait_for(
+    wait_until(
         lambda: all(metadata_isr(cluster, topic, node_id) == [LEADER, FOLLOWER] for node_id in cluster.node_ids),
         CONVERGE_S,
-        "every broker's Metadata to show ISR [2, 3]",
-        lambda: f"{[metadata_isr(cluster, topic, n) for n in cluster.node_ids]}",
+        lambda: (
+            f"every broker's Metadata to show ISR [2, 3]; {[metadata_isr(cluster, topic, n) for n in cluster.node_ids]}"
+        ),
     )
     assert produce_acked(leader_bootstrap, topic, b"after", acks="all") == 4
     assert [value for _, value in records(kafka, leader_bootstrap, topic)] == [
@@ -686,13 +625,13 @@ def test_slow_follower_leaves_isr_and_rejoins_and_acks_all_is_refused_below_min_
 # --- ISR expansion while the proposing FETCH waits in the purgatory ---------------------------------------------
 
 
-def test_isr_expansion_reaches_the_controller_while_the_follower_fetch_waits(start_cluster: ClusterFactory) -> None:
+def test_isr_expansion_reaches_the_controller_while_the_follower_fetch_waits(cluster_factory: ClusterFactory) -> None:
     # A caught-up follower's FETCH proposes its return to the ISR on arrival, then waits at the leader for new
     # data up to replica.fetch.wait.max.ms. As Kafka's AlterPartitionManager does, the proposal must go to the
     # controller at once, not when that FETCH is finally answered. (The ISR-expiration timer, every
     # replica.lag.time.max.ms / 2, also flushes proposals: the default 30 s keeps it out of the picture.)
     fetch_wait_ms = 4000
-    cluster = start_cluster({"replica.fetch.wait.max.ms": str(fetch_wait_ms)})
+    cluster = cluster_factory({**BASE_OVERRIDES, "replica.fetch.wait.max.ms": str(fetch_wait_ms)})
     topic = topic_name("isr-expand")
     create_topic(cluster, topic, {"min.insync.replicas": "1"})
     assert produce_acked(cluster.broker(LEADER).bootstrap, topic, b"m0", acks="all") == 0
@@ -702,30 +641,27 @@ def test_isr_expansion_reaches_the_controller_while_the_follower_fetch_waits(sta
     cluster.restart(FOLLOWER, timeout_s=CLUSTER_START_S)
 
     def expansion_proposed() -> dict[str, Any] | None:
-        status = partition_status(cluster, LEADER, topic)
+        status = replica_state(cluster, LEADER, topic)
         return status if status is not None and FOLLOWER in status["maximal_isr"] else None
 
-    proposed = wait_for(
+    proposed = wait_until(
         expansion_proposed,
         CONVERGE_S,
-        f"the leader to propose broker {FOLLOWER} back into the ISR",
-        lambda: statuses(cluster, topic),
+        lambda: f"the leader to propose broker {FOLLOWER} back into the ISR; {statuses(cluster, topic)}",
     )
     proposed_at = time.monotonic()
     committed_within_s = 2.0
     try:
-        wait_for(
-            lambda: FOLLOWER in (partition_status(cluster, LEADER, topic) or {}).get("isr", []),
+        wait_until(
+            lambda: FOLLOWER in (replica_state(cluster, LEADER, topic) or {}).get("isr", []),
             committed_within_s,
-            f"the controller to commit the expansion (proposed: {proposed})",
-            lambda: statuses(cluster, topic),
+            lambda: f"the controller to commit the expansion (proposed: {proposed}); {statuses(cluster, topic)}",
         )
     except TimeoutError as error:
-        wait_for(
-            lambda: FOLLOWER in (partition_status(cluster, LEADER, topic) or {}).get("isr", []),
+        wait_until(
+            lambda: FOLLOWER in (replica_state(cluster, LEADER, topic) or {}).get("isr", []),
             fetch_wait_ms / 1000 + CONVERGE_S,
-            "the expansion to be committed at all",
-            lambda: statuses(cluster, topic),
+            lambda: f"the expansion to be committed at all; {statuses(cluster, topic)}",
         )
         raise AssertionError(
             f"{error}; it was committed only {time.monotonic() - proposed_at:.1f}s after it was proposed, "

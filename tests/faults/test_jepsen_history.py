@@ -134,6 +134,7 @@ def test_a_blackholed_proxy_keeps_the_connection_but_forwards_nothing(echo_port:
         proxy.close()
 
 
+@pytest.mark.cluster  # fault_run starts and stops its own ProxiedCluster
 def test_a_real_cluster_under_a_nemesis_keeps_a_valid_history(tmp_path: Path) -> None:
     history, verdict = fault_run(tmp_path, seconds=FAULT_SECONDS, seed=SEED, say=print)
     print(verdict.summary())

@@ -343,6 +343,14 @@ class ContinuousProducer:
         self.flush()
 
 
+def new_topic_and_producer(bootstrap: str, prefix: str, partitions: int) -> tuple[str, ContinuousProducer]:
+    """A new topic (`prefix-...`) with a leader for each of its `partitions`, and a ContinuousProducer for it, not
+    started yet."""
+    topic = unique(prefix)
+    create_topic(bootstrap, topic, partitions)
+    return topic, ContinuousProducer(bootstrap, topic, partitions)
+
+
 def wait_for_progress(count: Callable[[], int], more: int, timeout_s: float, what: str) -> None:
     """Until `count()` has grown by `more` from its value now."""
     start = count()

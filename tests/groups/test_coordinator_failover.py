@@ -26,6 +26,7 @@ from group_helpers import (
     group_in_partition,
     java_string_hash,
     member_pool,
+    new_topic_and_producer,
     offsets_partition,
     partition_leaders,
     unique,
@@ -124,9 +125,8 @@ def test_groups_and_offsets_survive_a_restart_of_every_broker(cluster: LocalClus
     """Every broker stops (SIGTERM) and starts again: each __consumer_offsets leader loads its groups from
     its own log, and a member of a group that had committed resumes exactly where the commits were."""
     bootstrap = cluster.bootstrap
-    topic, group = unique("restart"), unique("restart")
-    create_topic(bootstrap, topic, PARTITIONS)
-    producer = ContinuousProducer(bootstrap, topic, PARTITIONS)
+    topic, producer = new_topic_and_producer(bootstrap, "restart", PARTITIONS)
+    group = unique("restart")
     producer.produce(6 * PARTITIONS)
     settings = {"client": "confluent-kafka", "assignor": "range", "bootstrap": bootstrap, "topic": topic}
     with member_pool(log_dir=tmp_path, group=group, **settings) as pool:

@@ -21,11 +21,10 @@ from confluent_kafka import ConsumerGroupState
 from group_helpers import (
     CATCH_UP_S,
     REBALANCE_S,
-    ContinuousProducer,
     committed_offsets,
-    create_topic,
     describe_group,
     member_pool,
+    new_topic_and_producer,
     unique,
     wait_committed_at_end,
     wait_for_progress,
@@ -52,9 +51,8 @@ def test_members_leave_join_and_crash_and_every_record_is_consumed_and_committed
     cluster: LocalCluster, tmp_path: Path, client: str, assignor: str
 ) -> None:
     bootstrap = cluster.bootstrap
-    topic, group = unique("churn"), unique(f"churn-{client}-{assignor}")
-    create_topic(bootstrap, topic, PARTITIONS)
-    producer = ContinuousProducer(bootstrap, topic, PARTITIONS)
+    topic, producer = new_topic_and_producer(bootstrap, "churn", PARTITIONS)
+    group = unique(f"churn-{client}-{assignor}")
     settings = {"client": client, "assignor": assignor, "bootstrap": bootstrap, "topic": topic, "group": group}
     with member_pool(log_dir=tmp_path, **settings) as pool:
         producer.start()
@@ -126,9 +124,8 @@ def test_a_static_member_restarted_within_its_session_takes_its_partitions_back_
     see no rebalance. It resumes at its predecessor's commits."""
     bootstrap = cluster.bootstrap
     partitions = 4
-    topic, group = unique("static"), unique(f"static-{client}")
-    create_topic(bootstrap, topic, partitions)
-    producer = ContinuousProducer(bootstrap, topic, partitions)
+    topic, producer = new_topic_and_producer(bootstrap, "static", partitions)
+    group = unique(f"static-{client}")
     settings = {"client": client, "assignor": assignor, "bootstrap": bootstrap, "topic": topic, "group": group}
     with member_pool(log_dir=tmp_path, **settings) as pool:
         producer.start()

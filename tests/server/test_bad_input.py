@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from storage_helpers import make_batch
 
-from tierlog.testing.local_cluster import BrokerProcess
+from tierlog.testing.local_cluster import BrokerProcess, wait_until
 
 MAX_REQUEST_BYTES = 256 * 1024
 IO_TIMEOUT_S = 10.0
@@ -292,18 +292,8 @@ def api_versions_v0(wire: Wire) -> tuple[int, dict[int, tuple[int, int]]]:
 
 
 def record_batch(values: list[bytes], timestamp: int = 1_700_000_000_000) -> bytes:
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=0,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        batch_size=16 * 1024 * 1024,
-    )
-    for i, value in enumerate(values):
-        builder.append(i, timestamp=timestamp + i, key=b"key-%d" % i, value=value, headers=[])
-    return bytes(builder.build())
+    keys: list[bytes | None] = [b"key-%d" % i for i in range(len(values))]
+    return bytes(make_batch(len(values), values=values, keys=keys, timestamp=timestamp))
 
 
 # --- fixtures -------------------------------------------------------------------------------------------
@@ -351,8 +341,7 @@ def scene(bad_input_broker: BrokerProcess, kafka: Any) -> Iterator[Scene]:
     """A topic with two records, a bystander connection, and the log marked; afterwards, proof that the
     bystander and a brand-new connection are both still served and the broker is alive."""
     broker = bad_input_broker
-    topic = kafka.topic_name()
-    kafka.create_topic(broker.bootstrap, topic, partitions=1)
+    topic = kafka.new_topic(broker.bootstrap, partitions=1)
     bystander = Wire(broker)
     assert produce_v3(bystander, topic, 0, record_batch([b"first", b"second"])) == (NONE, 0)
     assert log_end_offset(bystander, topic) == 2
@@ -376,9 +365,7 @@ def scene(bad_input_broker: BrokerProcess, kafka: Any) -> Iterator[Scene]:
 def assert_closed_with_one_log_line(scene: Scene, wire: Wire) -> None:
     assert wire.closed_by_broker(), "the broker did not close the connection"
     wire.close()
-    deadline = time.monotonic() + IO_TIMEOUT_S
-    while not scene.log.problem_lines() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(scene.log.problem_lines, IO_TIMEOUT_S, "a log line about the closed connection")
     # The bystander's round trip gives any further lines about this connection time to appear.
     metadata_v1(scene.bystander, [scene.topic])
     lines = scene.log.problem_lines()

@@ -11,9 +11,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+from cluster_helpers import BrokerFactory
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from tierlog.testing.local_cluster import BrokerProcess, free_port
+from tierlog.testing.local_cluster import free_port
 
 # A refused start is decided before any I/O: far below this bound.
 REFUSAL_TIMEOUT_S = 30.0
@@ -175,27 +176,27 @@ def test_an_unusable_log_dir_ends_the_start_with_one_line(tmp_path: Path) -> Non
     assert_refused(code, lines, f"Error: cannot use log directory {log_dir}: Not a directory", log_dir)
 
 
-def test_unknown_settings_are_reported_once_and_kafkas_deprecated_topic_configs_are_accepted(tmp_path: Path) -> None:
+def test_unknown_settings_are_reported_once_and_kafkas_deprecated_topic_configs_are_accepted(
+    broker_factory: BrokerFactory,
+) -> None:
     """A real Kafka server.properties starts tierlog: what tierlog does not use is named once at start-up, and
     Kafka 3.x topic configs that are deprecated but accepted there are accepted here, while a throttle tierlog
     cannot apply is refused with INVALID_CONFIG rather than ignored."""
-    broker = BrokerProcess(
-        tmp_path / "data",
-        overrides={"num.network.threads": "3", "socket.send.buffer.bytes": "102400", "log.retention.hours": "168"},
+    broker = broker_factory(
+        {"num.network.threads": "3", "socket.send.buffer.bytes": "102400", "log.retention.hours": "168"}
     )
-    with broker:
-        log = broker.log_file.read_text()
-        unused = [line for line in log.splitlines() if "were supplied but are not used yet" in line]
-        assert len(unused) == 1, log
-        assert "'[num.network.threads, socket.send.buffer.bytes]'" in unused[0]
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        deprecated = {"message.format.version": "2.8", "message.downconversion.enable": "false"}
-        admin.create_topics([NewTopic("legacy", 1, 1, config=deprecated)])["legacy"].result(timeout=30)
-        described = admin.describe_configs([ConfigResource("topic", "legacy")])
-        entries = next(iter(described.values())).result(timeout=30)
-        assert entries["message.format.version"].value == "2.8"
-        assert entries["message.downconversion.enable"].value == "false"
-        throttled = {"leader.replication.throttled.replicas": "0:1"}
-        with pytest.raises(Exception, match="replication throttling is not supported by tierlog yet") as refused:
-            admin.create_topics([NewTopic("throttled", 1, 1, config=throttled)])["throttled"].result(timeout=30)
-        assert refused.value.args[0].name() == "INVALID_CONFIG"
+    log = broker.log_file.read_text()
+    unused = [line for line in log.splitlines() if "were supplied but are not used yet" in line]
+    assert len(unused) == 1, log
+    assert "'[num.network.threads, socket.send.buffer.bytes]'" in unused[0]
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    deprecated = {"message.format.version": "2.8", "message.downconversion.enable": "false"}
+    admin.create_topics([NewTopic("legacy", 1, 1, config=deprecated)])["legacy"].result(timeout=30)
+    described = admin.describe_configs([ConfigResource("topic", "legacy")])
+    entries = next(iter(described.values())).result(timeout=30)
+    assert entries["message.format.version"].value == "2.8"
+    assert entries["message.downconversion.enable"].value == "false"
+    throttled = {"leader.replication.throttled.replicas": "0:1"}
+    with pytest.raises(Exception, match="replication throttling is not supported by tierlog yet") as refused:
+        admin.create_topics([NewTopic("throttled", 1, 1, config=throttled)])["throttled"].result(timeout=30)
+    assert refused.value.args[0].name() == "INVALID_CONFIG"

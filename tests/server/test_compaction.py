@@ -21,9 +21,8 @@ from tierlog.records.codec import decode_batches
 from tierlog.storage.checkpoints import OffsetCheckpointFile
 from tierlog.storage.log_cleaner import CLEANER_OFFSET_CHECKPOINT_FILENAME
 from tierlog.storage.offset_map import BYTES_PER_ENTRY
-from tierlog.testing.local_cluster import BrokerProcess, LocalCluster
+from tierlog.testing.local_cluster import BrokerProcess, wait_until
 
-PollUntil = Callable[[Callable[[], bool], float, str], None]
 Entry = tuple[int, bytes | None, bytes | None]
 CLEANER_OVERRIDES = {
     "log.cleaner.backoff.ms": "100",
@@ -85,9 +84,9 @@ def produce(kafka: Any, bootstrap: str, topic: str, specs: Sequence[dict[str, An
     return [(offset, spec["key"], spec["value"]) for (_, offset), spec in zip(acked, specs, strict=True)]
 
 
-def wait_cleaned_up_to_the_active_segment(log_dir: Path, topic: str, poll_until: PollUntil) -> int:
+def wait_cleaned_up_to_the_active_segment(log_dir: Path, topic: str) -> int:
     """Wait until the cleaner's checkpoint reaches the active segment; return its base offset."""
-    poll_until(
+    wait_until(
         lambda: cleaner_checkpoint(log_dir, topic) == active_segment_base(log_dir, topic),
         CLEAN_TIMEOUT_S,
         f"the cleaner to reach the active segment of {topic}",
@@ -101,14 +100,13 @@ def compacted_view(written: Sequence[Entry], active_base: int) -> list[Entry]:
 
 
 def test_a_compacted_topic_keeps_the_latest_record_per_key_at_its_offset_for_every_client(
-    broker_factory: Any, kafka: Any, clients: dict[str, Any], poll_until: PollUntil
+    broker_factory: Any, kafka: Any, clients: dict[str, Any]
 ) -> None:
     broker: BrokerProcess = broker_factory(CLEANER_OVERRIDES)
-    topic = kafka.topic_name()
-    kafka.create_topic(broker.bootstrap, topic, config=COMPACTED)
+    topic = kafka.new_topic(broker.bootstrap, config=COMPACTED)
     written = produce(kafka, broker.bootstrap, topic, updates(keys=30, rounds=12, tag="v", tombstones=[3, 7]))
     assert [offset for offset, _, _ in written] == list(range(len(written)))
-    active_base = wait_cleaned_up_to_the_active_segment(broker.log_dir, topic, poll_until)
+    active_base = wait_cleaned_up_to_the_active_segment(broker.log_dir, topic)
     expected = compacted_view(written, active_base)
     assert len(expected) < len(written) // 3
     assert (3, b"key-3", None) not in expected and any(e[1] == b"key-3" and e[2] is None for e in expected)
@@ -120,21 +118,20 @@ def test_a_compacted_topic_keeps_the_latest_record_per_key_at_its_offset_for_eve
 
 
 def test_tombstones_go_once_delete_retention_ms_has_passed_and_the_log_is_cleaned_again(
-    broker_factory: Any, kafka: Any, poll_until: PollUntil
+    broker_factory: Any, kafka: Any
 ) -> None:
     broker: BrokerProcess = broker_factory(CLEANER_OVERRIDES)
-    topic = kafka.topic_name()
-    kafka.create_topic(broker.bootstrap, topic, config={**COMPACTED, "delete.retention.ms": "0"})
+    topic = kafka.new_topic(broker.bootstrap, config={**COMPACTED, "delete.retention.ms": "0"})
     # Filler after the tombstones closes their segment, so the first clean sees them and dates them.
     wave = updates(keys=20, rounds=10, tag="a", tombstones=[1, 2]) + updates(100, 1, "f", prefix="filler")
     written = produce(kafka, broker.bootstrap, topic, wave)
-    first = wait_cleaned_up_to_the_active_segment(broker.log_dir, topic, poll_until)
+    first = wait_cleaned_up_to_the_active_segment(broker.log_dir, topic)
     tombstones = [e for e in written if e[2] is None]
     assert len(tombstones) == 2 and all(offset < first for offset, _, _ in tombstones)
     assert [e for e in stored_records(broker.log_dir, topic) if e[2] is None] == tombstones
     # New keys make the log dirty again; the next clean finds the tombstones' horizon (now + 0) passed.
     written += produce(kafka, broker.bootstrap, topic, updates(300, 1, "o", prefix="other"))
-    poll_until(
+    wait_until(
         lambda: (
             (cleaner_checkpoint(broker.log_dir, topic) or 0) > first
             and cleaner_checkpoint(broker.log_dir, topic) == active_segment_base(broker.log_dir, topic)
@@ -149,13 +146,8 @@ def test_tombstones_go_once_delete_retention_ms_has_passed_and_the_log_is_cleane
 
 def test_records_without_a_key_are_refused_with_invalid_record(broker_factory: Any, kafka: Any) -> None:
     broker: BrokerProcess = broker_factory(CLEANER_OVERRIDES)
-    topic = kafka.topic_name()
-    kafka.create_topic(broker.bootstrap, topic, config=COMPACTED)
-    producer = kafka.producer(broker.bootstrap, linger_ms=0, retries=0)
-    errors: list[KafkaError | None] = []
-    producer.produce(topic, value=b"no key", on_delivery=lambda err, msg: errors.append(err))
-    assert producer.flush(kafka.timeout_s) == 0
-    assert len(errors) == 1 and errors[0] is not None and errors[0].code() == KafkaError.INVALID_RECORD
+    topic = kafka.new_topic(broker.bootstrap, config=COMPACTED)
+    assert kafka.delivery_errors(broker.bootstrap, topic, [{"value": b"no key"}], retries=0) == ["INVALID_RECORD"]
     # Nothing was written, and keyed records still are.
     assert produce(kafka, broker.bootstrap, topic, [{"key": b"k", "value": b"v"}]) == [(0, b"k", b"v")]
 
@@ -164,8 +156,7 @@ def test_librdkafka_fails_exactly_the_records_without_a_key_of_a_batch(broker_fa
     # The broker names the keyless records of the batch (record_errors, KIP-467); librdkafka fails those with
     # INVALID_RECORD and the others of the batch with _INVALID_DIFFERENT_RECORD.
     broker: BrokerProcess = broker_factory(CLEANER_OVERRIDES)
-    topic = kafka.topic_name()
-    kafka.create_topic(broker.bootstrap, topic, config=COMPACTED)
+    topic = kafka.new_topic(broker.bootstrap, config=COMPACTED)
     producer = kafka.producer(broker.bootstrap, linger_ms=500, retries=0)
     # Connected and the partition's leader known before the batch, so its records leave together.
     assert producer.list_topics(topic, timeout=kafka.timeout_s).topics[topic].error is None
@@ -184,39 +175,37 @@ def test_librdkafka_fails_exactly_the_records_without_a_key_of_a_batch(broker_fa
     assert kafka.watermarks(broker.bootstrap, topic) == (0, 0)
 
 
-def test_every_replica_compacts_to_the_same_records(tmp_path: Path, kafka: Any, poll_until: PollUntil) -> None:
-    overrides = {**CLEANER_OVERRIDES, "default.replication.factor": "3"}
-    with LocalCluster(tmp_path, brokers=3, overrides=overrides) as cluster:
-        topic = kafka.topic_name()
-        admin = kafka.admin(cluster.bootstrap)
-        # segment.ms lets one last record, dated later, roll every replica's active segment at its offset.
-        config = {**COMPACTED, "segment.ms": "60000", "min.insync.replicas": "3"}
-        admin.create_topics([NewTopic(topic, 1, 3, config=config)])[topic].result(kafka.timeout_s)
-        poll_until(lambda: kafka.topic_exists(cluster.bootstrap, topic), kafka.timeout_s, f"{topic} to exist")
-        written = produce(kafka, cluster.bootstrap, topic, updates(keys=25, rounds=8, tag="v", tombstones=[4]))
-        later = int(time.time() * 1000) + 120_000
-        written += produce(kafka, cluster.bootstrap, topic, [{"key": b"last", "value": b"x", "timestamp": later}])
-        end = written[-1][0]
-        log_dirs = [cluster.broker(node_id).log_dir for node_id in cluster.node_ids]
-        for log_dir in log_dirs:
-            poll_until(
-                lambda log_dir=log_dir: cleaner_checkpoint(log_dir, topic) == end,
-                CLEAN_TIMEOUT_S,
-                f"the cleaner of {log_dir} to reach offset {end}",
-            )
-        expected = compacted_view(written, end)
-        for log_dir in log_dirs:
-            assert stored_records(log_dir, topic) == expected, log_dir
-        for node_id in cluster.node_ids:
-            assert cleanings(cluster.http_address(node_id)) >= 1, node_id
+def test_every_replica_compacts_to_the_same_records(cluster_factory: Any, kafka: Any) -> None:
+    cluster = cluster_factory({**CLEANER_OVERRIDES, "default.replication.factor": "3"}, brokers=3)
+    topic = kafka.topic_name()
+    admin = kafka.admin(cluster.bootstrap)
+    # segment.ms lets one last record, dated later, roll every replica's active segment at its offset.
+    config = {**COMPACTED, "segment.ms": "60000", "min.insync.replicas": "3"}
+    admin.create_topics([NewTopic(topic, 1, 3, config=config)])[topic].result(kafka.timeout_s)
+    wait_until(lambda: kafka.topic_exists(cluster.bootstrap, topic), kafka.timeout_s, f"{topic} to exist")
+    written = produce(kafka, cluster.bootstrap, topic, updates(keys=25, rounds=8, tag="v", tombstones=[4]))
+    later = int(time.time() * 1000) + 120_000
+    written += produce(kafka, cluster.bootstrap, topic, [{"key": b"last", "value": b"x", "timestamp": later}])
+    end = written[-1][0]
+    log_dirs = [cluster.broker(node_id).log_dir for node_id in cluster.node_ids]
+    for log_dir in log_dirs:
+        wait_until(
+            lambda log_dir=log_dir: cleaner_checkpoint(log_dir, topic) == end,
+            CLEAN_TIMEOUT_S,
+            f"the cleaner of {log_dir} to reach offset {end}",
+        )
+    expected = compacted_view(written, end)
+    for log_dir in log_dirs:
+        assert stored_records(log_dir, topic) == expected, log_dir
+    for node_id in cluster.node_ids:
+        assert cleanings(cluster.http_address(node_id)) >= 1, node_id
 
 
 def test_a_producers_last_batch_left_empty_by_compaction_is_skipped_by_every_client(
-    broker_factory: Any, kafka: Any, clients: dict[str, Any], poll_until: PollUntil
+    broker_factory: Any, kafka: Any, clients: dict[str, Any]
 ) -> None:
     broker: BrokerProcess = broker_factory(CLEANER_OVERRIDES)
-    topic = kafka.topic_name()
-    kafka.create_topic(broker.bootstrap, topic, config=COMPACTED)
+    topic = kafka.new_topic(broker.bootstrap, config=COMPACTED)
     idempotent = [{"key": b"shared", "value": f"idempotent-{i}".encode()} for i in range(5)]
     written = [
         (offset, spec["key"], spec["value"])
@@ -229,7 +218,7 @@ def test_a_producers_last_batch_left_empty_by_compaction_is_skipped_by_every_cli
     # A plain producer overwrites the key, then fills segments so everything so far can be cleaned.
     written += produce(kafka, broker.bootstrap, topic, [{"key": b"shared", "value": b"plain"}])
     written += produce(kafka, broker.bootstrap, topic, updates(200, 1, "f", prefix="filler"))
-    active_base = wait_cleaned_up_to_the_active_segment(broker.log_dir, topic, poll_until)
+    active_base = wait_cleaned_up_to_the_active_segment(broker.log_dir, topic)
     headers = [
         batch.header
         for path in sorted((broker.log_dir / f"{topic}-0").glob("*.log"))
@@ -243,9 +232,7 @@ def test_a_producers_last_batch_left_empty_by_compaction_is_skipped_by_every_cli
         assert [(r.offset, r.key, r.value) for r in got] == expected, name
 
 
-def test_consumer_offsets_is_compacted_and_committed_offsets_survive_a_restart(
-    broker_factory: Any, kafka: Any, poll_until: PollUntil
-) -> None:
+def test_consumer_offsets_is_compacted_and_committed_offsets_survive_a_restart(broker_factory: Any, kafka: Any) -> None:
     broker: BrokerProcess = broker_factory(
         {
             **CLEANER_OVERRIDES,
@@ -255,8 +242,7 @@ def test_consumer_offsets_is_compacted_and_committed_offsets_survive_a_restart(
             "log.cleaner.min.cleanable.ratio": "0.01",
         }
     )
-    topic = kafka.topic_name()
-    kafka.create_topic(broker.bootstrap, topic, partitions=2)
+    topic = kafka.new_topic(broker.bootstrap, partitions=2)
     group = f"{topic}-group"
     consumer = kafka.consumer(broker.bootstrap, group_id=group)
     try:
@@ -266,7 +252,7 @@ def test_consumer_offsets_is_compacted_and_committed_offsets_survive_a_restart(
     finally:
         consumer.close()
     internal = "__consumer_offsets"
-    wait_cleaned_up_to_the_active_segment(broker.log_dir, internal, poll_until)
+    wait_cleaned_up_to_the_active_segment(broker.log_dir, internal)
     # 600 offset commits; what is left is the latest per partition plus the active segment's tail.
     assert len(stored_records(broker.log_dir, internal)) < 100
     broker.restart()
@@ -281,19 +267,18 @@ def test_consumer_offsets_is_compacted_and_committed_offsets_survive_a_restart(
             reader.close()
         return [tp.offset for tp in answer]
 
-    poll_until(lambda: committed() == [3000, 3001], kafka.timeout_s, "the committed offsets after the restart")
+    wait_until(lambda: committed() == [3000, 3001], kafka.timeout_s, "the committed offsets after the restart")
 
 
 def test_a_broker_killed_while_it_compacts_loses_nothing_and_finishes_the_clean_after_restart(
-    broker_factory: Any, kafka: Any, poll_until: PollUntil
+    broker_factory: Any, kafka: Any
 ) -> None:
     # An offset map of 18 keys: each pass cleans a few dozen offsets and the cleaner keeps writing,
     # swapping and checkpointing for seconds, so the kills land in every phase of a clean.
     broker: BrokerProcess = broker_factory(
         {**CLEANER_OVERRIDES, "log.cleaner.dedupe.buffer.size": str(BYTES_PER_ENTRY * 20)}
     )
-    topic = kafka.topic_name()
-    kafka.create_topic(broker.bootstrap, topic, config=COMPACTED)
+    topic = kafka.new_topic(broker.bootstrap, config=COMPACTED)
     written: list[Entry] = []
     for round_, delay_s in enumerate((0.2, 0.45, 0.7, 1.1)):
         written += produce(kafka, broker.bootstrap, topic, updates(keys=100, rounds=10, tag=f"r{round_}"))
@@ -307,6 +292,6 @@ def test_a_broker_killed_while_it_compacts_loses_nothing_and_finishes_the_clean_
         assert offsets == sorted(set(offsets))
         assert set(got) <= set(written) and set(latest_per_key(written)) <= set(got)
         assert kafka.watermarks(broker.bootstrap, topic) == (0, len(written))
-    active_base = wait_cleaned_up_to_the_active_segment(broker.log_dir, topic, poll_until)
+    active_base = wait_cleaned_up_to_the_active_segment(broker.log_dir, topic)
     got = [(r.offset, r.key, r.value) for r in kafka.consume_all(broker.bootstrap, topic)]
     assert got == compacted_view(written, active_base)

@@ -69,8 +69,7 @@ def set_topic_configs(kafka: Any, bootstrap: str, topic: str, **configs: str) ->
 def test_a_zstd_topic_stores_the_lz4_batches_of_an_idempotent_producer_as_zstd(
     shared_broker: BrokerProcess, kafka: Any
 ) -> None:
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic, config={"compression.type": "zstd"})
+    topic = kafka.new_topic(shared_broker.bootstrap, config={"compression.type": "zstd"})
     sent = varied_records(800)
     acked = kafka.produce(
         shared_broker.bootstrap, topic, sent, compression_type="lz4", enable_idempotence=True, batch_size=16384
@@ -98,8 +97,7 @@ def test_a_zstd_topic_stores_the_lz4_batches_of_an_idempotent_producer_as_zstd(
 
 
 def test_an_uncompressed_topic_stores_compressed_batches_uncompressed(shared_broker: BrokerProcess, kafka: Any) -> None:
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic, config={"compression.type": "uncompressed"})
+    topic = kafka.new_topic(shared_broker.bootstrap, config={"compression.type": "uncompressed"})
     sent = varied_records(300)
     kafka.produce(shared_broker.bootstrap, topic, sent, compression_type="lz4", linger_ms=20)
     assert {codec for _, codec in stored_batches(shared_broker, topic)} == {CompressionType.NONE}
@@ -152,8 +150,7 @@ def test_changing_compression_type_applies_to_the_batches_produced_after_it(
 
 
 def test_an_invalid_level_is_refused_with_kafkas_message(shared_broker: BrokerProcess, kafka: Any) -> None:
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic, config={"compression.type": "zstd"})
+    topic = kafka.new_topic(shared_broker.bootstrap, config={"compression.type": "zstd"})
     with pytest.raises(KafkaException) as refused:
         set_topic_configs(kafka, shared_broker.bootstrap, topic, compression_zstd_level="23")
     error = refused.value.args[0]

@@ -5,14 +5,13 @@ so a consumer of the same group resumes exactly where the first one committed.""
 from __future__ import annotations
 
 import signal
-import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from tierlog.testing.local_cluster import BrokerProcess
+from tierlog.testing.local_cluster import BrokerProcess, wait_until
 
 GROUP_SETTINGS = {
     "offsets_topic_replication_factor": 1,
@@ -37,14 +36,15 @@ def group_consumer(bootstrap: str, group: str) -> Consumer:
 def consume(consumer: Consumer, count: int) -> list[tuple[int, int]]:
     """(partition, offset) of the next `count` records, bounded by TIMEOUT_S."""
     seen: list[tuple[int, int]] = []
-    deadline = time.monotonic() + TIMEOUT_S
-    while len(seen) < count:
-        assert time.monotonic() < deadline, f"only {len(seen)} of {count} records within {TIMEOUT_S}s"
+
+    def read_all() -> bool:
         message = consumer.poll(0.5)
-        if message is None:
-            continue
-        assert message.error() is None, message.error()
-        seen.append((message.partition(), message.offset()))
+        if message is not None:
+            assert message.error() is None, message.error()
+            seen.append((message.partition(), message.offset()))
+        return len(seen) >= count
+
+    wait_until(read_all, TIMEOUT_S, lambda: f"{count} records (have {len(seen)})", 0)
     return seen
 
 
@@ -53,8 +53,7 @@ def test_committed_offsets_survive_a_broker_restart(
     broker_factory: Callable[..., BrokerProcess], kafka: Any, restart: str
 ) -> None:
     broker = broker_factory(**GROUP_SETTINGS)
-    topic = kafka.topic_name()
-    kafka.create_topic(broker.bootstrap, topic, partitions=2)
+    topic = kafka.new_topic(broker.bootstrap, partitions=2)
     kafka.produce(broker.bootstrap, topic, [{"value": str(i).encode(), "partition": i % 2} for i in range(20)])
     group = f"{topic}-group"
 

@@ -10,18 +10,16 @@ from __future__ import annotations
 import random
 import signal
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from confluent_kafka import TopicCollection, TopicPartition
+from storage_helpers import T0, make_batch
 
 from tierlog.testing.local_cluster import BrokerProcess
 
 CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
-PollUntil = Callable[[Callable[[], bool], float, str], None]
 
 
 def segments(broker: BrokerProcess, topic: str, partition: int = 0) -> list[Path]:
@@ -36,8 +34,7 @@ def restart_after(broker: BrokerProcess) -> None:
 
 def test_sigterm_shuts_down_cleanly_and_restart_keeps_every_record_and_topic(broker: BrokerProcess, kafka: Any) -> None:
     admin = kafka.admin(broker.bootstrap)
-    topic = kafka.topic_name()
-    kafka.create_topic(broker.bootstrap, topic, partitions=3, config={"retention.ms": "86400000"})
+    topic = kafka.new_topic(broker.bootstrap, partitions=3, config={"retention.ms": "86400000"})
     rng = random.Random(1)
     sent = [
         {"key": b"k%d" % i, "value": rng.randbytes(rng.randrange(1, 2000)), "headers": [("i", b"%d" % i)]}
@@ -67,8 +64,7 @@ def test_sigterm_shuts_down_cleanly_and_restart_keeps_every_record_and_topic(bro
 def test_sigterm_with_clients_connected_shuts_down_without_errors(broker: BrokerProcess, kafka: Any) -> None:
     # A consumer waiting in a long fetch and an idle producer connection are open when SIGTERM arrives:
     # a controlled shutdown ends them quietly, exits 0, and logs no error.
-    topic = kafka.topic_name()
-    kafka.create_topic(broker.bootstrap, topic)
+    topic = kafka.new_topic(broker.bootstrap)
     kafka.produce(broker.bootstrap, topic, [{"value": b"x"}])
     producer = kafka.producer(broker.bootstrap)
     producer.produce(topic, value=b"y")
@@ -90,8 +86,7 @@ def test_sigterm_with_clients_connected_shuts_down_without_errors(broker: Broker
 
 
 def test_second_restart_after_a_restart_still_has_everything(broker: BrokerProcess, kafka: Any) -> None:
-    topic = kafka.topic_name()
-    kafka.create_topic(broker.bootstrap, topic)
+    topic = kafka.new_topic(broker.bootstrap)
     kafka.produce(broker.bootstrap, topic, [{"value": b"a%d" % i} for i in range(100)])
     broker.restart()
     kafka.produce(broker.bootstrap, topic, [{"value": b"b%d" % i} for i in range(100)])
@@ -105,8 +100,7 @@ def test_kill_9_during_heavy_produce_keeps_every_acknowledged_record(
     broker: BrokerProcess, kafka: Any, acks: str
 ) -> None:
     partitions = 4
-    topic = kafka.topic_name()
-    kafka.create_topic(broker.bootstrap, topic, partitions=partitions)
+    topic = kafka.new_topic(broker.bootstrap, partitions=partitions)
     producer = kafka.producer(
         broker.bootstrap,
         acks=acks,
@@ -168,20 +162,8 @@ def test_kill_9_during_heavy_produce_keeps_every_acknowledged_record(
 
 
 def _torn_batch(base_offset: int) -> bytes:
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=0,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        batch_size=1 << 20,
-    )
-    for i in range(20):
-        builder.append(i, timestamp=1_700_000_000_000, key=None, value=b"torn-%d" % i * 20, headers=[])
-    batch = bytearray(builder.build())
-    batch[0:8] = base_offset.to_bytes(8, "big")
-    return bytes(batch)
+    values = [b"torn-%d" % i * 20 for i in range(20)]
+    return bytes(make_batch(20, values=values, keys=[None] * 20, timestamps=[T0] * 20, base_offset=base_offset))
 
 
 def _garbage(kind: str, next_offset: int) -> bytes:
@@ -202,8 +184,7 @@ def _garbage(kind: str, next_offset: int) -> bytes:
 def test_garbage_appended_to_the_active_segment_is_truncated_on_restart(
     broker: BrokerProcess, kafka: Any, kind: str
 ) -> None:
-    topic = kafka.topic_name()
-    kafka.create_topic(broker.bootstrap, topic)
+    topic = kafka.new_topic(broker.bootstrap)
     sent = [{"key": b"k%d" % i, "value": b"v" * (i % 700)} for i in range(3000)]
     kafka.produce(broker.bootstrap, topic, sent, compression_type="gzip")
     before = kafka.consume_all(broker.bootstrap, topic)
@@ -225,8 +206,7 @@ def test_garbage_appended_to_the_active_segment_is_truncated_on_restart(
 
 
 def test_restart_after_kill_9_without_damage_keeps_everything(broker: BrokerProcess, kafka: Any) -> None:
-    topic = kafka.topic_name()
-    kafka.create_topic(broker.bootstrap, topic, partitions=2)
+    topic = kafka.new_topic(broker.bootstrap, partitions=2)
     kafka.produce(broker.bootstrap, topic, [{"value": b"%d" % i, "partition": i % 2} for i in range(5000)])
     before = kafka.consume_all(broker.bootstrap, topic, range(2))
     broker.kill(signal.SIGKILL)
@@ -236,8 +216,7 @@ def test_restart_after_kill_9_without_damage_keeps_everything(broker: BrokerProc
 
 def test_clients_reconnect_after_a_restart(broker: BrokerProcess, kafka: Any) -> None:
     # One producer lives across the restart: librdkafka reconnects to the same address and goes on.
-    topic = kafka.topic_name()
-    kafka.create_topic(broker.bootstrap, topic)
+    topic = kafka.new_topic(broker.bootstrap)
     producer = kafka.producer(broker.bootstrap, acks="all", message_timeout_ms=30_000)
     errors: list[Any] = []
 
@@ -260,8 +239,7 @@ def test_clients_reconnect_after_a_restart(broker: BrokerProcess, kafka: Any) ->
 def test_missing_index_files_are_rebuilt_on_restart(broker: BrokerProcess, kafka: Any, shutdown: str) -> None:
     # Offset and time indexes are derived data: without them a restart must rebuild them from the .log
     # files, after a clean shutdown as after a crash, and lookups by offset and by time work as before.
-    topic = kafka.topic_name()
-    kafka.create_topic(broker.bootstrap, topic)
+    topic = kafka.new_topic(broker.bootstrap)
     base_ts = 1_700_000_000_000
     sent = [{"value": b"%05d" % i + b"." * 700, "timestamp": base_ts + i * 10} for i in range(4000)]
     kafka.produce(broker.bootstrap, topic, sent, linger_ms=0, batch_num_messages=20)

@@ -6,22 +6,20 @@ when not."""
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import re
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
+from cluster_helpers import send_request
 from kio.schema.errors import ErrorCode
 
-from tierlog.client.connection import KafkaConnection
 from tierlog.client.requests import metadata_request, produce_request, request_schema
 from tierlog.common import TopicPartition
 from tierlog.records.codec import RecordSpec, build_batch
 from tierlog.records.record_batch import CompressionType
-from tierlog.testing.local_cluster import BrokerProcess
+from tierlog.testing.local_cluster import BrokerProcess, wait_until
 
 TIMEOUT_S = 10.0
 API_FIND_COORDINATOR, API_DESCRIBE_GROUPS, API_DELETE_RECORDS, API_DESCRIBE_CLUSTER = 10, 15, 21, 60
@@ -32,7 +30,6 @@ REQUEST_CLASSES = {
     API_DESCRIBE_CLUSTER: "DescribeClusterRequest",
 }
 INT32_MIN = -(2**31)
-PollUntil = Callable[[Callable[[], bool], float, str], None]
 # Kafka's AclOperation codes, and the operations that apply to a topic, the cluster and a group.
 READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE = 3, 4, 5, 6, 7, 8
 CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE = 9, 10, 11, 12
@@ -49,18 +46,10 @@ CLUSTER_OPERATIONS = bit_field(
 GROUP_OPERATIONS = bit_field(READ, DELETE, DESCRIBE)
 
 
-def send(broker: BrokerProcess, request: Any) -> Any:
-    """`request`, answered by the broker."""
-
-    async def exchange() -> Any:
-        async with asyncio.timeout(TIMEOUT_S):
-            connection = await KafkaConnection.open("127.0.0.1", broker.port, client_id="answers", timeout_s=TIMEOUT_S)
-            try:
-                return await connection.send(request, timeout_s=TIMEOUT_S)
-            finally:
-                await connection.close()
-
-    return asyncio.run(exchange())
+def send(broker: BrokerProcess, api_key: int, version: int, **body: Any) -> Any:
+    """One request of that version (fields the version lacks are dropped), answered by the broker."""
+    request = getattr(request_schema(api_key, version), REQUEST_CLASSES[api_key])(**body)
+    return send_request(broker.bootstrap, request, TIMEOUT_S)
 
 
 def request_of(api_key: int, version: int, **body: Any) -> Any:
@@ -90,8 +79,7 @@ PRODUCE_VERSIONS = range(3, 12)
 def test_keyless_records_on_a_compacted_topic_are_named_in_record_errors_from_v8(
     shared_broker: BrokerProcess, kafka: Any, version: int
 ) -> None:
-    topic = kafka.topic_name(f"v{version}")
-    kafka.create_topic(shared_broker.bootstrap, topic, config={"cleanup.policy": "compact"})
+    topic = kafka.new_topic(shared_broker.bootstrap, config={"cleanup.policy": "compact"}, hint=f"v{version}")
     refused = produce(shared_broker, version, topic, build_batch(keyed("k-k-k"), compression=CompressionType.LZ4))
     assert (refused.error_code, refused.base_offset) == (ErrorCode.invalid_record, -1)
     if version >= 5:
@@ -118,8 +106,9 @@ def test_keyless_records_on_a_compacted_topic_are_named_in_record_errors_from_v8
 def test_records_out_of_the_timestamp_range_are_named_with_invalid_timestamp(
     shared_broker: BrokerProcess, kafka: Any, version: int
 ) -> None:
-    topic = kafka.topic_name(f"v{version}")
-    kafka.create_topic(shared_broker.bootstrap, topic, config={"message.timestamp.before.max.ms": "3600000"})
+    topic = kafka.new_topic(
+        shared_broker.bootstrap, config={"message.timestamp.before.max.ms": "3600000"}, hint=f"v{version}"
+    )
     now = int(time.time() * 1000)
     old = now - 2 * 3_600_000
     # The first and the largest timestamp are in range: only the records show the old one.
@@ -141,8 +130,7 @@ def test_records_out_of_the_timestamp_range_are_named_with_invalid_timestamp(
 def test_delete_records_takes_no_negative_offset_but_minus_one(
     shared_broker: BrokerProcess, kafka: Any, version: int
 ) -> None:
-    topic = kafka.topic_name(f"v{version}")
-    kafka.create_topic(shared_broker.bootstrap, topic)
+    topic = kafka.new_topic(shared_broker.bootstrap, hint=f"v{version}")
     kafka.produce(shared_broker.bootstrap, topic, [{"value": b"x"}] * 3)
     s = request_schema(API_DELETE_RECORDS, version)
 
@@ -179,8 +167,7 @@ def metadata(broker: BrokerProcess, version: int, topics: list[str], asks: bool)
 def test_metadata_reports_every_topic_and_cluster_operation_when_asked(
     shared_broker: BrokerProcess, kafka: Any, version: int
 ) -> None:
-    topic = kafka.topic_name(f"v{version}")
-    kafka.create_topic(shared_broker.bootstrap, topic)
+    topic = kafka.new_topic(shared_broker.bootstrap, hint=f"v{version}")
     missing = kafka.topic_name("missing")
     asked = metadata(shared_broker, version, [topic, missing], asks=True)
     assert {t.name: (t.error_code, t.topic_authorized_operations) for t in asked.topics} == {
@@ -215,9 +202,7 @@ def test_describe_cluster_reports_every_cluster_operation_when_asked(
 
 
 @pytest.mark.parametrize("version", range(3, 6))
-def test_describe_groups_reports_every_group_operation_when_asked(
-    shared_broker: BrokerProcess, version: int, poll_until: PollUntil
-) -> None:
+def test_describe_groups_reports_every_group_operation_when_asked(shared_broker: BrokerProcess, version: int) -> None:
     group = f"no-such-group-v{version}"
     answers: list[tuple[int, int]] = []
 
@@ -231,8 +216,8 @@ def test_describe_groups_reports_every_group_operation_when_asked(
 
     # The first FindCoordinator creates __consumer_offsets; until its partition is loaded, the group has no
     # coordinator (and the answer no operations).
-    send(shared_broker, request_of(API_FIND_COORDINATOR, 0, key=group))
-    poll_until(lambda: described(asks=True), TIMEOUT_S, f"a coordinator for {group}")
+    send(shared_broker, API_FIND_COORDINATOR, 0, key=group)
+    wait_until(lambda: described(asks=True), TIMEOUT_S, f"a coordinator for {group}")
     assert all(operations == INT32_MIN for _, operations in answers[:-1])
     # A group the coordinator does not know is described as Dead, without error, as Kafka 3.x does.
     assert answers[-1] == (ErrorCode.none, GROUP_OPERATIONS)

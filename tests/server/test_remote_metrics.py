@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
+from storage_helpers import open_log
 
 from tierlog.common import TopicPartition
 from tierlog.records.codec import build_batch
@@ -49,22 +50,13 @@ class StubRemoteLog:
         return self.store.cache(TopicIdPartition(partition.topic_id, partition.topic_partition))
 
 
-def open_log(directory: Path, tp: TopicPartition, *, remote: bool) -> Log:
+def open_partition_log(directory: Path, tp: TopicPartition, *, remote: bool) -> Log:
     """One batch per segment, so every append rolls; a tiered log keeps only what is not yet copied."""
     props = {"segment.bytes": str(BATCH_BYTES)}
     if remote:
         props |= {"remote.storage.enable": "true", "local.retention.bytes": "1"}
-    return Log.open(
-        directory / str(tp),
-        LogConfig.from_props(props, {}),
-        topic_partition=tp,
-        recovery_point=0,
-        log_start_offset=0,
-        high_watermark=0,
-        had_clean_shutdown=True,
-        now_ms=T0,
-        remote_log_enabled=remote,
-    )
+    config = LogConfig.from_props(props, {})
+    return open_log(directory / str(tp), config, topic_partition=tp, now_ms=T0, remote_log_enabled=remote)
 
 
 def fill(log: Log, batches: int) -> None:
@@ -104,11 +96,11 @@ def broker(tmp_path: Path) -> Wired:
     """The wiring over two partitions. `tiered` has offsets 0..4 in five one-batch segments: 0 and 1 copied
     (Ry = 1) and deleted locally (Lx = 2, Rx = 0), 2 being copied (COPY_SEGMENT_STARTED), 3 rolled and waiting,
     4 the active segment. `local` has no remote tier."""
-    tiered_log = open_log(tmp_path, TIERED, remote=True)
+    tiered_log = open_partition_log(tmp_path, TIERED, remote=True)
     fill(tiered_log, 5)
     tiered_log.update_highest_offset_in_remote_storage(1)
     assert tiered_log.delete_old_segments(T0) == 2
-    local_log = open_log(tmp_path, LOCAL, remote=False)
+    local_log = open_partition_log(tmp_path, LOCAL, remote=False)
     fill(local_log, 3)
     partitions = {
         tp: Partition(tp, uuid.uuid4(), log, 1, is_replica_eligible=lambda _: True)
@@ -211,7 +203,7 @@ def test_v1_partitions_reports_the_remote_tier_of_tiered_partitions(broker: Wire
 
 def test_v1_partitions_of_a_tiered_partition_with_no_remote_metadata_yet(broker: Wired, tmp_path: Path) -> None:
     fresh = TopicPartition("fresh", 0)
-    log = open_log(tmp_path, fresh, remote=True)
+    log = open_partition_log(tmp_path, fresh, remote=True)
     fill(log, 2)
     broker.replica_manager.partitions[fresh] = Partition(
         fresh, uuid.uuid4(), log, 1, is_replica_eligible=lambda _: True

@@ -15,9 +15,8 @@ from typing import Any
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
-from tierlog.testing.local_cluster import BrokerProcess
+from tierlog.testing.local_cluster import BrokerProcess, wait_until
 
-PollUntil = Callable[[Callable[[], bool], float, str], None]
 SEGMENT_BYTES = 16 * 1024
 # A produce whose records for one partition exceed a segment is refused (RECORD_LIST_TOO_LARGE), as in Kafka,
 # and librdkafka may put several batches of a partition into one request: keep batches and requests small.
@@ -55,17 +54,16 @@ def assert_retention_deleted_exactly(
     layout: list[tuple[int, int]],
     deleted: int,
     end: int,
-    poll_until: PollUntil,
 ) -> None:
     expected_start = layout[deleted][0]
-    poll_until(
+    wait_until(
         lambda: kafka.watermarks(broker.bootstrap, topic)[0] >= expected_start,
         15,
         f"the log start offset to reach {expected_start}",
     )
     assert kafka.watermarks(broker.bootstrap, topic) == (expected_start, end)
     gone = [base for base, _ in layout[:deleted]]
-    poll_until(
+    wait_until(
         lambda: not any(files_of_segment(broker, topic, base) for base in gone),
         15,
         "the deleted segments' files to disappear",
@@ -78,11 +76,10 @@ def assert_retention_deleted_exactly(
 
 
 def test_retention_ms_deletes_segments_whose_records_are_all_older_than_the_limit(
-    broker_factory: Callable[..., BrokerProcess], kafka: Any, poll_until: PollUntil
+    broker_factory: Callable[..., BrokerProcess], kafka: Any
 ) -> None:
     broker = broker_factory(RETENTION_OVERRIDES)
-    topic = kafka.topic_name()
-    kafka.create_topic(broker.bootstrap, topic, config={"segment.bytes": str(SEGMENT_BYTES)})
+    topic = kafka.new_topic(broker.bootstrap, config={"segment.bytes": str(SEGMENT_BYTES)})
     now = int(time.time() * 1000)
     old = [{"value": b"old-%04d" % i + b"." * 1000, "timestamp": now - 3 * 3_600_000 + i} for i in range(200)]
     new = [{"value": b"new-%04d" % i + b"." * 1000, "timestamp": now + i} for i in range(60)]
@@ -96,15 +93,14 @@ def test_retention_ms_deletes_segments_whose_records_are_all_older_than_the_limi
     assert deleted >= 3
 
     set_topic_config(kafka, broker, topic, "retention.ms", str(3_600_000))
-    assert_retention_deleted_exactly(broker, kafka, topic, layout, deleted, 260, poll_until)
+    assert_retention_deleted_exactly(broker, kafka, topic, layout, deleted, 260)
 
 
 def test_retention_bytes_deletes_the_oldest_segments_beyond_the_size_limit(
-    broker_factory: Callable[..., BrokerProcess], kafka: Any, poll_until: PollUntil
+    broker_factory: Callable[..., BrokerProcess], kafka: Any
 ) -> None:
     broker = broker_factory(RETENTION_OVERRIDES)
-    topic = kafka.topic_name()
-    kafka.create_topic(broker.bootstrap, topic, config={"segment.bytes": str(SEGMENT_BYTES)})
+    topic = kafka.new_topic(broker.bootstrap, config={"segment.bytes": str(SEGMENT_BYTES)})
     kafka.produce(broker.bootstrap, topic, [{"value": b"%05d" % i + b"-" * 1000} for i in range(300)], **SMALL_BATCHES)
     layout = segment_sizes(broker, topic)
     assert len(layout) > 5
@@ -121,7 +117,7 @@ def test_retention_bytes_deletes_the_oldest_segments_beyond_the_size_limit(
     assert deleted >= 3
 
     set_topic_config(kafka, broker, topic, "retention.bytes", str(retention_bytes))
-    assert_retention_deleted_exactly(broker, kafka, topic, layout, deleted, 300, poll_until)
+    assert_retention_deleted_exactly(broker, kafka, topic, layout, deleted, 300)
     remaining = sum(size for _, size in segment_sizes(broker, topic))
     assert retention_bytes <= remaining < retention_bytes + SEGMENT_BYTES + 2000
     # The moved log start survives a restart.
@@ -130,17 +126,16 @@ def test_retention_bytes_deletes_the_oldest_segments_beyond_the_size_limit(
 
 
 def test_retention_by_broker_defaults_applies_to_new_segments_too(
-    broker_factory: Callable[..., BrokerProcess], kafka: Any, poll_until: PollUntil
+    broker_factory: Callable[..., BrokerProcess], kafka: Any
 ) -> None:
     # The broker-wide log.retention.bytes with a topic that has no override of its own; writing goes on
     # while retention runs.
     broker = broker_factory({**RETENTION_OVERRIDES, "log.retention.bytes": "40000", "log.segment.bytes": "16384"})
-    topic = kafka.topic_name()
-    kafka.create_topic(broker.bootstrap, topic)
+    topic = kafka.new_topic(broker.bootstrap)
     for round_ in range(5):
         values = [{"value": b"%d-%04d" % (round_, i) + b"=" * 500} for i in range(100)]
         kafka.produce(broker.bootstrap, topic, values, **SMALL_BATCHES)
-    poll_until(
+    wait_until(
         lambda: sum(size for _, size in segment_sizes(broker, topic)) < 40_000 + 16_384 + 2000,
         15,
         "retention to bring the partition near 40000 bytes",
@@ -150,12 +145,9 @@ def test_retention_by_broker_defaults_applies_to_new_segments_too(
     assert [r.offset for r in kafka.consume_all(broker.bootstrap, topic)] == list(range(low, 500))
 
 
-def test_delete_records_moves_the_log_start_offset_and_survives_a_restart(
-    broker: BrokerProcess, kafka: Any, poll_until: PollUntil
-) -> None:
+def test_delete_records_moves_the_log_start_offset_and_survives_a_restart(broker: BrokerProcess, kafka: Any) -> None:
     admin = kafka.admin(broker.bootstrap)
-    topic = kafka.topic_name()
-    kafka.create_topic(broker.bootstrap, topic, partitions=2, config={"segment.bytes": str(SEGMENT_BYTES)})
+    topic = kafka.new_topic(broker.bootstrap, partitions=2, config={"segment.bytes": str(SEGMENT_BYTES)})
     kafka.produce(
         broker.bootstrap,
         topic,
@@ -172,13 +164,15 @@ def test_delete_records_moves_the_log_start_offset_and_survives_a_restart(
     consumer = kafka.consumer(broker.bootstrap)
     try:
         consumer.assign([TopicPartition(topic, 0, 50)])
-        deadline = time.monotonic() + kafka.timeout_s
-        error = None
-        while error is None and time.monotonic() < deadline:
+
+        def consumer_error() -> Any:
             msg = consumer.poll(0.2)
             if msg is not None and msg.error() is not None and msg.error().code() != -191:  # not PARTITION_EOF
-                error = msg.error()
-        assert error is not None and "out of range" in str(error).lower(), error
+                return msg.error()
+            return None
+
+        error = wait_until(consumer_error, kafka.timeout_s, f"a consumer error reading {topic}-0 from offset 50", 0)
+        assert "out of range" in str(error).lower(), error
     finally:
         consumer.close()
 

@@ -1,7 +1,7 @@
-"""One local SparkSession for the whole test session (a JVM start costs ~20 s), with tierlog registered, and a
-real S3 server per test module that asks for one.
+"""One local SparkSession for the whole test session (a JVM start costs ~20 s), with tierlog registered.
 
-The broker fixtures (`broker`, `shared_broker`, `broker_factory`, `kafka`) come from tests/conftest.py.
+The broker and S3 fixtures (`broker`, `shared_broker`, `cluster_factory`, `s3_server`, `kafka`, ...) come from
+tests/conftest.py.
 """
 
 from __future__ import annotations
@@ -12,10 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 from pyspark.sql import SparkSession
-from remote_tier_helpers import S3_BUCKET, S3_START_TIMEOUT_S
 
 from tierlog.spark.source import TierlogDataSource
-from tierlog.testing.local_s3 import LocalS3Server
 
 
 @pytest.fixture(scope="session")
@@ -41,15 +39,3 @@ def spark() -> Iterator[SparkSession]:
         yield session
     finally:
         session.stop()
-
-
-@pytest.fixture(scope="module")
-def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalS3Server]:
-    """A real S3 server (SeaweedFS) on 127.0.0.1 with the bucket S3_BUCKET; tests use prefixes of their own."""
-    server = LocalS3Server(tmp_path_factory.mktemp("s3"))
-    try:
-        server.start(timeout_s=S3_START_TIMEOUT_S)
-        server.create_bucket(S3_BUCKET)
-        yield server
-    finally:
-        server.stop()

@@ -10,7 +10,7 @@ from confluent_kafka import TopicPartition
 from pyspark.sql import SparkSession
 
 from tierlog.spark.offsets import OffsetRange, split_ranges
-from tierlog.testing.local_cluster import BrokerProcess
+from tierlog.testing.local_cluster import BrokerProcess, wait_until
 
 BASE_TS = 1_700_000_000_000
 
@@ -149,7 +149,7 @@ def test_bad_options_fail_the_query_with_a_message_naming_the_option(
 
 
 def test_a_starting_offset_before_the_log_start_fails_unless_fail_on_data_loss_is_false(
-    spark: SparkSession, broker_factory: Any, kafka: Any, poll_until: Any
+    spark: SparkSession, broker_factory: Any, kafka: Any
 ) -> None:
     broker = broker_factory()
     topic = kafka.topic_name()
@@ -157,7 +157,7 @@ def test_a_starting_offset_before_the_log_start_fails_unless_fail_on_data_loss_i
     admin = kafka.admin(broker.bootstrap)
     for future in admin.delete_records([TopicPartition(topic, 0, 10)], request_timeout=30).values():
         future.result(30)
-    poll_until(lambda: kafka.watermarks(broker.bootstrap, topic)[0] == 10, 30, "log start 10")
+    wait_until(lambda: kafka.watermarks(broker.bootstrap, topic)[0] == 10, 30, "log start 10")
     start = json.dumps({topic: {"0": 0}})
     with pytest.raises(Exception, match="failOnDataLoss"):
         _read(spark, broker.bootstrap, subscribe=topic, startingOffsets=start).collect()

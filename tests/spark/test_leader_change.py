@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Producer
@@ -22,9 +21,8 @@ OVERRIDES = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms"
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    with LocalCluster(tmp_path, brokers=3, overrides=OVERRIDES) as started:
-        yield started
+def cluster(cluster_factory: Callable[..., LocalCluster]) -> LocalCluster:
+    return cluster_factory(OVERRIDES, brokers=3)
 
 
 def test_a_read_planned_on_a_leader_that_then_dies_continues_on_the_new_leader(cluster: LocalCluster) -> None:

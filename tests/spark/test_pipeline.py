@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cluster_helpers import ClusterFactory
 from pyspark.sql import SparkSession
-from remote_tier_helpers import S3_BUCKET, create_tiered_topic, running_cluster, start_tiered_broker, wait_tiered
+from tiered_helpers import create_topic, start_tiered_broker, tiered_topic_configs, wait_tiered
 
 from tierlog.spark.pipeline import checkpoint_position
 from tierlog.testing.local_cluster import BrokerProcess, free_port, wait_until
@@ -63,8 +64,7 @@ def _env() -> dict[str, str]:
 def test_pipeline_run_writes_every_event_once_into_a_table_partitioned_by_date_and_hour(
     spark: SparkSession, shared_broker: BrokerProcess, kafka: Any, tmp_path: Path
 ) -> None:
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic, partitions=2)
+    topic = kafka.new_topic(shared_broker.bootstrap, partitions=2)
     produce_events(kafka, shared_broker.bootstrap, topic, 0, EVENTS)
     kafka.produce(shared_broker.bootstrap, topic, [{"value": b"not json", "timestamp": BASE_MS, "partition": 0}])
     table = tmp_path / "table"
@@ -91,8 +91,7 @@ def _batch_ids(directory: Path) -> set[int]:
 def test_a_pipeline_killed_mid_batch_and_restarted_from_its_checkpoint_writes_every_event_exactly_once(
     spark: SparkSession, shared_broker: BrokerProcess, kafka: Any, tmp_path: Path
 ) -> None:
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic, partitions=2)
+    topic = kafka.new_topic(shared_broker.bootstrap, partitions=2)
     produce_events(kafka, shared_broker.bootstrap, topic, 0, EVENTS)
     table, checkpoint, log = tmp_path / "table", tmp_path / "checkpoint", tmp_path / "log"
     common = ["-b", shared_broker.bootstrap, "-t", topic, "-o", str(table), "-c", str(checkpoint)]
@@ -131,8 +130,7 @@ def test_a_pipeline_killed_mid_batch_and_restarted_from_its_checkpoint_writes_ev
 def test_backfill_writes_exactly_the_events_of_its_time_range(
     spark: SparkSession, shared_broker: BrokerProcess, kafka: Any, tmp_path: Path
 ) -> None:
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic, partitions=2)
+    topic = kafka.new_topic(shared_broker.bootstrap, partitions=2)
     produce_events(kafka, shared_broker.bootstrap, topic, 0, EVENTS)
     table = tmp_path / "backfill"
     command = pipeline(
@@ -203,11 +201,10 @@ def _without_aws_credentials() -> dict[str, str]:
     "case", ["no credentials", "wrong secret", "no such bucket", "unreachable endpoint", "broker config"]
 )
 def test_pipeline_with_a_wrong_remote_tier_fails_in_one_line_naming_the_cause_without_starting_spark(
-    case: str, shared_broker: BrokerProcess, s3_server: LocalS3Server, kafka: Any, tmp_path: Path
+    case: str, shared_broker: BrokerProcess, s3_server: LocalS3Server, s3_bucket: str, kafka: Any, tmp_path: Path
 ) -> None:
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic, partitions=1)
-    brokers = s3_server.rsm_properties(S3_BUCKET, prefix=tmp_path.name)
+    topic = kafka.new_topic(shared_broker.bootstrap, partitions=1)
+    brokers = s3_server.rsm_properties(s3_bucket, prefix=tmp_path.name)
     good = {key.removeprefix("rsm.config."): value for key, value in brokers.items()}
     url = good["url"]
     wrong_secret = good | {"aws.secret.access.key": "not-the-secret"}
@@ -245,7 +242,7 @@ def test_pipeline_with_a_wrong_remote_tier_fails_in_one_line_naming_the_cause_wi
 
 
 def test_pipeline_that_fails_inside_spark_tells_the_cause_in_one_line_and_keeps_spark_s_log(
-    kafka: Any, tmp_path: Path
+    cluster_factory: ClusterFactory, kafka: Any, tmp_path: Path
 ) -> None:
     """Remote settings the quick check cannot fault (a file:// directory is always there) but which hold none of
     the segments the brokers' metadata lists: the driver's plan fails inside Spark, in a Python worker."""
@@ -253,16 +250,17 @@ def test_pipeline_that_fails_inside_spark_tells_the_cause_in_one_line_and_keeps_
     remote.mkdir()
     wrong = tmp_path / "not-the-remote-tier"
     wrong.mkdir()
-    for cluster in running_cluster(start_tiered_broker(tmp_path / "cluster", {"url": remote.as_uri()})):
-        topic = kafka.topic_name()
-        create_tiered_topic(cluster.bootstrap, topic)
-        records = [{"value": event(i), "timestamp": BASE_MS + i * STEP_MS, "partition": 0} for i in range(EVENTS)]
-        kafka.produce(cluster.bootstrap, topic, records, batch_size=2048)
-        wait_tiered(cluster, topic, EVENTS // 4)
-        table = tmp_path / "table"
-        result = run_pipeline(
-            "run", "-b", cluster.bootstrap, "-t", topic, "-o", str(table), "--remote", f"url={wrong.as_uri()}"
-        )
+    cluster = start_tiered_broker(cluster_factory, {"url": remote.as_uri()})
+    topic = kafka.topic_name()
+    # No retention.ms: the events' fixed timestamps are older than the default 7 days.
+    create_topic(cluster.bootstrap, topic, tiered_topic_configs(**{"retention.ms": "-1"}), replication_factor=1)
+    records = [{"value": event(i), "timestamp": BASE_MS + i * STEP_MS, "partition": 0} for i in range(EVENTS)]
+    kafka.produce(cluster.bootstrap, topic, records, batch_size=2048)
+    wait_tiered(cluster, 1, topic, EVENTS // 4, settled=True)
+    table = tmp_path / "table"
+    result = run_pipeline(
+        "run", "-b", cluster.bootstrap, "-t", topic, "-o", str(table), "--remote", f"url={wrong.as_uri()}"
+    )
     assert_one_line_error(result, f"Error: remote tier {wrong.as_uri()}: no object ")
     log = re.search(r"\(Spark's log: (\S+)\)$", result.stderr.strip().splitlines()[0])
     assert log is not None, result.stderr
@@ -295,8 +293,7 @@ def batches(stdout: str) -> list[tuple[int, int, dict[str, tuple[int, int]]]]:
 def test_pipeline_run_reports_its_start_each_batch_s_offsets_and_where_a_rerun_resumes(
     shared_broker: BrokerProcess, kafka: Any, tmp_path: Path
 ) -> None:
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic, partitions=2)
+    topic = kafka.new_topic(shared_broker.bootstrap, partitions=2)
     produce_events(kafka, shared_broker.bootstrap, topic, 0, EVENTS)  # 300 per partition
     table, checkpoint = tmp_path / "table", tmp_path / "table" / "_checkpoint"
     common = ["-b", shared_broker.bootstrap, "-t", topic, "-o", str(table), "--max-offsets-per-trigger", "200"]
@@ -373,8 +370,7 @@ def answers_http(port: int) -> bool:
 def test_ctrl_c_stops_a_pipeline_quietly_with_exit_code_130_and_spark_listens_on_loopback_only(
     shared_broker: BrokerProcess, kafka: Any, tmp_path: Path
 ) -> None:
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic, partitions=2)
+    topic = kafka.new_topic(shared_broker.bootstrap, partitions=2)
     produce_events(kafka, shared_broker.bootstrap, topic, 0, EVENTS)
     table, checkpoint = tmp_path / "table", tmp_path / "table" / "_checkpoint"
     out, err = tmp_path / "stdout", tmp_path / "stderr"

@@ -8,22 +8,22 @@ import itertools
 import pickle
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from cluster_helpers import ClusterFactory
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from pyspark.sql import DataFrame, SparkSession
-from remote_tier_helpers import (
+from tiered_helpers import (
     CLIENT_TIMEOUT_S,
-    S3_BUCKET,
-    create_tiered_topic,
-    highest_tiered_offset,
-    running_cluster,
+    LATEST_TIERED,
+    create_topic,
+    list_offsets,
     start_tiered_broker,
+    tiered_topic_configs,
     wait_tiered,
 )
 
@@ -76,10 +76,10 @@ class TieredTopic:
 
 
 @pytest.fixture(params=["file", "s3"])
-def tiered_topic(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[TieredTopic]:
+def tiered_topic(request: pytest.FixtureRequest, tmp_path: Path, cluster_factory: ClusterFactory) -> TieredTopic:
     if request.param == "s3":
         server: LocalS3Server = request.getfixturevalue("s3_server")
-        broker_properties = server.rsm_properties(S3_BUCKET, prefix=tmp_path.name)
+        broker_properties = server.rsm_properties(request.getfixturevalue("s3_bucket"), prefix=tmp_path.name)
     else:
         remote = tmp_path / "remote"
         remote.mkdir()
@@ -87,11 +87,14 @@ def tiered_topic(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tie
     # The job hands the brokers' rsm.config.* settings to the source as Spark options.
     options = {f"tierlog.remote.{key}": value for key, value in broker_properties.items()} | {"subscribe": TOPIC}
     rsm_config = rsm_config_from_options(options)
-    for cluster in running_cluster(start_tiered_broker(tmp_path / "cluster", rsm_config)):
-        create_tiered_topic(cluster.bootstrap, TOPIC)
-        produce_records(cluster.bootstrap)
-        wait_tiered(cluster, TOPIC, RECORDS // 2)
-        yield TieredTopic(cluster, rsm_config, highest_tiered_offset(cluster.bootstrap, TOPIC) + 1)
+    cluster = start_tiered_broker(cluster_factory, rsm_config)
+    # No retention.ms: the records' fixed timestamps are older than the default 7 days.
+    create_topic(cluster.bootstrap, TOPIC, tiered_topic_configs(**{"retention.ms": "-1"}), replication_factor=1)
+    produce_records(cluster.bootstrap)
+    wait_tiered(cluster, 1, TOPIC, RECORDS // 2, settled=True)
+    error, highest_tiered, _ = list_offsets(cluster.bootstrap, TOPIC, LATEST_TIERED)
+    assert error == 0, f"ListOffsets LATEST_TIERED failed with error {error}"
+    return TieredTopic(cluster, rsm_config, highest_tiered + 1)
 
 
 def produce_records(bootstrap: str) -> None:

@@ -18,8 +18,7 @@ HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("v
 def test_a_batch_write_produces_every_row_with_its_key_value_headers_and_partition(
     spark: SparkSession, shared_broker: BrokerProcess, kafka: Any
 ) -> None:
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic, partitions=3)
+    topic = kafka.new_topic(shared_broker.bootstrap, partitions=3)
     schema = StructType(
         [
             StructField("key", StringType()),
@@ -111,8 +110,7 @@ def test_overwrite_is_refused_because_a_log_is_only_appended_to(spark: SparkSess
 def test_a_row_the_broker_does_not_acknowledge_fails_the_job(
     spark: SparkSession, shared_broker: BrokerProcess, kafka: Any
 ) -> None:
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic)
+    topic = kafka.new_topic(shared_broker.bootstrap)
     # Partition 7 of a one-partition topic: the record can never be delivered, so the task must fail rather
     # than report success.
     frame = spark.createDataFrame([("v", 0), ("w", 7)], "value string, partition int")

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 
 from tierlog.spark.options import parse_stream_options
 from tierlog.spark.source import TierlogStreamReader, rate_limit
-from tierlog.testing.local_cluster import BrokerProcess
+from tierlog.testing.local_cluster import BrokerProcess, wait_until
 
 QUERY_TIMEOUT_S = 120
 
@@ -54,8 +54,7 @@ def _run_available_now(
 def test_available_now_writes_every_record_once_and_a_restart_resumes_from_the_checkpoint(
     spark: SparkSession, shared_broker: BrokerProcess, kafka: Any, tmp_path: Path
 ) -> None:
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic, partitions=2)
+    topic = kafka.new_topic(shared_broker.bootstrap, partitions=2)
     _produce(kafka, shared_broker.bootstrap, topic, 0, 40)
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
     _run_available_now(spark, shared_broker.bootstrap, topic, out, checkpoint)
@@ -69,8 +68,7 @@ def test_available_now_writes_every_record_once_and_a_restart_resumes_from_the_c
 def test_max_offsets_per_trigger_bounds_every_micro_batch(
     spark: SparkSession, shared_broker: BrokerProcess, kafka: Any, tmp_path: Path
 ) -> None:
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic, partitions=2)
+    topic = kafka.new_topic(shared_broker.bootstrap, partitions=2)
     _produce(kafka, shared_broker.bootstrap, topic, 0, 50)
     query = _run_available_now(
         spark, shared_broker.bootstrap, topic, tmp_path / "out", tmp_path / "cp", maxOffsetsPerTrigger="10"
@@ -89,15 +87,14 @@ def test_rate_limit_shares_the_limit_in_proportion_and_rounds_small_shares_up() 
 
 
 def test_deleted_offsets_fail_the_stream_with_fail_on_data_loss_and_are_skipped_without_it(
-    spark: SparkSession, shared_broker: BrokerProcess, kafka: Any, tmp_path: Path, poll_until: Any
+    spark: SparkSession, shared_broker: BrokerProcess, kafka: Any, tmp_path: Path
 ) -> None:
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic, partitions=1)
+    topic = kafka.new_topic(shared_broker.bootstrap, partitions=1)
     _produce(kafka, shared_broker.bootstrap, topic, 0, 30, partitions=1)
     admin = kafka.admin(shared_broker.bootstrap)
     for future in admin.delete_records([TopicPartition(topic, 0, 10)], request_timeout=30).values():
         future.result(30)
-    poll_until(lambda: kafka.watermarks(shared_broker.bootstrap, topic)[0] == 10, 30, "log start 10")
+    wait_until(lambda: kafka.watermarks(shared_broker.bootstrap, topic)[0] == 10, 30, "log start 10")
     start = json.dumps({topic: {"0": 0}})
     with pytest.raises(Exception, match="failOnDataLoss"):
         _run_available_now(
@@ -117,10 +114,9 @@ def test_deleted_offsets_fail_the_stream_with_fail_on_data_loss_and_are_skipped_
 
 
 def test_min_offsets_per_trigger_holds_back_a_micro_batch_until_enough_offsets_or_the_max_trigger_delay(
-    shared_broker: BrokerProcess, kafka: Any, poll_until: Any
+    shared_broker: BrokerProcess, kafka: Any
 ) -> None:
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic, partitions=2)
+    topic = kafka.new_topic(shared_broker.bootstrap, partitions=2)
     _produce(kafka, shared_broker.bootstrap, topic, 0, 10)
     options = {"kafka.bootstrap.servers": shared_broker.bootstrap, "subscribe": topic, "startingOffsets": "earliest"}
     patient = TierlogStreamReader(parse_stream_options(options | {"minOffsetsPerTrigger": "25"}))
@@ -137,7 +133,7 @@ def test_min_offsets_per_trigger_holds_back_a_micro_batch_until_enough_offsets_o
     # Past maxTriggerDelay since the last micro-batch, what there is is read even though it is fewer; and the
     # delay starts again from that batch.
     ends: list[dict] = []
-    poll_until(
+    wait_until(
         lambda: ends.append(hurried.latestOffset(start, hurried.getDefaultReadLimit())) or ends[-1] != start,
         10,
         "the delayed batch",
@@ -172,17 +168,16 @@ def test_remote_read_is_direct_when_the_job_gives_the_remote_tier_settings_and_b
 
 
 def test_partitions_added_to_a_topic_are_picked_up_and_read_from_their_start(
-    spark: SparkSession, shared_broker: BrokerProcess, kafka: Any, tmp_path: Path, poll_until: Any
+    spark: SparkSession, shared_broker: BrokerProcess, kafka: Any, tmp_path: Path
 ) -> None:
-    topic = kafka.topic_name()
-    kafka.create_topic(shared_broker.bootstrap, topic, partitions=1)
+    topic = kafka.new_topic(shared_broker.bootstrap, partitions=1)
     _produce(kafka, shared_broker.bootstrap, topic, 0, 10, partitions=1)
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
     _run_available_now(spark, shared_broker.bootstrap, topic, out, checkpoint)
 
     admin = kafka.admin(shared_broker.bootstrap)
     admin.create_partitions([NewPartitions(topic, 3)])[topic].result(30)
-    poll_until(lambda: len(admin.list_topics(topic, timeout=5).topics[topic].partitions) == 3, 30, "3 partitions")
+    wait_until(lambda: len(admin.list_topics(topic, timeout=5).topics[topic].partitions) == 3, 30, "3 partitions")
     _produce(kafka, shared_broker.bootstrap, topic, 10, 30, partitions=3)
     _run_available_now(spark, shared_broker.bootstrap, topic, out, checkpoint)
 

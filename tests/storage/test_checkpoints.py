@@ -134,6 +134,15 @@ def test_offset_checkpoint_reads_a_file_without_final_newline(tmp_path: Path) ->
     assert OffsetCheckpointFile(path).read() == {TopicPartition("t", 0): 5}
 
 
+def assert_refused(file: OffsetCheckpointFile | PartitionMetadataFile, text: str, needle: str) -> None:
+    """Reading `text` from `file` fails with a CheckpointFileError naming the file and saying `needle`."""
+    file.path.write_text(text)
+    with pytest.raises(CheckpointFileError) as info:
+        file.read()
+    assert str(file.path) in str(info.value)
+    assert needle in str(info.value)
+
+
 @pytest.mark.parametrize(
     ("text", "needle"),
     [
@@ -149,12 +158,7 @@ def test_offset_checkpoint_reads_a_file_without_final_newline(tmp_path: Path) ->
     ],
 )
 def test_offset_checkpoint_malformed_names_file_and_line(tmp_path: Path, text: str, needle: str) -> None:
-    path = tmp_path / HIGH_WATERMARK_FILENAME
-    path.write_text(text)
-    with pytest.raises(CheckpointFileError) as info:
-        OffsetCheckpointFile(path).read()
-    assert str(path) in str(info.value)
-    assert needle in str(info.value)
+    assert_refused(OffsetCheckpointFile(tmp_path / HIGH_WATERMARK_FILENAME), text, needle)
 
 
 def test_checkpoint_error_is_an_os_error(tmp_path: Path) -> None:
@@ -266,9 +270,4 @@ def test_partition_metadata_reads_kafka_variants(tmp_path: Path) -> None:
     ],
 )
 def test_partition_metadata_malformed(tmp_path: Path, text: str, needle: str) -> None:
-    path = tmp_path / PARTITION_METADATA_FILENAME
-    path.write_text(text)
-    with pytest.raises(CheckpointFileError) as info:
-        PartitionMetadataFile(path).read()
-    assert str(path) in str(info.value)
-    assert needle in str(info.value)
+    assert_refused(PartitionMetadataFile(tmp_path / PARTITION_METADATA_FILENAME), text, needle)

@@ -238,11 +238,16 @@ def test_segments_roll_when_the_offset_index_is_full(tmp_path: Path) -> None:
     assert log.segments[0].offset_index.entries == 6
 
 
-def test_truncate_to_drops_later_segments_and_fixes_offsets(tmp_path: Path) -> None:
-    size = len(make_batch(5))
-    log = open_log(tmp_path / "topic-0", log_config(segment_bytes=2 * size))
+def two_epoch_log(tmp_path: Path) -> Log:
+    """Segments [0-9] [10-19] [20-29] of five-record batches, epoch 1 from offset 0 and epoch 2 from 15."""
+    log = open_log(tmp_path / "topic-0", log_config(segment_bytes=2 * len(make_batch(5))))
     fill(log, 3, epoch=1)
     fill(log, 3, epoch=2)
+    return log
+
+
+def test_truncate_to_drops_later_segments_and_fixes_offsets(tmp_path: Path) -> None:
+    log = two_epoch_log(tmp_path)
     log.update_high_watermark(30)
     log.flush()
     assert [s.base_offset for s in log.segments] == [0, 10, 20]
@@ -285,10 +290,7 @@ def test_truncate_fully_and_start_at_empties_the_log(tmp_path: Path) -> None:
 
 
 def test_delete_records_moves_the_log_start_up_to_the_high_watermark_only(tmp_path: Path) -> None:
-    size = len(make_batch(5))
-    log = open_log(tmp_path / "topic-0", log_config(segment_bytes=2 * size))
-    fill(log, 3, epoch=1)
-    fill(log, 3, epoch=2)
+    log = two_epoch_log(tmp_path)
     log.update_high_watermark(22)
     with pytest.raises(OffsetOutOfRangeError):
         log.maybe_increment_log_start_offset(23)

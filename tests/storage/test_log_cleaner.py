@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from storage_helpers import open_log
 
 from tierlog.common import TopicPartition
 from tierlog.records.codec import build_batch, decode_batches, encode_raw_batch
@@ -21,6 +22,8 @@ from tierlog.storage.log import Log
 from tierlog.storage.log_cleaner import (
     CLEANER_OFFSET_CHECKPOINT_FILENAME,
     CleanerConfig,
+    CleaningTask,
+    CleanResult,
     LogCleaner,
     LogCleaningAbortedError,
 )
@@ -56,16 +59,7 @@ def reopen_without_snapshots(log: Log, *, high_watermark: int) -> Log:
     log.close()
     for snapshot in log.dir.glob("*.snapshot"):
         snapshot.unlink()
-    return Log.open(
-        log.dir,
-        log.config,
-        topic_partition=TP,
-        recovery_point=0,
-        log_start_offset=0,
-        high_watermark=high_watermark,
-        had_clean_shutdown=False,
-        now_ms=T0,
-    )
+    return open_log(log.dir, log.config, topic_partition=TP, high_watermark=high_watermark, had_clean_shutdown=False)
 
 
 def append(
@@ -332,9 +326,7 @@ def test_a_clean_is_discarded_when_retention_or_truncation_changed_the_log(tmp_p
     _, log, cleaner = new_log(tmp_path)
     written = produce_updates(log, keys=3, rounds=20)
     roll_and_seal(log)
-    task = cleaner.grab(T0)
-    assert task is not None
-    result = task.run(lambda: None)
+    task, result = grab_and_clean(cleaner)
     log.truncate_to(log.segments[1].base_offset + 1)
     assert not cleaner.complete(task, result)
     assert not any(p.name.endswith(CLEANED_FILE_SUFFIX) for p in log.dir.iterdir())
@@ -376,13 +368,18 @@ def test_truncation_below_the_checkpoint_lowers_it(tmp_path: Path) -> None:
 # Crash recovery at each step of the swap: what Log.open finds must hold every record once.
 
 
+def grab_and_clean(cleaner: LogCleaner) -> tuple[CleaningTask, CleanResult]:
+    """The filthiest log's cleaning run up to, not including, the swap (`cleaner.complete` does that)."""
+    task = cleaner.grab(T0)
+    assert task is not None
+    return task, task.run(lambda: None)
+
+
 def clean_without_swapping(tmp_path: Path) -> tuple[LogManager, Log, list[Entry], list[Entry], list]:
     manager, log, cleaner = new_log(tmp_path)
     written = produce_updates(log, keys=4, rounds=15)
     roll_and_seal(log)
-    task = cleaner.grab(T0)
-    assert task is not None
-    result = task.run(lambda: None)
+    _, result = grab_and_clean(cleaner)
     compacted = latest_per_key(written)
     return manager, log, written, compacted, result.groups
 
@@ -391,15 +388,8 @@ def reopen_after_crash(log: Log, groups: list) -> Log:
     for group in groups:
         group.new_segment.close_handlers()
     log.close_handlers()
-    return Log.open(
-        log.dir,
-        log.config,
-        topic_partition=TP,
-        recovery_point=0,
-        log_start_offset=0,
-        high_watermark=log.log_end_offset,
-        had_clean_shutdown=False,
-        now_ms=T0,
+    return open_log(
+        log.dir, log.config, topic_partition=TP, high_watermark=log.log_end_offset, had_clean_shutdown=False
     )
 
 
@@ -408,54 +398,61 @@ def assert_no_leftovers(log: Log) -> None:
     assert not [n for n in names if n.endswith((CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX, DELETED_FILE_SUFFIX))]
 
 
-def test_a_crash_with_only_cleaned_files_written_keeps_the_old_segments(tmp_path: Path) -> None:
-    _, log, written, _, groups = clean_without_swapping(tmp_path)
-    reopened = reopen_after_crash(log, groups)
-    assert read_all(reopened) == written
-    assert_no_leftovers(reopened)
+def rename_cleaned_to_swap(groups: list) -> None:
+    for group in groups:
+        group.new_segment.change_file_suffixes(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)
 
 
-def test_a_crash_halfway_through_the_cleaned_to_swap_rename_keeps_the_old_segments(tmp_path: Path) -> None:
-    _, log, written, _, groups = clean_without_swapping(tmp_path)
+def crash_with_only_cleaned_files_written(groups: list) -> None:
+    pass
+
+
+def crash_halfway_through_the_cleaned_to_swap_rename(groups: list) -> None:
     # The log file is renamed first; the indexes still end in .cleaned.
     new = groups[0].new_segment
     new.log_path = new.log_path.rename(new.log_path.with_name(new.log_path.name.replace(".cleaned", ".swap")))
-    reopened = reopen_after_crash(log, groups)
-    assert read_all(reopened) == written
-    assert_no_leftovers(reopened)
 
 
-def test_a_crash_after_the_swap_rename_completes_the_swap(tmp_path: Path) -> None:
-    _, log, written, compacted, groups = clean_without_swapping(tmp_path)
+def crash_after_the_swap_rename(groups: list) -> None:
+    rename_cleaned_to_swap(groups)
+
+
+def crash_while_old_segments_are_renamed_deleted(groups: list) -> None:
+    rename_cleaned_to_swap(groups)
+    groups[0].old_segments[0].change_file_suffixes("", DELETED_FILE_SUFFIX)
+
+
+def crash_while_dropping_the_swap_suffix(groups: list) -> None:
+    rename_cleaned_to_swap(groups)
     for group in groups:
-        group.new_segment.change_file_suffixes(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)
-    reopened = reopen_after_crash(log, groups)
-    assert read_all(reopened) == compacted + [e for e in written if e[0] >= reopened.active_segment.base_offset]
-    assert_no_leftovers(reopened)
-
-
-def test_a_crash_while_old_segments_are_renamed_deleted_completes_the_swap(tmp_path: Path) -> None:
-    _, log, written, compacted, groups = clean_without_swapping(tmp_path)
-    for group in groups:
-        group.new_segment.change_file_suffixes(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)
-    group = groups[0]
-    group.old_segments[0].change_file_suffixes("", DELETED_FILE_SUFFIX)
-    reopened = reopen_after_crash(log, groups)
-    assert read_all(reopened) == compacted + [e for e in written if e[0] >= reopened.active_segment.base_offset]
-    assert_no_leftovers(reopened)
-
-
-def test_a_crash_while_dropping_the_swap_suffix_completes_the_swap(tmp_path: Path) -> None:
-    _, log, written, compacted, groups = clean_without_swapping(tmp_path)
-    for group in groups:
-        group.new_segment.change_file_suffixes(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)
         for old in group.old_segments:
             old.change_file_suffixes("", DELETED_FILE_SUFFIX)
     # The new log file has its final name; its indexes still end in .swap.
     new = groups[0].new_segment
     new.log_path = new.log_path.rename(new.log_path.with_name(new.log_path.name.replace(".swap", "")))
+
+
+@pytest.mark.parametrize(
+    ("crash", "swap_completed"),
+    [
+        (crash_with_only_cleaned_files_written, False),
+        (crash_halfway_through_the_cleaned_to_swap_rename, False),
+        (crash_after_the_swap_rename, True),
+        (crash_while_old_segments_are_renamed_deleted, True),
+        (crash_while_dropping_the_swap_suffix, True),
+    ],
+    ids=lambda value: value.__name__ if callable(value) else ("completes the swap" if value else "keeps the old"),
+)
+def test_a_crash_during_the_swap_keeps_the_old_segments_or_completes_the_swap(
+    tmp_path: Path, crash: Callable[[list], None], swap_completed: bool
+) -> None:
+    """Until every cleaned file is renamed to .swap the old segments stay; from then on recovery completes the
+    swap. Either way no temporary file is left."""
+    _, log, written, compacted, groups = clean_without_swapping(tmp_path)
+    crash(groups)
     reopened = reopen_after_crash(log, groups)
-    assert read_all(reopened) == compacted + [e for e in written if e[0] >= reopened.active_segment.base_offset]
+    active = [e for e in written if e[0] >= reopened.active_segment.base_offset]
+    assert read_all(reopened) == (compacted + active if swap_completed else written)
     assert_no_leftovers(reopened)
 
 
@@ -552,9 +549,7 @@ def test_replace_segments_refuses_segments_that_are_not_consecutive_closed_ones(
     _, log, cleaner = new_log(tmp_path)
     produce_updates(log, keys=3, rounds=30)
     roll_and_seal(log)
-    task = cleaner.grab(T0)
-    assert task is not None
-    result = task.run(lambda: None)
+    task, result = grab_and_clean(cleaner)
     new_segment = result.groups[0].new_segment
     segments = log.segments
     with pytest.raises(KafkaStorageError, match="not consecutive closed segments"):
@@ -608,12 +603,18 @@ def test_a_fetch_holding_a_slice_of_a_replaced_segment_still_reads_the_old_bytes
     assert not any(p.name.endswith(DELETED_FILE_SUFFIX) for p in log.dir.iterdir())
 
 
-def test_a_deleted_partition_loses_its_checkpoint_and_a_recreated_one_starts_dirty(tmp_path: Path) -> None:
+def cleaned_then_deleted(tmp_path: Path) -> tuple[LogManager, LogCleaner]:
+    """A compacted partition cleaned once, so it has a cleaner checkpoint, then deleted."""
     manager, log, cleaner = new_log(tmp_path)
     produce_updates(log, keys=3, rounds=20)
     roll_and_seal(log)
     assert cleaner.clean_filthiest_log(T0)
     manager.delete_log(TP)
+    return manager, cleaner
+
+
+def test_a_deleted_partition_loses_its_checkpoint_and_a_recreated_one_starts_dirty(tmp_path: Path) -> None:
+    manager, cleaner = cleaned_then_deleted(tmp_path)
     assert not cleaner.clean_filthiest_log(T0)
     assert cleaner.manager.checkpoint(TP) is None
     assert (tmp_path / CLEANER_OFFSET_CHECKPOINT_FILENAME).read_text() == "0\n0\n"
@@ -625,11 +626,7 @@ def test_a_deleted_partition_loses_its_checkpoint_and_a_recreated_one_starts_dir
 
 
 def test_a_partition_recreated_between_two_passes_starts_dirty(tmp_path: Path) -> None:
-    manager, log, cleaner = new_log(tmp_path)
-    produce_updates(log, keys=3, rounds=20)
-    roll_and_seal(log)
-    assert cleaner.clean_filthiest_log(T0)
-    manager.delete_log(TP)
+    manager, cleaner = cleaned_then_deleted(tmp_path)
     recreated = manager.get_or_create_log(TP, uuid.UUID(int=6), compacted_overrides(), T0)
     # Duplicates below the old checkpoint, distinct keys above it: a stale checkpoint would keep them.
     written = produce_updates(recreated, keys=2, rounds=30)

@@ -39,13 +39,20 @@ def segment_file(directory: Path, base_offset: int, suffix: str = ".log") -> Pat
     return directory / f"{base_offset:020d}{suffix}"
 
 
-def test_garbage_appended_to_the_active_segment_is_truncated_on_reopen(tmp_path: Path) -> None:
-    directory = tmp_path / "topic-0"
+def append_to_the_active_segment(directory: Path, data: bytes) -> tuple[Path, int]:
+    """Build the log in `directory`, close it and append `data` to its active segment's file; return that file
+    and its size before."""
     build_log(directory).close()
     active = segment_file(directory, 30)
     size = active.stat().st_size
     with open(active, "ab") as f:
-        f.write(os.urandom(300))
+        f.write(data)
+    return active, size
+
+
+def test_garbage_appended_to_the_active_segment_is_truncated_on_reopen(tmp_path: Path) -> None:
+    directory = tmp_path / "topic-0"
+    active, size = append_to_the_active_segment(directory, os.urandom(300))
     log = reopen(directory, clean=False, recovery_point=30, high_watermark=45)
     assert active.stat().st_size == size
     assert log.log_end_offset == 45
@@ -123,11 +130,7 @@ def test_a_corrupt_index_is_rebuilt(tmp_path: Path) -> None:
 
 def test_the_clean_shutdown_flag_skips_recovery(tmp_path: Path) -> None:
     directory = tmp_path / "topic-0"
-    build_log(directory).close()
-    active = segment_file(directory, 30)
-    size = active.stat().st_size
-    with open(active, "ab") as f:
-        f.write(b"\x00" * 100)
+    active, size = append_to_the_active_segment(directory, b"\x00" * 100)
     log = reopen(directory, clean=True, recovery_point=45, high_watermark=45)
     assert active.stat().st_size == size + 100  # nothing validated the file
     assert log.log_end_offset == 45

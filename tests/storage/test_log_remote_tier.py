@@ -20,17 +20,7 @@ from tierlog.storage.log_config import LogConfig
 
 
 def _remote_log(directory: Path, config: LogConfig, *, log_start_offset: int = 0) -> Log:
-    return Log.open(
-        directory,
-        config,
-        topic_partition=TP,
-        recovery_point=0,
-        log_start_offset=log_start_offset,
-        high_watermark=0,
-        had_clean_shutdown=True,
-        now_ms=T0,
-        remote_log_enabled=True,
-    )
+    return open_log(directory, config, log_start_offset=log_start_offset, remote_log_enabled=True)
 
 
 def _fill(log: Log, batches: int, epoch: int = 0) -> int:

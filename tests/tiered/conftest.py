@@ -1,69 +1,39 @@
-"""Fixtures for the tiered-storage tests: a real S3 server (SeaweedFS `weed mini`) on 127.0.0.1, and
-`start_cluster(overrides, brokers=3)` for clusters of real broker processes.
-
-`s3_server` is started once per test module (about a second) with the bucket `S3_TEST_BUCKET` created.
-Tests share it, so each works under a prefix of its own (`s3_server.rsm_properties(S3_TEST_BUCKET,
-prefix=...)`), and a test that kills or stops it restarts it before it ends (in a `finally`), so the next
-test finds it serving.
-"""
+"""The clusters of the tiered-storage tests: three brokers with the remote tier on and every timer short
+(`tiered_overrides`), the remote tier a directory of the test's own or a prefix of its own in conftest's
+`s3_server`. The brokers come from conftest's `cluster_factory`, so they are stopped when the test ends."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+import uuid
 from pathlib import Path
 
 import pytest
+from cluster_helpers import ClusterFactory
+from tiered_helpers import tiered_overrides
 
 from tierlog.testing.local_cluster import LocalCluster
 from tierlog.testing.local_s3 import LocalS3Server
 
-S3_TEST_BUCKET = "tierlog-test"
-S3_START_TIMEOUT_S = 60.0
 
-
-@pytest.fixture(scope="module")
-def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalS3Server]:
-    """A started LocalS3Server with the bucket `tierlog-test`, stopped (and its process group gone) when the
-    module's last test is done, pass or fail; the tail of its log is printed at teardown."""
-    server = LocalS3Server(tmp_path_factory.mktemp("s3"))
-    try:
-        server.start(timeout_s=S3_START_TIMEOUT_S)
-        server.create_bucket(S3_TEST_BUCKET)
-        yield server
-    finally:
-        try:
-            server.stop()
-        finally:
-            print(f"\n---- last lines of {server.log_file} ----\n{server.log_tail(40)}")
-
-
-@pytest.fixture(scope="module")
-def s3_bucket(s3_server: LocalS3Server) -> str:
-    """The name of the bucket `s3_server` was started with (test files do not import conftest)."""
-    return S3_TEST_BUCKET
-
-
-CLUSTER_START_S = 60.0
+@pytest.fixture
+def remote_dir(tmp_path: Path) -> Path:
+    """Where `file_tiered_cluster` keeps its remote tier."""
+    return tmp_path / "remote"
 
 
 @pytest.fixture
-def start_cluster(tmp_path: Path) -> Iterator[Callable[..., LocalCluster]]:
-    """`start_cluster(overrides, brokers=3)`: started brokers, stopped when the test ends (their log tails printed)."""
-    clusters: list[LocalCluster] = []
+def file_tiered_cluster(cluster_factory: ClusterFactory, remote_dir: Path) -> LocalCluster:
+    return cluster_factory(tiered_overrides({"rsm.config.url": f"file://{remote_dir}"}))
 
-    def start(overrides: Mapping[str, str], brokers: int = 3) -> LocalCluster:
-        cluster = LocalCluster(tmp_path / f"cluster-{len(clusters) + 1}", brokers=brokers, overrides=overrides)
-        clusters.append(cluster)
-        cluster.start(CLUSTER_START_S)
-        return cluster
 
-    try:
-        yield start
-    finally:
-        for cluster in clusters:
-            try:
-                cluster.stop(timeout_s=10)
-            finally:
-                for node_id in cluster.node_ids:
-                    broker = cluster.broker(node_id)
-                    print(f"\n---- last lines of {broker.log_file} ----\n{broker.log_tail(60)}")
+@pytest.fixture
+def s3_prefix() -> str:
+    """Where `s3_tiered_cluster` keeps its remote tier in the shared bucket."""
+    return f"test-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def s3_tiered_cluster(
+    cluster_factory: ClusterFactory, s3_server: LocalS3Server, s3_bucket: str, s3_prefix: str
+) -> LocalCluster:
+    return cluster_factory(tiered_overrides(s3_server.rsm_properties(s3_bucket, prefix=s3_prefix)))

@@ -15,11 +15,11 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from tierlog.common import TopicPartition
+from storage_helpers import T0, TP, log_config, open_log
+
 from tierlog.records.codec import RecordSpec, build_batch
 from tierlog.records.record_batch import CompressionType
 from tierlog.storage.log import Log
-from tierlog.storage.log_config import LogConfig
 from tierlog.tiered.remote_storage_manager import (
     IndexType,
     LogSegmentData,
@@ -33,8 +33,6 @@ from tierlog.tiered.segment_metadata import (
     TopicIdPartition,
 )
 
-T0 = 1_700_000_000_000
-TP = TopicPartition("topic", 0)
 TOPIC_ID = uuid.UUID(int=0x7013)
 LOG_SUFFIX = ".log"
 # How long a gated fetch waits for the test to open the gate before failing the test instead of hanging.
@@ -130,19 +128,7 @@ def build_log(
 ) -> Log:
     """A Log holding `batches` (appended one per append, as leader in `epoch`), its active segment rolled so
     that every segment is complete and can be uploaded."""
-    config = LogConfig.from_props(
-        {"segment.bytes": str(segment_bytes), "index.interval.bytes": str(index_interval_bytes)}, {}
-    )
-    log = Log.open(
-        directory,
-        config,
-        topic_partition=TP,
-        recovery_point=0,
-        log_start_offset=0,
-        high_watermark=0,
-        had_clean_shutdown=True,
-        now_ms=T0,
-    )
+    log = open_log(directory, log_config(segment_bytes=segment_bytes, index_interval_bytes=index_interval_bytes))
     for records in batches:
         log.append_as_leader(bytearray(records), epoch, T0)
     log.roll(T0)

@@ -15,13 +15,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import pytest
+from storage_helpers import T0, TP, log_config, open_log
 
-from tierlog.common import TopicPartition
 from tierlog.records.codec import build_batch
 from tierlog.storage.checkpoints import LEADER_EPOCH_CHECKPOINT_FILENAME
 from tierlog.storage.epoch_entry import EpochEntry
 from tierlog.storage.log import Log
-from tierlog.storage.log_config import LogConfig
 from tierlog.tiered.remote_log_manager import (
     CopyCandidate,
     ExpirationPlan,
@@ -47,8 +46,6 @@ COPIED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 DELETING = RemoteLogSegmentState.DELETE_SEGMENT_STARTED
 DELETED = RemoteLogSegmentState.DELETE_SEGMENT_FINISHED
 
-T0 = 1_700_000_000_000
-TP = TopicPartition("topic", 0)
 TIP = TopicIdPartition(uuid.UUID(int=0x405), TP)
 # docs/tiered-storage.md#story-layout: msg 0-2 in LE-0, 3-4 in LE-1, 5-6 in LE-2, 7-9 in LE-3; remote segments
 # 0-2, 3-5, 6-8.
@@ -66,24 +63,9 @@ def make_batch(*, timestamp: int = T0) -> bytearray:
 BATCH = len(make_batch())
 
 
-def log_config(**overrides: object) -> LogConfig:
-    """Topic overrides as keyword arguments: segment_bytes=1024 -> segment.bytes."""
-    return LogConfig.from_props({k.replace("_", "."): str(v) for k, v in overrides.items()}, {})
-
-
-def open_log(directory: Path, *, batches_per_segment: int = 1, **overrides: object) -> Log:
+def open_remote_log(directory: Path, *, batches_per_segment: int = 1, **overrides: object) -> Log:
     config = log_config(segment_bytes=BATCH * batches_per_segment, **overrides)
-    return Log.open(
-        directory / "topic-0",
-        config,
-        topic_partition=TP,
-        recovery_point=0,
-        log_start_offset=0,
-        high_watermark=0,
-        had_clean_shutdown=True,
-        now_ms=T0,
-        remote_log_enabled=True,
-    )
+    return open_log(directory / "topic-0", config, remote_log_enabled=True)
 
 
 def append(log: Log, epochs: Sequence[int], timestamps: Sequence[int] | None = None) -> None:
@@ -96,7 +78,7 @@ def append(log: Log, epochs: Sequence[int], timestamps: Sequence[int] | None = N
 
 def seed_log(directory: Path, **overrides: object) -> Log:
     """Seed 001's leader: segments [0-2] [3-5] [6-8] and the active [9], epochs LE-0:0 LE-1:3 LE-2:5 LE-3:7."""
-    log = open_log(directory, batches_per_segment=3, **overrides)
+    log = open_remote_log(directory, batches_per_segment=3, **overrides)
     append(log, SEED_EPOCHS)
     return log
 
@@ -190,13 +172,13 @@ def test_only_rolled_segments_are_copy_candidates(tmp_path: Path) -> None:
 
 
 def test_a_log_with_only_its_active_segment_has_no_candidates(tmp_path: Path) -> None:
-    log = open_log(tmp_path, batches_per_segment=10)
+    log = open_remote_log(tmp_path, batches_per_segment=10)
     append(log, [0, 0, 0])
     assert copy_candidates(log, -1, log.high_watermark) == []
 
 
 def test_a_rolled_segment_whose_active_successor_is_empty_is_a_candidate(tmp_path: Path) -> None:
-    log = open_log(tmp_path, batches_per_segment=10)
+    log = open_remote_log(tmp_path, batches_per_segment=10)
     append(log, [0, 0, 0])
     log.roll(T0)
     assert ranges(copy_candidates(log, -1, log.high_watermark)) == [(0, 2)]
@@ -269,7 +251,7 @@ def test_candidates_start_at_the_local_log_start_once_local_retention_dropped_se
 def test_empty_rolled_segments_are_skipped(tmp_path: Path) -> None:
     # A follower rolls at the leader's next offset; a gap in the offsets (compaction upstream, or a roll at
     # an expected offset past the LEO) leaves an empty, rolled segment behind.
-    log = open_log(tmp_path, batches_per_segment=3)
+    log = open_remote_log(tmp_path, batches_per_segment=3)
     append(log, [0, 0, 0])
     log.roll(T0)
     log.roll(T0, expected_next_offset=6)
@@ -414,7 +396,7 @@ def test_highest_remote_offset_is_the_end_of_the_latest_epoch_with_copies(
 
 def test_highest_remote_offset_falls_back_to_earlier_epochs_and_drops_with_deletions(tmp_path: Path) -> None:
     # Kafka's testFindHighestRemoteOffset: only epoch 0 is copied, the latest epoch 1 is not.
-    log = open_log(tmp_path, batches_per_segment=3)
+    log = open_remote_log(tmp_path, batches_per_segment=3)
     append(log, [0, 0, 0, 0, 0, 0, 1, 1])
     cache = RemoteLogMetadataCache()
     _first, second = copy_local_segments(log, cache, 2)
@@ -426,7 +408,7 @@ def test_highest_remote_offset_falls_back_to_earlier_epochs_and_drops_with_delet
 
 def test_copies_of_an_epoch_not_in_this_log_are_ignored(tmp_path: Path) -> None:
     # A deposed leader copied [3-6] in an epoch 2 this log never had (its own epoch 1 starts at 3).
-    log = open_log(tmp_path, batches_per_segment=3)
+    log = open_remote_log(tmp_path, batches_per_segment=3)
     append(log, [0, 0, 0, 1, 1, 1, 1])
     cache = RemoteLogMetadataCache()
     copy_local_segments(log, cache, 1)
@@ -552,7 +534,7 @@ def test_nothing_expires_within_retention(tmp_path: Path) -> None:
 def test_retention_ms_deletes_the_oldest_segments_and_stops_at_the_first_that_does_not_breach(
     tmp_path: Path,
 ) -> None:
-    log = open_log(tmp_path, retention_ms=2000)
+    log = open_remote_log(tmp_path, retention_ms=2000)
     # Segment max timestamps; [3] holds an old timestamp but comes after a segment within retention.
     append(log, [0] * 5, timestamps=[T0, T0 + 1000, T0 + 5000, T0, T0 + 6000])
     cache = RemoteLogMetadataCache()
@@ -565,7 +547,7 @@ def test_retention_ms_deletes_the_oldest_segments_and_stops_at_the_first_that_do
 
 
 def test_retention_ms_breach_is_inclusive_of_the_cutoff(tmp_path: Path) -> None:
-    log = open_log(tmp_path, retention_ms=2000)
+    log = open_remote_log(tmp_path, retention_ms=2000)
     append(log, [0, 0], timestamps=[T0, T0])
     cache = RemoteLogMetadataCache()
     (s0,) = copy_local_segments(log, cache, 1)
@@ -587,7 +569,7 @@ def test_retention_bytes_counts_remote_and_local_only_bytes(
     tmp_path: Path, retention_batches: int, deleted: int
 ) -> None:
     # Six one-batch segments, [0]..[3] copied and still on disk too: they count once, as remote data.
-    log = open_log(tmp_path, retention_ms=-1, retention_bytes=retention_batches * BATCH)
+    log = open_remote_log(tmp_path, retention_ms=-1, retention_bytes=retention_batches * BATCH)
     append(log, [0] * 6)
     cache = RemoteLogMetadataCache()
     copied = copy_local_segments(log, cache, 4)
@@ -598,7 +580,7 @@ def test_retention_bytes_counts_remote_and_local_only_bytes(
 
 
 def test_retention_bytes_deletes_only_whole_segments_within_the_excess(tmp_path: Path) -> None:
-    log = open_log(tmp_path, retention_ms=-1, retention_bytes=5 * BATCH + 1)  # 1 byte short of a batch
+    log = open_remote_log(tmp_path, retention_ms=-1, retention_bytes=5 * BATCH + 1)  # 1 byte short of a batch
     append(log, [0] * 6)
     cache = RemoteLogMetadataCache()
     copy_local_segments(log, cache, 4)
@@ -608,7 +590,7 @@ def test_retention_bytes_deletes_only_whole_segments_within_the_excess(tmp_path:
 def test_segments_deleted_for_retention_ms_count_against_the_retention_bytes_excess(tmp_path: Path) -> None:
     # 6 batches against retention.bytes of 5: one batch too many. [0] goes for its age and that is enough;
     # Kafka's isSegmentBreachedByRetentionTime lowers the remaining excess too.
-    log = open_log(tmp_path, retention_ms=2000, retention_bytes=5 * BATCH)
+    log = open_remote_log(tmp_path, retention_ms=2000, retention_bytes=5 * BATCH)
     append(log, [0] * 6, timestamps=[T0, T0 + 5000, T0 + 5000, T0 + 5000, T0 + 5000, T0 + 5000])
     cache = RemoteLogMetadataCache()
     s0, *_ = copy_local_segments(log, cache, 4)
@@ -619,7 +601,7 @@ def test_segments_deleted_for_retention_ms_count_against_the_retention_bytes_exc
 
 def test_segments_below_the_log_start_count_against_the_retention_bytes_excess(tmp_path: Path) -> None:
     # DeleteRecords to 1: [0] goes for the log start, and with it the one batch over retention.bytes.
-    log = open_log(tmp_path, retention_ms=-1, retention_bytes=5 * BATCH)
+    log = open_remote_log(tmp_path, retention_ms=-1, retention_bytes=5 * BATCH)
     append(log, [0] * 6)
     cache = RemoteLogMetadataCache()
     s0, *_ = copy_local_segments(log, cache, 4)
@@ -643,7 +625,7 @@ def test_segments_ending_below_the_log_start_are_deleted(tmp_path: Path) -> None
 
 
 def test_a_lineage_segment_ending_below_the_log_start_is_deleted_without_retention(tmp_path: Path) -> None:
-    log = open_log(tmp_path, retention_ms=-1)
+    log = open_remote_log(tmp_path, retention_ms=-1)
     append(log, [0] * 4)
     cache = RemoteLogMetadataCache()
     s0, s1, _s2 = copy_local_segments(log, cache, 3)
@@ -684,7 +666,7 @@ def test_a_copy_reaching_below_the_log_start_from_an_older_epoch_is_still_expire
     # [0-3] and the log start moves to 4, so the history becomes LE-7:4, LE-9:6. [1-7] still holds 4..7 of
     # this log: it stays in the lineage, and retention reaches it. Were it left out, no rule would ever
     # delete it (its epochs are above the earliest cached one and it ends above the log start).
-    log = open_log(tmp_path, batches_per_segment=4, retention_ms=1000)
+    log = open_remote_log(tmp_path, batches_per_segment=4, retention_ms=1000)
     append(log, [5, 5, 7, 7, 7, 7, 9, 9, 9, 9])
     cache = RemoteLogMetadataCache()
     first = publish(cache, remote_segment(0, 3, [(5, 0), (7, 2)], max_timestamp=T0 - 1000), COPIED)
@@ -709,7 +691,7 @@ def test_segments_of_an_older_lineage_are_deleted(tmp_path: Path) -> None:
     # This log's history begins at LE-2 (an unclean election wiped what came before). Remote segments all of
     # whose epochs are below LE-2 belong to no one's lineage any more and go, copied or abandoned, whatever
     # their offsets; one that also holds LE-2 is left alone.
-    log = open_log(tmp_path, batches_per_segment=3, retention_ms=-1)
+    log = open_remote_log(tmp_path, batches_per_segment=3, retention_ms=-1)
     append(log, [2, 2, 2, 3, 3, 3, 3])
     cache = RemoteLogMetadataCache()
     ours = copy_local_segments(log, cache, 2)
@@ -806,7 +788,7 @@ def test_a_deletion_left_unfinished_is_listed_once_alongside_retention(tmp_path:
 
 def test_the_new_log_start_is_the_highest_deleted_end_plus_one_over_overlapping_copies(tmp_path: Path) -> None:
     # Kafka's testDeletionOnOverlappingRetentionBreachedSegments: two leaders copied [0-0] and [0-2].
-    log = open_log(tmp_path, retention_ms=0)
+    log = open_remote_log(tmp_path, retention_ms=0)
     append(log, [0] * 6)
     cache = RemoteLogMetadataCache()
     longer = publish(cache, remote_segment(0, 2, [(0, 0)], size=3 * BATCH), COPIED)

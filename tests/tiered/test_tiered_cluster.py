@@ -13,26 +13,25 @@ from tiered_helpers import (
     EARLIEST_LOCAL,
     LATEST,
     LATEST_TIERED,
-    ClusterFactory,
     consume_all,
     create_topic,
     leader_of,
     list_offsets,
     produce,
     record_values,
-    tiered_overrides,
     tiered_topic_configs,
     wait_tiered,
 )
+
+from tierlog.testing.local_cluster import LocalCluster
 
 RECORDS = 3000
 
 
 def test_segments_move_to_the_remote_tier_and_every_record_reads_back_from_offset_0(
-    start_cluster: ClusterFactory, tmp_path: Path
+    file_tiered_cluster: LocalCluster, remote_dir: Path
 ) -> None:
-    remote = tmp_path / "remote"
-    cluster = start_cluster(tiered_overrides({"rsm.config.url": f"file://{remote}"}))
+    cluster = file_tiered_cluster
     topic = "tiered"
     create_topic(cluster.bootstrap, topic, tiered_topic_configs(**{"min.insync.replicas": "2"}))
     base_ts = int(time.time() * 1000) - RECORDS
@@ -45,7 +44,7 @@ def test_segments_move_to_the_remote_tier_and_every_record_reads_back_from_offse
     local_start = state["local_log_start_offset"]
     assert state["log_start_offset"] == 0
     assert state["highest_offset_in_remote_storage"] >= local_start - 1
-    assert any(remote.rglob("*.log")), "no segment object in the remote tier"
+    assert any(remote_dir.rglob("*.log")), "no segment object in the remote tier"
 
     records = consume_all(cluster.bootstrap, topic, RECORDS)
     assert [offset for offset, _ in records] == list(range(RECORDS))

@@ -8,40 +8,32 @@ controller and holds no replica. Closed segments leave the leader's disk as soon
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
 
+from cluster_helpers import replica_state, send_request
 from tiered_helpers import (
-    TIERING_S,
-    ClusterFactory,
     create_topic,
     leader_of,
     lose_replica_disk,
     produce,
     record_values,
-    replica_state,
-    tiered_overrides,
     tiered_topic_configs,
+    wait_in_sync,
     wait_tiered,
 )
 
-from tierlog.client.connection import KafkaConnection
 from tierlog.client.requests import produce_request
 from tierlog.common import TopicPartition
 from tierlog.protocol.errors import error_code
 from tierlog.records.codec import build_batch
 from tierlog.storage.producer_state import decode_snapshot
-from tierlog.testing.local_cluster import LocalCluster, wait_until
+from tierlog.testing.local_cluster import LocalCluster
 
 LEADER, FOLLOWER = 2, 3
 PRODUCER_ID, PRODUCER_EPOCH = 777_000, 3
 # Idempotent batches of this many records: enough of them to fill a few segments.
 BATCH_RECORDS = 20
-
-
-def _cluster(start_cluster: ClusterFactory, tmp_path: Path) -> LocalCluster:
-    return start_cluster(tiered_overrides({"rsm.config.url": f"file://{tmp_path / 'remote'}"}))
 
 
 def idempotent_batch(sequence: int) -> bytes:
@@ -56,29 +48,19 @@ def idempotent_batch(sequence: int) -> bytes:
 
 def raw_produce(cluster: LocalCluster, node_id: int, topic: str, records: bytes) -> tuple[int, int]:
     """(error code, base offset) of an acks=all Produce v9 sent straight to broker `node_id`."""
-
-    async def send() -> tuple[int, int]:
-        host, port = cluster.broker(node_id).bootstrap.rsplit(":", 1)
-        connection = await KafkaConnection.open(host, int(port), client_id="test", timeout_s=5)
-        try:
-            request = produce_request(TopicPartition(topic, 0), records, acks=-1, timeout_ms=10_000)
-            response = await connection.send(request, timeout_s=15)
-            answer = response.responses[0].partition_responses[0]
-            return int(answer.error_code.value), int(answer.base_offset)
-        finally:
-            await connection.close()
-
-    return asyncio.run(send())
+    request = produce_request(TopicPartition(topic, 0), records, acks=-1, timeout_ms=10_000)
+    answer = send_request(cluster.broker(node_id).bootstrap, request, timeout_s=15).responses[0].partition_responses[0]
+    return int(answer.error_code.value), int(answer.base_offset)
 
 
-def remote_objects(tmp_path: Path, topic: str) -> list[Path]:
-    return sorted(p for p in (tmp_path / "remote").rglob("*") if p.is_file() and p.parent.name.startswith(topic))
+def remote_objects(remote_dir: Path, topic: str) -> list[Path]:
+    return sorted(p for p in remote_dir.rglob("*") if p.is_file() and p.parent.name.startswith(topic))
 
 
 def test_every_copied_segment_has_the_producer_snapshot_of_its_end_next_to_it(
-    start_cluster: ClusterFactory, tmp_path: Path
+    file_tiered_cluster: LocalCluster, remote_dir: Path
 ) -> None:
-    cluster = _cluster(start_cluster, tmp_path)
+    cluster = file_tiered_cluster
     topic = "snapshots"
     create_topic(cluster.bootstrap, topic, tiered_topic_configs(), assignment=[[LEADER, FOLLOWER]])
     written = []
@@ -88,7 +70,7 @@ def test_every_copied_segment_has_the_producer_snapshot_of_its_end_next_to_it(
         written.append(base_offset)
     # Everything but the active segment (a few hundred records) is copied and gone locally.
     wait_tiered(cluster, LEADER, topic, local_start_above=written[-1] - 10 * BATCH_RECORDS)
-    segments = sorted((p for p in remote_objects(tmp_path, topic) if p.suffix == ".log"), key=lambda p: p.name)
+    segments = sorted((p for p in remote_objects(remote_dir, topic) if p.suffix == ".log"), key=lambda p: p.name)
     assert len(segments) >= 2
     starts = [int(p.name.split("-")[0]) for p in segments]
     for index, segment in enumerate(segments):
@@ -104,9 +86,9 @@ def test_every_copied_segment_has_the_producer_snapshot_of_its_end_next_to_it(
 
 
 def test_a_follower_rebuilt_from_the_remote_tier_deduplicates_a_retry_once_it_leads(
-    start_cluster: ClusterFactory, tmp_path: Path
+    file_tiered_cluster: LocalCluster,
 ) -> None:
-    cluster = _cluster(start_cluster, tmp_path)
+    cluster = file_tiered_cluster
     topic = "rebuilt-producer-state"
     create_topic(cluster.bootstrap, topic, tiered_topic_configs(), assignment=[[LEADER, FOLLOWER]])
     lose_replica_disk(cluster, FOLLOWER, topic)
@@ -123,18 +105,8 @@ def test_a_follower_rebuilt_from_the_remote_tier_deduplicates_a_retry_once_it_le
 
     cluster.restart(FOLLOWER)
 
-    def in_sync() -> bool:
-        lead, follow = replica_state(cluster, LEADER, topic), replica_state(cluster, FOLLOWER, topic)
-        return (
-            lead is not None
-            and follow is not None
-            and FOLLOWER in lead["isr"]
-            and follow["log_end_offset"] == lead["log_end_offset"]
-        )
-
-    wait_until(in_sync, TIERING_S, lambda: f"broker {FOLLOWER} in sync: {replica_state(cluster, FOLLOWER, topic)}")
-    follower_state = replica_state(cluster, FOLLOWER, topic)
-    assert follower_state is not None and follower_state["local_log_start_offset"] > offsets[-1]
+    follower_state = wait_in_sync(cluster, topic, LEADER, FOLLOWER)
+    assert follower_state["local_log_start_offset"] > offsets[-1]
 
     cluster.kill(LEADER)
     assert leader_of(cluster, topic) == FOLLOWER

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition as AioTopicPartition
+from cluster_helpers import replica_state, send_request
 from confluent_kafka import TopicPartition as ConfluentTopicPartition
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+from confluent_kafka.admin import AdminClient
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
 from tiered_helpers import (
@@ -20,20 +20,19 @@ from tiered_helpers import (
     EARLIEST_LOCAL,
     LATEST_TIERED,
     TIERING_S,
-    ClusterFactory,
+    alter_topic_config,
     consume_all,
     create_topic,
     leader_of,
     list_offsets,
     produce,
     record_values,
-    replica_state,
-    tiered_overrides,
+    s3_keys,
+    segment_start,
     tiered_topic_configs,
     wait_tiered,
 )
 
-from tierlog.client.connection import KafkaConnection
 from tierlog.client.requests import PartitionFetch, fetch_request
 from tierlog.common import TopicPartition
 from tierlog.protocol.errors import error_code
@@ -41,11 +40,6 @@ from tierlog.testing.local_cluster import LocalCluster, wait_until
 from tierlog.testing.local_s3 import LocalS3Server
 
 RECORDS = 2500
-
-
-def _s3_cluster(start_cluster: ClusterFactory, s3_server: LocalS3Server, s3_bucket: str) -> LocalCluster:
-    prefix = f"test-{uuid.uuid4().hex[:8]}"
-    return start_cluster(tiered_overrides(s3_server.rsm_properties(s3_bucket, prefix=prefix)))
 
 
 def _kafka_python_values(bootstrap: str, topic: str, start: int, end: int) -> list[bytes]:
@@ -56,10 +50,13 @@ def _kafka_python_values(bootstrap: str, topic: str, start: int, end: int) -> li
         consumer.assign([tp])
         consumer.seek(tp, start)
         values: list[bytes] = []
-        deadline = time.monotonic() + 60
-        while start + len(values) < end and time.monotonic() < deadline:
+
+        def read_all() -> bool:
             for records in consumer.poll(timeout_ms=500).values():
                 values.extend(record.value for record in records)
+            return start + len(values) >= end
+
+        wait_until(read_all, 60, lambda: f"offsets {start}..{end - 1} of {topic} (have {len(values)})", 0)
         return values
     finally:
         consumer.close()
@@ -86,9 +83,9 @@ def _aiokafka_values(bootstrap: str, topic: str, count: int) -> list[bytes]:
 
 
 def test_every_client_reads_from_offset_0_through_s3_and_again_after_restarts(
-    start_cluster: ClusterFactory, s3_server: LocalS3Server, s3_bucket: str
+    s3_tiered_cluster: LocalCluster,
 ) -> None:
-    cluster = _s3_cluster(start_cluster, s3_server, s3_bucket)
+    cluster = s3_tiered_cluster
     topic = "s3-tiered"
     create_topic(cluster.bootstrap, topic, tiered_topic_configs(**{"min.insync.replicas": "2"}))
     values = record_values("s3", RECORDS)
@@ -111,28 +108,18 @@ def test_every_client_reads_from_offset_0_through_s3_and_again_after_restarts(
 
 def _fetch_answer(address: str, topic: str, offset: int, timeout_s: float) -> tuple[str, int]:
     """(error name, bytes of records) of a consumer's Fetch at `offset` sent to the broker at `address`."""
-
-    async def fetch() -> tuple[str, int]:
-        host, port = address.rsplit(":", 1)
-        connection = await KafkaConnection.open(host, int(port), client_id="test", timeout_s=5)
-        try:
-            request = fetch_request(
-                [PartitionFetch(TopicPartition(topic, 0), offset, 1 << 20)], max_wait_ms=100, max_bytes=1 << 20
-            )
-            response = await connection.send(request, timeout_s=timeout_s)
-            answer = response.responses[0].partitions[0]
-            name = "NONE" if answer.error_code == error_code(None) else str(answer.error_code.name).upper()
-            return name, len(answer.records or b"")
-        finally:
-            await connection.close()
-
-    return asyncio.run(fetch())
+    request = fetch_request(
+        [PartitionFetch(TopicPartition(topic, 0), offset, 1 << 20)], max_wait_ms=100, max_bytes=1 << 20
+    )
+    answer = send_request(address, request, timeout_s).responses[0].partitions[0]
+    name = "NONE" if answer.error_code == error_code(None) else str(answer.error_code.name).upper()
+    return name, len(answer.records or b"")
 
 
 def test_s3_outage_stops_only_what_needs_s3_and_copying_resumes(
-    start_cluster: ClusterFactory, s3_server: LocalS3Server, s3_bucket: str
+    s3_tiered_cluster: LocalCluster, s3_server: LocalS3Server
 ) -> None:
-    cluster = _s3_cluster(start_cluster, s3_server, s3_bucket)
+    cluster = s3_tiered_cluster
     topic = "s3-outage"
     create_topic(cluster.bootstrap, topic, tiered_topic_configs(**{"min.insync.replicas": "2"}))
     first = record_values("before", 1500)
@@ -173,10 +160,9 @@ def test_s3_outage_stops_only_what_needs_s3_and_copying_resumes(
 
 
 def test_leader_killed_in_the_middle_of_a_copy_leaves_nothing_unreadable_and_no_orphans_after_expiry(
-    start_cluster: ClusterFactory, s3_server: LocalS3Server, s3_bucket: str
+    s3_tiered_cluster: LocalCluster, s3_server: LocalS3Server, s3_bucket: str, s3_prefix: str
 ) -> None:
-    prefix = f"test-{uuid.uuid4().hex[:8]}"
-    cluster = start_cluster(tiered_overrides(s3_server.rsm_properties(s3_bucket, prefix=prefix)))
+    cluster = s3_tiered_cluster
     topic = "copy-interrupted"
     # Broker 2 leads: node 1 is also the (single) controller, which must survive the crash.
     create_topic(cluster.bootstrap, topic, tiered_topic_configs(**{"min.insync.replicas": "2"}), assignment=[[2, 3, 1]])
@@ -211,33 +197,20 @@ def test_leader_killed_in_the_middle_of_a_copy_leaves_nothing_unreadable_and_no_
     assert [v for _, v in consume_all(cluster.bootstrap, topic, len(everything))] == everything
 
     # Expire the whole log: every object, the abandoned copy's included, must go.
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    resource = ConfigResource(
-        "topic",
-        topic,
-        incremental_configs=[ConfigEntry("retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)],
-    )
-    admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+    alter_topic_config(cluster.bootstrap, topic, "retention.ms", "1000")
     produce(cluster.bootstrap, topic, record_values("tail", 400))
-    client = s3_server.client()
-
-    def objects() -> list[str]:
-        keys: list[str] = []
-        for page in client.get_paginator("list_objects_v2").paginate(Bucket=s3_bucket, Prefix=f"{prefix}/{topic}-0"):
-            keys.extend(item["Key"] for item in page.get("Contents", []))
-        return keys
 
     def old_objects() -> list[str]:
-        return [k for k in objects() if int(k.rsplit("/", 1)[1].split("-")[0]) < len(everything) - 500]
+        keys = s3_keys(s3_server, s3_bucket, f"{s3_prefix}/{topic}-0")
+        return [k for k in keys if segment_start(k) < len(everything) - 500]
 
     wait_until(lambda: not old_objects(), TIERING_S * 2, lambda: f"expired objects gone: {old_objects()[:8]}")
 
 
 def test_delete_records_into_the_remote_tier_deletes_remote_objects(
-    start_cluster: ClusterFactory, s3_server: LocalS3Server, s3_bucket: str
+    s3_tiered_cluster: LocalCluster, s3_server: LocalS3Server, s3_bucket: str, s3_prefix: str
 ) -> None:
-    prefix = f"test-{uuid.uuid4().hex[:8]}"
-    cluster = start_cluster(tiered_overrides(s3_server.rsm_properties(s3_bucket, prefix=prefix)))
+    cluster = s3_tiered_cluster
     topic = "delete-records"
     create_topic(cluster.bootstrap, topic, tiered_topic_configs())
     values = record_values("dr", 2000)
@@ -250,17 +223,10 @@ def test_delete_records_into_the_remote_tier_deletes_remote_objects(
     assert result.low_watermark == 1000
     address = cluster.broker(leader).bootstrap
     assert list_offsets(address, topic, EARLIEST)[1] == 1000
-    client = s3_server.client()
 
     def remote_starts() -> list[int]:
-        starts = []
-        for page in client.get_paginator("list_objects_v2").paginate(Bucket=s3_bucket, Prefix=f"{prefix}/{topic}-0"):
-            starts.extend(
-                int(item["Key"].rsplit("/", 1)[1].split("-")[0])
-                for item in page.get("Contents", [])
-                if item["Key"].endswith(".log")
-            )
-        return sorted(starts)
+        keys = s3_keys(s3_server, s3_bucket, f"{s3_prefix}/{topic}-0")
+        return sorted(segment_start(k) for k in keys if k.endswith(".log"))
 
     # Segments wholly below the new log start go; the one holding offset 1000 stays.
     wait_until(

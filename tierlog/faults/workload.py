@@ -27,7 +27,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tierlog.faults.checker import History, Send, Verdict, check
 from tierlog.faults.cluster import ProxiedCluster
-from tierlog.testing.local_cluster import CONTROLLER_NODE_ID
+from tierlog.testing.local_cluster import CONTROLLER_NODE_ID, wait_until
 
 TOPIC = "jepsen"
 PARTITIONS = 3
@@ -207,7 +207,7 @@ def fault_run(
     with ProxiedCluster(base_dir, 3, OVERRIDES) as cluster:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3)])[TOPIC].result(30)
-        _wait(lambda: _converged(cluster), 30, "topic replicas to start")
+        wait_until(lambda: _converged(cluster), 30, "topic replicas to start", interval_s=0.5)
         producers = [ProducerThread(f"idempotent-{i}", cluster.bootstrap, True, history, lock) for i in (1, 2)] + [
             ProducerThread("plain-1", cluster.bootstrap, False, history, lock)
         ]
@@ -236,10 +236,20 @@ def fault_run(
             producer.stopping.set()
         for producer in producers:
             producer.join(FLUSH_S + 10)
-        _wait(lambda: _converged(cluster), CONVERGE_S, "every replica to catch up and every ISR to be whole")
+        wait_until(
+            lambda: _converged(cluster),
+            CONVERGE_S,
+            "every replica to catch up and every ISR to be whole",
+            interval_s=0.5,
+        )
         history.final = _final_read(cluster.bootstrap)
         ends = {p: (records[-1][0] + 1 if records else 0) for p, records in history.final.items()}
-        _wait(lambda: all(_consumed(c.records, ends) for c in consumers), 30, "consumers to reach the log end")
+        wait_until(
+            lambda: all(_consumed(c.records, ends) for c in consumers),
+            30,
+            "consumers to reach the log end",
+            interval_s=0.5,
+        )
         for consumer in consumers:
             consumer.stopping.set()
             consumer.join(30)
@@ -294,11 +304,3 @@ def _final_read(bootstrap: str) -> dict[int, list[tuple[int, str]]]:
         return final
     finally:
         consumer.close()
-
-
-def _wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"waited {timeout_s:.0f} s for {what}")
-        time.sleep(0.5)

@@ -1,4 +1,5 @@
-"""Builders shared by the storage tests: real magic-2 batches (aiokafka's C builder) and logs in tmp dirs."""
+"""Builders shared by the tests of logs (storage, tiered, server): real magic-2 batches (aiokafka's C builder) and
+logs in tmp dirs."""
 
 from __future__ import annotations
 
@@ -27,9 +28,10 @@ def make_batch(
     epoch: int = -1,
     compression: int = 0,
     values: list[bytes] | None = None,
+    keys: list[bytes | None] | None = None,
 ) -> bytearray:
-    """One batch of `records` records (offset deltas 0..n-1) as a producer (or, with base_offset and
-    epoch, a leader) would send it."""
+    """One batch of `records` records (offset deltas 0..n-1, key b"k" unless `keys` says otherwise) as a producer
+    (or, with base_offset and epoch, a leader) would send it."""
     builder = DefaultRecordBatchBuilder(
         magic=2,
         compression_type=compression,
@@ -42,7 +44,7 @@ def make_batch(
     for i in range(records):
         value = values[i] if values is not None else bytes([i % 256]) * value_size
         ts = timestamps[i] if timestamps is not None else timestamp + i
-        builder.append(i, timestamp=ts, key=b"k", value=value, headers=[])
+        builder.append(i, timestamp=ts, key=keys[i] if keys is not None else b"k", value=value, headers=[])
     buffer = bytearray(builder.build())
     set_base_offset(buffer, 0, base_offset)
     set_partition_leader_epoch(buffer, 0, epoch)
@@ -58,21 +60,25 @@ def open_log(
     directory: Path,
     config: LogConfig | None = None,
     *,
+    topic_partition: TopicPartition = TP,
     recovery_point: int = 0,
     log_start_offset: int = 0,
     high_watermark: int = 0,
     had_clean_shutdown: bool = True,
     now_ms: int = T0,
+    remote_log_enabled: bool = False,
 ) -> Log:
+    """The Log in `directory` (a new one if it is empty), opened as the LogManager opens it."""
     return Log.open(
         directory,
         config or log_config(),
-        topic_partition=TP,
+        topic_partition=topic_partition,
         recovery_point=recovery_point,
         log_start_offset=log_start_offset,
         high_watermark=high_watermark,
         had_clean_shutdown=had_clean_shutdown,
         now_ms=now_ms,
+        remote_log_enabled=remote_log_enabled,
     )
 
 
