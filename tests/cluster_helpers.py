@@ -14,8 +14,8 @@ from typing import Any
 
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic, PartitionMetadata
-from tierlog.client.connection import KafkaConnection
 
+from tierlog.client.connection import KafkaConnection
 from tierlog.testing.local_cluster import BrokerProcess, LocalCluster, wait_until
 
 # What conftest's `broker_factory(overrides, **settings)` and `cluster_factory(overrides, brokers=3)` are.

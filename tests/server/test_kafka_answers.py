@@ -46,9 +46,8 @@ CLUSTER_OPERATIONS = bit_field(
 GROUP_OPERATIONS = bit_field(READ, DELETE, DESCRIBE)
 
 
-def send(broker: BrokerProcess, api_key: int, version: int, **body: Any) -> Any:
-    """One request of that version (fields the version lacks are dropped), answered by the broker."""
-    request = getattr(request_schema(api_key, version), REQUEST_CLASSES[api_key])(**body)
+def send(broker: BrokerProcess, request: Any) -> Any:
+    """`request`, answered by the broker."""
     return send_request(broker.bootstrap, request, TIMEOUT_S)
 
 
@@ -216,7 +215,7 @@ def test_describe_groups_reports_every_group_operation_when_asked(shared_broker:
 
     # The first FindCoordinator creates __consumer_offsets; until its partition is loaded, the group has no
     # coordinator (and the answer no operations).
-    send(shared_broker, API_FIND_COORDINATOR, 0, key=group)
+    send(shared_broker, request_of(API_FIND_COORDINATOR, 0, key=group))
     wait_until(lambda: described(asks=True), TIMEOUT_S, f"a coordinator for {group}")
     assert all(operations == INT32_MIN for _, operations in answers[:-1])
     # A group the coordinator does not know is described as Dead, without error, as Kafka 3.x does.
