@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import subprocess
 import sys
 
@@ -117,16 +118,17 @@ def test_records_without_a_key_on_a_compacted_topic_fail_with_the_reason(shared_
         timeout=60,
     )
     assert result.returncode == 1, result.stdout + result.stderr
-    one_batch = (
-        "Error: 4 of 4 records not acknowledged: topic 'latest' is compacted: every record needs a key "
-        "(-k or -K) (INVALID_RECORD) (2 records); topic 'latest': Local: an invalid record in the same batch "
-        "caused the failure of this message too (_INVALID_DIFFERENT_RECORD) (2 records)"
-    )
-    keyless_batches_only = (
-        "Error: 2 of 4 records not acknowledged: topic 'latest' is compacted: every record needs a key "
-        "(-k or -K) (INVALID_RECORD)"
-    )
-    assert result.stderr.splitlines()[0] in (one_batch, keyless_batches_only)
+    # How librdkafka cuts the four records into batches depends on timing, and with it how many keyed records
+    # fail alongside the keyless ones and under which name (seen: 2, 3 and 4 of 4). What stays: both keyless
+    # records fail, the reason is told first, and the count is of the records sent.
+    first_line = result.stderr.splitlines()[0]
+    reason = "topic 'latest' is compacted: every record needs a key (-k or -K) (INVALID_RECORD)"
+    failed = re.fullmatch(r"Error: ([234]) of 4 records not acknowledged: (.*)", first_line)
+    assert failed is not None, first_line
+    if failed.group(1) == "2":
+        assert failed.group(2) == reason
+    else:
+        assert failed.group(2).startswith(f"{reason} (2 records); topic 'latest': "), first_line
 
 
 def test_an_offset_past_the_end_is_said_and_the_exit_code_stays_0_as_with_kcat(shared_broker: BrokerProcess) -> None:
