@@ -10,6 +10,7 @@ a failure is told in one line naming the cause and that file; Ctrl-C stops the j
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -18,9 +19,10 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast
 
 import click
 from confluent_kafka import KafkaException
@@ -49,6 +51,8 @@ INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as a shell reports a job stopped by
 # A batch line names each partition whose offsets moved, up to this many; a wider topic gets a count beyond.
 SHOWN_PARTITIONS = 8
 
+F = TypeVar("F", bound=Callable[..., Any])
+
 
 def remote_storage_settings(remote: tuple[str, ...], broker_config: Path | None) -> dict[str, str]:
     """The remote tier's rsm.config.* settings, from a broker's server.properties and/or --remote flags (which
@@ -67,7 +71,39 @@ def remote_storage_settings(remote: tuple[str, ...], broker_config: Path | None)
     return settings
 
 
-def _common(command: Any) -> Any:
+@dataclass(frozen=True)
+class JobOptions:
+    """The options every pipeline command takes."""
+
+    bootstrap: str
+    topic: str
+    output: Path
+    event_schema: str | None
+    remote: tuple[str, ...]
+    broker_config: Path | None
+    spark_log: Path | None
+    spark_ui: bool
+
+
+def _job_options(command: F) -> F:
+    """The options every pipeline command takes, handed to it as `job: JobOptions`."""
+
+    @functools.wraps(command)
+    def with_job(
+        *args: Any,
+        bootstrap: str,
+        topic: str,
+        output: Path,
+        event_schema: str | None,
+        remote: tuple[str, ...],
+        broker_config: Path | None,
+        spark_log: Path | None,
+        spark_ui: bool,
+        **kwargs: Any,
+    ) -> Any:
+        job = JobOptions(bootstrap, topic, output, event_schema, remote, broker_config, spark_log, spark_ui)
+        return command(*args, job=job, **kwargs)
+
     options = [
         bootstrap_option,
         click.option("-t", "--topic", required=True, help="Topic of JSON events to read."),
@@ -99,25 +135,18 @@ def _common(command: Any) -> Any:
         ),
         click.option("--spark-ui", is_flag=True, help="Serve Spark's web UI (on SPARK_LOCAL_IP, default 127.0.0.1)."),
     ]
+    decorated: Any = with_job
     for option in reversed(options):
-        command = option(command)
-    return command
+        decorated = option(decorated)
+    return cast(F, decorated)
 
 
-def _config(
-    bootstrap: str,
-    topic: str,
-    output: Path,
-    event_schema: str | None,
-    remote: tuple[str, ...],
-    broker_config: Path | None,
-    max_offsets_per_trigger: int | None = None,
-) -> PipelineConfig:
+def _config(job: JobOptions, max_offsets_per_trigger: int | None = None) -> PipelineConfig:
     """The job's configuration, checked as far as it can be without Spark: the broker answers, the topic
     exists (the job never creates it), and the remote tier, if given, takes the settings."""
-    remote_storage = remote_storage_settings(remote, broker_config)
-    client = ClientOptions(bootstrap, DEFAULT_TIMEOUT_S, time.monotonic() + DEFAULT_TIMEOUT_S)
-    topic_metadata(admin_client(client), topic, client.remaining_s())
+    remote_storage = remote_storage_settings(job.remote, job.broker_config)
+    client = ClientOptions(job.bootstrap, DEFAULT_TIMEOUT_S, time.monotonic() + DEFAULT_TIMEOUT_S)
+    topic_metadata(admin_client(client), job.topic, client.remaining_s())
     if remote_storage:
         from tierlog.spark.remote_tier import RemoteTierError, check_remote_tier
 
@@ -128,10 +157,10 @@ def _config(
     from tierlog.spark.pipeline import DEFAULT_EVENT_SCHEMA, PipelineConfig
 
     return PipelineConfig(
-        bootstrap_servers=bootstrap,
-        topic=topic,
-        output=str(output.resolve()),
-        event_schema=event_schema or DEFAULT_EVENT_SCHEMA,
+        bootstrap_servers=job.bootstrap,
+        topic=job.topic,
+        output=str(job.output.resolve()),
+        event_schema=job.event_schema or DEFAULT_EVENT_SCHEMA,
         remote_storage=remote_storage,
         max_offsets_per_trigger=max_offsets_per_trigger,
     )
@@ -156,7 +185,7 @@ def _exit_interrupted(stopped: Callable[[], str], at_once: bool = False) -> NoRe
 
 @contextmanager
 def _local_spark(
-    app_name: str, spark_log: Path | None, spark_ui: bool, console: Console, stopped: Callable[[], str]
+    app_name: str, job: JobOptions, console: Console, stopped: Callable[[], str]
 ) -> Iterator[SparkSession]:
     """A local Spark for the body of the `with`, stopped after it, its output in a log file.
 
@@ -168,12 +197,12 @@ def _local_spark(
 
     from tierlog.spark.pipeline import PipelineError, spark_failure, spark_session
 
-    if spark_log is None:
+    if job.spark_log is None:
         descriptor, name = tempfile.mkstemp(prefix=f"{app_name}-", suffix=".log")
         os.close(descriptor)
         log_path, keep_log = Path(name), False
     else:
-        log_path, keep_log = spark_log.resolve(), True
+        log_path, keep_log = job.spark_log.resolve(), True
     try:
         jvm_output = log_path.open("ab")
     except OSError as e:
@@ -187,12 +216,12 @@ def _local_spark(
         with jvm_output:
             try:
                 with console.status("starting Spark (local)"):
-                    spark = spark_session(app_name, jvm_output=jvm_output, ui=spark_ui)
+                    spark = spark_session(app_name, jvm_output=jvm_output, ui=job.spark_ui)
                 # PySpark's SIGINT handler cancels every job through py4j from inside the handler, re-entering the
                 # py4j call the main thread is blocked in. Python's own raises KeyboardInterrupt, and stopping the
                 # query cancels its jobs.
                 signal.signal(signal.SIGINT, signal.default_int_handler)
-                if spark_ui:
+                if job.spark_ui:
                     console.print(f"Spark UI: {spark.sparkContext.uiWebUrl}")
                 yield spark
             except KeyboardInterrupt:
@@ -234,7 +263,7 @@ def pipeline() -> None:
 
 
 @pipeline.command()
-@_common
+@_job_options
 @click.option(
     "-c", "--checkpoint", type=click.Path(path_type=Path), help="Checkpoint directory (default: OUTPUT/_checkpoint)."
 )
@@ -246,24 +275,12 @@ def pipeline() -> None:
     "holds now and stop (Trigger.AvailableNow).",
 )
 @click.option("--max-offsets-per-trigger", type=click.IntRange(min=1), help="At most this many records a batch.")
-def run(
-    bootstrap: str,
-    topic: str,
-    output: Path,
-    event_schema: str | None,
-    remote: tuple[str, ...],
-    broker_config: Path | None,
-    spark_log: Path | None,
-    spark_ui: bool,
-    checkpoint: Path | None,
-    trigger: str | None,
-    max_offsets_per_trigger: int | None,
-) -> None:
+def run(job: JobOptions, checkpoint: Path | None, trigger: str | None, max_offsets_per_trigger: int | None) -> None:
     """Stream TOPIC from its earliest offset (the remote tier included) into a partitioned Parquet table.
 
     Exactly-once across restarts: the offsets live in the checkpoint and Spark's file sink commits each batch's
     files atomically; run it again with the same checkpoint to continue where it stopped (Ctrl-C included)."""
-    checkpoint_dir = str((checkpoint or output / "_checkpoint").resolve())
+    checkpoint_dir = str((checkpoint or job.output / "_checkpoint").resolve())
 
     def stopped() -> str:
         from tierlog.spark.pipeline import checkpoint_position
@@ -275,17 +292,12 @@ def run(
         return f"stopped; the next run resumes from the checkpoint {checkpoint_dir}{at}"
 
     with _ctrl_c_stops(stopped):
-        config = _config(bootstrap, topic, output, event_schema, remote, broker_config, max_offsets_per_trigger)
-        _stream(config, checkpoint_dir, trigger, spark_log, spark_ui, stopped)
+        config = _config(job, max_offsets_per_trigger)
+        _stream(job, config, checkpoint_dir, trigger, stopped)
 
 
 def _stream(
-    config: PipelineConfig,
-    checkpoint_dir: str,
-    trigger: str | None,
-    spark_log: Path | None,
-    spark_ui: bool,
-    stopped: Callable[[], str],
+    job: JobOptions, config: PipelineConfig, checkpoint_dir: str, trigger: str | None, stopped: Callable[[], str]
 ) -> None:
     from tierlog.spark.offsets import partition_states
     from tierlog.spark.options import parse_stream_options
@@ -332,7 +344,7 @@ def _stream(
         totals["batches"] += 1
         console.print(f"batch {progress['batchId']}: {rows:,} rows, {_ranges_text(moved)}")
 
-    with _local_spark("tierlog-pipeline", spark_log, spark_ui, console, stopped) as spark:
+    with _local_spark("tierlog-pipeline", job, console, stopped) as spark:
         query = stream_to_parquet(spark, config, checkpoint_dir, trigger)
         watch(query, report)
     position = checkpoint_position(checkpoint_dir)
@@ -370,21 +382,10 @@ def _timestamp_ms(text: str, option: str) -> int:
 
 
 @pipeline.command()
-@_common
+@_job_options
 @click.option("--from", "from_time", required=True, metavar="TIME", help="Start, inclusive (ISO-8601; UTC if no zone).")
 @click.option("--to", "to_time", required=True, metavar="TIME", help="End, exclusive (ISO-8601; UTC if no zone).")
-def backfill(
-    bootstrap: str,
-    topic: str,
-    output: Path,
-    event_schema: str | None,
-    remote: tuple[str, ...],
-    broker_config: Path | None,
-    spark_log: Path | None,
-    spark_ui: bool,
-    from_time: str,
-    to_time: str,
-) -> None:
+def backfill(job: JobOptions, from_time: str, to_time: str) -> None:
     """Rebuild the table's date/hour partitions from the records of TOPIC with timestamps in [--from, --to).
 
     A batch job: only the partitions it writes are replaced. Give it its own OUTPUT rather than the streaming
@@ -397,12 +398,12 @@ def backfill(
         return "stopped before the backfill finished; run it again to rebuild the range"
 
     with _ctrl_c_stops(stopped):
-        config = _config(bootstrap, topic, output, event_schema, remote, broker_config)
+        config = _config(job)
         console = output_console()
         from tierlog.spark.pipeline import backfill as run_backfill
 
-        with _local_spark("tierlog-backfill", spark_log, spark_ui, console, stopped) as spark:
-            with console.status(f"reading {topic} from {from_time} to {to_time} and writing {config.output}"):
+        with _local_spark("tierlog-backfill", job, console, stopped) as spark:
+            with console.status(f"reading {job.topic} from {from_time} to {to_time} and writing {config.output}"):
                 rows = run_backfill(spark, config, from_ms, to_ms)
             table = Table("date", "hour", "rows")
             summary = spark.read.parquet(config.output).groupBy("date", "hour").count().orderBy("date", "hour")

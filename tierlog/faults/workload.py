@@ -165,38 +165,54 @@ class Nemesis(threading.Thread):
         fault = rng.choice(["kill", "pause", "cut-replication", "cut-controller"])
         if fault == "kill":
             node = rng.choice(others)
-            down = rng.uniform(0.5, 5.0)
-            self.note(f"kill -9 broker {node} for {down:.1f} s")
-            cluster.kill(node)
-            self._hold(down)
-            self.note(f"restart broker {node}")
-            cluster.restart(node)
+            self._for_a_while(
+                f"kill -9 broker {node}",
+                rng.uniform(0.5, 5.0),
+                lambda: cluster.kill(node),
+                f"restart broker {node}",
+                lambda: cluster.restart(node),
+            )
         elif fault == "pause":
             node = rng.choice(others)
-            paused = rng.uniform(0.5, 8.0)
-            self.note(f"SIGSTOP broker {node} for {paused:.1f} s")
-            cluster.pause(node)
-            self._hold(paused)
-            self.note(f"SIGCONT broker {node}")
-            cluster.resume(node)
+            self._for_a_while(
+                f"SIGSTOP broker {node}",
+                rng.uniform(0.5, 8.0),
+                lambda: cluster.pause(node),
+                f"SIGCONT broker {node}",
+                lambda: cluster.resume(node),
+            )
         elif fault == "cut-replication":
             node = rng.choice(cluster.node_ids)
             mode = rng.choice(["reset", "blackhole"])
-            seconds = rng.uniform(1.0, 8.0)
-            self.note(f"cut ({mode}) fetches from broker {node} for {seconds:.1f} s")
-            cluster.replication_proxy(node).cut(mode)  # type: ignore[arg-type]
-            self._hold(seconds)
-            self.note(f"heal fetches from broker {node}")
-            cluster.replication_proxy(node).heal()
+            proxy = cluster.replication_proxy(node)
+            self._for_a_while(
+                f"cut ({mode}) fetches from broker {node}",
+                rng.uniform(1.0, 8.0),
+                lambda: proxy.cut(mode),  # type: ignore[arg-type]
+                f"heal fetches from broker {node}",
+                proxy.heal,
+            )
         else:
             node = rng.choice(others)
             mode = rng.choice(["reset", "blackhole"])
-            seconds = rng.uniform(1.0, 8.0)
-            self.note(f"cut ({mode}) broker {node} <-> controller for {seconds:.1f} s")
-            cluster.controller_proxy(node).cut(mode)  # type: ignore[arg-type]
-            self._hold(seconds)
-            self.note(f"heal broker {node} <-> controller")
-            cluster.controller_proxy(node).heal()
+            proxy = cluster.controller_proxy(node)
+            self._for_a_while(
+                f"cut ({mode}) broker {node} <-> controller",
+                rng.uniform(1.0, 8.0),
+                lambda: proxy.cut(mode),  # type: ignore[arg-type]
+                f"heal broker {node} <-> controller",
+                proxy.heal,
+            )
+
+    def _for_a_while(
+        self, fault: str, seconds: float, inflict: Callable[[], object], heal: str, undo: Callable[[], object]
+    ) -> None:
+        """Inflict a fault, hold it `seconds` (less if the run stops meanwhile), then undo it; both noted."""
+        self.note(f"{fault} for {seconds:.1f} s")
+        inflict()
+        self._hold(seconds)
+        self.note(heal)
+        undo()
 
 
 def fault_run(

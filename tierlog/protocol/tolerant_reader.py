@@ -55,18 +55,29 @@ def read_uvarint(buffer: memoryview, offset: int) -> tuple[int, int]:
     raise MalformedEntity("varint longer than 5 bytes")
 
 
-def skip_tagged_fields(buffer: memoryview, offset: int) -> int:
-    """Skip a whole tagged-field section (used for request header v2, which defines no tags)."""
+def tagged_fields(buffer: memoryview, offset: int) -> tuple[list[tuple[int, int, int]], int]:
+    """The tagged-field section at `offset`: each field's (tag, start, end) of its value, and where the section
+    ends."""
     count, position = read_uvarint(buffer, offset)
     position += offset
+    spans = []
     for _ in range(count):
-        _tag, consumed = read_uvarint(buffer, position)
+        tag, consumed = read_uvarint(buffer, position)
         position += consumed
         size, consumed = read_uvarint(buffer, position)
-        position += consumed + size
-        if position > len(buffer):
-            raise MalformedEntity("tagged field runs past the end of the buffer")
-    return position - offset
+        position += consumed
+        end = position + size
+        if end > len(buffer):
+            raise MalformedEntity(f"tagged field {tag} runs past the end of the buffer")
+        spans.append((tag, position, end))
+        position = end
+    return spans, position
+
+
+def skip_tagged_fields(buffer: memoryview, offset: int) -> int:
+    """Skip a whole tagged-field section (used for request header v2, which defines no tags)."""
+    _, end = tagged_fields(buffer, offset)
+    return end - offset
 
 
 @cache
@@ -94,23 +105,14 @@ def tolerant_entity_reader(entity_type: type[Any]) -> Reader:
             values[name], consumed = reader(buffer, position)
             position += consumed
         if flexible:
-            count, consumed = read_uvarint(buffer, position)
-            position += consumed
-            for _ in range(count):
-                tag, consumed = read_uvarint(buffer, position)
-                position += consumed
-                size, consumed = read_uvarint(buffer, position)
-                position += consumed
-                end = position + size
-                if end > len(buffer):
-                    raise MalformedEntity(f"tagged field {tag} runs past the end of the buffer")
+            spans, position = tagged_fields(buffer, position)
+            for tag, start, end in spans:
                 known = tagged.get(tag)
                 if known is not None:
                     name, reader = known
-                    values[name], consumed = reader(buffer[:end], position)
-                    if consumed != size:
-                        raise MalformedEntity(f"tagged field {tag} declares {size} bytes, holds {consumed}")
-                position = end
+                    values[name], consumed = reader(buffer[:end], start)
+                    if consumed != end - start:
+                        raise MalformedEntity(f"tagged field {tag} declares {end - start} bytes, holds {consumed}")
             for name, default in implicit_defaults.items():
                 values.setdefault(name, default)
         return entity_type(**values), position - offset

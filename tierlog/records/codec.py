@@ -36,7 +36,7 @@ from tierlog.records.record_batch import (
     InvalidRecordError,
     RecordBatchHeader,
     TimestampType,
-    batch_size_at,
+    complete_batches,
     read_header,
     set_base_offset,
     set_partition_leader_epoch,
@@ -146,14 +146,8 @@ def decode_records(batch: bytes | bytearray | memoryview, header: RecordBatchHea
 def decode_batches(buffer: bytes | bytearray | memoryview) -> Iterator[DecodedBatch]:
     """Decode every complete batch; a partial batch at the end ends the walk, as a consumer treats the
     truncated last batch of a fetch response. A complete but invalid batch raises InvalidRecordError."""
-    position = 0
-    while True:
-        size = batch_size_at(buffer, position)
-        if size is None or size > len(buffer) - position:
-            return
-        batch = decode_batch(buffer, position)
-        yield batch
-        position += batch.header.size_in_bytes
+    for position, _ in complete_batches(buffer):
+        yield decode_batch(buffer, position)
 
 
 def build_batch(
@@ -266,6 +260,21 @@ def _skip_headers(data: bytes, position: int) -> int:
     return position
 
 
+def _record_spans(data: bytes, records_count: int) -> Iterator[tuple[int, int]]:
+    """Where each of the `records_count` records of the records section `data` starts (after its length) and
+    ends; raises ValueError if one runs past the section or bytes follow the last one."""
+    position = 0
+    for _ in range(records_count):
+        length, position = _read_varint(data, position)
+        end = position + length
+        if length < 0 or end > len(data):
+            raise ValueError(f"record of {length} bytes at {position} runs past the records")
+        yield position, end
+        position = end
+    if position != len(data):
+        raise ValueError(f"{len(data) - position} bytes follow the last of {records_count} records")
+
+
 def records_section(batch: bytes | bytearray | memoryview, header: RecordBatchHeader) -> bytes:
     """The batch's records, decompressed: what follows the 61-byte header of an uncompressed batch."""
     data = bytes(batch[RECORD_BATCH_OVERHEAD : header.size_in_bytes])
@@ -279,13 +288,8 @@ def decode_raw_records(batch: bytes | bytearray | memoryview, header: RecordBatc
     try:
         data = records_section(batch, header)
         records = []
-        position = 0
         base_timestamp = header.base_timestamp
-        for _ in range(header.records_count):
-            length, position = _read_varint(data, position)
-            end = position + length
-            if length < 0 or end > len(data):
-                raise ValueError(f"record of {length} bytes at {position} runs past the records")
+        for position, end in _record_spans(data, header.records_count):
             # attributes (int8, unused) precede the timestamp delta
             timestamp_delta, cursor = _read_varint(data, position + 1)
             offset_delta, cursor = _read_varint(data, cursor)
@@ -294,9 +298,6 @@ def decode_raw_records(batch: bytes | bytearray | memoryview, header: RecordBatc
             if _skip_headers(data, cursor) != end:
                 raise ValueError(f"record at {position - 1} does not end where its length says")
             records.append(RawRecord(offset_delta, base_timestamp + timestamp_delta, key, value, data[cursor:end]))
-            position = end
-        if position != len(data):
-            raise ValueError(f"{len(data) - position} bytes follow the last of {header.records_count} records")
         return records
     except Exception as e:
         # A truncated varint (IndexError), a bad length (ValueError) or a stream that does not decompress
@@ -417,12 +418,7 @@ def _as_built(data: bytes, header: RecordBatchHeader) -> tuple[bytes, int, int]:
     old_base = header.base_timestamp
     base_timestamp = max_timestamp = NO_TIMESTAMP
     as_built = True
-    position = 0
-    for index in range(header.records_count):
-        length, position = _read_varint(data, position)
-        end = position + length
-        if length < 0 or end > len(data):
-            raise ValueError(f"record of {length} bytes at {position} runs past the records")
+    for index, (position, end) in enumerate(_record_spans(data, header.records_count)):
         timestamp_delta, cursor = _read_varint(data, position + 1)
         timestamp = old_base + timestamp_delta
         if index == 0:
@@ -436,22 +432,15 @@ def _as_built(data: bytes, header: RecordBatchHeader) -> tuple[bytes, int, int]:
             cursor += max(field_length, 0)
         if _skip_headers(data, cursor) != end:
             raise ValueError(f"record at {position - 1} does not end where its length says")
-        position = end
-    if position != len(data):
-        raise ValueError(f"{len(data) - position} bytes follow the last of {header.records_count} records")
     if as_built:
         return data, base_timestamp, max_timestamp
     # Rewrite what differs: each record's attributes and timestamp delta; the rest of it is copied.
     rebuilt = bytearray()
-    position = 0
-    for _ in range(header.records_count):
-        length, position = _read_varint(data, position)
-        end = position + length
+    for position, end in _record_spans(data, header.records_count):
         timestamp_delta, cursor = _read_varint(data, position + 1)
         record = bytearray(b"\x00")
         _write_varint(record, old_base + timestamp_delta - base_timestamp)
         record += data[cursor:end]
         _write_varint(rebuilt, len(record))
         rebuilt += record
-        position = end
     return bytes(rebuilt), base_timestamp, max_timestamp

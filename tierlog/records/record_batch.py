@@ -191,6 +191,19 @@ def iter_batches(buffer: memoryview | bytes | bytearray) -> Iterator[RecordBatch
         position += header.size_in_bytes
 
 
+def complete_batches(buffer: memoryview | bytes | bytearray) -> Iterator[tuple[int, int]]:
+    """The position and size of every complete batch of a buffer read from a log (a fetch response, a segment);
+    a partial batch at the end ends the walk, as a consumer treats the truncated last batch of a fetch response.
+    Nothing is validated."""
+    position = 0
+    while True:
+        size = batch_size_at(buffer, position)
+        if size is None or size > len(buffer) - position:
+            return
+        yield position, size
+        position += size
+
+
 def set_base_offset(buffer: bytearray | memoryview, position: int, base_offset: int) -> None:
     _INT64.pack_into(buffer, position + BASE_OFFSET_OFFSET, base_offset)
 

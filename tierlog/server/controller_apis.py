@@ -258,28 +258,18 @@ class ControllerApis:
                         p.partition_epoch,
                         new_isr,
                     )
+                    error = None
                 except Exception as e:
-                    partitions.append(
-                        s.PartitionData(
-                            partition_index=p.partition_index,
-                            error_code=error_code(error_name_of(e)),
-                            leader_id=-1,
-                            leader_epoch=-1,
-                            isr=(),
-                            leader_recovery_state=0,
-                            partition_epoch=-1,
-                        )
-                    )
-                    continue
+                    registration, error = None, error_name_of(e)
                 partitions.append(
                     s.PartitionData(
                         partition_index=p.partition_index,
-                        error_code=error_code(None),
-                        leader_id=registration.leader,
-                        leader_epoch=registration.leader_epoch,
-                        isr=tuple(registration.isr),
+                        error_code=error_code(error),
+                        leader_id=registration.leader if registration else -1,
+                        leader_epoch=registration.leader_epoch if registration else -1,
+                        isr=tuple(registration.isr) if registration else (),
                         leader_recovery_state=0,
-                        partition_epoch=registration.partition_epoch,
+                        partition_epoch=registration.partition_epoch if registration else -1,
                     )
                 )
             topics.append(s.TopicData(topic_id=topic.topic_id, partitions=tuple(partitions)))

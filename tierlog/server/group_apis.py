@@ -9,7 +9,7 @@ and its answer back into the response of that version, through `ResponseSchema`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 from tierlog.common import TopicPartition
@@ -265,16 +265,12 @@ class GroupApis:
                 )
             )
         s = self._schema(request)
-        by_topic: dict[str, list[Any]] = {}
-        for tp in dict.fromkeys(requested):
-            by_topic.setdefault(tp.topic, []).append(
-                s.OffsetCommitResponsePartition(partition_index=tp.partition, error_code=error_code(errors.get(tp)))
-            )
+        partitions = [
+            (tp, s.OffsetCommitResponsePartition(partition_index=tp.partition, error_code=error_code(errors.get(tp))))
+            for tp in dict.fromkeys(requested)
+        ]
         return s.OffsetCommitResponse(
-            throttle_time=NO_THROTTLE,
-            topics=tuple(
-                s.OffsetCommitResponseTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()
-            ),
+            throttle_time=NO_THROTTLE, topics=_by_topic(s.OffsetCommitResponseTopic, partitions)
         )
 
     async def handle_offset_fetch(self, request: Request) -> Any:
@@ -310,20 +306,20 @@ class GroupApis:
             fetched = {tp: None for tp in partitions}
         topic_cls = getattr(s, "OffsetFetchResponse" + topic_suffix)
         partition_cls = getattr(s, "OffsetFetchResponse" + partition_suffix)
-        by_topic: dict[str, list[Any]] = {}
-        for tp, o in fetched.items():
-            by_topic.setdefault(tp.topic, []).append(
+        answers = [
+            (
+                tp,
                 partition_cls(
                     partition_index=tp.partition,
                     committed_offset=o.offset if o else -1,
                     committed_leader_epoch=o.leader_epoch if o else -1,
                     metadata=o.metadata if o else "",
                     error_code=error_code(error if o is None else o.error),
-                )
+                ),
             )
-        return error_code(error), tuple(
-            topic_cls(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()
-        )
+            for tp, o in fetched.items()
+        ]
+        return error_code(error), _by_topic(topic_cls, answers)
 
     async def handle_offset_delete(self, request: Request) -> Any:
         body = request.body
@@ -333,19 +329,16 @@ class GroupApis:
         error, errors = self.coordinator.delete_offsets(body.group_id, known, now_ms())
         self.service.after_call()
         errors.update({tp: "UNKNOWN_TOPIC_OR_PARTITION" for tp in requested if tp not in known})
-        partitions = list(dict.fromkeys(requested))
-        by_topic: dict[str, list[Any]] = {}
-        if error is None:
-            for tp in partitions:
-                by_topic.setdefault(tp.topic, []).append(
-                    s.OffsetDeleteResponsePartition(partition_index=tp.partition, error_code=error_code(errors[tp]))
-                )
+        # A group-level error answers no partition.
+        partitions = [
+            (tp, s.OffsetDeleteResponsePartition(partition_index=tp.partition, error_code=error_code(errors[tp])))
+            for tp in dict.fromkeys(requested)
+            if error is None
+        ]
         return s.OffsetDeleteResponse(
             error_code=error_code(error),
             throttle_time=NO_THROTTLE,
-            topics=tuple(
-                s.OffsetDeleteResponseTopic(name=name, partitions=tuple(parts)) for name, parts in by_topic.items()
-            ),
+            topics=_by_topic(s.OffsetDeleteResponseTopic, partitions),
         )
 
     # Groups
@@ -408,3 +401,12 @@ class GroupApis:
                 for group_id, error in results.items()
             ),
         )
+
+
+def _by_topic(topic_response: Callable[..., Any], partitions: Iterable[tuple[TopicPartition, Any]]) -> tuple[Any, ...]:
+    """Partition responses as the topic responses (`name`, `partitions`) holding them, topics in the order they
+    first come."""
+    grouped: dict[str, list[Any]] = {}
+    for tp, partition in partitions:
+        grouped.setdefault(tp.topic, []).append(partition)
+    return tuple(topic_response(name=name, partitions=tuple(parts)) for name, parts in grouped.items())

@@ -290,31 +290,25 @@ class KafkaApis:
                 try:
                     log = self.replica_manager.get_partition(TopicPartition(topic.name, index)).log
                 except UnknownTopicOrPartitionError as e:
-                    partitions.append(
-                        s.PartitionResponse(
-                            partition_index=index,
-                            error_code=error_code(error_name_of(e)),
-                            error_message=str(e),
-                            active_producers=(),
+                    producers, error, message = (), error_name_of(e), str(e)
+                else:
+                    producers = tuple(
+                        s.ProducerState(
+                            producer_id=producer_id,
+                            producer_epoch=entry.producer_epoch,
+                            last_sequence=entry.last_seq,
+                            last_timestamp=entry.last_timestamp,
+                            coordinator_epoch=entry.coordinator_epoch,
+                            current_txn_start_offset=-1,
                         )
+                        for producer_id, entry in sorted(log.producer_state_manager.active_producers.items())
                     )
-                    continue
-                producers = tuple(
-                    s.ProducerState(
-                        producer_id=producer_id,
-                        producer_epoch=entry.producer_epoch,
-                        last_sequence=entry.last_seq,
-                        last_timestamp=entry.last_timestamp,
-                        coordinator_epoch=entry.coordinator_epoch,
-                        current_txn_start_offset=-1,
-                    )
-                    for producer_id, entry in sorted(log.producer_state_manager.active_producers.items())
-                )
+                    error, message = None, None
                 partitions.append(
                     s.PartitionResponse(
                         partition_index=index,
-                        error_code=error_code(None),
-                        error_message=None,
+                        error_code=error_code(error),
+                        error_message=message,
                         active_producers=producers,
                     )
                 )
@@ -537,21 +531,13 @@ class KafkaApis:
                         current_leader_epoch=current_leader_epoch,
                         replica_id=body.replica_id,
                     )
-                except Exception as error:
-                    partitions.append(
-                        s.ListOffsetsPartitionResponse(
-                            partition_index=p.partition_index,
-                            error_code=error_code(error_name_of(error)),
-                            timestamp=-1,
-                            offset=-1,
-                            leader_epoch=-1,
-                        )
-                    )
-                    continue
+                    error = None
+                except Exception as e:
+                    found, error = None, error_name_of(e)
                 partitions.append(
                     s.ListOffsetsPartitionResponse(
                         partition_index=p.partition_index,
-                        error_code=error_code(None),
+                        error_code=error_code(error),
                         timestamp=found.timestamp if found else -1,
                         offset=found.offset if found else -1,
                         leader_epoch=found.leader_epoch if found else -1,

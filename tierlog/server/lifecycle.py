@@ -9,11 +9,10 @@ import asyncio
 import logging
 import uuid
 
-from tierlog.common import Idle
 from tierlog.controller.controller import HeartbeatResult
 from tierlog.metadata.lifecycle import BrokerHeartbeatRequest, BrokerLifecycleManager, BrokerRegistrationRequest
 from tierlog.metadata.records import Endpoint
-from tierlog.server.clock import now_ms
+from tierlog.server.clock import carry_requests, now_ms
 from tierlog.server.controller_channel import (
     ControllerChannel,
     ControllerUnavailableError,
@@ -56,19 +55,18 @@ class BrokerLifecycleTask:
         return self.manager.broker_epoch
 
     async def run(self) -> None:
-        manager = self.manager
-        while True:
-            action = manager.poll(now_ms())
-            if isinstance(action, Idle):
-                await asyncio.sleep(max(0, action.until_ms - now_ms()) / 1000)
-            elif isinstance(action, BrokerRegistrationRequest):
-                await self._register(action)
-            else:
-                await self._heartbeat(action)
-            if manager.fenced:
-                self.unfenced.clear()
-            else:
-                self.unfenced.set()
+        await carry_requests(self.manager.poll, self._send)
+
+    async def _send(self, request: BrokerRegistrationRequest | BrokerHeartbeatRequest) -> None:
+        if isinstance(request, BrokerRegistrationRequest):
+            await self._register(request)
+        else:
+            await self._heartbeat(request)
+        # Only an answer changes whether we are fenced.
+        if self.manager.fenced:
+            self.unfenced.clear()
+        else:
+            self.unfenced.set()
 
     async def _register(self, request: BrokerRegistrationRequest) -> None:
         try:

@@ -8,10 +8,9 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from tierlog.common import Idle
 from tierlog.metadata.image import ClusterMetadata
-from tierlog.metadata.loader import MetadataLoader
-from tierlog.server.clock import now_ms
+from tierlog.metadata.loader import MetadataFetchRequest, MetadataLoader
+from tierlog.server.clock import carry_requests, now_ms
 from tierlog.server.controller_channel import ControllerChannel, ControllerUnavailableError
 
 logger = logging.getLogger(__name__)
@@ -30,24 +29,21 @@ class MetadataLoaderTask:
         return self.loader.image
 
     async def run(self) -> None:
-        loader = self.loader
-        while True:
-            action = loader.poll(now_ms())
-            if isinstance(action, Idle):
-                await asyncio.sleep(max(0, action.until_ms - now_ms()) / 1000)
-                continue
-            try:
-                records, high_watermark = await self._channel.fetch_metadata(
-                    self.broker_id, action.offset, action.max_wait_ms
-                )
-            except ControllerUnavailableError as e:
-                logger.debug("[Broker id=%d] metadata fetch failed: %s", self.broker_id, e)
-                loader.on_fetch_failed(now_ms())
-                continue
-            if loader.on_records(records, high_watermark):
-                self.publish()
-            async with self._changed:
-                self._changed.notify_all()
+        await carry_requests(self.loader.poll, self._fetch)
+
+    async def _fetch(self, request: MetadataFetchRequest) -> None:
+        try:
+            records, high_watermark = await self._channel.fetch_metadata(
+                self.broker_id, request.offset, request.max_wait_ms
+            )
+        except ControllerUnavailableError as e:
+            logger.debug("[Broker id=%d] metadata fetch failed: %s", self.broker_id, e)
+            self.loader.on_fetch_failed(now_ms())
+            return
+        if self.loader.on_records(records, high_watermark):
+            self.publish()
+        async with self._changed:
+            self._changed.notify_all()
 
     def publish(self) -> None:
         """Hand the image to the broker (its replicas, fetchers, coordinators)."""

@@ -445,8 +445,10 @@ class SimBroker(Node):
             return
 
         def on_reply(reply: object) -> None:
-            registration, error = reply  # type: ignore[misc]
-            manager.on_response(registration, error, self.sim.now)
+            if isinstance(reply, str):
+                manager.on_response(None, reply, self.sim.now)
+            else:
+                manager.on_response(reply, None, self.sim.now)  # type: ignore[arg-type]
             self._send_alter_partitions()
 
         def on_failure() -> None:

@@ -8,7 +8,7 @@ so a restart replays everything committed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tierlog.controller.controller import Controller, ControllerConfig
@@ -72,43 +72,47 @@ class SimController(Node):
 
     # Requests (each runs on this node when the message arrives)
 
-    def register(self, request: BrokerRegistrationRequest, respond: Respond) -> None:
+    def _decide(self, respond: Respond, decision: Callable[[Controller], object]) -> None:
+        """Answer with the controller's decision, or with the name of the error it refused the request with."""
         assert self.controller is not None
         try:
-            epoch = self.controller.register_broker(
+            result = decision(self.controller)
+        except ControllerError as error:
+            respond(error.error_name)
+            return
+        respond(result)
+
+    def register(self, request: BrokerRegistrationRequest, respond: Respond) -> None:
+        self._decide(
+            respond,
+            lambda c: c.register_broker(
                 request.broker_id,
                 str(request.incarnation_id),
                 request.cluster_id,
                 request.endpoints,
                 request.rack,
                 self.sim.now,
-            )
-        except ControllerError as error:
-            respond(error.error_name)
-            return
-        respond(epoch)
+            ),
+        )
 
     def heartbeat(self, request: BrokerHeartbeatRequest, respond: Respond) -> None:
-        assert self.controller is not None
-        try:
-            result = self.controller.heartbeat(
+        self._decide(
+            respond,
+            lambda c: c.heartbeat(
                 request.broker_id,
                 request.broker_epoch,
                 request.current_metadata_offset,
                 request.want_fence,
                 request.want_shut_down,
                 self.sim.now,
-            )
-        except ControllerError as error:
-            respond(error.error_name)
-            return
-        respond(result)
+            ),
+        )
 
     def alter_partition(self, request: AlterPartitionRequest, respond: Respond) -> None:
-        assert self.controller is not None
         p = request.proposal
-        try:
-            registration = self.controller.alter_partition(
+        self._decide(
+            respond,
+            lambda c: c.alter_partition(
                 request.broker_id,
                 request.broker_epoch,
                 p.topic_id,
@@ -116,11 +120,8 @@ class SimController(Node):
                 p.leader_epoch,
                 p.partition_epoch,
                 p.new_isr,
-            )
-        except ControllerError as error:
-            respond((None, error.error_name))
-            return
-        respond((registration, None))
+            ),
+        )
 
     def create_topic(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]) -> None:
         """An admin's CreateTopics, handed straight to the controller (the run's set-up, not under test)."""

@@ -21,7 +21,7 @@ After the faults stop and every broker is back, once every ISR is whole and ever
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from tierlog.common import TopicPartition
@@ -234,22 +234,23 @@ class ClusterChecker:
                         "idempotent write duplicated", f"{tp}: {value!r} at offsets {seen[value]} and {offset}"
                     )
                 seen[value] = offset
-        for (acked_tp, offset), value in sorted(self.history.acked.items()):
-            if acked_tp != tp:
-                continue
-            found_value = values.get(offset)
-            if found_value != value:
-                self.history.violation(
-                    "acknowledged write lost",
-                    f"{tp} offset {offset} was acknowledged for {value!r}; the log holds {found_value!r} "
-                    f"(log {leader_log.log_start_offset}..{leader_log.log_end_offset})",
-                )
-        for (read_tp, offset), value in sorted(self.history.reads.items()):
-            if read_tp != tp:
-                continue
-            found_value = values.get(offset)
-            if found_value != value:
-                self.history.violation(
-                    "a record read is gone",
-                    f"{tp} offset {offset} was read as {value!r}; the log holds {found_value!r}",
-                )
+        for offset, value, found_value in _not_in_log(self.history.acked, tp, values):
+            self.history.violation(
+                "acknowledged write lost",
+                f"{tp} offset {offset} was acknowledged for {value!r}; the log holds {found_value!r} "
+                f"(log {leader_log.log_start_offset}..{leader_log.log_end_offset})",
+            )
+        for offset, value, found_value in _not_in_log(self.history.reads, tp, values):
+            self.history.violation(
+                "a record read is gone", f"{tp} offset {offset} was read as {value!r}; the log holds {found_value!r}"
+            )
+
+
+def _not_in_log(
+    told: Mapping[tuple[TopicPartition, int], str], tp: TopicPartition, values: Mapping[int, str]
+) -> Iterator[tuple[int, str, str | None]]:
+    """Each record of `tp` that clients were told is at an offset (acknowledged or read) where the log holds
+    another value or none: its offset, its value and the log's, by offset."""
+    for (told_tp, offset), value in sorted(told.items()):
+        if told_tp == tp and values.get(offset) != value:
+            yield offset, value, values.get(offset)

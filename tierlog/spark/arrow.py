@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from aiokafka.record.default_records import DefaultRecordBatch
 
-from tierlog.records.record_batch import InvalidRecordError, TimestampType, batch_size_at, read_header
+from tierlog.records.record_batch import InvalidRecordError, TimestampType, complete_batches, read_header
 
 # Spark's TimestampType travels through Arrow as microseconds in UTC.
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
@@ -65,14 +65,9 @@ def record_batches_to_arrow(
     timestamp_types: list[int] = []
     headers: list[list[dict[str, str | bytes | None]]] = []
     view = memoryview(data)
-    position = 0
-    while True:
-        size = batch_size_at(view, position)
-        if size is None or size > len(view) - position:
-            break
+    for position, size in complete_batches(view):
         header = read_header(view, position)
         batch = view[position : position + size]
-        position += size
         # Whole batches outside the range are not decompressed: a fetch starts at the batch holding the
         # requested offset and a segment spans far more than one split's range.
         if header.is_control or header.next_offset <= start_offset or header.base_offset >= end_offset:

@@ -99,13 +99,7 @@ def partition_states(options: SourceOptions) -> list[PartitionState]:
 def _offset_for_time(consumer: Consumer, state: PartitionState, spec: TimestampSpec | None, name: str) -> int | None:
     if spec is None:
         return None
-    if isinstance(spec, dict):
-        key = (state.topic, state.partition)
-        if key not in spec:
-            raise ValueError(f"option '{name}' does not specify a timestamp for {state.topic}-{state.partition}")
-        timestamp = spec[key]
-    else:
-        timestamp = spec
+    timestamp = _for_partition(spec, state, name, "a timestamp")
     # ListOffsets with a timestamp: the earliest offset whose timestamp is at or after it, -1 if none.
     (answer,) = consumer.offsets_for_times(
         [TopicPartition(state.topic, state.partition, timestamp)], timeout=DRIVER_REQUEST_TIMEOUT_S
@@ -115,15 +109,19 @@ def _offset_for_time(consumer: Consumer, state: PartitionState, spec: TimestampS
     return int(answer.offset)
 
 
+def _for_partition(spec: OffsetSpec | TimestampSpec, state: PartitionState, name: str, what: str) -> int:
+    """Option `name`'s value for `state`'s partition: the one value, or the partition's entry of a JSON option,
+    which (as Kafka's source has it) must name every partition the query reads."""
+    if not isinstance(spec, dict):
+        return spec
+    key = (state.topic, state.partition)
+    if key not in spec:
+        raise ValueError(f"option '{name}' does not specify {what} for {state.topic}-{state.partition}")
+    return spec[key]
+
+
 def _position(spec: OffsetSpec, state: PartitionState, default: int, name: str) -> int:
-    if isinstance(spec, dict):
-        key = (state.topic, state.partition)
-        if key not in spec:
-            # As Kafka's source: a JSON position must name every partition the query reads.
-            raise ValueError(f"option '{name}' does not specify an offset for {state.topic}-{state.partition}")
-        value = spec[key]
-    else:
-        value = spec
+    value = _for_partition(spec, state, name, "an offset")
     if value == EARLIEST:
         return state.earliest
     if value == LATEST:

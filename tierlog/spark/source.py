@@ -36,7 +36,7 @@ from tierlog.client.connection import KafkaConnection, KafkaConnectionError
 from tierlog.client.requests import PartitionFetch, fetch_request
 from tierlog.common import TopicPartition
 from tierlog.protocol.errors import error_code
-from tierlog.records.record_batch import batch_size_at, read_header
+from tierlog.records.record_batch import complete_batches, read_header
 from tierlog.spark.arrow import record_batches_to_arrow, spark_ddl
 from tierlog.spark.offsets import (
     DataLossError,
@@ -424,11 +424,7 @@ def read_range(
 def _next_offset(records: bytes | memoryview) -> int | None:
     """The offset after the last complete batch in `records`, or None when there is none."""
     view = memoryview(records)
-    position = 0
     next_offset = None
-    while True:
-        size = batch_size_at(view, position)
-        if size is None or size > len(view) - position:
-            return next_offset
+    for position, _ in complete_batches(view):
         next_offset = read_header(view, position).next_offset
-        position += size
+    return next_offset

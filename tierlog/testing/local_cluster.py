@@ -22,6 +22,7 @@ from types import TracebackType
 from typing import NamedTuple, Self, TypeVar
 
 from tierlog.client.probes import api_versions_answered, metadata_broker_ids
+from tierlog.testing.local_process import LocalProcess, with_log_tail
 
 _HOST = "127.0.0.1"
 _POLL_INTERVAL_S = 0.05
@@ -35,8 +36,7 @@ class BrokerStartError(RuntimeError):
     `reason` is the message without the tail, for callers that show the log differently."""
 
     def __init__(self, reason: str, node_id: int, log_file: Path, log_tail: str) -> None:
-        suffix = f"; last lines of {log_file}:\n{log_tail}" if log_tail else f"; {log_file} is empty"
-        super().__init__(reason + suffix)
+        super().__init__(with_log_tail(reason, log_file, log_tail))
         self.reason = reason
         self.node_id = node_id
         self.log_file = log_file
@@ -79,7 +79,7 @@ def free_ports(count: int) -> list[int]:
         return ports
 
 
-class BrokerProcess:
+class BrokerProcess(LocalProcess):
     """One broker subprocess: `sys.executable -m tierlog broker --override ...`.
 
     Its stdout and stderr go to `log_file` (default: `broker-<node_id>.log` next to `log_dir`, so the
@@ -101,26 +101,17 @@ class BrokerProcess:
         log_file: Path | None = None,
         detached: bool = False,
     ) -> None:
+        super().__init__(log_file if log_file is not None else log_dir.parent / f"broker-{node_id}.log")
         self.log_dir = log_dir
         self.node_id = node_id
         self.port = port if port is not None else free_port()
         self.overrides = dict(overrides or {})
-        self.log_file = log_file if log_file is not None else log_dir.parent / f"broker-{node_id}.log"
         self.detached = detached
-        self._process: subprocess.Popen[bytes] | None = None
         self._paused = False
 
     @property
     def bootstrap(self) -> str:
         return f"{_HOST}:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
 
     @property
     def paused(self) -> bool:
@@ -143,18 +134,7 @@ class BrokerProcess:
         if self.running:
             raise RuntimeError(f"broker {self.node_id} is already running (pid {self.pid})")
         self.log_dir.parent.mkdir(parents=True, exist_ok=True)
-        self.log_file.parent.mkdir(parents=True, exist_ok=True)
-        # Appending keeps the log of every incarnation across restarts, which is what a crash test reads.
-        # The child gets its own copy of the descriptor, so ours is closed at once.
-        with self.log_file.open("ab") as log_handle:
-            self._process = subprocess.Popen(
-                self.command(),
-                stdin=subprocess.DEVNULL,
-                stdout=log_handle,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                start_new_session=self.detached,
-            )
+        self._spawn(self.command(), env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=self.detached)
         self._paused = False
 
     def wait_ready(self, timeout_s: float = 30.0) -> None:
@@ -251,13 +231,6 @@ class BrokerProcess:
         self.start()
         self.wait_ready(timeout_s)
 
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            text = self.log_file.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
-
     def __enter__(self) -> Self:
         self.start()
         try:
@@ -266,11 +239,6 @@ class BrokerProcess:
             self.stop()
             raise
         return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     def _require_process(self) -> subprocess.Popen[bytes]:
         if self._process is None:

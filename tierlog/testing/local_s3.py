@@ -36,7 +36,6 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 from typing import Self
 
 import botocore.session
@@ -44,6 +43,7 @@ from botocore.client import BaseClient, Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tierlog.testing.local_cluster import free_ports
+from tierlog.testing.local_process import LocalProcess, with_log_tail
 
 _HOST = "127.0.0.1"
 _POLL_INTERVAL_S = 0.05
@@ -95,20 +95,19 @@ def _kill_leftover_servers() -> None:
         server.kill()
 
 
-class LocalS3Server:
+class LocalS3Server(LocalProcess):
     """One `weed mini` process serving S3 at `endpoint_url`, keeping its data under `base_dir/data` and its
     output in `base_dir/weed.log` (appended to across restarts)."""
 
     def __init__(self, base_dir: Path) -> None:
         self.base_dir = Path(base_dir).absolute()
+        super().__init__(self.base_dir / "weed.log")
         self.data_dir = self.base_dir / "data"
-        self.log_file = self.base_dir / "weed.log"
         self.identities_file = self.base_dir / "s3-identities.json"
         self.access_key = ACCESS_KEY
         self.secret_key = SECRET_KEY
         self.region = REGION
         self._ports = self._pick_ports()
-        self._process: subprocess.Popen[bytes] | None = None
         self._temp_dir: Path | None = None
         self._owns_temp_dir = False
 
@@ -121,14 +120,6 @@ class LocalS3Server:
     @property
     def endpoint_url(self) -> str:
         return f"http://{_HOST}:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
 
     def rsm_properties(self, bucket: str, prefix: str = "tierlog") -> dict[str, str]:
         """Broker properties pointing the fsspec RemoteStorageManager at `s3://bucket/prefix` here."""
@@ -227,21 +218,9 @@ class LocalS3Server:
         S3 calls; the caller closes it."""
         return self._client()
 
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            text = self.log_file.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
-
     def __enter__(self) -> Self:
         self.start()
         return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     # -- internals -------------------------------------------------------------------------------------
 
@@ -302,20 +281,15 @@ class LocalS3Server:
         self._write_identities()
         command = self._command()
         started = time.monotonic()
-        with self.log_file.open("ab") as log_handle:
-            log_handle.write(f"\n==== {' '.join(command)}\n".encode())
-            log_handle.flush()
-            self._process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=log_handle,
-                stderr=subprocess.STDOUT,
-                cwd=self.base_dir,
-                # glog writes its log files to TMPDIR (/tmp otherwise), where nobody would clean them up.
-                env={**os.environ, "TMPDIR": str(self._require_temp_dir())},
-                start_new_session=True,
-                preexec_fn=_die_with_parent(),
-            )
+        self._spawn(
+            command,
+            # glog writes its log files to TMPDIR (/tmp otherwise), where nobody would clean them up.
+            env={**os.environ, "TMPDIR": str(self._require_temp_dir())},
+            start_new_session=True,
+            cwd=self.base_dir,
+            preexec_fn=_die_with_parent(),
+            header=f"\n==== {' '.join(command)}\n",
+        )
         _LIVE_SERVERS.add(self)
         self._wait_ready(started + timeout_s, timeout_s)
 
@@ -371,8 +345,7 @@ class LocalS3Server:
         )
 
     def _with_tail(self, reason: str) -> str:
-        tail = self.log_tail()
-        return f"{reason}; last lines of {self.log_file}:\n{tail}" if tail else f"{reason}; {self.log_file} is empty"
+        return with_log_tail(reason, self.log_file, self.log_tail())
 
     def _port_clash(self) -> bool:
         return "address already in use" in self.log_tail(200).lower()

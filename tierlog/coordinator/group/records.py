@@ -18,8 +18,9 @@ GROUP_METADATA_KEY_VERSION = 2
 OFFSET_COMMIT_VALUE_VERSION = 3
 OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRE = 1
 GROUP_METADATA_VALUE_VERSION = 3
-# The first flexible (KIP-482: compact strings, tagged fields) version of both values.
+# The first flexible (KIP-482: compact strings, tagged fields) version of both values, and their newest.
 FIRST_FLEXIBLE_VALUE_VERSION = 4
+LATEST_VALUE_VERSION = 4
 
 
 class CorruptRecordError(ValueError):
@@ -153,12 +154,18 @@ def offset_commit_value_version(value: OffsetAndMetadata) -> int:
     return OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRE if value.expire_timestamp >= 0 else OFFSET_COMMIT_VALUE_VERSION
 
 
-def encode_offset_commit_value(value: OffsetAndMetadata, version: int | None = None) -> bytes:
-    version = offset_commit_value_version(value) if version is None else version
-    if not 0 <= version <= 4:
-        raise ValueError(f"OffsetCommitValue has no version {version}")
+def _value_writer(name: str, version: int) -> _Writer:
+    """A writer of value `name` in `version`, which it has written first."""
+    if not 0 <= version <= LATEST_VALUE_VERSION:
+        raise ValueError(f"{name} has no version {version}")
     w = _Writer(flexible=version >= FIRST_FLEXIBLE_VALUE_VERSION)
     w.int16(version)
+    return w
+
+
+def encode_offset_commit_value(value: OffsetAndMetadata, version: int | None = None) -> bytes:
+    version = offset_commit_value_version(value) if version is None else version
+    w = _value_writer("OffsetCommitValue", version)
     w.int64(value.offset)
     if version >= 3:
         w.int32(value.leader_epoch)
@@ -171,10 +178,7 @@ def encode_offset_commit_value(value: OffsetAndMetadata, version: int | None = N
 
 
 def encode_group_metadata_value(value: GroupMetadataValue, version: int = GROUP_METADATA_VALUE_VERSION) -> bytes:
-    if not 0 <= version <= 4:
-        raise ValueError(f"GroupMetadataValue has no version {version}")
-    w = _Writer(flexible=version >= FIRST_FLEXIBLE_VALUE_VERSION)
-    w.int16(version)
+    w = _value_writer("GroupMetadataValue", version)
     w.string(value.protocol_type)
     w.int32(value.generation)
     w.string(value.protocol)
@@ -281,12 +285,18 @@ def decode_key(data: bytes) -> OffsetCommitKey | GroupMetadataKey | None:
     return None
 
 
-def decode_offset_commit_value(data: bytes) -> OffsetAndMetadata:
+def _value_reader(name: str, data: bytes) -> tuple[_Reader, int]:
+    """A reader of value `name` past its version, which it returns."""
     r = _Reader(data)
     version = r.int16()
-    if not 0 <= version <= 4:
-        raise CorruptRecordError(f"unknown OffsetCommitValue version {version}")
+    if not 0 <= version <= LATEST_VALUE_VERSION:
+        raise CorruptRecordError(f"unknown {name} version {version}")
     r.flexible = version >= FIRST_FLEXIBLE_VALUE_VERSION
+    return r, version
+
+
+def decode_offset_commit_value(data: bytes) -> OffsetAndMetadata:
+    r, version = _value_reader("OffsetCommitValue", data)
     offset = r.int64()
     leader_epoch = r.int32() if version >= 3 else -1
     metadata = r.string()
@@ -297,11 +307,7 @@ def decode_offset_commit_value(data: bytes) -> OffsetAndMetadata:
 
 
 def decode_group_metadata_value(data: bytes) -> GroupMetadataValue:
-    r = _Reader(data)
-    version = r.int16()
-    if not 0 <= version <= 4:
-        raise CorruptRecordError(f"unknown GroupMetadataValue version {version}")
-    r.flexible = version >= FIRST_FLEXIBLE_VALUE_VERSION
+    r, version = _value_reader("GroupMetadataValue", data)
     protocol_type = r.string()
     generation = r.int32()
     protocol = r.nullable_string()
