@@ -28,10 +28,22 @@ def parse_only_expected_errors(frame: bytes) -> None:
         parse_request(frame)
 
 
+def kio_reads_back(entity: Any) -> bool:
+    """kio writes some values its own reader refuses: a timedelta beyond Python's range (retention_time near
+    Int64.MAX ms). Such a frame is malformed for every reader, so it is no valid frame to start from."""
+    out = io.BytesIO()
+    entity_writer(type(entity))(out, entity)
+    try:
+        entity_reader(type(entity))(memoryview(out.getvalue()), 0)
+    except ValueError:
+        return False
+    return True
+
+
 @st.composite
 def served_entities(draw: st.DrawFn) -> Any:
     api_key, version = draw(st.sampled_from(SERVED))
-    return draw(st.from_type(load_request_schema(api_key, version)))
+    return draw(st.from_type(load_request_schema(api_key, version)).filter(kio_reads_back))
 
 
 @settings(max_examples=500)
