@@ -11,11 +11,11 @@ import datetime
 import io
 import socket
 import struct
-import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from client_helpers import HOST, Answer, scripted_peer
 from kio.schema.api_versions.v3 import response as api_versions_v3_response
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v1 import response as metadata_v1_response
@@ -38,7 +38,6 @@ from tierlog.protocol.framing import read_frame
 from tierlog.records.codec import build_batch, decode_batches
 from tierlog.testing.local_cluster import BrokerProcess, free_port
 
-HOST = "127.0.0.1"
 TIMEOUT_S = 10.0
 # Bounds every test's event loop, so a hang fails the test instead of reaching pytest's global timeout.
 TEST_DEADLINE_S = 30.0
@@ -455,35 +454,15 @@ def test_send_blocking_gets_the_answer_of_a_real_broker(real_broker: BrokerProce
     assert [(b.node_id, b.port) for b in response.brokers] == [(real_broker.node_id, real_broker.port)]
 
 
-def blocking_exchange(answer: Callable[[bytes], bytes | None], *, timeout_s: float = TIMEOUT_S) -> Any:
-    """One Metadata v12 send_blocking to a one-shot server that writes `answer(request frame)` back (None:
-    nothing, the connection stays open) and then closes: the response or the KafkaConnectionError."""
-    with socket.create_server((HOST, 0)) as server:
-        done = threading.Event()
-
-        def serve() -> None:
-            connection, _ = server.accept()
-            with connection:
-                (size,) = struct.unpack(">i", connection.recv(4))
-                frame = b""
-                while len(frame) < size:
-                    frame += connection.recv(size - len(frame))
-                reply = answer(frame)
-                if reply is None:
-                    done.wait(TEST_DEADLINE_S)
-                else:
-                    connection.sendall(reply)
-
-        thread = threading.Thread(target=serve, daemon=True)
-        thread.start()
+def blocking_exchange(answer: Answer, *, timeout_s: float = TIMEOUT_S) -> Any:
+    """One Metadata v12 send_blocking to a scripted peer that answers with `answer`: the response or the
+    KafkaConnectionError."""
+    with scripted_peer(answer) as port:
         try:
-            with socket.create_connection(server.getsockname(), timeout=timeout_s) as sock:
+            with socket.create_connection((HOST, port), timeout=timeout_s) as sock:
                 return send_blocking(sock, metadata_v12_request("t"), client_id="blocking")
         except KafkaConnectionError as exc:
             return exc
-        finally:
-            done.set()
-            thread.join(TEST_DEADLINE_S)
 
 
 def test_send_blocking_reads_a_well_formed_answer() -> None:
@@ -513,7 +492,7 @@ def test_send_blocking_reads_a_well_formed_answer() -> None:
     ],
     ids=["eof", "wrong-correlation-id", "truncated", "not-kafka", "malformed", "silent"],
 )
-def test_send_blocking_fails_with_one_line(answer: Callable[[bytes], bytes | None], fragment: str) -> None:
+def test_send_blocking_fails_with_one_line(answer: Answer, fragment: str) -> None:
     outcome = blocking_exchange(answer, timeout_s=0.3)
     assert isinstance(outcome, KafkaConnectionError), outcome
     assert "MetadataRequest v12 to 127.0.0.1:" in str(outcome)
