@@ -10,23 +10,15 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
+from asyncio_helpers import run_bounded
 
 from tierlog.cli.cluster import HttpError, http_get, http_get_json
 from tierlog.testing.local_cluster import free_port
 
 HOST = "127.0.0.1"
-TEST_DEADLINE_S = 20.0
 TIMEOUT_S = 1.0
 
 Respond = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-
-
-def run(scenario: Callable[[], Awaitable[Any]]) -> Any:
-    async def bounded() -> Any:
-        async with asyncio.timeout(TEST_DEADLINE_S):
-            return await scenario()
-
-    return asyncio.run(bounded())
 
 
 @asynccontextmanager
@@ -73,7 +65,7 @@ def test_a_chunked_body_is_read_as_it_arrives() -> None:
             first_chunk_read.set()
             return [first, *[chunk async for chunk in body]]
 
-    chunks = run(scenario)
+    chunks = run_bounded(scenario)
     assert chunks[0] == b'{"a":1'
     assert b"".join(chunks) == b'{"a":1}\n'
 
@@ -86,7 +78,7 @@ def test_a_sized_body_is_read_whole() -> None:
         async with raw_server(respond) as address:
             return await http_get_json(address, "/v1/partitions", TIMEOUT_S)
 
-    assert run(scenario) == {"partitions": 1}
+    assert run_bounded(scenario) == {"partitions": 1}
 
 
 async def answer_404(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -121,7 +113,7 @@ def test_a_server_that_does_not_answer_200_in_time_is_an_http_error(respond: Res
             pass
 
     with pytest.raises(HttpError, match=error):
-        run(scenario)
+        run_bounded(scenario)
 
 
 def test_an_unreachable_address_is_an_http_error() -> None:
@@ -132,7 +124,7 @@ def test_an_unreachable_address_is_an_http_error() -> None:
             pass
 
     with pytest.raises(HttpError, match=f"^cannot reach {address}: "):
-        run(scenario)
+        run_bounded(scenario)
 
 
 def test_a_body_cut_short_raises_connection_error() -> None:
@@ -148,4 +140,4 @@ def test_a_body_cut_short_raises_connection_error() -> None:
         return received
 
     with pytest.raises(ConnectionError, match="the answer to GET /v1/trace broke off"):
-        run(scenario)
+        run_bounded(scenario)

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from asyncio_helpers import run_bounded
 from client_helpers import HOST, Answer, scripted_peer
 from kio.schema.api_versions.v3 import response as api_versions_v3_response
 from kio.schema.errors import ErrorCode
@@ -50,14 +51,6 @@ def real_broker(module_broker_factory: Callable[..., BrokerProcess]) -> BrokerPr
     return module_broker_factory()
 
 
-def run(scenario: Callable[[], Awaitable[Any]]) -> Any:
-    async def bounded() -> Any:
-        async with asyncio.timeout(TEST_DEADLINE_S):
-            return await scenario()
-
-    return asyncio.run(bounded())
-
-
 def with_connection(port: int, body: Callable[[KafkaConnection], Awaitable[Any]]) -> Any:
     async def scenario() -> Any:
         connection = await KafkaConnection.open(HOST, port, client_id="test-client", timeout_s=TIMEOUT_S)
@@ -66,7 +59,7 @@ def with_connection(port: int, body: Callable[[KafkaConnection], Awaitable[Any]]
         finally:
             await connection.close()
 
-    return run(scenario)
+    return run_bounded(scenario, TEST_DEADLINE_S)
 
 
 def test_api_versions_v3_lists_the_apis_a_follower_needs(real_broker: BrokerProcess) -> None:
@@ -289,7 +282,7 @@ def fake_exchange(
             await connection.close()
             return outcome, closed, fake
 
-    result: tuple[Any, bool, FakeServer] = run(scenario)
+    result: tuple[Any, bool, FakeServer] = run_bounded(scenario, TEST_DEADLINE_S)
     return result
 
 
@@ -315,7 +308,7 @@ def test_correlation_ids_increase_per_request() -> None:
                 await connection.send(metadata_v12_request("t"), timeout_s=TIMEOUT_S)
             await connection.close()
 
-    run(scenario)
+    run_bounded(scenario, TEST_DEADLINE_S)
     assert [correlation_id_of(frame) for frame in fake.requests] == [0, 1, 2]
 
 
@@ -386,7 +379,7 @@ def test_a_closed_connection_refuses_further_sends() -> None:
                 return exc
             return None
 
-    assert_failed(run(scenario), True, "connection is closed")
+    assert_failed(run_bounded(scenario, TEST_DEADLINE_S), True, "connection is closed")
 
 
 def test_a_cancelled_send_closes_the_connection() -> None:
@@ -406,7 +399,7 @@ def test_a_cancelled_send_closes_the_connection() -> None:
                 await send
             return connection.closed
 
-    assert run(scenario)
+    assert run_bounded(scenario, TEST_DEADLINE_S)
 
 
 def test_connecting_to_a_port_nobody_listens_on_fails_with_one_line() -> None:
@@ -417,7 +410,7 @@ def test_connecting_to_a_port_nobody_listens_on_fails_with_one_line() -> None:
             await KafkaConnection.open(HOST, port, client_id="c", timeout_s=TIMEOUT_S)
         return caught.value
 
-    error = run(scenario)
+    error = run_bounded(scenario, TEST_DEADLINE_S)
     assert f"connect to {HOST}:{port} failed" in str(error)
     assert "\n" not in str(error)
 
@@ -441,7 +434,7 @@ def test_api_versions_responses_are_read_with_header_v0_even_when_flexible() -> 
             await connection.close()
             return response
 
-    assert run(scenario) == body
+    assert run_bounded(scenario, TEST_DEADLINE_S) == body
 
 
 # --- send_blocking: the same exchange on a blocking socket ----------------------------------------------
