@@ -453,6 +453,16 @@ class Kafka:
         finally:
             consumer.close()
 
+    def delete_records_before(self, bootstrap: str, topic: str, offset: int, partition: int = 0) -> None:
+        """DeleteRecords of everything before `offset`, then wait until the log start offset is `offset`."""
+        admin = self.admin(bootstrap)
+        deleted = admin.delete_records([TopicPartition(topic, partition, offset)], request_timeout=self.timeout_s)
+        for future in deleted.values():
+            future.result(self.timeout_s)
+        wait_until(
+            lambda: self.watermarks(bootstrap, topic, partition)[0] == offset, self.timeout_s, f"log start {offset}"
+        )
+
     def consume_all(
         self, bootstrap: str, topic: str, partitions: Sequence[int] = (0,), start_offset: int = OFFSET_BEGINNING
     ) -> list[Rec]:

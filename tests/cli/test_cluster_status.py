@@ -383,43 +383,36 @@ def local_only(entry: dict[str, Any], local_size_bytes: int) -> dict[str, Any]:
     }
 
 
+def tiered_replica(
+    node: int, role: str, *, lx: int, ry: int, local_bytes: int, copy_lag: int, remote: dict[str, int] | None = None
+) -> BrokerReport:
+    """Node `node`'s report as a replica of the tiered orders-0 (Rx = 10, Ly = HW = 80, Lz = 85, five remote
+    segments of 3 MiB in all) and of the untiered plain-0 (HW = LEO = 7, 700 bytes), with its own view of where
+    the local log starts (Lx), the end of the remote tier (Ry), its local bytes and its copy lag."""
+    return BrokerReport(
+        node,
+        f"h{node}",
+        [
+            tiered(
+                partition(role, 85, isr=[1, 2], hw=80, remote=remote),
+                log_start_offset=10,
+                local_log_start_offset=lx,
+                highest_offset_in_remote_storage=ry,
+                local_size_bytes=local_bytes,
+                remote_size_bytes=3 * 1024 * 1024,
+                remote_segments=5,
+                copy_lag_bytes=copy_lag,
+            ),
+            local_only(partition(role, 7, isr=[1, 2], hw=7, topic="plain"), 700),
+        ],
+    )
+
+
 # Rx = 10 (remote retention moved it), Ry = 59, Lx = 40, Ly = HW = 80, Lz = 85 on the leader; the follower's
 # own view differs (it learned a lower Ry, keeps more locally), and only the leader's counts.
 TIERED_REPORTS = [
-    BrokerReport(
-        1,
-        "h1",
-        [
-            tiered(
-                partition("leader", 85, isr=[1, 2], hw=80, remote={"2": 85, "3": 70}),
-                log_start_offset=10,
-                local_log_start_offset=40,
-                highest_offset_in_remote_storage=59,
-                local_size_bytes=46080,
-                remote_size_bytes=3 * 1024 * 1024,
-                remote_segments=5,
-                copy_lag_bytes=2048,
-            ),
-            local_only(partition("leader", 7, isr=[1, 2], hw=7, topic="plain"), 700),
-        ],
-    ),
-    BrokerReport(
-        2,
-        "h2",
-        [
-            tiered(
-                partition("follower", 85, isr=[1, 2], hw=80),
-                log_start_offset=10,
-                local_log_start_offset=20,
-                highest_offset_in_remote_storage=39,
-                local_size_bytes=66560,
-                remote_size_bytes=3 * 1024 * 1024,
-                remote_segments=5,
-                copy_lag_bytes=4096,
-            ),
-            local_only(partition("follower", 7, isr=[1, 2], hw=7, topic="plain"), 700),
-        ],
-    ),
+    tiered_replica(1, "leader", lx=40, ry=59, local_bytes=46080, copy_lag=2048, remote={"2": 85, "3": 70}),
+    tiered_replica(2, "follower", lx=20, ry=39, local_bytes=66560, copy_lag=4096),
     BrokerReport(3, "h3", None, "cannot reach h3"),
 ]
 

@@ -10,23 +10,15 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
+from asyncio_helpers import run_bounded
 
 from tierlog.cli.cluster import HttpError, http_get, http_get_json
 from tierlog.testing.local_cluster import free_port
 
 HOST = "127.0.0.1"
-TEST_DEADLINE_S = 20.0
 TIMEOUT_S = 1.0
 
 Respond = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-
-
-def run(scenario: Callable[[], Awaitable[Any]]) -> Any:
-    async def bounded() -> Any:
-        async with asyncio.timeout(TEST_DEADLINE_S):
-            return await scenario()
-
-    return asyncio.run(bounded())
 
 
 @asynccontextmanager
@@ -73,7 +65,7 @@ def test_a_chunked_body_is_read_as_it_arrives() -> None:
             first_chunk_read.set()
             return [first, *[chunk async for chunk in body]]
 
-    chunks = run(scenario)
+    chunks = run_bounded(scenario)
     assert chunks[0] == b'{"a":1'
     assert b"".join(chunks) == b'{"a":1}\n'
 
@@ -86,19 +78,42 @@ def test_a_sized_body_is_read_whole() -> None:
         async with raw_server(respond) as address:
             return await http_get_json(address, "/v1/partitions", TIMEOUT_S)
 
-    assert run(scenario) == {"partitions": 1}
+    assert run_bounded(scenario) == {"partitions": 1}
 
 
-def test_an_answer_other_than_200_is_an_http_error() -> None:
-    async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+async def answer_404(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
 
+
+async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await reader.read()  # until the client gives up
+
+
+async def close_at_once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    pass
+
+
+async def answer_not_in_http(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    writer.write(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
+
+
+@pytest.mark.parametrize(
+    ("respond", "path", "error"),
+    [
+        (answer_404, "/v1/trace", r"^127\.0\.0\.1:\d+ answered GET /v1/trace with HTTP 404 Not Found$"),
+        (never_answer, "/v1/partitions", r"did not answer GET /v1/partitions within 1s$"),
+        (close_at_once, "/v1/partitions", "closed the connection before answering GET /v1/partitions"),
+        (answer_not_in_http, "/v1/partitions", "did not answer GET /v1/partitions in HTTP"),
+    ],
+    ids=["other-than-200", "never-answers-within-the-timeout", "closes-without-answering", "not-http"],
+)
+def test_a_server_that_does_not_answer_200_in_time_is_an_http_error(respond: Respond, path: str, error: str) -> None:
     async def scenario() -> None:
-        async with raw_server(respond) as address, http_get(address, "/v1/trace", TIMEOUT_S):
+        async with raw_server(respond) as address, http_get(address, path, TIMEOUT_S):
             pass
 
-    with pytest.raises(HttpError, match=r"^127\.0\.0\.1:\d+ answered GET /v1/trace with HTTP 404 Not Found$"):
-        run(scenario)
+    with pytest.raises(HttpError, match=error):
+        run_bounded(scenario)
 
 
 def test_an_unreachable_address_is_an_http_error() -> None:
@@ -109,43 +124,7 @@ def test_an_unreachable_address_is_an_http_error() -> None:
             pass
 
     with pytest.raises(HttpError, match=f"^cannot reach {address}: "):
-        run(scenario)
-
-
-def test_a_server_that_never_answers_is_an_http_error_after_the_timeout() -> None:
-    async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.read()  # until the client gives up
-
-    async def scenario() -> None:
-        async with raw_server(respond) as address, http_get(address, "/v1/partitions", TIMEOUT_S):
-            pass
-
-    with pytest.raises(HttpError, match=r"did not answer GET /v1/partitions within 1s$"):
-        run(scenario)
-
-
-def test_a_server_that_closes_without_answering_is_an_http_error() -> None:
-    async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        pass  # closes at once
-
-    async def scenario() -> None:
-        async with raw_server(respond) as address, http_get(address, "/v1/partitions", TIMEOUT_S):
-            pass
-
-    with pytest.raises(HttpError, match="closed the connection before answering GET /v1/partitions"):
-        run(scenario)
-
-
-def test_an_answer_that_is_not_http_is_an_http_error() -> None:
-    async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
-
-    async def scenario() -> None:
-        async with raw_server(respond) as address, http_get(address, "/v1/partitions", TIMEOUT_S):
-            pass
-
-    with pytest.raises(HttpError, match="did not answer GET /v1/partitions in HTTP"):
-        run(scenario)
+        run_bounded(scenario)
 
 
 def test_a_body_cut_short_raises_connection_error() -> None:
@@ -161,4 +140,4 @@ def test_a_body_cut_short_raises_connection_error() -> None:
         return received
 
     with pytest.raises(ConnectionError, match="the answer to GET /v1/trace broke off"):
-        run(scenario)
+        run_bounded(scenario)

@@ -11,11 +11,12 @@ import datetime
 import io
 import socket
 import struct
-import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from asyncio_helpers import run_bounded
+from client_helpers import HOST, Answer, scripted_peer
 from kio.schema.api_versions.v3 import response as api_versions_v3_response
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v1 import response as metadata_v1_response
@@ -38,7 +39,6 @@ from tierlog.protocol.framing import read_frame
 from tierlog.records.codec import build_batch, decode_batches
 from tierlog.testing.local_cluster import BrokerProcess, free_port
 
-HOST = "127.0.0.1"
 TIMEOUT_S = 10.0
 # Bounds every test's event loop, so a hang fails the test instead of reaching pytest's global timeout.
 TEST_DEADLINE_S = 30.0
@@ -51,14 +51,6 @@ def real_broker(module_broker_factory: Callable[..., BrokerProcess]) -> BrokerPr
     return module_broker_factory()
 
 
-def run(scenario: Callable[[], Awaitable[Any]]) -> Any:
-    async def bounded() -> Any:
-        async with asyncio.timeout(TEST_DEADLINE_S):
-            return await scenario()
-
-    return asyncio.run(bounded())
-
-
 def with_connection(port: int, body: Callable[[KafkaConnection], Awaitable[Any]]) -> Any:
     async def scenario() -> Any:
         connection = await KafkaConnection.open(HOST, port, client_id="test-client", timeout_s=TIMEOUT_S)
@@ -67,7 +59,7 @@ def with_connection(port: int, body: Callable[[KafkaConnection], Awaitable[Any]]
         finally:
             await connection.close()
 
-    return run(scenario)
+    return run_bounded(scenario, TEST_DEADLINE_S)
 
 
 def test_api_versions_v3_lists_the_apis_a_follower_needs(real_broker: BrokerProcess) -> None:
@@ -290,7 +282,7 @@ def fake_exchange(
             await connection.close()
             return outcome, closed, fake
 
-    result: tuple[Any, bool, FakeServer] = run(scenario)
+    result: tuple[Any, bool, FakeServer] = run_bounded(scenario, TEST_DEADLINE_S)
     return result
 
 
@@ -316,7 +308,7 @@ def test_correlation_ids_increase_per_request() -> None:
                 await connection.send(metadata_v12_request("t"), timeout_s=TIMEOUT_S)
             await connection.close()
 
-    run(scenario)
+    run_bounded(scenario, TEST_DEADLINE_S)
     assert [correlation_id_of(frame) for frame in fake.requests] == [0, 1, 2]
 
 
@@ -387,7 +379,7 @@ def test_a_closed_connection_refuses_further_sends() -> None:
                 return exc
             return None
 
-    assert_failed(run(scenario), True, "connection is closed")
+    assert_failed(run_bounded(scenario, TEST_DEADLINE_S), True, "connection is closed")
 
 
 def test_a_cancelled_send_closes_the_connection() -> None:
@@ -407,7 +399,7 @@ def test_a_cancelled_send_closes_the_connection() -> None:
                 await send
             return connection.closed
 
-    assert run(scenario)
+    assert run_bounded(scenario, TEST_DEADLINE_S)
 
 
 def test_connecting_to_a_port_nobody_listens_on_fails_with_one_line() -> None:
@@ -418,7 +410,7 @@ def test_connecting_to_a_port_nobody_listens_on_fails_with_one_line() -> None:
             await KafkaConnection.open(HOST, port, client_id="c", timeout_s=TIMEOUT_S)
         return caught.value
 
-    error = run(scenario)
+    error = run_bounded(scenario, TEST_DEADLINE_S)
     assert f"connect to {HOST}:{port} failed" in str(error)
     assert "\n" not in str(error)
 
@@ -442,7 +434,7 @@ def test_api_versions_responses_are_read_with_header_v0_even_when_flexible() -> 
             await connection.close()
             return response
 
-    assert run(scenario) == body
+    assert run_bounded(scenario, TEST_DEADLINE_S) == body
 
 
 # --- send_blocking: the same exchange on a blocking socket ----------------------------------------------
@@ -455,35 +447,15 @@ def test_send_blocking_gets_the_answer_of_a_real_broker(real_broker: BrokerProce
     assert [(b.node_id, b.port) for b in response.brokers] == [(real_broker.node_id, real_broker.port)]
 
 
-def blocking_exchange(answer: Callable[[bytes], bytes | None], *, timeout_s: float = TIMEOUT_S) -> Any:
-    """One Metadata v12 send_blocking to a one-shot server that writes `answer(request frame)` back (None:
-    nothing, the connection stays open) and then closes: the response or the KafkaConnectionError."""
-    with socket.create_server((HOST, 0)) as server:
-        done = threading.Event()
-
-        def serve() -> None:
-            connection, _ = server.accept()
-            with connection:
-                (size,) = struct.unpack(">i", connection.recv(4))
-                frame = b""
-                while len(frame) < size:
-                    frame += connection.recv(size - len(frame))
-                reply = answer(frame)
-                if reply is None:
-                    done.wait(TEST_DEADLINE_S)
-                else:
-                    connection.sendall(reply)
-
-        thread = threading.Thread(target=serve, daemon=True)
-        thread.start()
+def blocking_exchange(answer: Answer, *, timeout_s: float = TIMEOUT_S) -> Any:
+    """One Metadata v12 send_blocking to a scripted peer that answers with `answer`: the response or the
+    KafkaConnectionError."""
+    with scripted_peer(answer) as port:
         try:
-            with socket.create_connection(server.getsockname(), timeout=timeout_s) as sock:
+            with socket.create_connection((HOST, port), timeout=timeout_s) as sock:
                 return send_blocking(sock, metadata_v12_request("t"), client_id="blocking")
         except KafkaConnectionError as exc:
             return exc
-        finally:
-            done.set()
-            thread.join(TEST_DEADLINE_S)
 
 
 def test_send_blocking_reads_a_well_formed_answer() -> None:
@@ -513,7 +485,7 @@ def test_send_blocking_reads_a_well_formed_answer() -> None:
     ],
     ids=["eof", "wrong-correlation-id", "truncated", "not-kafka", "malformed", "silent"],
 )
-def test_send_blocking_fails_with_one_line(answer: Callable[[bytes], bytes | None], fragment: str) -> None:
+def test_send_blocking_fails_with_one_line(answer: Answer, fragment: str) -> None:
     outcome = blocking_exchange(answer, timeout_s=0.3)
     assert isinstance(outcome, KafkaConnectionError), outcome
     assert "MetadataRequest v12 to 127.0.0.1:" in str(outcome)

@@ -5,55 +5,21 @@ from __future__ import annotations
 
 import socket
 import struct
-import threading
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 
 import pytest
+from client_helpers import HOST, Answer, scripted_peer
 
 from tierlog.client.probes import answers_api_versions, api_versions_answered, metadata_broker_ids
 from tierlog.testing.local_cluster import BrokerProcess, free_port
 
-HOST = "127.0.0.1"
-# What a fake peer does with a request frame: the bytes to answer with, or None to stay silent.
-Answer = Callable[[bytes], bytes | None]
-
 
 @pytest.fixture
 def fake_peer() -> Iterator[Callable[[Answer], int]]:
-    """Starts one-connection peers answering with an `Answer`; the port of each. Requests are recorded."""
-    servers: list[socket.socket] = []
-    threads: list[threading.Thread] = []
-    stop = threading.Event()
-
-    def start(answer: Answer) -> int:
-        server = socket.create_server((HOST, 0))
-        servers.append(server)
-
-        def serve() -> None:
-            connection, _ = server.accept()
-            with connection:
-                (size,) = struct.unpack(">i", connection.recv(4))
-                frame = b""
-                while len(frame) < size:
-                    frame += connection.recv(size - len(frame))
-                reply = answer(frame)
-                if reply is None:
-                    stop.wait(30)
-                else:
-                    connection.sendall(reply)
-
-        thread = threading.Thread(target=serve, daemon=True)
-        thread.start()
-        threads.append(thread)
-        port: int = server.getsockname()[1]
-        return port
-
-    yield start
-    stop.set()
-    for thread in threads:
-        thread.join(5)
-    for server in servers:
-        server.close()
+    """Starts one-connection peers answering with an `Answer`; the port of each. All end with the test."""
+    with ExitStack() as peers:
+        yield lambda answer: peers.enter_context(scripted_peer(answer))
 
 
 def header_of(frame: bytes) -> tuple[int, int, int]:

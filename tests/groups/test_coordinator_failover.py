@@ -17,10 +17,8 @@ from group_helpers import (
     CATCH_UP_S,
     OFFSETS_TOPIC,
     REBALANCE_S,
-    ContinuousProducer,
     admin_client,
     committed_offsets,
-    create_topic,
     describe_group,
     group_coordinated_by,
     group_in_partition,
@@ -69,14 +67,12 @@ def test_group_carries_on_when_its_coordinator_is_killed(
     # A group with nothing but a standalone commit, coordinated by the same partition: its offsets must come
     # back exactly, not merely "at least as far".
     idle_group = group_in_partition(offsets_partition(group), "idle")
-    topic = unique("failover")
-    create_topic(bootstrap, topic, PARTITIONS)
+    topic, producer = new_topic_and_producer(bootstrap, "failover", PARTITIONS)
     idle_offsets = [TopicPartition(topic, p, 10 + p) for p in range(PARTITIONS)]
     admin = admin_client(bootstrap)
     altered = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(idle_group, idle_offsets)])
     altered[idle_group].result(timeout=30)
 
-    producer = ContinuousProducer(bootstrap, topic, PARTITIONS)
     settings = {"client": client, "assignor": assignor, "bootstrap": bootstrap, "topic": topic, "group": group}
     with member_pool(log_dir=tmp_path, **settings) as pool:
         producer.start()

@@ -16,12 +16,11 @@ from group_helpers import (
     ADMIN_TIMEOUT_S,
     OFFSETS_TOPIC,
     REBALANCE_S,
-    ContinuousProducer,
     admin_client,
     committed_offsets,
-    create_topic,
     describe_group,
     member_pool,
+    new_topic_and_producer,
     offsets_partition,
     partition_leaders,
     unique,
@@ -69,9 +68,9 @@ def test_a_stable_group_is_listed_described_and_cannot_be_deleted_until_it_is_em
     cluster: LocalCluster, tmp_path: Path
 ) -> None:
     bootstrap = cluster.bootstrap
-    topic, group = unique("admin"), unique("admin")
-    create_topic(bootstrap, topic, PARTITIONS)
-    ContinuousProducer(bootstrap, topic, PARTITIONS).produce(4 * PARTITIONS)
+    topic, producer = new_topic_and_producer(bootstrap, "admin", PARTITIONS)
+    group = unique("admin")
+    producer.produce(4 * PARTITIONS)
     settings = {"client": "confluent-kafka", "assignor": "range", "bootstrap": bootstrap, "topic": topic}
     with member_pool(log_dir=tmp_path, group=group, **settings) as pool:
         a, b = pool.start("a"), pool.start("b")
@@ -116,9 +115,9 @@ def test_offsets_committed_for_a_group_without_members_are_where_its_first_membe
     cluster: LocalCluster, tmp_path: Path
 ) -> None:
     bootstrap = cluster.bootstrap
-    topic, group = unique("standalone"), unique("standalone")
-    create_topic(bootstrap, topic, partitions=2)
-    ContinuousProducer(bootstrap, topic, 2).produce(20)
+    topic, producer = new_topic_and_producer(bootstrap, "standalone", 2)
+    group = unique("standalone")
+    producer.produce(20)
     admin = admin_client(bootstrap)
     reset = [TopicPartition(topic, 0, 3), TopicPartition(topic, 1, 8)]
     altered = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, reset)])[group]

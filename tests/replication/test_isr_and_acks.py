@@ -10,7 +10,7 @@ from replication_helpers import NOW, TOPIC_ID, TP, Cluster, batch, caught_up_pai
 
 from tierlog.common import TopicPartition
 from tierlog.metadata.image import PartitionRegistration
-from tierlog.replication.partition import Partition
+from tierlog.replication.partition import AlterPartitionProposal, Partition
 from tierlog.replication.replica_manager import (
     AppendResult,
     FetchParams,
@@ -75,13 +75,20 @@ def test_follower_that_catches_up_rejoins_and_counts_for_the_hw_at_once(tmp_path
     assert cluster.log(1).high_watermark == cluster.log(2).high_watermark == 4
 
 
-def test_alter_partition_answer_over_the_wire_leaves_the_replica_set_alone(tmp_path: Path) -> None:
-    cluster = Cluster(tmp_path, [1, 2], isr=[1])
+def proposed_expansion(root: Path) -> tuple[Cluster, AlterPartitionProposal]:
+    """Leader 1 with follower 2 outside the ISR, on an empty log: 2's first fetch is at the LEO, so the leader
+    proposes the ISR [1, 2]. The cluster and that proposal, taken from the leader and not answered yet."""
+    cluster = Cluster(root, [1, 2], isr=[1])
     cluster.publish()
+    cluster.fetch(2)
+    (proposal,) = cluster.managers[1].take_alter_partition_proposals()
+    return cluster, proposal
+
+
+def test_alter_partition_answer_over_the_wire_leaves_the_replica_set_alone(tmp_path: Path) -> None:
+    cluster, proposal = proposed_expansion(tmp_path)
     leader = cluster.managers[1]
     partition = leader.get_partition(TP)
-    cluster.fetch(2)
-    (proposal,) = leader.take_alter_partition_proposals()
     # The AlterPartition response carries ISR and epochs only (RemoteControllerChannel leaves replicas empty).
     r = cluster.registration
     answer = PartitionRegistration([], proposal.new_isr, r.leader, r.leader_epoch, r.partition_epoch + 1)
@@ -151,12 +158,9 @@ def test_only_a_registered_unfenced_broker_not_shutting_down_is_proposed_into_th
 
 
 def test_refused_alter_partition_is_dropped_and_proposed_again(tmp_path: Path) -> None:
-    cluster = Cluster(tmp_path, [1, 2], isr=[1])
-    cluster.publish()
+    cluster, proposal = proposed_expansion(tmp_path)
     leader = cluster.managers[1]
     partition = leader.get_partition(TP)
-    cluster.fetch(2)
-    (proposal,) = leader.take_alter_partition_proposals()
     assert proposal.new_isr == [1, 2]
     leader.on_alter_partition_response(TP, None, "INELIGIBLE_REPLICA", cluster.now)
     assert partition.maximal_isr == [1]

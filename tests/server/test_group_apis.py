@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import datetime
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -73,17 +74,29 @@ def type_name(api_key: int) -> str:
     }[api_key]
 
 
+@asynccontextmanager
+async def started_broker(config: KafkaConfig) -> AsyncIterator[Broker]:
+    """A broker in this process, started, and stopped when the block ends."""
+    broker = Broker(config)
+    async with asyncio.timeout(30):
+        await broker.start()
+    try:
+        yield broker
+    finally:
+        await broker.stop()
+
+
+async def create_events_topic(broker: Broker) -> None:
+    """The two-partition topic the members subscribe to, in the broker's metadata image once this returns."""
+    broker.controller_server.controller.create_topic("events", 2, 1, {})
+    await broker.forwarding_manager.sync_metadata()
+
+
 def run_broker(tmp_path: Path, test: Callable[[KafkaApis], Awaitable[None]]) -> None:
     async def main() -> None:
-        broker = Broker(broker_config(tmp_path))
-        async with asyncio.timeout(30):
-            await broker.start()
-        try:
-            broker.controller_server.controller.create_topic("events", 2, 1, {})
-            await broker.forwarding_manager.sync_metadata()
+        async with started_broker(broker_config(tmp_path)) as broker:
+            await create_events_topic(broker)
             await test(broker.apis)
-        finally:
-            await broker.stop()
 
     asyncio.run(main())
 
@@ -334,16 +347,10 @@ def test_committed_offsets_and_groups_survive_a_restart(tmp_path: Path) -> None:
 
     async def restart() -> None:
         for test in (before, after):
-            broker = Broker(broker_config(tmp_path))
-            async with asyncio.timeout(30):
-                await broker.start()
-            try:
+            async with started_broker(broker_config(tmp_path)) as broker:
                 if "events" not in broker.apis.image.topics:
-                    broker.controller_server.controller.create_topic("events", 2, 1, {})
-                    await broker.forwarding_manager.sync_metadata()
+                    await create_events_topic(broker)
                 await test(broker.apis)
-            finally:
-                await broker.stop()
 
     asyncio.run(restart())
 
@@ -352,10 +359,7 @@ def test_a_cluster_too_small_for_the_offsets_topic_says_which_setting_to_change(
     async def main() -> None:
         config = broker_config(tmp_path)
         config = KafkaConfig({**config.originals, "offsets.topic.replication.factor": "3"})
-        broker = Broker(config)
-        async with asyncio.timeout(30):
-            await broker.start()
-        try:
+        async with started_broker(config) as broker:
             async with asyncio.timeout(20):
                 while True:
                     response = await call(broker.apis, API_FIND_COORDINATOR, 4, key_type=0, coordinator_keys=("g",))
@@ -365,30 +369,22 @@ def test_a_cluster_too_small_for_the_offsets_topic_says_which_setting_to_change(
                         break
                     await asyncio.sleep(0.05)
             assert "__consumer_offsets" not in broker.apis.image.topics
-        finally:
-            await broker.stop()
 
     asyncio.run(main())
 
 
 def test_metrics_count_groups_by_state_and_offset_commits(tmp_path: Path) -> None:
     async def main() -> None:
-        broker = Broker(broker_config(tmp_path))
-        async with asyncio.timeout(30):
-            await broker.start()
-        try:
-            broker.controller_server.controller.create_topic("events", 2, 1, {})
-            await broker.forwarding_manager.sync_metadata()
+        async with started_broker(broker_config(tmp_path)) as broker:
+            await create_events_topic(broker)
             await find_coordinator(broker.apis, "g")
             member, generation = await join_and_sync(broker.apis, "g")
             assert await commit(broker.apis, "g", 1, member, generation) == ErrorCode.none
             assert await commit(broker.apis, "g", 2, member, generation) == ErrorCode.none
             text = generate_latest(broker._metrics_registry).decode()
-            assert 'kafka_coordinator_group_groupmetadatamanager_numgroups{state="Stable"} 1' in text
-            assert 'kafka_coordinator_group_groupmetadatamanager_numgroups{state="Empty"} 0' in text
-            assert "kafka_coordinator_group_groupmetadatamanager_numoffsets 1" in text
-            assert "kafka_coordinator_group_groupmetadatamanager_offsetcommits_total 2" in text
-        finally:
-            await broker.stop()
+        assert 'kafka_coordinator_group_groupmetadatamanager_numgroups{state="Stable"} 1' in text
+        assert 'kafka_coordinator_group_groupmetadatamanager_numgroups{state="Empty"} 0' in text
+        assert "kafka_coordinator_group_groupmetadatamanager_numoffsets 1" in text
+        assert "kafka_coordinator_group_groupmetadatamanager_offsetcommits_total 2" in text
 
     asyncio.run(main())

@@ -12,23 +12,14 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from asyncio_helpers import run_bounded
 
 from tierlog.server import http_server
 from tierlog.server.http_server import HttpServer, stream_response, text_response
 
 HOST = "127.0.0.1"
-# Bounds every test's event loop, so a hang fails the test instead of reaching pytest's global timeout.
-TEST_DEADLINE_S = 20.0
 WAIT_S = 5.0
 BODY = b"metric 1.0\n"
-
-
-def run(scenario: Callable[[], Awaitable[Any]]) -> Any:
-    async def bounded() -> Any:
-        async with asyncio.timeout(TEST_DEADLINE_S):
-            return await scenario()
-
-    return asyncio.run(bounded())
 
 
 @dataclass
@@ -102,7 +93,7 @@ async def serve_metrics(recorder: Recorder, body: Callable[[int], Awaitable[Any]
 
 def test_get_of_a_route_answers_its_body_with_its_length() -> None:
     recorder = Recorder()
-    reply: Reply = run(lambda: serve_metrics(recorder, lambda port: get(port, "/metrics?x=a%20b")))
+    reply: Reply = run_bounded(lambda: serve_metrics(recorder, lambda port: get(port, "/metrics?x=a%20b")))
     assert (reply.status, reply.reason) == (200, "OK")
     assert reply.headers["content-type"] == "text/plain; version=0.0.4"
     assert reply.headers["content-length"] == str(len(BODY))
@@ -122,24 +113,26 @@ def test_a_client_may_send_several_requests_on_one_connection() -> None:
         writer.close()
         return bodies
 
-    assert run(lambda: serve([web.get("/metrics", Recorder().handle)], body)) == [BODY] * 3
+    assert run_bounded(lambda: serve([web.get("/metrics", Recorder().handle)], body)) == [BODY] * 3
 
 
 def test_an_http_1_0_request_is_answered() -> None:
     request = b"GET /m HTTP/1.0\r\n\r\n"
-    reply: Reply = run(lambda: serve([web.get("/m", Recorder().handle)], lambda port: exchange(port, request)))
+    reply: Reply = run_bounded(lambda: serve([web.get("/m", Recorder().handle)], lambda port: exchange(port, request)))
     assert (reply.status, reply.body) == (200, BODY)
 
 
 def test_an_unknown_path_is_404() -> None:
-    reply: Reply = run(lambda: serve([web.get("/metrics", Recorder().handle)], lambda port: get(port, "/nope?x=1")))
+    reply: Reply = run_bounded(
+        lambda: serve([web.get("/metrics", Recorder().handle)], lambda port: get(port, "/nope?x=1"))
+    )
     assert (reply.status, reply.reason) == (404, "Not Found")
     assert reply.headers["content-type"] == "text/plain; charset=utf-8"
 
 
 def test_head_of_a_get_route_answers_its_head_without_the_body() -> None:
     recorder = Recorder()
-    reply: Reply = run(lambda: serve_metrics(recorder, lambda port: get(port, "/metrics", "HEAD")))
+    reply: Reply = run_bounded(lambda: serve_metrics(recorder, lambda port: get(port, "/metrics", "HEAD")))
     assert reply.status == 200
     assert reply.headers["content-length"] == str(len(BODY))
     assert reply.body == b""
@@ -148,7 +141,7 @@ def test_head_of_a_get_route_answers_its_head_without_the_body() -> None:
 @pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "OPTIONS"])
 def test_other_methods_are_405_with_allow_get_and_head(method: str) -> None:
     recorder = Recorder()
-    reply: Reply = run(lambda: serve_metrics(recorder, lambda port: get(port, "/metrics", method)))
+    reply: Reply = run_bounded(lambda: serve_metrics(recorder, lambda port: get(port, "/metrics", method)))
     assert (reply.status, reply.reason) == (405, "Method Not Allowed")
     assert reply.headers["allow"] == "GET,HEAD"
     assert recorder.queries == []
@@ -156,7 +149,7 @@ def test_other_methods_are_405_with_allow_get_and_head(method: str) -> None:
 
 def test_a_get_only_route_refuses_head_with_405() -> None:
     route = web.get("/stream", Recorder().handle, allow_head=False)
-    reply: Reply = run(lambda: serve([route], lambda port: get(port, "/stream", "HEAD")))
+    reply: Reply = run_bounded(lambda: serve([route], lambda port: get(port, "/stream", "HEAD")))
     assert reply.status == 405
     assert reply.headers["allow"] == "GET"
 
@@ -175,7 +168,7 @@ def test_a_get_only_route_refuses_head_with_405() -> None:
 )
 def test_a_malformed_request_is_400(request_bytes: bytes) -> None:
     recorder = Recorder()
-    reply: Reply = run(lambda: serve_metrics(recorder, lambda port: exchange(port, request_bytes)))
+    reply: Reply = run_bounded(lambda: serve_metrics(recorder, lambda port: exchange(port, request_bytes)))
     assert reply.status == 400
     assert recorder.queries == []
 
@@ -184,7 +177,7 @@ def test_a_failing_handler_is_500_and_logged(caplog: pytest.LogCaptureFixture) -
     async def broken(_request: web.Request) -> web.Response:
         raise RuntimeError("boom")
 
-    reply: Reply = run(lambda: serve([web.get("/broken", broken)], lambda port: get(port, "/broken")))
+    reply: Reply = run_bounded(lambda: serve([web.get("/broken", broken)], lambda port: get(port, "/broken")))
     assert reply.status == 500
     assert "Error handling request" in caplog.text and "RuntimeError: boom" in caplog.text
 
@@ -193,7 +186,7 @@ def test_a_handler_chooses_its_status_with_a_one_line_text_response() -> None:
     async def bad(_request: web.Request) -> web.Response:
         return text_response(400, "missing query parameter: topic")
 
-    reply: Reply = run(lambda: serve([web.get("/bad", bad)], lambda port: get(port, "/bad")))
+    reply: Reply = run_bounded(lambda: serve([web.get("/bad", bad)], lambda port: get(port, "/bad")))
     assert (reply.status, reply.reason, reply.body) == (400, "Bad Request", b"missing query parameter: topic\n")
     assert reply.headers["content-type"] == "text/plain; charset=utf-8"
 
@@ -205,7 +198,7 @@ def test_a_client_that_closes_without_a_request_gets_nothing_and_the_server_carr
         writer.close()
         return await get(port, "/metrics")
 
-    reply: Reply = run(lambda: serve([web.get("/metrics", Recorder().handle)], body))
+    reply: Reply = run_bounded(lambda: serve([web.get("/metrics", Recorder().handle)], body))
     assert reply.status == 200
 
 
@@ -220,7 +213,7 @@ def test_a_connection_without_a_request_is_closed_after_the_idle_timeout(monkeyp
         writer.close()
         return time.monotonic() - started
 
-    assert run(lambda: serve([web.get("/metrics", Recorder().handle)], body)) < 3.0
+    assert run_bounded(lambda: serve([web.get("/metrics", Recorder().handle)], body)) < 3.0
 
 
 # --- streaming ----------------------------------------------------------------------------------------
@@ -280,7 +273,7 @@ def test_a_stream_sends_each_chunk_as_it_comes_and_ends_with_the_last_chunk() ->
         writer.close()
         await asyncio.wait_for(stream.closed.wait(), WAIT_S)
 
-    run(lambda: serve([stream.route()], body))
+    run_bounded(lambda: serve([stream.route()], body))
 
 
 def test_a_stream_whose_client_hangs_up_is_closed_while_it_waits_for_a_chunk() -> None:
@@ -293,7 +286,7 @@ def test_a_stream_whose_client_hangs_up_is_closed_while_it_waits_for_a_chunk() -
         # Nothing is ever fed: the iterator is closed because the client went away, not because it ended.
         await asyncio.wait_for(stream.closed.wait(), WAIT_S)
 
-    run(lambda: serve([stream.route()], body))
+    run_bounded(lambda: serve([stream.route()], body))
 
 
 def test_stop_ends_live_streams_with_their_last_chunk_and_closes_their_iterators() -> None:
@@ -318,7 +311,7 @@ def test_stop_ends_live_streams_with_their_last_chunk_and_closes_their_iterators
             await asyncio.open_connection(HOST, port)
         return elapsed
 
-    assert run(scenario) < 1.0
+    assert run_bounded(scenario) < 1.0
 
 
 def test_stop_is_bounded_when_a_client_never_sends_its_request() -> None:
@@ -336,7 +329,7 @@ def test_stop_is_bounded_when_a_client_never_sends_its_request() -> None:
         writer.close()
         return elapsed
 
-    assert run(scenario) < 1.0
+    assert run_bounded(scenario) < 1.0
 
 
 def test_stop_is_bounded_when_a_handler_never_finishes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -364,7 +357,7 @@ def test_stop_is_bounded_when_a_handler_never_finishes(monkeypatch: pytest.Monke
         writer.close()
         return elapsed
 
-    assert run(scenario) < 1.5
+    assert run_bounded(scenario) < 1.5
 
 
 def test_a_stream_whose_iterator_fails_is_cut_without_its_last_chunk(caplog: pytest.LogCaptureFixture) -> None:
@@ -387,7 +380,7 @@ def test_a_stream_whose_iterator_fails_is_cut_without_its_last_chunk(caplog: pyt
         writer.close()
         return rest
 
-    assert run(lambda: serve([web.get("/stream", handle)], body)) == b""
+    assert run_bounded(lambda: serve([web.get("/stream", handle)], body)) == b""
     assert closed.is_set()
     assert "RuntimeError: iterator broke" in caplog.text
 
@@ -406,7 +399,7 @@ def test_start_returns_the_bound_port_refuses_a_second_start_and_works_again_aft
         await server.stop()
         assert reply.status == 404
 
-    run(scenario)
+    run_bounded(scenario)
 
 
 def test_start_on_a_port_in_use_raises_and_leaves_the_server_stopped() -> None:
@@ -421,4 +414,4 @@ def test_start_on_a_port_in_use_raises_and_leaves_the_server_stopped() -> None:
         finally:
             await first.stop()
 
-    run(scenario)
+    run_bounded(scenario)

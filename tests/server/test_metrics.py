@@ -7,12 +7,12 @@ from __future__ import annotations
 import asyncio
 import math
 import re
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import prometheus_client
 import pytest
+from asyncio_helpers import run_bounded
 from prometheus_client import CollectorRegistry, generate_latest
 
 from tierlog.server.http_server import HttpServer
@@ -25,7 +25,6 @@ from tierlog.server.metrics import (
 )
 
 HOST = "127.0.0.1"
-TEST_DEADLINE_S = 20.0
 
 
 def render(registry: CollectorRegistry) -> str:
@@ -414,14 +413,6 @@ def test_broker_remote_tier_metrics_render_from_stub_callbacks() -> None:
 # --- GET /metrics -------------------------------------------------------------------------------------------
 
 
-def run(scenario: Callable[[], Awaitable[Any]]) -> Any:
-    async def bounded() -> Any:
-        async with asyncio.timeout(TEST_DEADLINE_S):
-            return await scenario()
-
-    return asyncio.run(bounded())
-
-
 async def request(port: int, head: str) -> tuple[str, bytes]:
     """Send one request head (Connection: close); the answer's head and body."""
     reader, writer = await asyncio.open_connection(HOST, port)
@@ -443,7 +434,7 @@ def serve_metrics(registry: CollectorRegistry, *heads: str) -> list[tuple[str, b
         finally:
             await server.stop()
 
-    result: list[tuple[str, bytes]] = run(scenario)
+    result: list[tuple[str, bytes]] = run_bounded(scenario)
     return result
 
 
@@ -497,5 +488,5 @@ def test_a_scrape_lets_the_event_loop_serve_others_between_families() -> None:
         finally:
             await server.stop()
 
-    run(scenario)
+    run_bounded(scenario)
     assert ran_between == [True]

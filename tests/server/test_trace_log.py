@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import pytest
+from asyncio_helpers import run_bounded
 
 from tierlog.common import TopicPartition
 from tierlog.replication.trace import TraceEvent
@@ -18,7 +19,6 @@ from tierlog.server.http_server import HttpServer
 from tierlog.server.trace_log import NDJSON_CONTENT_TYPE, TraceLog, trace_stream_route
 
 HOST = "127.0.0.1"
-TEST_DEADLINE_S = 20.0
 WAIT_S = 5.0
 
 
@@ -26,14 +26,6 @@ def event(topic: str, partition: int, new: int, *, attribute: str = "Leader LEO"
     return TraceEvent(
         TopicPartition(topic, partition), 1, attribute, "PRODUCE", new - 1, new, f"append to {new}", 1000 + new
     )
-
-
-def run(scenario: Callable[[], Awaitable[Any]]) -> Any:
-    async def bounded() -> Any:
-        async with asyncio.timeout(TEST_DEADLINE_S):
-            return await scenario()
-
-    return asyncio.run(bounded())
 
 
 async def take(events: AsyncGenerator[dict[str, Any], None], count: int) -> list[dict[str, Any]]:
@@ -53,7 +45,7 @@ def test_record_numbers_events_and_flattens_them_into_the_wire_shape() -> None:
         finally:
             await events.aclose()
 
-    first, second = run(scenario)
+    first, second = run_bounded(scenario)
     assert first == {
         "seq": 0,
         "time_ms": 1005,
@@ -99,7 +91,7 @@ def test_a_subscription_sees_its_partitions_backlog_then_live_events_in_order() 
         finally:
             await events.aclose()
 
-    received = run(scenario)
+    received = run_bounded(scenario)
     assert [(e["topic"], e["partition"], e["new"]) for e in received] == [("orders", 0, n) for n in range(1, 6)]
     seqs = [e["seq"] for e in received]
     assert seqs == sorted(seqs) and seqs[:3] == [0, 3, 6]
@@ -119,7 +111,7 @@ def test_events_recorded_while_the_backlog_is_read_are_neither_missed_nor_repeat
         finally:
             await events.aclose()
 
-    assert run(scenario) == [1, 2, 3]
+    assert run_bounded(scenario) == [1, 2, 3]
 
 
 def test_only_the_last_capacity_events_are_retained() -> None:
@@ -138,7 +130,7 @@ def test_only_the_last_capacity_events_are_retained() -> None:
             await events.aclose()
 
     # Retained: seq 3, 4, 5 of t-0 and seq 6 of other-0; then seq 7 live.
-    assert run(scenario) == [3, 4, 5, 7]
+    assert run_bounded(scenario) == [3, 4, 5, 7]
 
 
 def test_a_slow_subscriber_gets_a_dropped_count_where_events_were_lost() -> None:
@@ -158,7 +150,7 @@ def test_a_slow_subscriber_gets_a_dropped_count_where_events_were_lost() -> None
         finally:
             await events.aclose()
 
-    received = run(scenario)
+    received = run_bounded(scenario)
     assert [e.get("new") for e in received] == [1, 2, 3, None, 11]
     assert received[3] == {"dropped": 7, "broker_id": 2}
 
@@ -175,7 +167,7 @@ def test_closing_a_subscription_unregisters_it() -> None:
         assert not log._subscribers
         log.record(event("t", 0, 2))  # nobody to hand it to; still retained
 
-    run(scenario)
+    run_bounded(scenario)
 
 
 # --- the HTTP route -------------------------------------------------------------------------------------
@@ -216,7 +208,7 @@ async def exchange(port: int, request: bytes) -> tuple[bytes, bytes]:
 def test_the_route_refuses_a_missing_or_invalid_partition_with_400(query: dict[str, str], message: bytes) -> None:
     log = TraceLog(broker_id=1)
     request = f"GET /v1/trace?{urlencode(query)} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n".encode()
-    head, body = run(lambda: serve(log, lambda port: exchange(port, request)))
+    head, body = run_bounded(lambda: serve(log, lambda port: exchange(port, request)))
     assert head.startswith(b"HTTP/1.1 400 Bad Request\r\n")
     assert b"Content-Type: text/plain; charset=utf-8\r\n" in head
     assert body == message
@@ -226,7 +218,7 @@ def test_the_route_refuses_a_missing_or_invalid_partition_with_400(query: dict[s
 def test_head_of_the_route_is_405_and_subscribes_nothing() -> None:
     log = TraceLog(broker_id=1)
     request = b"HEAD /v1/trace?topic=t&partition=0 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
-    head, body = run(lambda: serve(log, lambda port: exchange(port, request)))
+    head, body = run_bounded(lambda: serve(log, lambda port: exchange(port, request)))
     assert head.startswith(b"HTTP/1.1 405 Method Not Allowed\r\n")
     assert b"Allow: GET\r\n" in head
     assert body == b""
@@ -269,7 +261,7 @@ def test_get_v1_trace_streams_backlog_then_live_events_and_a_hangup_ends_the_sub
         finally:
             await server.stop()
 
-    received = run(scenario)
+    received = run_bounded(scenario)
     assert [(e["seq"], e["partition"], e["new"]) for e in received] == [(0, 0, 1), (2, 0, 2)]
 
 
@@ -289,4 +281,4 @@ def test_stopping_the_server_ends_a_trace_stream_cleanly() -> None:
         writer.close()
         return last
 
-    assert run(scenario) == b""
+    assert run_bounded(scenario) == b""

@@ -95,11 +95,17 @@ def test_identical_replicas_below_the_hw_agree(tmp_path: Path) -> None:
     assert checker.history.violations == []
 
 
-def test_a_leader_hw_moving_backwards_within_its_epoch_is_reported(tmp_path: Path) -> None:
-    checker = ClusterChecker(History())
+def leader_seen_at_hw_3(checker: ClusterChecker, tmp_path: Path) -> Replica:
+    """Broker 1 leading "a", "b", "c" in leader epoch 0 (HW 3), once the checker has seen it in a step."""
     leader = replica_with(tmp_path, 1, ["a", "b", "c"])
     leader.is_leader = True
     checker.check_partition_step(1, 1, leader)  # type: ignore[arg-type]
+    return leader
+
+
+def test_a_leader_hw_moving_backwards_within_its_epoch_is_reported(tmp_path: Path) -> None:
+    checker = ClusterChecker(History())
+    leader = leader_seen_at_hw_3(checker, tmp_path)
     leader.log.truncate_to(1)
     checker.check_partition_step(1, 1, leader)  # type: ignore[arg-type]
     assert "leader HW moved backwards" in rules(checker.history)
@@ -107,9 +113,7 @@ def test_a_leader_hw_moving_backwards_within_its_epoch_is_reported(tmp_path: Pat
 
 def test_a_new_leader_epoch_may_start_from_a_lower_hw(tmp_path: Path) -> None:
     checker = ClusterChecker(History())
-    leader = replica_with(tmp_path, 1, ["a", "b", "c"])
-    leader.is_leader = True
-    checker.check_partition_step(1, 1, leader)  # type: ignore[arg-type]
+    leader = leader_seen_at_hw_3(checker, tmp_path)
     leader.log.update_high_watermark(1)
     leader.leader_epoch = 1
     checker.check_partition_step(1, 1, leader)  # type: ignore[arg-type]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tierlog.replication.fetcher import FETCHING, PartitionFetchState, ReplicaFetcher
-from tierlog.sim.run import Cluster, SimConfig, simulate
+from tierlog.sim.run import Cluster, RunResult, SimConfig, simulate
 from tierlog.storage.producer_state import ProducerStateEntry
 
 # CI's budget: a few hundred seeds (`tierlog sim --runs 1000` explores more).
@@ -119,14 +119,18 @@ def truncate_to_high_watermark(self: ReplicaFetcher, tp, topic_id, current_leade
     )
 
 
-def test_truncating_to_the_hw_instead_of_by_epoch_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ReplicaFetcher, "add_partition", truncate_to_high_watermark)
+def first_failing_run(mutation: str) -> tuple[int, RunResult]:
+    """The first of the seeds whose run breaks an invariant, and its result; the test fails if no seed does."""
     for seed in range(1, SEEDS + 1):
         result = simulate(seed)
         if not result.ok:
-            break
-    else:
-        pytest.fail(f"{SEEDS} seeds ran with followers truncating to their HW and no invariant noticed")
+            return seed, result
+    pytest.fail(f"{SEEDS} seeds ran with {mutation} and no invariant noticed")
+
+
+def test_truncating_to_the_hw_instead_of_by_epoch_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ReplicaFetcher, "add_partition", truncate_to_high_watermark)
+    seed, result = first_failing_run("followers truncating to their HW")
     data_rules = (
         "replicas disagree below the HW",
         "acknowledged write lost",
@@ -141,10 +145,5 @@ def test_a_leader_that_no_longer_recognises_a_retried_batch_is_caught(monkeypatc
     """Idempotence broken on purpose: the producer state never finds a duplicate, so a retried batch is
     refused or written twice."""
     monkeypatch.setattr(ProducerStateEntry, "find_duplicate_batch", lambda self, header: None)
-    for seed in range(1, SEEDS + 1):
-        result = simulate(seed)
-        if not result.ok:
-            break
-    else:
-        pytest.fail(f"{SEEDS} seeds ran with duplicate detection off and no invariant noticed")
+    _, result = first_failing_run("duplicate detection off")
     assert any("idempotent" in v for v in result.violations), result.report()

@@ -6,11 +6,10 @@ import json
 from typing import Any
 
 import pytest
-from confluent_kafka import TopicPartition
 from pyspark.sql import SparkSession
 
 from tierlog.spark.offsets import OffsetRange, split_ranges
-from tierlog.testing.local_cluster import BrokerProcess, wait_until
+from tierlog.testing.local_cluster import BrokerProcess
 
 BASE_TS = 1_700_000_000_000
 
@@ -59,20 +58,40 @@ def test_batch_read_returns_every_record_exactly_once_with_its_key_value_offset_
         assert [(h.key, bytes(h.value)) for h in r.headers] == [("n", str(r.offset).encode())]
 
 
-def test_starting_and_ending_offsets_json_bound_each_partition(
-    spark: SparkSession, shared_broker: BrokerProcess, kafka: Any
+@pytest.mark.parametrize(
+    ("bounds", "expected"),
+    [
+        (
+            {"startingOffsets": {"0": 5, "1": -2}, "endingOffsets": {"0": 8, "1": -1}},
+            [(0, 5), (0, 6), (0, 7)] + [(1, i) for i in range(20)],
+        ),
+        (
+            {"startingTimestamp": BASE_TS + 5, "endingTimestamp": BASE_TS + 9},
+            [(p, i) for p in range(2) for i in range(5, 9)],
+        ),
+        (
+            {
+                "startingOffsetsByTimestamp": {"0": BASE_TS + 18, "1": BASE_TS},
+                "endingOffsetsByTimestamp": {"0": BASE_TS + 10_000, "1": BASE_TS + 2},
+            },
+            [(0, 18), (0, 19), (1, 0), (1, 1)],
+        ),
+    ],
+    ids=["offsets-json", "timestamps", "timestamps-by-partition"],
+)
+def test_starting_and_ending_offsets_and_timestamps_bound_each_partition(
+    spark: SparkSession,
+    shared_broker: BrokerProcess,
+    kafka: Any,
+    bounds: dict[str, int | dict[str, int]],
+    expected: list[tuple[int, int]],
 ) -> None:
     topic = kafka.topic_name()
     _fill(kafka, shared_broker.bootstrap, topic, partitions=2, per_partition=20)
-    df = _read(
-        spark,
-        shared_broker.bootstrap,
-        subscribe=topic,
-        startingOffsets=json.dumps({topic: {"0": 5, "1": -2}}),
-        endingOffsets=json.dumps({topic: {"0": 8, "1": -1}}),
-    )
-    got = sorted((r.partition, r.offset) for r in df.select("partition", "offset").collect())
-    assert got == [(0, 5), (0, 6), (0, 7)] + [(1, i) for i in range(20)]
+    # Per-partition bounds are JSON keyed by topic, as the Kafka source takes them.
+    options = {name: json.dumps({topic: v}) if isinstance(v, dict) else str(v) for name, v in bounds.items()}
+    df = _read(spark, shared_broker.bootstrap, subscribe=topic, **options)
+    assert sorted((r.partition, r.offset) for r in df.select("partition", "offset").collect()) == expected
 
 
 def test_earliest_to_latest_reads_the_whole_log_and_assign_reads_only_its_partitions(
@@ -154,38 +173,12 @@ def test_a_starting_offset_before_the_log_start_fails_unless_fail_on_data_loss_i
     broker = broker_factory()
     topic = kafka.topic_name()
     _fill(kafka, broker.bootstrap, topic, partitions=1, per_partition=30)
-    admin = kafka.admin(broker.bootstrap)
-    for future in admin.delete_records([TopicPartition(topic, 0, 10)], request_timeout=30).values():
-        future.result(30)
-    wait_until(lambda: kafka.watermarks(broker.bootstrap, topic)[0] == 10, 30, "log start 10")
+    kafka.delete_records_before(broker.bootstrap, topic, 10)
     start = json.dumps({topic: {"0": 0}})
     with pytest.raises(Exception, match="failOnDataLoss"):
         _read(spark, broker.bootstrap, subscribe=topic, startingOffsets=start).collect()
     rows = _read(spark, broker.bootstrap, subscribe=topic, startingOffsets=start, failOnDataLoss="false").collect()
     assert sorted(r.offset for r in rows) == list(range(10, 30))
-
-
-def test_starting_and_ending_timestamps_pick_the_first_offsets_at_or_after_them(
-    spark: SparkSession, shared_broker: BrokerProcess, kafka: Any
-) -> None:
-    topic = kafka.topic_name()
-    _fill(kafka, shared_broker.bootstrap, topic, partitions=2, per_partition=20)
-    df = _read(
-        spark,
-        shared_broker.bootstrap,
-        subscribe=topic,
-        startingTimestamp=str(BASE_TS + 5),
-        endingTimestamp=str(BASE_TS + 9),
-    )
-    assert sorted((r.partition, r.offset) for r in df.collect()) == [(p, i) for p in range(2) for i in range(5, 9)]
-    by_partition = _read(
-        spark,
-        shared_broker.bootstrap,
-        subscribe=topic,
-        startingOffsetsByTimestamp=json.dumps({topic: {"0": BASE_TS + 18, "1": BASE_TS}}),
-        endingOffsetsByTimestamp=json.dumps({topic: {"0": BASE_TS + 10_000, "1": BASE_TS + 2}}),
-    )
-    assert sorted((r.partition, r.offset) for r in by_partition.collect()) == [(0, 18), (0, 19), (1, 0), (1, 1)]
 
 
 def test_a_starting_timestamp_after_every_record_fails_unless_the_strategy_is_latest(

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import TopicPartition
 from confluent_kafka.admin import NewPartitions
 from pyspark.sql import SparkSession
 
@@ -91,10 +90,7 @@ def test_deleted_offsets_fail_the_stream_with_fail_on_data_loss_and_are_skipped_
 ) -> None:
     topic = kafka.new_topic(shared_broker.bootstrap, partitions=1)
     _produce(kafka, shared_broker.bootstrap, topic, 0, 30, partitions=1)
-    admin = kafka.admin(shared_broker.bootstrap)
-    for future in admin.delete_records([TopicPartition(topic, 0, 10)], request_timeout=30).values():
-        future.result(30)
-    wait_until(lambda: kafka.watermarks(shared_broker.bootstrap, topic)[0] == 10, 30, "log start 10")
+    kafka.delete_records_before(shared_broker.bootstrap, topic, 10)
     start = json.dumps({topic: {"0": 0}})
     with pytest.raises(Exception, match="failOnDataLoss"):
         _run_available_now(

@@ -362,15 +362,26 @@ def test_remote_size_counts_only_copied_segments() -> None:
 # --- overlapping copies -------------------------------------------------------------------------------
 
 
+def copy_both(
+    cache: RemoteLogMetadataCache,
+    first: RemoteLogSegmentMetadata,
+    second: RemoteLogSegmentMetadata,
+    *,
+    second_finishes_first: bool,
+) -> None:
+    """Two copies in flight at once: `first` starts, then `second`, and they finish in the order given."""
+    for metadata in (first, second):
+        cache.add_copy_in_progress_segment(metadata)
+    for metadata in (second, first) if second_finishes_first else (first, second):
+        moved(cache, metadata, COPIED)
+
+
 @pytest.mark.parametrize("longer_finishes_first", [True, False])
 def test_copies_from_one_start_offset_serve_from_the_longer(longer_finishes_first: bool) -> None:
     """Kafka's case 1: L0 copied 0-100, L1 re-copied 0-200. Either order, both are kept and the longer serves."""
     cache = RemoteLogMetadataCache()
     shorter, longer = segment(0, 100, {0: 0}), segment(0, 200, {0: 0})
-    for metadata in (shorter, longer):
-        cache.add_copy_in_progress_segment(metadata)
-    for metadata in (longer, shorter) if longer_finishes_first else (shorter, longer):
-        moved(cache, metadata, COPIED)
+    copy_both(cache, shorter, longer, second_finishes_first=longer_finishes_first)
     assert len(cache.list_remote_log_segments()) == 2
     for offset in (0, 50, 100, 150, 200):
         found = cache.remote_log_segment_metadata(0, offset)
@@ -384,10 +395,7 @@ def test_a_shorter_copy_inside_a_wider_one_never_hides_its_tail(wider_finishes_f
     """Kafka's case 2: S0 10-90 and S1 5-100. Kafka loses offset 95 if S0 finishes last; here it never does."""
     cache = RemoteLogMetadataCache()
     inner, wider = segment(10, 90, {0: 10}), segment(5, 100, {0: 5})
-    for metadata in (inner, wider):
-        cache.add_copy_in_progress_segment(metadata)
-    for metadata in (wider, inner) if wider_finishes_first else (inner, wider):
-        moved(cache, metadata, COPIED)
+    copy_both(cache, inner, wider, second_finishes_first=wider_finishes_first)
     for offset, expected in [(5, wider), (9, wider), (10, inner), (90, inner), (91, wider), (95, wider), (100, wider)]:
         found = cache.remote_log_segment_metadata(0, offset)
         assert found is not None and found.segment_id == expected.segment_id, offset
