@@ -486,6 +486,14 @@ def parse_properties(text: str) -> dict[str, str]:
     return props
 
 
+def read_properties(path: Path) -> dict[str, str]:
+    """The settings of a .properties file; ConfigException naming the file when it cannot be read."""
+    try:
+        return parse_properties(path.read_text())
+    except OSError as e:
+        raise ConfigException(f"cannot read {path}: {e.strerror}") from None
+
+
 def parse_listener(uri: str) -> Listener:
     """`PLAINTEXT://host:port`; an empty host means every interface, as in Kafka."""
     problem = _listener_problem(uri)
@@ -534,12 +542,7 @@ class KafkaConfig:
 
     @classmethod
     def from_file(cls, path: Path | None, overrides: Mapping[str, str] | None = None) -> KafkaConfig:
-        props: dict[str, str] = {}
-        if path is not None:
-            try:
-                props = parse_properties(path.read_text())
-            except OSError as e:
-                raise ConfigException(f"cannot read {path}: {e.strerror}") from None
+        props = read_properties(path) if path is not None else {}
         props.update(overrides or {})
         return cls(props)
 

@@ -70,6 +70,7 @@ _SILENT_LOG.propagate = False
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
+K = TypeVar("K")
 C = TypeVar("C", Producer, Consumer, AdminClient)
 
 
@@ -393,6 +394,20 @@ def future_result(future: Future[T], subject: str, client: ClientOptions) -> T:
         raise CliError(kafka_error_message(e.args[0], subject)) from None
     except FutureTimeout:
         raise CliError(f"{subject}: the broker did not answer within {client.timeout_s:g}s") from None
+
+
+def results_or_errors(
+    futures: Mapping[K, Future[T]], subject: Callable[[K], str], client: ClientOptions
+) -> dict[K, T | str]:
+    """Each admin future's value, or its one-line error (future_result's, about `subject(key)`), so one failed
+    topic, group or partition does not hide the others."""
+    outcome: dict[K, T | str] = {}
+    for key, future in futures.items():
+        try:
+            outcome[key] = future_result(future, subject(key), client)
+        except CliError as e:
+            outcome[key] = e.message
+    return outcome
 
 
 def kafka_error_message(error: KafkaError, subject: str) -> str:

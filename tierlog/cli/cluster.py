@@ -558,13 +558,14 @@ def dir_option(help: str = "Directory of the cluster: data, broker logs and clus
     )
 
 
-# NODE of the commands on one node, passed as `node_id`.
-node_argument = click.argument("node_id", metavar="NODE", type=int)
-
-
 @click.group()
 def cluster() -> None:
     """Run a local multi-broker cluster: up, status, down; start, stop, kill or restart one node."""
+
+
+def node_command(command: F) -> click.Command:
+    """A `cluster` command on one node: NODE and --dir, passed to it as `node_id` and `directory`."""
+    return cluster.command()(click.argument("node_id", metavar="NODE", type=int)(dir_option()(command)))
 
 
 @cluster.command()
@@ -770,9 +771,7 @@ def _print_log_tail(error: BrokerStartError) -> None:
     Console(stderr=True).print(Text(f"last lines of {error.log_file}:\n{error.log_tail}", style="dim"))
 
 
-@cluster.command()
-@node_argument
-@dir_option()
+@node_command
 @timeout_option(60.0, "Seconds to wait for the node to register with the controller.", minimum=1)
 def start(node_id: int, directory: Path, timeout_s: float) -> None:
     """Start NODE again (same settings, ports and data) and wait until it is back in the cluster."""
@@ -784,9 +783,7 @@ def start(node_id: int, directory: Path, timeout_s: float) -> None:
     click.echo(f"node {node_id} started (registered in {seconds:.1f}s): {replace(node, pid=pid).describe()}")
 
 
-@cluster.command()
-@node_argument
-@dir_option()
+@node_command
 @timeout_option(15.0, "Seconds the node gets for its controlled shutdown before it is killed.")
 def stop(node_id: int, directory: Path, timeout_s: float) -> None:
     """Stop NODE with a controlled shutdown (SIGTERM), killing it (SIGKILL) after --timeout."""
@@ -800,9 +797,7 @@ def stop(node_id: int, directory: Path, timeout_s: float) -> None:
         click.echo(f"node {node_id} was already down: {node.describe()}")
 
 
-@cluster.command()
-@node_argument
-@dir_option()
+@node_command
 def kill(node_id: int, directory: Path) -> None:
     """Kill NODE with SIGKILL, as `kill -9`: a crash, no controlled shutdown."""
     node = find_node(directory, node_id)
@@ -812,9 +807,7 @@ def kill(node_id: int, directory: Path) -> None:
         click.echo(f"node {node_id} was already down: {node.describe()}")
 
 
-@cluster.command()
-@node_argument
-@dir_option()
+@node_command
 @timeout_option(60.0, "Seconds for each step: the controlled shutdown (then SIGKILL), and the start.", minimum=1)
 def restart(node_id: int, directory: Path, timeout_s: float) -> None:
     """Stop NODE (controlled shutdown, as `stop`), start it again and wait until it is back in the cluster."""

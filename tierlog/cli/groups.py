@@ -10,8 +10,16 @@ from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, To
 from confluent_kafka.admin import AdminClient, ConsumerGroupDescription, ListConsumerGroupsResult, OffsetSpec
 from rich.text import Text
 
-from tierlog.cli.clients import ClientOptions, CliError, admin_client, client_options, future_result, output_console
-from tierlog.cli.tables import WIDE, output_option, plain_table
+from tierlog.cli.clients import (
+    ClientOptions,
+    CliError,
+    admin_client,
+    client_options,
+    future_result,
+    output_console,
+    results_or_errors,
+)
+from tierlog.cli.tables import WIDE, output_option, plain_table, print_status_table
 
 _NONE = "-"
 
@@ -141,13 +149,9 @@ def _log_end_offsets(
     wanted = {TopicPartition(t, p): OffsetSpec.latest() for t, p in partitions}
     if not wanted:
         return {}
-    ends: dict[tuple[str, int], int | str] = {}
-    for tp, future in admin.list_offsets(wanted, request_timeout=client.remaining_s()).items():
-        try:
-            ends[(tp.topic, tp.partition)] = future_result(future, f"{tp.topic}-{tp.partition}", client).offset
-        except CliError as e:
-            ends[(tp.topic, tp.partition)] = e.message
-    return ends
+    futures = admin.list_offsets(wanted, request_timeout=client.remaining_s())
+    ends = results_or_errors(futures, lambda tp: f"{tp.topic}-{tp.partition}", client)
+    return {(tp.topic, tp.partition): end if isinstance(end, str) else end.offset for tp, end in ends.items()}
 
 
 @groups.command()
@@ -157,19 +161,7 @@ def delete(names: tuple[str, ...], client: ClientOptions) -> None:
     """Delete consumer groups and their committed offsets. A group with members cannot be deleted."""
     admin = admin_client(client)
     futures = admin.delete_consumer_groups(list(names), request_timeout=client.remaining_s())
-    console = output_console()
-    table = plain_table("GROUP", "STATUS")
-    failed = False
-    for name, future in futures.items():
-        try:
-            future_result(future, f"group {name!r}", client)
-            table.add_row(name, "deleted")
-        except CliError as e:
-            failed = True
-            table.add_row(name, Text(e.message, style="red"))
-    console.print(table)
-    if failed:
-        raise click.exceptions.Exit(1)
+    print_status_table("GROUP", results_or_errors(futures, lambda name: f"group {name!r}", client), "deleted")
 
 
 def _state(state: ConsumerGroupState | None) -> str:

@@ -39,7 +39,8 @@ from tierlog.cli.clients import (
     parse_key_values,
     topic_metadata,
 )
-from tierlog.config import parse_properties
+from tierlog.config import read_properties
+from tierlog.config_def import ConfigException
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -60,9 +61,9 @@ def remote_storage_settings(remote: tuple[str, ...], broker_config: Path | None)
     settings: dict[str, str] = {}
     if broker_config is not None:
         try:
-            properties = parse_properties(broker_config.read_text())
-        except OSError as e:
-            raise CliError(f"cannot read {broker_config}: {e.strerror}") from None
+            properties = read_properties(broker_config)
+        except ConfigException as e:
+            raise CliError(str(e)) from None
         settings |= {k[len(RSM_PREFIX) :]: v for k, v in properties.items() if k.startswith(RSM_PREFIX)}
         if not settings:
             raise CliError(f"{broker_config} has no {RSM_PREFIX}* settings: is it a broker with a remote tier?")

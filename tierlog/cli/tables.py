@@ -4,10 +4,13 @@ ellipsis: in a terminal too narrow for it, its cell folds onto the next line ins
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 import click
 from rich.table import Table
+from rich.text import Text
+
+from tierlog.cli.clients import output_console
 
 # `-o/--output`, passed to the command as `output`: one of these.
 TABLE = "table"
@@ -44,3 +47,15 @@ def plain_table(*columns: str, right: Collection[str] = (), title: str | None = 
 
 def add_column(table: Table, name: str, *, right: bool = False) -> None:
     table.add_column(name, justify="right" if right else "left", overflow="fold")
+
+
+def print_status_table(column: str, outcome: Mapping[str, str | None], success: str) -> None:
+    """A `column`/STATUS table, as rpk prints for create and delete: `success`, or the error (red) of each
+    name that failed; exit 1 if any did."""
+    console = output_console()
+    table = plain_table(column, "STATUS")
+    for name, error in outcome.items():
+        table.add_row(name, success if error is None else Text(error, style="red"))
+    console.print(table)
+    if any(error is not None for error in outcome.values()):
+        raise click.exceptions.Exit(1)

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from concurrent.futures import Future
-from typing import Any
-
 import click
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import (
@@ -29,32 +25,23 @@ from tierlog.cli.clients import (
     kafka_error_message,
     output_console,
     parse_key_values,
+    results_or_errors,
     topic_metadata,
 )
-from tierlog.cli.tables import WIDE, add_column, include_internal_option, is_internal, output_option, plain_table
+from tierlog.cli.tables import (
+    WIDE,
+    add_column,
+    include_internal_option,
+    is_internal,
+    output_option,
+    plain_table,
+    print_status_table,
+)
 
 
-def _wait_all(futures: Mapping[str, Future[Any]], client: ClientOptions) -> dict[str, str | None]:
-    """topic -> None when it succeeded, else the one-line error."""
-    outcome: dict[str, str | None] = {}
-    for name, future in futures.items():
-        try:
-            future_result(future, f"topic {name!r}", client)
-            outcome[name] = None
-        except CliError as e:
-            outcome[name] = e.message
-    return outcome
-
-
-def _print_outcome(outcome: Mapping[str, str | None], success: str) -> None:
-    """A TOPIC/STATUS table, as rpk prints for create and delete; exit 1 if any topic failed."""
-    console = output_console()
-    table = plain_table("TOPIC", "STATUS")
-    for name, error in outcome.items():
-        table.add_row(name, success if error is None else Text(error, style="red"))
-    console.print(table)
-    if any(error is not None for error in outcome.values()):
-        raise click.exceptions.Exit(1)
+def _topic_subject(name: str) -> str:
+    """How a one-line error names the topic it is about."""
+    return f"topic {name!r}"
 
 
 @click.group()
@@ -94,7 +81,7 @@ def create(
     futures = admin.create_topics(
         new_topics, request_timeout=client.remaining_s(), operation_timeout=client.remaining_s()
     )
-    _print_outcome(_wait_all(futures, client), "created")
+    print_status_table("TOPIC", results_or_errors(futures, _topic_subject, client), "created")
 
 
 @topic.command(name="list")
@@ -187,13 +174,11 @@ def _list_offsets(
     futures = admin.list_offsets(
         {TopicPartition(topic_name, p): spec for p in partitions}, request_timeout=client.remaining_s()
     )
-    offsets: dict[int, str | Text] = {}
-    for tp, future in futures.items():
-        try:
-            offsets[tp.partition] = str(future_result(future, f"offsets of {topic_name}-{tp.partition}", client).offset)
-        except CliError as e:
-            offsets[tp.partition] = Text(e.message, style="red")
-    return offsets
+    found = results_or_errors(futures, lambda tp: f"offsets of {topic_name}-{tp.partition}", client)
+    return {
+        tp.partition: Text(offset, style="red") if isinstance(offset, str) else str(offset.offset)
+        for tp, offset in found.items()
+    }
 
 
 @topic.command()
@@ -205,7 +190,7 @@ def delete(names: tuple[str, ...], client: ClientOptions) -> None:
     futures = admin.delete_topics(
         list(names), request_timeout=client.remaining_s(), operation_timeout=client.remaining_s()
     )
-    _print_outcome(_wait_all(futures, client), "deleted")
+    print_status_table("TOPIC", results_or_errors(futures, _topic_subject, client), "deleted")
 
 
 @topic.command(name="alter-config")
@@ -228,7 +213,7 @@ def alter_config(name: str, sets: tuple[str, ...], deletes: tuple[str, ...], cli
     admin = admin_client(client)
     resource = ConfigResource(ResourceType.TOPIC, name, incremental_configs=changes)
     future = admin.incremental_alter_configs([resource], request_timeout=client.remaining_s())[resource]
-    future_result(future, f"topic {name!r}", client)
+    future_result(future, _topic_subject(name), client)
     console = output_console()
     table = plain_table("CONFIG", "NEW VALUE")
     for entry in changes:

@@ -27,6 +27,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tierlog.faults.checker import History, Send, Verdict, check
 from tierlog.faults.cluster import ProxiedCluster
+from tierlog.faults.proxy import CutMode, FaultProxy
 from tierlog.testing.local_cluster import CONTROLLER_NODE_ID, wait_until
 
 TOPIC = "jepsen"
@@ -131,6 +132,16 @@ class ConsumerThread(threading.Thread):
         self.consumer.close()
 
 
+_NodeAction = Callable[[ProxiedCluster, int], object]
+# The faults of a broker's process: the words noting it, how it is inflicted, the words noting its undoing, how
+# it is undone, and the longest it is held (s).
+_PROCESS_FAULTS: dict[str, tuple[str, _NodeAction, str, _NodeAction, float]] = {
+    "kill": ("kill -9", ProxiedCluster.kill, "restart", ProxiedCluster.restart, 5.0),
+    "pause": ("SIGSTOP", ProxiedCluster.pause, "SIGCONT", ProxiedCluster.resume, 8.0),
+}
+_CUT_MODES: tuple[CutMode, ...] = ("reset", "blackhole")
+
+
 class Nemesis(threading.Thread):
     def __init__(
         self, cluster: ProxiedCluster, seed: int, history: History, started: float, say: Callable[[str], None]
@@ -163,46 +174,29 @@ class Nemesis(threading.Thread):
         rng, cluster = self._rng, self._cluster
         others = [n for n in cluster.node_ids if n != CONTROLLER_NODE_ID]
         fault = rng.choice(["kill", "pause", "cut-replication", "cut-controller"])
-        if fault == "kill":
+        if fault in _PROCESS_FAULTS:
+            fault_words, inflict, heal_words, undo, longest_s = _PROCESS_FAULTS[fault]
             node = rng.choice(others)
             self._for_a_while(
-                f"kill -9 broker {node}",
-                rng.uniform(0.5, 5.0),
-                lambda: cluster.kill(node),
-                f"restart broker {node}",
-                lambda: cluster.restart(node),
-            )
-        elif fault == "pause":
-            node = rng.choice(others)
-            self._for_a_while(
-                f"SIGSTOP broker {node}",
-                rng.uniform(0.5, 8.0),
-                lambda: cluster.pause(node),
-                f"SIGCONT broker {node}",
-                lambda: cluster.resume(node),
+                f"{fault_words} broker {node}",
+                rng.uniform(0.5, longest_s),
+                lambda: inflict(cluster, node),
+                f"{heal_words} broker {node}",
+                lambda: undo(cluster, node),
             )
         elif fault == "cut-replication":
             node = rng.choice(cluster.node_ids)
-            mode = rng.choice(["reset", "blackhole"])
-            proxy = cluster.replication_proxy(node)
-            self._for_a_while(
-                f"cut ({mode}) fetches from broker {node}",
-                rng.uniform(1.0, 8.0),
-                lambda: proxy.cut(mode),  # type: ignore[arg-type]
-                f"heal fetches from broker {node}",
-                proxy.heal,
-            )
+            self._cut_for_a_while(cluster.replication_proxy(node), f"fetches from broker {node}")
         else:
             node = rng.choice(others)
-            mode = rng.choice(["reset", "blackhole"])
-            proxy = cluster.controller_proxy(node)
-            self._for_a_while(
-                f"cut ({mode}) broker {node} <-> controller",
-                rng.uniform(1.0, 8.0),
-                lambda: proxy.cut(mode),  # type: ignore[arg-type]
-                f"heal broker {node} <-> controller",
-                proxy.heal,
-            )
+            self._cut_for_a_while(cluster.controller_proxy(node), f"broker {node} <-> controller")
+
+    def _cut_for_a_while(self, proxy: FaultProxy, link: str) -> None:
+        """Cut one link ("reset" or "blackhole", drawn after the node) for 1 to 8 s, then heal it."""
+        mode = self._rng.choice(_CUT_MODES)
+        self._for_a_while(
+            f"cut ({mode}) {link}", self._rng.uniform(1.0, 8.0), lambda: proxy.cut(mode), f"heal {link}", proxy.heal
+        )
 
     def _for_a_while(
         self, fault: str, seconds: float, inflict: Callable[[], object], heal: str, undo: Callable[[], object]

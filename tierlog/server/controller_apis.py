@@ -217,12 +217,12 @@ class ControllerApis:
         body = request.body
         try:
             result = self.controller.heartbeat(
-                body.broker_id,
-                body.broker_epoch,
-                body.current_metadata_offset,
-                body.want_fence,
-                body.want_shut_down,
-                now_ms(),
+                broker_id=body.broker_id,
+                broker_epoch=body.broker_epoch,
+                current_metadata_offset=body.current_metadata_offset,
+                want_fence=body.want_fence,
+                want_shut_down=body.want_shut_down,
+                now_ms=now_ms(),
             )
         except Exception as e:
             return s.BrokerHeartbeatResponse(
