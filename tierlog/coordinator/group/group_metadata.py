@@ -130,6 +130,17 @@ class GroupMetadata:
         current = self.static_members.get(group_instance_id)
         return current is not None and current != member_id
 
+    def member_error(self, member_id: str, group_instance_id: str | None, generation_id: int) -> str | None:
+        """What a SyncGroup, Heartbeat or member's OffsetCommit earns unless it comes from a current member at
+        the current generation: FENCED_INSTANCE_ID, UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION; None if it does."""
+        if self.is_static_member_fenced(group_instance_id, member_id):
+            return "FENCED_INSTANCE_ID"
+        if not self.has(member_id):
+            return "UNKNOWN_MEMBER_ID"
+        if generation_id != self.generation_id:
+            return "ILLEGAL_GENERATION"
+        return None
+
     def add(self, member: MemberMetadata) -> None:
         if not self.members:
             self.protocol_type = member.protocol_type
