@@ -8,16 +8,25 @@ keyed by offset relative to the segment's base offset (int32 on disk), ascending
 
 from __future__ import annotations
 
+import operator
 import os
 from abc import ABC, abstractmethod
 from array import array
 from bisect import bisect_left
+from collections.abc import Sequence
+from itertools import islice
 from pathlib import Path
 from typing import ClassVar
 
 from tierlog.storage.errors import CorruptIndexError
 
 INT32_MAX = 2**31 - 1
+
+
+def ascending(values: Sequence[int], *, strictly: bool) -> bool:
+    """Whether every value is above (strictly) or at least (not strictly) the one before it."""
+    compare = operator.lt if strictly else operator.le
+    return all(map(compare, values, islice(values, 1, None)))
 
 
 class AbstractIndex(ABC):

@@ -856,17 +856,15 @@ class Log:
 
     @property
     def _local_retention_bytes(self) -> int:
-        config = self._config
-        if self._remote_log_enabled and config.local_retention_bytes != -2:
-            return config.local_retention_bytes
-        return config.retention_bytes
+        return self._local_retention(self._config.local_retention_bytes, self._config.retention_bytes)
 
     @property
     def _local_retention_ms(self) -> int:
-        config = self._config
-        if self._remote_log_enabled and config.local_retention_ms != -2:
-            return config.local_retention_ms
-        return config.retention_ms
+        return self._local_retention(self._config.local_retention_ms, self._config.retention_ms)
+
+    def _local_retention(self, local_retention: int, retention: int) -> int:
+        """A local.retention.* setting applies with a remote tier; its default, -2, means the retention.* one."""
+        return local_retention if self._remote_log_enabled and local_retention != -2 else retention
 
     def _delete_retention_size_breached_segments(self, now_ms: int) -> int:
         retention_bytes = self._local_retention_bytes
@@ -1055,12 +1053,11 @@ class Log:
             segment.close()
 
     def close_handlers(self) -> None:
-        """Close every file without writing, for a log whose directory was renamed for deletion."""
-        for segment, _ in self._deleted_segments:
+        """Close every file, of the `*.deleted` segments as of the live ones, without writing: for a log whose
+        directory was renamed for deletion."""
+        for segment in [*(deleted for deleted, _ in self._deleted_segments), *self._segments]:
             segment.close_handlers()
         self._deleted_segments.clear()
-        for segment in self._segments:
-            segment.close_handlers()
 
     def delete(self) -> None:
         """Close the log and remove its directory."""

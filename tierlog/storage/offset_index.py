@@ -7,15 +7,13 @@ A lookup therefore lands on a batch boundary at or before the batch holding the 
 
 from __future__ import annotations
 
-import operator
 import struct
 import sys
 from array import array
 from bisect import bisect_right
-from itertools import islice
 from typing import NamedTuple
 
-from tierlog.storage.abstract_index import AbstractIndex
+from tierlog.storage.abstract_index import AbstractIndex, ascending
 from tierlog.storage.errors import CorruptIndexError, InvalidOffsetError
 
 _ENTRY = struct.Struct(">ii")
@@ -76,7 +74,5 @@ class OffsetIndex(AbstractIndex):
     def sanity_check(self) -> None:
         super().sanity_check()
         offsets, positions = self._relative_offsets, self._positions
-        if not all(map(operator.lt, offsets, islice(offsets, 1, None))) or not all(
-            map(operator.lt, positions, islice(positions, 1, None))
-        ):
+        if not (ascending(offsets, strictly=True) and ascending(positions, strictly=True)):
             raise CorruptIndexError(f"Corrupt index found, entries of {self.path} are not strictly ascending")

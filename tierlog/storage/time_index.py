@@ -7,15 +7,13 @@ and one slot is kept free for the entry a segment writes when it stops being act
 
 from __future__ import annotations
 
-import operator
 import struct
 from array import array
 from bisect import bisect_right
-from itertools import islice
 from typing import NamedTuple
 
 from tierlog.records.record_batch import NO_TIMESTAMP
-from tierlog.storage.abstract_index import AbstractIndex
+from tierlog.storage.abstract_index import AbstractIndex, ascending
 from tierlog.storage.errors import CorruptIndexError, InvalidOffsetError
 
 _ENTRY = struct.Struct(">qi")
@@ -81,7 +79,5 @@ class TimeIndex(AbstractIndex):
     def sanity_check(self) -> None:
         super().sanity_check()
         timestamps, offsets = self._timestamps, self._relative_offsets
-        if not all(map(operator.lt, timestamps, islice(timestamps, 1, None))) or not all(
-            map(operator.le, offsets, islice(offsets, 1, None))
-        ):
+        if not (ascending(timestamps, strictly=True) and ascending(offsets, strictly=False)):
             raise CorruptIndexError(f"Corrupt time index found, entries of {self.path} are not ascending")

@@ -649,12 +649,8 @@ class GroupCoordinator:
             return
         if group.is_in(GroupState.DEAD):
             respond(SyncGroupResult("COORDINATOR_NOT_AVAILABLE"))
-        elif group.is_static_member_fenced(group_instance_id, member_id):
-            respond(SyncGroupResult("FENCED_INSTANCE_ID"))
-        elif not group.has(member_id):
-            respond(SyncGroupResult("UNKNOWN_MEMBER_ID"))
-        elif generation_id != group.generation_id:
-            respond(SyncGroupResult("ILLEGAL_GENERATION"))
+        elif (member_error := group.member_error(member_id, group_instance_id, generation_id)) is not None:
+            respond(SyncGroupResult(member_error))
         elif (protocol_type is not None and protocol_type != group.protocol_type) or (
             protocol_name is not None and protocol_name != group.protocol_name
         ):
@@ -730,12 +726,9 @@ class GroupCoordinator:
             return "UNKNOWN_MEMBER_ID"
         if group.is_in(GroupState.DEAD):
             return "COORDINATOR_NOT_AVAILABLE"
-        if group.is_static_member_fenced(group_instance_id, member_id):
-            return "FENCED_INSTANCE_ID"
-        if not group.has(member_id):
-            return "UNKNOWN_MEMBER_ID"
-        if generation_id != group.generation_id:
-            return "ILLEGAL_GENERATION"
+        member_error = group.member_error(member_id, group_instance_id, generation_id)
+        if member_error is not None:
+            return member_error
         if group.is_in(GroupState.EMPTY):
             return "UNKNOWN_MEMBER_ID"
         self._schedule_heartbeat(group.get(member_id), now_ms)
@@ -879,13 +872,7 @@ class GroupCoordinator:
         if group.is_in(GroupState.DEAD):
             return "COORDINATOR_NOT_AVAILABLE"
         if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
-            if group.is_static_member_fenced(group_instance_id, member_id):
-                return "FENCED_INSTANCE_ID"
-            if not group.has(member_id):
-                return "UNKNOWN_MEMBER_ID"
-            if generation_id != group.generation_id:
-                return "ILLEGAL_GENERATION"
-            return None
+            return group.member_error(member_id, group_instance_id, generation_id)
         if not group.is_in(GroupState.EMPTY):
             # Only members may commit for a group with members.
             return "UNKNOWN_MEMBER_ID"

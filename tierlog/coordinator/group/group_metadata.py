@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import enum
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from tierlog.common import TopicPartition
 from tierlog.coordinator.group.member_metadata import (
@@ -25,6 +27,8 @@ from tierlog.coordinator.group.member_metadata import (
 from tierlog.coordinator.group.records import GroupMetadataValue, MemberMetadataValue, OffsetAndMetadata
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
+
+_Result = TypeVar("_Result", JoinGroupResult, SyncGroupResult)
 
 
 class GroupState(enum.Enum):
@@ -126,6 +130,17 @@ class GroupMetadata:
         current = self.static_members.get(group_instance_id)
         return current is not None and current != member_id
 
+    def member_error(self, member_id: str, group_instance_id: str | None, generation_id: int) -> str | None:
+        """What a SyncGroup, Heartbeat or member's OffsetCommit earns unless it comes from a current member at
+        the current generation: FENCED_INSTANCE_ID, UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION; None if it does."""
+        if self.is_static_member_fenced(group_instance_id, member_id):
+            return "FENCED_INSTANCE_ID"
+        if not self.has(member_id):
+            return "UNKNOWN_MEMBER_ID"
+        if generation_id != self.generation_id:
+            return "ILLEGAL_GENERATION"
+        return None
+
     def add(self, member: MemberMetadata) -> None:
         if not self.members:
             self.protocol_type = member.protocol_type
@@ -188,17 +203,11 @@ class GroupMetadata:
 
     def maybe_invoke_join_callback(self, member: MemberMetadata, result: JoinGroupResult) -> bool:
         callback, member.awaiting_join = member.awaiting_join, None
-        if callback is None:
-            return False
-        callback(result)
-        return True
+        return _answer(callback, result)
 
     def maybe_invoke_sync_callback(self, member: MemberMetadata, result: SyncGroupResult) -> bool:
         callback, member.awaiting_sync = member.awaiting_sync, None
-        if callback is None:
-            return False
-        callback(result)
-        return True
+        return _answer(callback, result)
 
     # Protocols
 
@@ -329,25 +338,19 @@ class GroupMetadata:
         """Kafka's removeExpiredOffsets rules: an Empty group's offsets expire `retention_ms` after it became
         Empty; a Stable consumer group's offsets of topics nobody subscribes to expire `retention_ms` after
         their commit; a standalone (no protocol) group's offsets likewise. An explicit expire timestamp wins."""
+        # The time retention counts from: when the group became Empty, or else (None) each offset's commit.
+        empty_since: int | None = None
         if self.protocol_type is not None and self.is_in(GroupState.EMPTY):
             subscribed: set[str] = set()
-
-            def base(o: OffsetAndMetadata) -> int:
-                return self.current_state_timestamp
+            empty_since = self.current_state_timestamp
         elif (
             self.protocol_type == CONSUMER_PROTOCOL_TYPE
             and self.subscribed_topics is not None
             and self.is_in(GroupState.STABLE)
         ):
             subscribed = self.subscribed_topics
-
-            def base(o: OffsetAndMetadata) -> int:
-                return o.commit_timestamp
         elif self.protocol_type is None:
             subscribed = set()
-
-            def base(o: OffsetAndMetadata) -> int:
-                return o.commit_timestamp
         else:
             return []
         expired = []
@@ -357,9 +360,17 @@ class GroupMetadata:
             if offset.expire_timestamp >= 0:
                 if now_ms >= offset.expire_timestamp:
                     expired.append(tp)
-            elif now_ms - base(offset) >= retention_ms:
+            elif now_ms - (offset.commit_timestamp if empty_since is None else empty_since) >= retention_ms:
                 expired.append(tp)
         return expired
+
+
+def _answer(callback: Callable[[_Result], None] | None, result: _Result) -> bool:
+    """Answer a parked request, if there is one; True when there was."""
+    if callback is None:
+        return False
+    callback(result)
+    return True
 
 
 def _next_states(state: GroupState) -> set[GroupState]:
