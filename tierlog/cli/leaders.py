@@ -4,7 +4,7 @@ answer: leaders back on their preferred replicas, or offline partitions given a 
 from __future__ import annotations
 
 import click
-from confluent_kafka import ElectionType, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import ElectionType, KafkaError, TopicPartition
 
 from tierlog.cli.clients import ClientOptions, CliError, admin_client, client_options, future_result, topic_metadata
 
@@ -41,20 +41,23 @@ def elect_leaders(election: str, topic: str | None, partition: int | None, clien
         )
         partitions = [TopicPartition(topic, p) for p in ids]
     kind = _TYPES[election]
-    future = admin.elect_leaders(
-        kind, partitions, request_timeout=client.remaining_s(), operation_timeout=client.remaining_s()
-    )
-    results: dict[TopicPartition, KafkaException | None] = future_result(future, "leader election", client)
+    # confluent-kafka 2.16's binding refuses the request_timeout and operation_timeout it documents (a C argument
+    # format bug), so librdkafka's own timeout applies and future_result bounds the wait by --timeout.
+    future = admin.elect_leaders(kind, partitions)
+    # Each partition's error comes as a KafkaError (confluent-kafka's docstring says KafkaException).
+    results: dict[TopicPartition, KafkaError | None] = future_result(future, "leader election", client)
     elected, not_needed, failed = [], [], []
     for tp in sorted(results, key=lambda tp: (tp.topic, tp.partition)):
         error = results[tp]
         name = f"{tp.topic}-{tp.partition}"
         if error is None:
             elected.append(name)
-        elif error.args[0].code() == KafkaError.ELECTION_NOT_NEEDED:
+        elif error.code() == KafkaError.ELECTION_NOT_NEEDED:
             not_needed.append(name)
         else:
-            failed.append(f"Error completing leader election ({kind.name}) for partition {name}: {_reason(error)}")
+            failed.append(
+                f"Error completing leader election ({kind.name}) for partition {name}: {error.str()} ({error.name()})"
+            )
     if elected:
         click.echo(f"Successfully completed leader election ({kind.name}) for partitions {', '.join(elected)}")
     if not_needed:
@@ -65,8 +68,3 @@ def elect_leaders(election: str, topic: str | None, partition: int | None, clien
         click.echo(line)
     if failed:
         raise CliError(f"{len(failed)} partition(s) could not be elected")
-
-
-def _reason(error: KafkaException) -> str:
-    kafka_error: KafkaError = error.args[0]
-    return f"{kafka_error.str()} ({kafka_error.name()})"
