@@ -265,6 +265,18 @@ _BROKER_OWN_CONFIGS: tuple[ConfigDef, ...] = (
     _d("replica.fetch.backoff.ms", "1000", "int", "Pause of a follower partition after a fetch error.", at_least=0),
     _d("replica.socket.timeout.ms", "30000", "int", "Timeout of inter-broker requests.", at_least=1),
     _d("unclean.leader.election.enable", "false", "boolean", "Elect an out-of-sync replica as last resort."),
+    # Leader balancing by the controller, Kafka's names, types and defaults.
+    _d("auto.leader.rebalance.enable", "true", "boolean", "Move leaders back to preferred replicas periodically."),
+    _d(
+        "leader.imbalance.check.interval.seconds",
+        "300",
+        "long",
+        "Wait after an imbalance before leaders move back.",
+        at_least=1,
+    ),
+    # Kafka's KRaft controller defines but never reads it (only the ZooKeeper controller did): neither does
+    # tierlog's, which rebalances any partition not led by its preferred replica. docs/replication.md.
+    _d("leader.imbalance.per.broker.percentage", "10", "int", "Unused by KRaft controllers (Kafka's too)."),
     _d(
         "producer.id.expiration.ms",
         "86400000",

@@ -26,6 +26,7 @@ def test_table_is_the_agreed_one() -> None:
         "CreateTopics": (2, 7),
         "DeleteTopics": (1, 6),
         "CreatePartitions": (0, 3),
+        "ElectLeaders": (0, 2),
         "DescribeConfigs": (1, 4),
         "AlterConfigs": (0, 2),
         "IncrementalAlterConfigs": (0, 1),

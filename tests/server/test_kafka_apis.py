@@ -1,5 +1,6 @@
 """KafkaApis in process: requests that name topics by id (DeleteTopics v6, Metadata v12) resolve them
-through the broker's metadata image, and unknown ids get UNKNOWN_TOPIC_ID / UNKNOWN_TOPIC_OR_PARTITION."""
+through the broker's metadata image, and unknown ids get UNKNOWN_TOPIC_ID / UNKNOWN_TOPIC_OR_PARTITION;
+ElectLeaders answers every version with Kafka's per-partition and top-level errors."""
 
 from __future__ import annotations
 
@@ -11,13 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from kio.schema.delete_topics.v6 import request as delete_topics_v6
+from kio.schema.elect_leaders.v0 import request as elect_leaders_v0
+from kio.schema.elect_leaders.v2 import request as elect_leaders_v2
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12 import request as metadata_v12
 
 from tierlog.config import KafkaConfig
 from tierlog.protocol.codec import Request
 from tierlog.server.broker import Broker
-from tierlog.server.controller_apis import API_DELETE_TOPICS
+from tierlog.server.controller_apis import API_DELETE_TOPICS, API_ELECT_LEADERS
 from tierlog.server.kafka_apis import API_METADATA, KafkaApis
 
 
@@ -81,5 +84,62 @@ def test_delete_topics_by_id_deletes_the_topic_and_unknown_ids_are_reported(tmp_
         # The broker's own image (not only the controller's) no longer has the topic when the response leaves.
         assert "events" not in apis.image.topics
         assert apis.image.topic_by_id(topic_id) is None
+
+    run_with_broker(tmp_path, test)
+
+
+def _results(response: Any) -> dict[str, list[tuple[int, ErrorCode]]]:
+    return {
+        r.topic: [(p.partition_id, p.error_code) for p in r.partition_result] for r in response.replica_election_results
+    }
+
+
+def test_elect_leaders_names_each_partition_needing_no_election_or_unknown(tmp_path: Path) -> None:
+    async def test(apis: KafkaApis) -> None:
+        request = elect_leaders_v2.ElectLeadersRequest(
+            election_type=0,
+            topic_partitions=(
+                elect_leaders_v2.TopicPartitions(topic="events", partitions=(0, 1, 5)),
+                elect_leaders_v2.TopicPartitions(topic="nope", partitions=(0,)),
+            ),
+        )
+        response = await call(apis, API_ELECT_LEADERS, 2, request)
+        assert response.error_code == ErrorCode.none
+        assert _results(response) == {
+            "events": [
+                (0, ErrorCode.election_not_needed),
+                (1, ErrorCode.election_not_needed),
+                (5, ErrorCode.unknown_topic_or_partition),
+            ],
+            "nope": [(0, ErrorCode.unknown_topic_or_partition)],
+        }
+        unclean = elect_leaders_v2.ElectLeadersRequest(
+            election_type=1, topic_partitions=(elect_leaders_v2.TopicPartitions(topic="events", partitions=(0,)),)
+        )
+        assert _results(await call(apis, API_ELECT_LEADERS, 2, unclean)) == {
+            "events": [(0, ErrorCode.election_not_needed)]
+        }
+
+    run_with_broker(tmp_path, test)
+
+
+def test_elect_leaders_of_every_partition_leaves_out_those_needing_none_and_v0_is_preferred(tmp_path: Path) -> None:
+    async def test(apis: KafkaApis) -> None:
+        request = elect_leaders_v0.ElectLeadersRequest(topic_partitions=None)
+        response = await call(apis, API_ELECT_LEADERS, 0, request)
+        assert _results(response) == {"events": []}
+
+    run_with_broker(tmp_path, test)
+
+
+def test_elect_leaders_of_an_unknown_type_fails_the_request_and_every_partition_named(tmp_path: Path) -> None:
+    async def test(apis: KafkaApis) -> None:
+        request = elect_leaders_v2.ElectLeadersRequest(
+            election_type=7, topic_partitions=(elect_leaders_v2.TopicPartitions(topic="events", partitions=(0, 1)),)
+        )
+        response = await call(apis, API_ELECT_LEADERS, 2, request)
+        assert response.error_code == ErrorCode.invalid_request
+        assert _results(response) == {"events": [(0, ErrorCode.invalid_request), (1, ErrorCode.invalid_request)]}
+        assert response.replica_election_results[0].partition_result[0].error_message == "Unknown election type 7"
 
     run_with_broker(tmp_path, test)

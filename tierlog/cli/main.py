@@ -14,6 +14,7 @@ from tierlog.cli.consume import consume
 from tierlog.cli.demo import demo
 from tierlog.cli.dump_log import dump_log
 from tierlog.cli.groups import groups
+from tierlog.cli.leaders import elect_leaders
 from tierlog.cli.pipeline import pipeline
 from tierlog.cli.produce import produce
 from tierlog.cli.sim import sim
@@ -88,6 +89,7 @@ cli.add_command(produce)
 cli.add_command(consume)
 cli.add_command(groups)
 cli.add_command(demo)
+cluster.add_command(elect_leaders)
 cli.add_command(cluster)
 cli.add_command(trace)
 cli.add_command(pipeline)

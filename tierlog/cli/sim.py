@@ -68,9 +68,11 @@ def sim(
     failed = [r for r in results if not r.ok]
     faults = sum(len(r.faults) for r in results)
     acknowledged = sum(r.acknowledged for r in results)
+    balanced = sum(r.stats["leaders balanced"] for r in results)
     click.echo(
         f"{len(results)} runs in {time.monotonic() - started:.0f} s: {len(results) - len(failed)} ok, {len(failed)} "
-        f"failed; {faults} faults, {acknowledged} acknowledged writes, {sum(r.reads for r in results)} reads checked"
+        f"failed; {faults} faults, {acknowledged} acknowledged writes, {sum(r.reads for r in results)} reads checked, "
+        f"{balanced} leaders moved back to their preferred replicas"
     )
     for result in failed:
         click.echo(f"replay: tierlog sim --seed {result.seed} --seconds {seconds}", err=True)
@@ -84,7 +86,10 @@ def _run_seed(args: tuple[int, SimConfig]) -> RunResult:
 
 
 def _summary(result: RunResult) -> str:
-    return f"{len(result.faults)} faults, {result.acknowledged} acked, {result.reads} read, {result.scenario}"
+    return (
+        f"{len(result.faults)} faults, {result.acknowledged} acked, {result.reads} read, "
+        f"{result.stats['leaders balanced']} leaders balanced, {result.scenario}"
+    )
 
 
 def _write_json(path: Path | None, results: list[RunResult]) -> None:

@@ -4,7 +4,8 @@ Every operation validates against the current image, turns the change into metad
 the metadata log (fsynced) and only then applies them to `self.metadata`, so a crash never leaves a change
 half made or visible without being durable, and a restarted controller rebuilds the same image by replaying
 the log. Nothing here reads a clock: time comes in as `now_ms`, and the shell calls `fence_stale_brokers` on
-a timer (`next_session_deadline_ms` says when).
+a timer (`next_session_deadline_ms` says when) and `balance_partition_leaders` when `next_leader_balance_ms`
+says (auto.leader.rebalance.enable).
 """
 
 from __future__ import annotations
@@ -63,6 +64,14 @@ _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_PARTITIONS = 100_000
 PRODUCER_ID_BLOCK_SIZE = 1000
 UNCLEAN_LEADER_ELECTION_ENABLE = "unclean.leader.election.enable"
+# ElectLeaders' election types (KIP-460).
+PREFERRED_ELECTION = 0
+UNCLEAN_ELECTION = 1
+# Kafka's ReplicationControlManager.MAX_ELECTIONS_PER_IMBALANCE: one balancing pass elects at most this many
+# leaders, and the next pass follows at once (after `_IMMEDIATE_BALANCE_DELAY_MS`, as QuorumController lets
+# other work in between) rather than a whole check interval later.
+MAX_ELECTIONS_PER_IMBALANCE = 1000
+_IMMEDIATE_BALANCE_DELAY_MS = 10
 
 
 def validate_topic_name(name: str) -> None:
@@ -87,6 +96,17 @@ class ControllerConfig:
     unclean_leader_election_enable: bool = False
     # remote.log.storage.system.enable: topics may ask for the remote tier only where brokers have it.
     remote_storage_system_enable: bool = False
+    # leader.imbalance.check.interval.seconds in ms, or None when auto.leader.rebalance.enable is false.
+    leader_imbalance_check_interval_ms: int | None = 300_000
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionElectionResult:
+    """One partition's answer to ElectLeaders: error None when a new leader was elected."""
+
+    partition: int
+    error: str | None = None
+    message: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +131,10 @@ class Controller:
         self._config = config
         self._new_uuid = new_uuid
         self._now_ms = now_ms
+        # When the next leader balancing pass is due (QuorumController's deferred maybeBalancePartitionLeaders):
+        # set by the first change that leaves some partition led by another than its preferred replica.
+        self._leader_balance_due_ms: int | None = None
+        self._balance_again_at_once = False
         self.metadata = ClusterMetadata()
         for offset, record in metadata_log.records_from(0):
             self.metadata.apply(offset, record)
@@ -124,6 +148,9 @@ class Controller:
         # When each broker last heartbeated died with the previous process, so every registered broker gets
         # a whole session to reach the new one, as a newly elected Kafka controller grants.
         self._session_deadlines = {broker_id: now_ms + config.session_timeout_ms for broker_id in self.metadata.brokers}
+        # A controller taking over schedules a pass for the imbalance its predecessor left, as Kafka's does when
+        # it becomes active.
+        self._schedule_leader_balance()
 
     def topic(self, name: str) -> TopicMetadata | None:
         return self.metadata.topics.get(name)
@@ -143,6 +170,7 @@ class Controller:
         first_offset = self.metadata_log.append(records, self._now_ms)
         for index, record in enumerate(records):
             self.metadata.apply(first_offset + index, record)
+        self._schedule_leader_balance()
 
     # Brokers
 
@@ -377,6 +405,113 @@ class Controller:
             self._commit([change])
         return topic.partitions[partition]
 
+    # Elections on request (ElectLeaders) and leader balancing (auto.leader.rebalance.enable)
+
+    def elect_leaders(
+        self, election_type: int, partitions: Mapping[str, Sequence[int]] | None
+    ) -> dict[str, list[PartitionElectionResult]]:
+        """KIP-460's ElectLeaders, as Kafka's ReplicationControlManager.electLeaders: a PREFERRED election gives
+        each partition back to its preferred replica (the first of its replicas) if that one is in the ISR and
+        live; an UNCLEAN one gives a leaderless partition a leader even outside the ISR, whatever
+        unclean.leader.election.enable says (the operator asked for it). `partitions` None means every
+        partition of every topic, and then partitions that needed no election are left out of the answer.
+        Every election is committed at once, each with a new leader epoch."""
+        if election_type not in (PREFERRED_ELECTION, UNCLEAN_ELECTION):
+            raise InvalidRequestError(f"Unknown election type {election_type}")
+        requested: dict[str, Sequence[int]]
+        if partitions is None:
+            requested = {name: range(len(topic.partitions)) for name, topic in sorted(self.metadata.topics.items())}
+        else:
+            requested = {name: list(dict.fromkeys(ids)) for name, ids in partitions.items()}
+        records: list[MetadataRecord] = []
+        results: dict[str, list[PartitionElectionResult]] = {}
+        for name, partition_ids in requested.items():
+            topic_results = results.setdefault(name, [])
+            for partition_id in partition_ids:
+                change, result = self._elect_on_request(name, partition_id, election_type)
+                if change is not None:
+                    records.append(change)
+                if partitions is not None or result.error != "ELECTION_NOT_NEEDED":
+                    topic_results.append(result)
+        self._commit(records)
+        return results
+
+    def _elect_on_request(
+        self, name: str, partition_id: int, election_type: int
+    ) -> tuple[PartitionRecord | None, PartitionElectionResult]:
+        topic = self.metadata.topics.get(name)
+        if topic is None:
+            return None, PartitionElectionResult(partition_id, "UNKNOWN_TOPIC_OR_PARTITION", f"No such topic as {name}")
+        if not 0 <= partition_id < len(topic.partitions):
+            return None, PartitionElectionResult(
+                partition_id, "UNKNOWN_TOPIC_OR_PARTITION", f"No such partition as {name}-{partition_id}"
+            )
+        current = topic.partitions[partition_id]
+        preferred = election_type == PREFERRED_ELECTION
+        not_needed = (current.leader == current.replicas[0]) if preferred else (current.leader != NO_LEADER)
+        if not_needed:
+            return None, PartitionElectionResult(
+                partition_id, "ELECTION_NOT_NEEDED", "Leader election not needed for topic partition."
+            )
+        live = self._live_brokers()
+        if preferred:
+            leader, isr = _elect_preferred(current, live), current.isr
+        else:
+            leader, isr = _elect(current.replicas, current.isr, live, unclean=True)
+        change = _partition_change(topic.topic_id, partition_id, current, leader=leader, isr=isr)
+        if change is None:
+            if preferred:
+                return None, PartitionElectionResult(
+                    partition_id, "PREFERRED_LEADER_NOT_AVAILABLE", "The preferred leader was not available."
+                )
+            return None, PartitionElectionResult(
+                partition_id, "ELIGIBLE_LEADERS_NOT_AVAILABLE", "Eligible topic partition leaders are not available."
+            )
+        return change, PartitionElectionResult(partition_id)
+
+    def partition_leaders_imbalanced(self) -> bool:
+        """Whether some partition is led by another than its preferred replica (or by none)."""
+        return any(p.leader != p.replicas[0] for topic in self.metadata.topics.values() for p in topic.partitions)
+
+    def next_leader_balance_ms(self) -> int | None:
+        """When `balance_partition_leaders` is due; None while every partition has its preferred leader or
+        auto.leader.rebalance.enable is off."""
+        return self._leader_balance_due_ms
+
+    def balance_partition_leaders(self, now_ms: int) -> int:
+        """Kafka's maybeBalancePartitionLeaders: a preferred election for every partition not led by its
+        preferred replica, at most MAX_ELECTIONS_PER_IMBALANCE of them; returns how many leaders moved.
+        leader.imbalance.per.broker.percentage plays no part, as in Kafka's KRaft controller: one partition
+        off its preferred replica is imbalance enough."""
+        self._advance_clock(now_ms)
+        self._leader_balance_due_ms = None
+        live = self._live_brokers()
+        records: list[MetadataRecord] = []
+        for topic in self.metadata.topics.values():
+            for partition_id, current in enumerate(topic.partitions):
+                if len(records) >= MAX_ELECTIONS_PER_IMBALANCE:
+                    break
+                if current.leader == current.replicas[0]:
+                    continue
+                leader = _elect_preferred(current, live)
+                change = _partition_change(topic.topic_id, partition_id, current, leader=leader, isr=current.isr)
+                if change is not None:
+                    records.append(change)
+        self._balance_again_at_once = len(records) >= MAX_ELECTIONS_PER_IMBALANCE
+        self._commit(records)
+        # Still imbalanced (a preferred replica not back in the ISR yet): look again an interval later.
+        self._schedule_leader_balance()
+        return len(records)
+
+    def _schedule_leader_balance(self) -> None:
+        """After every change, as QuorumController after every write: if leaders are imbalanced and no pass
+        is due yet, one is due a check interval from now (or at once when the last pass hit its cap)."""
+        interval_ms = self._config.leader_imbalance_check_interval_ms
+        if interval_ms is None or self._leader_balance_due_ms is not None or not self.partition_leaders_imbalanced():
+            return
+        delay_ms = _IMMEDIATE_BALANCE_DELAY_MS if self._balance_again_at_once else interval_ms
+        self._leader_balance_due_ms = self._now_ms + delay_ms
+
     # Topics
 
     def create_topic(
@@ -566,6 +701,15 @@ def _elect(replicas: Sequence[int], isr: list[int], live: Collection[int], uncle
             if replica in live:
                 return replica, [replica]
     return NO_LEADER, isr
+
+
+def _elect_preferred(current: PartitionRegistration, live: Collection[int]) -> int:
+    """PartitionChangeBuilder's PREFERRED election: the preferred replica if it is in the ISR and live, else the
+    current leader if it still may lead, else the first other replica that is in the ISR and live."""
+    for candidate in (current.replicas[0], current.leader, *current.replicas[1:]):
+        if candidate in current.isr and candidate in live:
+            return candidate
+    return NO_LEADER
 
 
 def _partition_change(

@@ -58,6 +58,8 @@ _TABLE: tuple[ApiSupport, ...] = (
     # v6 names topics by name or id; both are resolvable here.
     ApiSupport(20, "DeleteTopics", 1, 6, 4),
     ApiSupport(37, "CreatePartitions", 0, 3, 2),
+    # v1 adds the election type (KIP-460) and a top-level error code; v2 is Kafka's newest.
+    ApiSupport(43, "ElectLeaders", 0, 2, 2),
     ApiSupport(32, "DescribeConfigs", 1, 4, 4),
     ApiSupport(33, "AlterConfigs", 0, 2, 2),
     ApiSupport(44, "IncrementalAlterConfigs", 0, 1, 1),

@@ -1,7 +1,7 @@
 """ControllerApis (Kafka's class of that name): the requests the controller decides, on the controller's own node.
 
-- The admin requests only the controller decides: CreateTopics, DeleteTopics, CreatePartitions. They reach
-  it through the `ForwardingManager`, from this node's own KafkaApis or forwarded by another broker.
+- The admin requests only the controller decides: CreateTopics, DeleteTopics, CreatePartitions, ElectLeaders.
+  They reach it through the `ForwardingManager`, from this node's own KafkaApis or forwarded by another broker.
 - The controller APIs brokers call: BrokerRegistration, BrokerHeartbeat, AlterPartition, AllocateProducerIds,
   and the Fetch of `__cluster_metadata` (KRaft brokers follow the metadata log like any partition).
 
@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tierlog.config import KafkaConfig
-from tierlog.controller.controller import Controller
+from tierlog.controller.controller import PREFERRED_ELECTION, Controller, PartitionElectionResult
 from tierlog.controller.errors import ControllerError, InvalidReplicaAssignmentError
 from tierlog.controller.metadata_log import METADATA_TOPIC
 from tierlog.metadata.records import Endpoint
@@ -33,13 +33,14 @@ logger = logging.getLogger(__name__)
 API_CREATE_TOPICS = 19
 API_DELETE_TOPICS = 20
 API_CREATE_PARTITIONS = 37
+API_ELECT_LEADERS = 43
 API_ALTER_PARTITION = 56
 API_BROKER_REGISTRATION = 62
 API_BROKER_HEARTBEAT = 63
 API_ALLOCATE_PRODUCER_IDS = 67
 
 # Admin requests the controller decides (a broker that is not the controller forwards them).
-ADMIN_APIS = (API_CREATE_TOPICS, API_DELETE_TOPICS, API_CREATE_PARTITIONS)
+ADMIN_APIS = (API_CREATE_TOPICS, API_DELETE_TOPICS, API_CREATE_PARTITIONS, API_ELECT_LEADERS)
 # What brokers ask of the controller (besides the metadata Fetch).
 BROKER_TO_CONTROLLER_APIS = (
     API_ALTER_PARTITION,
@@ -59,6 +60,7 @@ class ControllerApis:
             API_CREATE_TOPICS: self.handle_create_topics,
             API_DELETE_TOPICS: self.handle_delete_topics,
             API_CREATE_PARTITIONS: self.handle_create_partitions,
+            API_ELECT_LEADERS: self.handle_elect_leaders,
             API_BROKER_REGISTRATION: self.handle_broker_registration,
             API_BROKER_HEARTBEAT: self.handle_broker_heartbeat,
             API_ALTER_PARTITION: self.handle_alter_partition,
@@ -187,6 +189,41 @@ class ControllerApis:
                 s.CreatePartitionsTopicResult(name=t.name, error_code=error_code(error), error_message=message)
             )
         return s.CreatePartitionsResponse(throttle_time=NO_THROTTLE, results=tuple(results))
+
+    async def handle_elect_leaders(self, request: Request) -> Any:
+        """ElectLeaders (KIP-460; `kafka-leader-election.sh`, AdminClient.electLeaders). v0 has no election type:
+        it is always PREFERRED. An unknown type fails the whole request, every partition named with it, as
+        Kafka's ElectLeadersRequest.getErrorResponse answers."""
+        s = self._schema(request)
+        body = request.body
+        requested = (
+            None if body.topic_partitions is None else {t.topic: list(t.partitions) for t in body.topic_partitions}
+        )
+        try:
+            results = self.controller.elect_leaders(getattr(body, "election_type", PREFERRED_ELECTION), requested)
+            error = None
+        except ControllerError as e:
+            error = e.error_name
+            results = {
+                name: [PartitionElectionResult(p, e.error_name, str(e)) for p in ids]
+                for name, ids in (requested or {}).items()
+            }
+        return s.ElectLeadersResponse(
+            throttle_time=NO_THROTTLE,
+            error_code=error_code(error),
+            replica_election_results=tuple(
+                s.ReplicaElectionResult(
+                    topic=name,
+                    partition_result=tuple(
+                        s.PartitionResult(
+                            partition_id=r.partition, error_code=error_code(r.error), error_message=r.message
+                        )
+                        for r in partition_results
+                    ),
+                )
+                for name, partition_results in results.items()
+            ),
+        )
 
     # What brokers ask of the controller
 

@@ -1,8 +1,9 @@
-"""The controller's shell on a `process.roles=broker,controller` node: the metadata log and the session timer.
+"""The controller's shell on a `process.roles=broker,controller` node: the metadata log and the controller's timers.
 
 The rules live in `tierlog.controller.controller.Controller`, and brokers' metadata fetches wait on the
 `WakingMetadataLog` (both in controller/); this module only runs them: it arms the timers of metadata fetches
-parked there and fences brokers whose session ran out. The requests brokers and clients send the controller are
+parked there, fences brokers whose session ran out and balances leaders when the controller says a pass is due
+(auto.leader.rebalance.enable). The requests brokers and clients send the controller are
 answered by `ControllerApis` (server/controller_apis.py).
 """
 
@@ -25,6 +26,7 @@ class ControllerServer:
     def __init__(self, config: KafkaConfig) -> None:
         self.config = config
         self._session_task: asyncio.Task[None] | None = None
+        self._balance_task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self.metadata_log = WakingMetadataLog(DiskMetadataLog(self.config.metadata_log_dir))
@@ -34,10 +36,13 @@ class ControllerServer:
                 session_timeout_ms=self.config.get_int("broker.session.timeout.ms"),
                 unclean_leader_election_enable=self.config.get_bool("unclean.leader.election.enable"),
                 remote_storage_system_enable=self.config.remote_storage_system_enable,
+                leader_imbalance_check_interval_ms=self._leader_imbalance_check_interval_ms(),
             ),
             now_ms(),
         )
         self._session_task = asyncio.create_task(self._expire_sessions(), name="controller-sessions")
+        if self.config.get_bool("auto.leader.rebalance.enable"):
+            self._balance_task = asyncio.create_task(self._balance_leaders(), name="controller-leader-balance")
         logger.info(
             "[Controller id=%d] started: metadata log at offset %d, cluster id %s",
             self.config.node_id,
@@ -48,8 +53,10 @@ class ControllerServer:
     async def stop(self) -> None:
         if self._session_task is None:
             return  # never started (the broker failed before)
-        self._session_task.cancel()
-        await asyncio.gather(self._session_task, return_exceptions=True)
+        tasks = [task for task in (self._session_task, self._balance_task) if task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         # Parked metadata fetches are answered now rather than when their wait would end.
         self.metadata_log.expire(2**63 - 1)
         self.metadata_log.close()
@@ -70,6 +77,34 @@ class ControllerServer:
             if fenced:
                 logger.info(
                     "[Controller id=%d] fenced brokers %s: no heartbeat within the session", self.config.node_id, fenced
+                )
+
+    def _leader_imbalance_check_interval_ms(self) -> int | None:
+        if not self.config.get_bool("auto.leader.rebalance.enable"):
+            return None
+        return self.config.get_int("leader.imbalance.check.interval.seconds") * 1000
+
+    async def _balance_leaders(self) -> None:
+        """Run the controller's leader balancing passes when due. A pass only becomes due through a change to
+        the metadata log, so with none due this waits for the next append (or an interval, to look again)."""
+        interval_ms = self._leader_imbalance_check_interval_ms()
+        assert interval_ms is not None
+        while True:
+            due = self.controller.next_leader_balance_ms()
+            if due is None:
+                await self.wait_for_records(self.metadata_log.end_offset, interval_ms)
+                continue
+            await asyncio.sleep(max(due - now_ms(), 0) / 1000)
+            try:
+                moved = self.controller.balance_partition_leaders(now_ms())
+            except Exception:
+                logger.exception("[Controller id=%d] balancing partition leaders failed", self.config.node_id)
+                continue
+            if moved:
+                logger.info(
+                    "[Controller id=%d] moved %d partition leader(s) back to their preferred replicas",
+                    self.config.node_id,
+                    moved,
                 )
 
     # The metadata log, for brokers on this node (in-process) and elsewhere (Fetch).

@@ -1,9 +1,10 @@
 """The controller as a simulated node: the real `Controller` over a real metadata log on the simulated disk.
 
 It serves what brokers ask over the network (registration, heartbeats, AlterPartition, long-polling metadata
-fetches, which wait on the core's `WakingMetadataLog` as the asyncio shell's do) and fences brokers whose session
-expired. A crash loses the session deadlines and the parked fetches; the metadata log is fsynced on every append,
-so a restart replays everything committed.
+fetches, which wait on the core's `WakingMetadataLog` as the asyncio shell's do), fences brokers whose session
+expired and runs the core's leader balancing passes when they are due (auto.leader.rebalance.enable). A crash
+loses the session deadlines, the parked fetches and the pending balancing pass; the metadata log is fsynced on
+every append, so a restart replays everything committed.
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ class SimController(Node):
         self.controller: Controller | None = None
         self._metadata_log: WakingMetadataLog | None = None
         self._recording_log: RecordingMetadataLog | None = None
+        # The due time of the balancing pass a timer is armed for, so each pass gets one timer.
+        self._armed_balance_ms: int | None = None
+        # Leaders the balancing passes moved back to their preferred replicas, over every incarnation.
+        self.leaders_balanced = 0
 
     def on_start(self) -> None:
         self._recording_log = RecordingMetadataLog(self._data_dir)
@@ -52,7 +57,9 @@ class SimController(Node):
         self.controller = Controller(
             self._metadata_log, self._config, self.sim.now, self._cluster_id, new_uuid=self.sim.new_uuid
         )
+        self._armed_balance_ms = None
         self.every(FENCE_CHECK_INTERVAL_MS, self._fence_stale_brokers)
+        self._arm_leader_balance()
 
     def on_crash(self) -> None:
         if self._metadata_log is not None:
@@ -69,6 +76,23 @@ class SimController(Node):
     def _fence_stale_brokers(self) -> None:
         assert self.controller is not None
         self.controller.fence_stale_brokers(self.sim.now)
+        self._arm_leader_balance()
+
+    def _arm_leader_balance(self) -> None:
+        """After anything that may have changed the metadata: a timer for the controller's next balancing pass,
+        if one is due and no timer waits for it yet (a due pass stays due until it runs)."""
+        assert self.controller is not None
+        due = self.controller.next_leader_balance_ms()
+        if due is None or due == self._armed_balance_ms:
+            return
+        self._armed_balance_ms = due
+        self.after(due - self.sim.now, self._balance_leaders)
+
+    def _balance_leaders(self) -> None:
+        assert self.controller is not None
+        self._armed_balance_ms = None
+        self.leaders_balanced += self.controller.balance_partition_leaders(self.sim.now)
+        self._arm_leader_balance()
 
     # Requests (each runs on this node when the message arrives)
 
@@ -80,6 +104,7 @@ class SimController(Node):
         except ControllerError as error:
             respond(error.error_name)
             return
+        self._arm_leader_balance()
         respond(result)
 
     def register(self, request: BrokerRegistrationRequest, respond: Respond) -> None:
@@ -127,11 +152,13 @@ class SimController(Node):
         """An admin's CreateTopics, handed straight to the controller (the run's set-up, not under test)."""
         assert self.controller is not None
         self.controller.create_topic(name, partitions, replication_factor, configs)
+        self._arm_leader_balance()
 
     def allocate_producer_id(self, respond: Respond) -> None:
         """InitProducerId, as a broker would answer it from a block the controller handed out."""
         assert self.controller is not None
         respond(self.controller.allocate_producer_id_block().start)
+        self._arm_leader_balance()
 
     def fetch_metadata(self, request: MetadataFetchRequest, respond: Respond) -> None:
         """Records from the offset asked for, with the log's end offset: at once if there are any, else when the

@@ -42,6 +42,9 @@ class SimConfig:
     converge_ms: int = 120_000
     faults: bool = True
     segment_bytes: int = 2048
+    # leader.imbalance.check.interval.seconds, short so that leaders move back to their preferred replicas
+    # (auto.leader.rebalance.enable) several times a run, between and during faults.
+    leader_imbalance_check_interval_ms: int = 3000
 
 
 @dataclass(slots=True)
@@ -108,7 +111,12 @@ class Cluster:
         self.history = History()
         self.checker = ClusterChecker(self.history)
         self.controller = SimController(
-            self.sim, root / "controller", ControllerConfig(session_timeout_ms=9000), CLUSTER_ID
+            self.sim,
+            root / "controller",
+            ControllerConfig(
+                session_timeout_ms=9000, leader_imbalance_check_interval_ms=config.leader_imbalance_check_interval_ms
+            ),
+            CLUSTER_ID,
         )
         self.brokers: dict[int, SimBroker] = {}
         for broker_id in range(1, config.brokers + 1):
@@ -204,6 +212,14 @@ class Cluster:
                 if replica is None or replica.log.log_end_offset != end or replica.log.high_watermark != end:
                     return False
         return True
+
+    def balanced(self) -> bool:
+        """Every partition led by its preferred replica, as the controller's balancing passes leave a healed
+        cluster (auto.leader.rebalance.enable)."""
+        controller = self.controller.controller
+        if not self.controller.up or controller is None:
+            return False
+        return not controller.partition_leaders_imbalanced()
 
     def _replica(self, broker_id: int, tp: TopicPartition):  # type: ignore[no-untyped-def]
         broker = self.brokers.get(broker_id)
@@ -389,7 +405,7 @@ def _run(cluster: Cluster) -> None:
     for producer in cluster.producers:
         producer.running = False
     cluster.heal()
-    if not _run_until(sim, cluster.converged, config.converge_ms, step):
+    if not _run_until(sim, lambda: cluster.converged() and cluster.balanced(), config.converge_ms, step):
         history.violation("no convergence", f"{config.converge_ms} ms after healing: {cluster.describe()}")
         return
     cluster.final_checks()
@@ -424,6 +440,7 @@ def _result(seed: int, cluster: Cluster) -> RunResult:
             "messages": cluster.network.sent,
             "dropped": cluster.network.dropped,
             "duplicated": cluster.network.duplicated,
+            "leaders balanced": cluster.controller.leaders_balanced,
         },
     )
 
