@@ -61,7 +61,7 @@ def batch_spans(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return positions[:count], sizes[:count]
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _varint(buf: np.ndarray, position: int, end: int) -> tuple[int, int, int]:
     """A zigzag varint/varlong (Kafka's ByteUtils.readVarlong) at `position`: (value, next position, status)."""
     result = np.int64(0)
@@ -81,7 +81,7 @@ def _varint(buf: np.ndarray, position: int, end: int) -> tuple[int, int, int]:
     return ((result >> 1) & 0x7FFFFFFFFFFFFFFF) ^ -(result & 1), position, OK
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _is_utf8(buf: np.ndarray, position: int, end: int) -> bool:
     """Strict UTF-8 (as Python's bytes.decode): no overlong forms, surrogates or code points above U+10FFFF."""
     while position < end:
