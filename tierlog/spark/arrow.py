@@ -73,7 +73,7 @@ _PROBLEMS = {
     record_kernels.NULL_HEADER_KEY: "record {index} has a header with a null key",
     record_kernels.HEADER_KEY_NOT_UTF8: "record {index} has a header key that is not UTF-8",
     record_kernels.RECORD_LENGTH_MISMATCH: "record {index} does not end where its length says",
-    record_kernels.BYTES_AFTER_LAST_RECORD: "{index} bytes follow the last record",
+    record_kernels.BYTES_AFTER_LAST_RECORD: "bytes follow the last record ({index} of them)",
 }
 
 
