@@ -241,3 +241,10 @@ def test_a_batch_declaring_less_than_a_header_is_an_invalid_record_error() -> No
     struct.pack_into(">i", batch, LENGTH_OFFSET, 20)
     with pytest.raises(InvalidRecordError, match=r"^batch at 0 declares size 32, less than its header$"):
         record_batches_to_arrow(bytes(batch), "t", 0, 0, 100, False)
+
+
+@pytest.mark.parametrize("wrap", [bytes, bytearray, lambda b: memoryview(bytearray(b))])
+def test_any_buffer_of_batches_is_read_as_bytes_are(wrap: object) -> None:
+    data = build_batch([(b"k", b"v", [("h", b"x")], 5)], base_offset=3)
+    expected = aiokafka_to_arrow(data, "t", 1, 0, 10, True)
+    assert record_batches_to_arrow(wrap(data), "t", 1, 0, 10, True).equals(expected)  # type: ignore[operator]

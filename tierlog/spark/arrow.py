@@ -108,6 +108,9 @@ def record_batches_to_arrow(
     the records of a batch in the range do not decompress or do not parse.
     """
     buffer = np.frombuffer(data, np.uint8)
+    # Read-only whatever `data` is (bytes, a bytearray's memoryview): numba compiles, and caches, one version
+    # of each kernel per array type, and a writable one would cost a second compile.
+    buffer.flags.writeable = False
     positions, sizes = record_kernels.batch_spans(buffer)
     if len(sizes) and sizes[-1] < RECORD_BATCH_OVERHEAD:
         raise InvalidRecordError(f"batch at {positions[-1]} declares size {sizes[-1]}, less than its header")
