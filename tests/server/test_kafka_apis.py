@@ -123,6 +123,22 @@ def test_elect_leaders_names_each_partition_needing_no_election_or_unknown(tmp_p
     run_with_broker(tmp_path, test)
 
 
+def test_elect_leaders_answers_every_partition_of_a_topic_named_twice(tmp_path: Path) -> None:
+    async def test(apis: KafkaApis) -> None:
+        request = elect_leaders_v2.ElectLeadersRequest(
+            election_type=0,
+            topic_partitions=(
+                elect_leaders_v2.TopicPartitions(topic="events", partitions=(0,)),
+                elect_leaders_v2.TopicPartitions(topic="events", partitions=(1,)),
+            ),
+        )
+        assert _results(await call(apis, API_ELECT_LEADERS, 2, request)) == {
+            "events": [(0, ErrorCode.election_not_needed), (1, ErrorCode.election_not_needed)]
+        }
+
+    run_with_broker(tmp_path, test)
+
+
 def test_elect_leaders_of_every_partition_leaves_out_those_needing_none_and_v0_is_preferred(tmp_path: Path) -> None:
     async def test(apis: KafkaApis) -> None:
         request = elect_leaders_v0.ElectLeadersRequest(topic_partitions=None)

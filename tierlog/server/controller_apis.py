@@ -196,9 +196,11 @@ class ControllerApis:
         Kafka's ElectLeadersRequest.getErrorResponse answers."""
         s = self._schema(request)
         body = request.body
-        requested = (
-            None if body.topic_partitions is None else {t.topic: list(t.partitions) for t in body.topic_partitions}
-        )
+        requested: dict[str, list[int]] | None = None
+        if body.topic_partitions is not None:
+            requested = {}
+            for t in body.topic_partitions:  # a topic named twice keeps the partitions of both entries
+                requested.setdefault(t.topic, []).extend(t.partitions)
         try:
             results = self.controller.elect_leaders(getattr(body, "election_type", PREFERRED_ELECTION), requested)
             error = None
