@@ -29,6 +29,11 @@ class ControllerServer:
         self._balance_task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
+        balance_interval_ms = (
+            self.config.get_int("leader.imbalance.check.interval.seconds") * 1000
+            if self.config.get_bool("auto.leader.rebalance.enable")
+            else None
+        )
         self.metadata_log = WakingMetadataLog(DiskMetadataLog(self.config.metadata_log_dir))
         self.controller = Controller(
             self.metadata_log,
@@ -36,13 +41,15 @@ class ControllerServer:
                 session_timeout_ms=self.config.get_int("broker.session.timeout.ms"),
                 unclean_leader_election_enable=self.config.get_bool("unclean.leader.election.enable"),
                 remote_storage_system_enable=self.config.remote_storage_system_enable,
-                leader_imbalance_check_interval_ms=self._leader_imbalance_check_interval_ms(),
+                leader_imbalance_check_interval_ms=balance_interval_ms,
             ),
             now_ms(),
         )
         self._session_task = asyncio.create_task(self._expire_sessions(), name="controller-sessions")
-        if self.config.get_bool("auto.leader.rebalance.enable"):
-            self._balance_task = asyncio.create_task(self._balance_leaders(), name="controller-leader-balance")
+        if balance_interval_ms is not None:
+            self._balance_task = asyncio.create_task(
+                self._balance_leaders(balance_interval_ms), name="controller-leader-balance"
+            )
         logger.info(
             "[Controller id=%d] started: metadata log at offset %d, cluster id %s",
             self.config.node_id,
@@ -79,16 +86,9 @@ class ControllerServer:
                     "[Controller id=%d] fenced brokers %s: no heartbeat within the session", self.config.node_id, fenced
                 )
 
-    def _leader_imbalance_check_interval_ms(self) -> int | None:
-        if not self.config.get_bool("auto.leader.rebalance.enable"):
-            return None
-        return self.config.get_int("leader.imbalance.check.interval.seconds") * 1000
-
-    async def _balance_leaders(self) -> None:
+    async def _balance_leaders(self, interval_ms: int) -> None:
         """Run the controller's leader balancing passes when due. A pass only becomes due through a change to
         the metadata log, so with none due this waits for the next append (or an interval, to look again)."""
-        interval_ms = self._leader_imbalance_check_interval_ms()
-        assert interval_ms is not None
         while True:
             due = self.controller.next_leader_balance_ms()
             if due is None:
