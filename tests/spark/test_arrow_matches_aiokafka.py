@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import datetime
 import struct
+import subprocess
+import sys
 
 import pyarrow as pa
 import pytest
@@ -248,3 +250,10 @@ def test_any_buffer_of_batches_is_read_as_bytes_are(wrap: object) -> None:
     data = build_batch([(b"k", b"v", [("h", b"x")], 5)], base_offset=3)
     expected = aiokafka_to_arrow(data, "t", 1, 0, 10, True)
     assert record_batches_to_arrow(wrap(data), "t", 1, 0, 10, True).equals(expected)  # type: ignore[operator]
+
+
+def test_the_source_imports_numba_only_when_records_are_converted() -> None:
+    # The driver plans queries and writers write: neither converts records, so neither pays numba's import.
+    code = "import sys, tierlog.spark.source; print('numba' in sys.modules)"
+    imported = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert imported.stdout.strip() == "False", imported.stderr
