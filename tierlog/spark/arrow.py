@@ -206,12 +206,15 @@ def _decode(
         raise InvalidRecordError(
             f"batch at offset {headers['base_offset'][section]} has undecodable records: {problem}"
         )
+    # Milliseconds to Spark's microseconds in one vectorised step, in place (rows only: the pages past them
+    # were never written, and stay unallocated).
+    timestamps = timestamps[:rows]
+    timestamps *= 1000
     columns = [
         _binary_array(pa.binary(), rows, key_valid, key_offsets, key_data),
         _binary_array(pa.binary(), rows, value_valid, value_offsets, value_data),
         pa.array(offsets[:rows], pa.int64()),
-        # Milliseconds to Spark's microseconds in one vectorised step.
-        pa.Array.from_buffers(TIMESTAMP_TYPE, rows, [None, pa.py_buffer(timestamps[:rows] * 1000)]),
+        pa.Array.from_buffers(TIMESTAMP_TYPE, rows, [None, pa.py_buffer(timestamps)]),
         pa.array(timestamp_types[:rows], pa.int32()),
     ]
     if include_headers:
