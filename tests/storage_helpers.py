@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from tierlog.common import TopicPartition
+from tierlog.records.codec import decode_records
 from tierlog.records.record_batch import iter_batches, set_base_offset, set_partition_leader_epoch
 from tierlog.storage.file_records import FetchDataInfo
 from tierlog.storage.log import Log
@@ -86,8 +87,8 @@ def records_of(data: bytes | bytearray) -> list[tuple[int, int, bytes | None]]:
     """(offset, timestamp, value) of every record in a buffer of whole batches."""
     out = []
     for header in iter_batches(data):
-        batch = DefaultRecordBatch(bytes(data[header.position : header.position + header.size_in_bytes]))
-        out.extend((r.offset, r.timestamp, r.value) for r in batch)
+        batch = data[header.position : header.position + header.size_in_bytes]
+        out.extend((r.offset, r.timestamp, r.value) for r in decode_records(batch, header))
     return out
 
 

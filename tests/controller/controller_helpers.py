@@ -53,6 +53,20 @@ def heartbeat(
     )
 
 
+def fence(controller: Controller, node: int, now_ms: int = 0) -> None:
+    heartbeat(controller, node, now_ms, want_fence=True)
+
+
+def offline_after_fencing_both(controller: Controller, topic_config: dict[str, str] | None = None) -> None:
+    """events-0 on [1, 2]: 2 leaves the ISR, comes back unfenced but out of sync, then leader 1 is fenced."""
+    controller.create_topic("events", 1, 2, topic_config or {})
+    fence(controller, 2)
+    assert state(controller) == (1, [1], 0, 1)
+    heartbeat(controller, 2, 0)
+    assert state(controller) == (1, [1], 0, 1), "unfencing does not put a broker back into the ISR"
+    fence(controller, 1)
+
+
 def partition(controller: Controller, topic: str = "events", partition_id: int = 0) -> PartitionRegistration:
     found = controller.topic(topic)
     assert found is not None, f"no topic {topic}"

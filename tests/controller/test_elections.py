@@ -5,23 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from controller_helpers import heartbeat, new_controller, state
-
-from tierlog.controller.controller import Controller
-
-
-def fence(controller: Controller, node: int) -> None:
-    heartbeat(controller, node, 0, want_fence=True)
-
-
-def offline_after_fencing_both(controller: Controller) -> None:
-    """events-0 on [1, 2]: 2 leaves the ISR, comes back unfenced but out of sync, then leader 1 is fenced."""
-    controller.create_topic("events", 1, 2, {})
-    fence(controller, 2)
-    assert state(controller) == (1, [1], 0, 1)
-    heartbeat(controller, 2, 0)
-    assert state(controller) == (1, [1], 0, 1), "unfencing does not put a broker back into the ISR"
-    fence(controller, 1)
+from controller_helpers import fence, heartbeat, new_controller, offline_after_fencing_both, state
 
 
 def test_the_first_live_isr_member_in_assignment_order_takes_over(tmp_path: Path) -> None:
@@ -74,19 +58,13 @@ def test_unclean_election_by_the_controller_default(tmp_path: Path) -> None:
 
 def test_unclean_election_by_topic_override(tmp_path: Path) -> None:
     controller = new_controller(tmp_path, nodes=(1, 2))
-    controller.create_topic("events", 1, 2, {"unclean.leader.election.enable": "true"})
-    fence(controller, 2)
-    heartbeat(controller, 2, 0)
-    fence(controller, 1)
+    offline_after_fencing_both(controller, {"unclean.leader.election.enable": "true"})
     assert state(controller) == (2, [2], 1, 2)
 
 
 def test_a_topic_override_can_refuse_unclean_election(tmp_path: Path) -> None:
     controller = new_controller(tmp_path, nodes=(1, 2), unclean_leader_election_enable=True)
-    controller.create_topic("events", 1, 2, {"unclean.leader.election.enable": "false"})
-    fence(controller, 2)
-    heartbeat(controller, 2, 0)
-    fence(controller, 1)
+    offline_after_fencing_both(controller, {"unclean.leader.election.enable": "false"})
     assert state(controller) == (-1, [1], 1, 2)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from controller_helpers import heartbeat, new_controller, restart, state
+from controller_helpers import fence, heartbeat, new_controller, offline_after_fencing_both, restart, state
 
 from tierlog.controller import controller as controller_module
 from tierlog.controller.controller import (
@@ -23,10 +23,6 @@ from tierlog.metadata.records import PartitionRecord
 
 INTERVAL_MS = 300_000
 NOT_NEEDED = PartitionElectionResult(0, "ELECTION_NOT_NEEDED", "Leader election not needed for topic partition.")
-
-
-def fence(controller: Controller, node: int, now_ms: int = 0) -> None:
-    heartbeat(controller, node, now_ms, want_fence=True)
 
 
 def rejoin(controller: Controller, node: int, now_ms: int = 0) -> None:
@@ -140,10 +136,7 @@ def test_an_empty_request_elects_nothing(tmp_path: Path) -> None:
 
 def test_an_unclean_election_brings_an_offline_partition_back_whatever_the_topic_says(tmp_path: Path) -> None:
     controller = new_controller(tmp_path, nodes=(1, 2))
-    controller.create_topic("events", 1, 2, {"unclean.leader.election.enable": "false"})
-    fence(controller, 2)
-    heartbeat(controller, 2, 0)
-    fence(controller, 1)
+    offline_after_fencing_both(controller, {"unclean.leader.election.enable": "false"})
     assert state(controller) == (-1, [1], 1, 2)
     assert controller.elect_leaders(UNCLEAN_ELECTION, {"events": [0]}) == {"events": [PartitionElectionResult(0)]}
     assert state(controller) == (2, [2], 2, 3)

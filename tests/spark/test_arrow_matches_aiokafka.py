@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import datetime
 import struct
+import subprocess
+import sys
 
 import pyarrow as pa
 import pytest
@@ -30,6 +32,7 @@ from tierlog.records.record_batch import (
     read_header,
     set_log_append_time,
 )
+from tierlog.spark import record_kernels
 from tierlog.spark.arrow import HEADERS_TYPE, TIMESTAMP_TYPE, record_batches_to_arrow, schema
 
 
@@ -243,8 +246,20 @@ def test_a_batch_declaring_less_than_a_header_is_an_invalid_record_error() -> No
         record_batches_to_arrow(bytes(batch), "t", 0, 0, 100, False)
 
 
-@pytest.mark.parametrize("wrap", [bytes, bytearray, lambda b: memoryview(bytearray(b))])
-def test_any_buffer_of_batches_is_read_as_bytes_are(wrap: object) -> None:
+def test_any_buffer_of_batches_is_read_as_bytes_are_by_one_compiled_version_of_each_kernel() -> None:
     data = build_batch([(b"k", b"v", [("h", b"x")], 5)], base_offset=3)
     expected = aiokafka_to_arrow(data, "t", 1, 0, 10, True)
-    assert record_batches_to_arrow(wrap(data), "t", 1, 0, 10, True).equals(expected)  # type: ignore[operator]
+    for wrap in (bytes, bytearray, lambda b: memoryview(bytearray(b))):
+        assert record_batches_to_arrow(wrap(data), "t", 1, 0, 10, True).equals(expected)  # type: ignore[operator]
+        compressed = build_batch([(b"k", b"v", [("h", b"x")], 5)], base_offset=3, compression=CompressionType.GZIP)
+        assert record_batches_to_arrow(wrap(compressed), "t", 1, 0, 10, True).equals(expected)  # type: ignore[operator]
+    # A second version (a writable array, say) would be compiled on a Spark worker's first batch: seconds.
+    assert len(record_kernels.batch_spans.signatures) == 1
+    assert len(record_kernels.decode_sections.signatures) == 1
+
+
+def test_the_source_imports_numba_only_when_records_are_converted() -> None:
+    # The driver plans queries and writers write: neither converts records, so neither pays numba's import.
+    code = "import sys, tierlog.spark.source; print('numba' in sys.modules)"
+    imported = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert imported.stdout.strip() == "False", imported.stderr

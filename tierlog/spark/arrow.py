@@ -24,8 +24,6 @@ from tierlog.records.record_batch import (
     InvalidRecordError,
     read_header,
 )
-from tierlog.spark import record_kernels
-from tierlog.spark.record_kernels import MIN_HEADER_BYTES, MIN_RECORD_BYTES
 
 # Spark's TimestampType travels through Arrow as microseconds in UTC.
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
@@ -65,17 +63,6 @@ _HEADER_BYTES = np.arange(RECORD_BATCH_OVERHEAD)
 # Arrow's binary and string columns have int32 offsets.
 _MAX_COLUMN_BYTES = 2**31 - 1
 
-_PROBLEMS = {
-    record_kernels.RUNS_PAST_END: "record {index} runs past the end of the records",
-    record_kernels.VARINT_TOO_LONG: "record {index} has a varint longer than 10 bytes",
-    record_kernels.NEGATIVE_RECORD_COUNT: "negative record count",
-    record_kernels.NEGATIVE_HEADER_COUNT: "record {index} has a negative header count",
-    record_kernels.NULL_HEADER_KEY: "record {index} has a header with a null key",
-    record_kernels.HEADER_KEY_NOT_UTF8: "record {index} has a header key that is not UTF-8",
-    record_kernels.RECORD_LENGTH_MISMATCH: "record {index} does not end where its length says",
-    record_kernels.BYTES_AFTER_LAST_RECORD: "bytes follow the last record ({index} of them)",
-}
-
 
 def schema(include_headers: bool) -> pa.Schema:
     fields = list(_BASE_FIELDS)
@@ -107,6 +94,10 @@ def record_batches_to_arrow(
     a reader and are skipped, as Kafka consumers skip them. Raises InvalidRecordError, naming the batch, if
     the records of a batch in the range do not decompress or do not parse.
     """
+    # numba takes a third of a second to import: only the processes that convert records (Spark's readers)
+    # pay for it, not the driver that plans the query, nor a writer.
+    from tierlog.spark import record_kernels
+
     buffer = np.frombuffer(data, np.uint8)
     # Read-only whatever `data` is (bytes, a bytearray's memoryview): numba compiles, and caches, one version
     # of each kernel per array type, and a writable one would cost a second compile.
@@ -163,14 +154,16 @@ def _decode(
     include_headers: bool,
 ) -> list[pa.Array]:
     """The key, value, offset, timestamp, timestampType (and headers) columns of the records in the sections."""
+    from tierlog.spark import record_kernels
+
     section_lengths = section_ends - section_starts
     total_bytes = int(section_lengths.sum())
     if total_bytes > _MAX_COLUMN_BYTES:
         raise ValueError(f"{total_bytes} bytes of records in one Arrow batch; Arrow's binary columns hold 2 GiB")
     records_counts = headers["records_count"].astype(np.int64)
     # Room for every record and byte the sections can hold; numpy leaves the pages never written unallocated.
-    capacity = int(np.minimum(np.maximum(records_counts, 0), section_lengths // MIN_RECORD_BYTES).sum())
-    header_capacity = total_bytes // MIN_HEADER_BYTES if include_headers else 0
+    capacity = int(np.minimum(np.maximum(records_counts, 0), section_lengths // record_kernels.MIN_RECORD_BYTES).sum())
+    header_capacity = total_bytes // record_kernels.MIN_HEADER_BYTES if include_headers else 0
     header_bytes = total_bytes if include_headers else 0
     offsets = np.empty(capacity, np.int64)
     timestamps = np.empty(capacity, np.int64)
@@ -209,16 +202,19 @@ def _decode(
         header_value_data,
     )
     if status != record_kernels.OK:
-        problem = _PROBLEMS[status].format(index=index)
+        problem = record_kernels.PROBLEMS[status].format(index=index)
         raise InvalidRecordError(
             f"batch at offset {headers['base_offset'][section]} has undecodable records: {problem}"
         )
+    # Milliseconds to Spark's microseconds in one vectorised step, in place (rows only: the pages past them
+    # were never written, and stay unallocated).
+    timestamps = timestamps[:rows]
+    timestamps *= 1000
     columns = [
         _binary_array(pa.binary(), rows, key_valid, key_offsets, key_data),
         _binary_array(pa.binary(), rows, value_valid, value_offsets, value_data),
         pa.array(offsets[:rows], pa.int64()),
-        # Milliseconds to Spark's microseconds in one vectorised step.
-        pa.Array.from_buffers(TIMESTAMP_TYPE, rows, [None, pa.py_buffer(timestamps[:rows] * 1000)]),
+        pa.Array.from_buffers(TIMESTAMP_TYPE, rows, [None, pa.py_buffer(timestamps)]),
         pa.array(timestamp_types[:rows], pa.int32()),
     ]
     if include_headers:

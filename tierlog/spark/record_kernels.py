@@ -23,6 +23,17 @@ NULL_HEADER_KEY = 5
 HEADER_KEY_NOT_UTF8 = 6
 RECORD_LENGTH_MISMATCH = 7
 BYTES_AFTER_LAST_RECORD = 8
+# What each status but OK says of the batch, `index` the record (or the trailing bytes' count).
+PROBLEMS = {
+    RUNS_PAST_END: "record {index} runs past the end of the records",
+    VARINT_TOO_LONG: "record {index} has a varint longer than 10 bytes",
+    NEGATIVE_RECORD_COUNT: "negative record count",
+    NEGATIVE_HEADER_COUNT: "record {index} has a negative header count",
+    NULL_HEADER_KEY: "record {index} has a header with a null key",
+    HEADER_KEY_NOT_UTF8: "record {index} has a header key that is not UTF-8",
+    RECORD_LENGTH_MISMATCH: "record {index} does not end where its length says",
+    BYTES_AFTER_LAST_RECORD: "bytes follow the last record ({index} of them)",
+}
 
 # Smallest encodings: a record is a length, attributes, timestamp delta, offset delta, key length, value length
 # and header count (one byte each at least); a header is a key length and a value length.
