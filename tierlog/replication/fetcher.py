@@ -327,9 +327,13 @@ class ReplicaFetcher:
             state.remote_build = RemoteLogAuxStateBuild(log_start_offset, local_start, local_start_epoch, target_epoch)
 
     def on_list_offsets_failed(self, tp: TopicPartition, error: str, now_ms: int) -> None:
-        """The leader refused the ListOffsets (leadership moving, ...): back off and ask again."""
+        """The leader refused the ListOffsets for `tp` (leadership moving, ...): `tp` backs off and asks again.
+        As Kafka delays only the partitions in error, the leader's other partitions go on fetching."""
         logger.info("[ReplicaFetcher leader=%d] %s: ListOffsets failed with %s", self.source_broker_id, tp, error)
-        self.on_fetch_failed(now_ms)
+        state = self.partitions.get(tp)
+        if state is not None:
+            state.remote_build = None
+            state.delayed_until_ms = now_ms + self.config.backoff_ms
 
     def on_leader_offsets(
         self, tp: TopicPartition, leader_log_start_offset: int, leader_log_end_offset: int, now_ms: int
