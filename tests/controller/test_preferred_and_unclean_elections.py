@@ -225,3 +225,15 @@ def test_a_pass_moves_at_most_its_cap_and_the_next_one_follows_at_once(
     assert controller.balance_partition_leaders(INTERVAL_MS + 10) == 1
     assert [p.leader for p in topic.partitions] == [1, 2] * 3
     assert controller.next_leader_balance_ms() is None
+
+
+def test_a_pass_that_hit_its_cap_and_left_leaders_balanced_does_not_hurry_a_later_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(controller_module, "MAX_ELECTIONS_PER_IMBALANCE", 1)
+    controller = led_by_2_after_a_restart_of_1(tmp_path, leader_imbalance_check_interval_ms=INTERVAL_MS)
+    assert controller.balance_partition_leaders(INTERVAL_MS) == 1
+    assert controller.next_leader_balance_ms() is None
+    # A later imbalance gets the whole check interval, not the hurried follow-up of a capped pass.
+    fence(controller, 1, now_ms=2 * INTERVAL_MS)
+    assert controller.next_leader_balance_ms() == 3 * INTERVAL_MS

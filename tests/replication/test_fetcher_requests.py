@@ -3,12 +3,13 @@ at a time, and the answers move it on; the asyncio shell and the simulator only 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 from replication_helpers import NOW, TP, Cluster
 
-from tierlog.common import Idle
+from tierlog.common import Idle, TopicPartition
 from tierlog.replication.fetcher import (
     BUILDING_REMOTE_LOG_AUX_STATE,
     FETCHING,
@@ -44,11 +45,20 @@ def test_an_out_of_range_partition_asks_for_the_leaders_log_range_before_it_fetc
     assert isinstance(request, FetchRequestData) and request.partitions[0].fetch_offset == 0
 
 
-def test_a_refused_list_offsets_backs_the_leaders_partitions_off(tmp_path: Path) -> None:
+def test_a_refused_list_offsets_backs_only_its_partition_off(tmp_path: Path) -> None:
     fetcher = follower_fetcher(tmp_path)
+    # A second partition from the same leader (its fetch state and log borrowed from the first).
+    other = TopicPartition(TP.topic, 1)
+    fetcher.partitions[other] = dataclasses.replace(fetcher.partitions[TP])
+    partition_of = fetcher._partition_of
+    fetcher._partition_of = lambda tp: partition_of(TP)
     answer_fetch_with(fetcher, "OFFSET_OUT_OF_RANGE")
     fetcher.on_list_offsets_failed(TP, "NOT_LEADER_OR_FOLLOWER", NOW)
     assert fetcher.partitions[TP].delayed_until_ms == NOW + fetcher.config.backoff_ms
+    # The leader's other partitions fetch on.
+    request = fetcher.poll(NOW)
+    assert isinstance(request, FetchRequestData)
+    assert [p.topic_partition for p in request.partitions] == [other]
 
 
 def test_with_nothing_to_fetch_the_fetcher_idles_until_a_backoff_ends_or_briefly(tmp_path: Path) -> None:

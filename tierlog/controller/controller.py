@@ -134,7 +134,6 @@ class Controller:
         # When the next leader balancing pass is due (QuorumController's deferred maybeBalancePartitionLeaders):
         # set by the first change that leaves some partition led by another than its preferred replica.
         self._leader_balance_due_ms: int | None = None
-        self._balance_again_at_once = False
         self.metadata = ClusterMetadata()
         for offset, record in metadata_log.records_from(0):
             self.metadata.apply(offset, record)
@@ -150,7 +149,7 @@ class Controller:
         self._session_deadlines = {broker_id: now_ms + config.session_timeout_ms for broker_id in self.metadata.brokers}
         # A controller taking over schedules a pass for the imbalance its predecessor left, as Kafka's does when
         # it becomes active.
-        self._schedule_leader_balance()
+        self._schedule_leader_balance(self.partition_leaders_imbalanced())
 
     def topic(self, name: str) -> TopicMetadata | None:
         return self.metadata.topics.get(name)
@@ -170,7 +169,11 @@ class Controller:
         first_offset = self.metadata_log.append(records, self._now_ms)
         for index, record in enumerate(records):
             self.metadata.apply(first_offset + index, record)
-        self._schedule_leader_balance()
+        # While no pass is due every partition has its preferred leader, so only a partition these records
+        # touch can have left it: no scan of every partition on every commit (AlterPartition, heartbeats).
+        self._schedule_leader_balance(
+            any(isinstance(r, PartitionRecord) and r.leader != r.replicas[0] for r in records)
+        )
 
     # Brokers
 
@@ -484,7 +487,6 @@ class Controller:
         leader.imbalance.per.broker.percentage plays no part, as in Kafka's KRaft controller: one partition
         off its preferred replica is imbalance enough."""
         self._advance_clock(now_ms)
-        self._leader_balance_due_ms = None
         live = self._live_brokers()
         records: list[MetadataRecord] = []
         for topic in self.metadata.topics.values():
@@ -497,20 +499,22 @@ class Controller:
                 change = _partition_change(topic.topic_id, partition_id, current, leader=leader, isr=current.isr)
                 if change is not None:
                     records.append(change)
-        self._balance_again_at_once = len(records) >= MAX_ELECTIONS_PER_IMBALANCE
         self._commit(records)
-        # Still imbalanced (a preferred replica not back in the ISR yet): look again an interval later.
-        self._schedule_leader_balance()
+        # Still imbalanced (a preferred replica not back in the ISR yet): look again an interval later, or at
+        # once when this pass hit its cap.
+        self._leader_balance_due_ms = None
+        self._schedule_leader_balance(
+            self.partition_leaders_imbalanced(), at_once=len(records) >= MAX_ELECTIONS_PER_IMBALANCE
+        )
         return len(records)
 
-    def _schedule_leader_balance(self) -> None:
-        """After every change, as QuorumController after every write: if leaders are imbalanced and no pass
-        is due yet, one is due a check interval from now (or at once when the last pass hit its cap)."""
+    def _schedule_leader_balance(self, imbalanced: bool, *, at_once: bool = False) -> None:
+        """As QuorumController after every write: if leaders are imbalanced and no pass is due yet, one is
+        due a check interval from now (or at once after a pass that hit its cap)."""
         interval_ms = self._config.leader_imbalance_check_interval_ms
-        if interval_ms is None or self._leader_balance_due_ms is not None or not self.partition_leaders_imbalanced():
+        if interval_ms is None or self._leader_balance_due_ms is not None or not imbalanced:
             return
-        delay_ms = _IMMEDIATE_BALANCE_DELAY_MS if self._balance_again_at_once else interval_ms
-        self._leader_balance_due_ms = self._now_ms + delay_ms
+        self._leader_balance_due_ms = self._now_ms + (_IMMEDIATE_BALANCE_DELAY_MS if at_once else interval_ms)
 
     # Topics
 

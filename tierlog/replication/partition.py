@@ -392,26 +392,10 @@ class Partition:
         high_watermark = log.high_watermark
         # Without transactions every offset below the HW is stable, so LSO == HW.
         last_stable_offset = high_watermark
-
-        def answer(
-            records: FileSlice | None,
-            diverging_epoch: tuple[int, int] | None = None,
-            remote_fetch: RemoteFetchInfo | None = None,
-        ) -> LogReadResult:
-            return LogReadResult(
-                records=records,
-                high_watermark=high_watermark,
-                last_stable_offset=last_stable_offset,
-                log_start_offset=log.log_start_offset,
-                log_end_offset=log.log_end_offset,
-                diverging_epoch=diverging_epoch,
-                remote_fetch=remote_fetch,
-            )
-
         if last_fetched_epoch >= 0:
             epoch, end_offset = log.leader_epoch_cache.end_offset_for(last_fetched_epoch, log.log_end_offset)
             if epoch < last_fetched_epoch or end_offset < fetch_offset:
-                return answer(None, diverging_epoch=(epoch, end_offset))
+                return self._read_result(None, high_watermark, diverging_epoch=(epoch, end_offset))
         max_offset: int | None = None
         if replica_id < 0:
             max_offset = last_stable_offset if isolation_level == READ_COMMITTED else high_watermark
@@ -421,8 +405,9 @@ class Partition:
             if replica_id >= 0:
                 # Followers replicate only local data and rebuild the rest (docs/tiered-storage.md#follower-rebuild).
                 raise
-            return answer(
+            return self._read_result(
                 None,
+                high_watermark,
                 remote_fetch=RemoteFetchInfo(
                     self.topic_id,
                     fetch_offset,
@@ -431,7 +416,27 @@ class Partition:
                     log.leader_epoch_cache.epoch_for_offset(fetch_offset),
                 ),
             )
-        return answer(data.records)
+        return self._read_result(data.records, high_watermark)
+
+    def _read_result(
+        self,
+        records: FileSlice | None,
+        high_watermark: int,
+        *,
+        diverging_epoch: tuple[int, int] | None = None,
+        remote_fetch: RemoteFetchInfo | None = None,
+    ) -> LogReadResult:
+        """A read's answer with the log's offsets; the HW is the one the read was bounded by (LSO == HW)."""
+        log = self.log
+        return LogReadResult(
+            records=records,
+            high_watermark=high_watermark,
+            last_stable_offset=high_watermark,
+            log_start_offset=log.log_start_offset,
+            log_end_offset=log.log_end_offset,
+            diverging_epoch=diverging_epoch,
+            remote_fetch=remote_fetch,
+        )
 
     def update_follower_fetch_state(
         self,
