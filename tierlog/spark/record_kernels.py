@@ -93,6 +93,18 @@ def _varint(buf: np.ndarray, position: int, end: int) -> tuple[int, int, int]:
 
 
 @njit(cache=True)
+def _nullable_bytes(buf: np.ndarray, position: int, end: int) -> tuple[int, int, int, int]:
+    """A varint length and that many bytes (none for -1, null) at `position`: (length, where the bytes start,
+    next position, status)."""
+    length, position, status = _varint(buf, position, end)
+    if status != OK:
+        return 0, position, position, status
+    if length > end - position:
+        return 0, position, position, RUNS_PAST_END
+    return length, position, position + max(length, 0), OK
+
+
+@njit(cache=True)
 def _is_utf8(buf: np.ndarray, position: int, end: int) -> bool:
     """Strict UTF-8 (as Python's bytes.decode): no overlong forms, surrogates or code points above U+10FFFF."""
     while position < end:
@@ -194,22 +206,12 @@ def decode_sections(
             offset_delta, position, status = _varint(buf, position, end)
             if status != OK:
                 return status, section, index, row
-            key_length, position, status = _varint(buf, position, end)
+            key_length, key_start, position, status = _nullable_bytes(buf, position, end)
             if status != OK:
                 return status, section, index, row
-            key_start = position
-            if key_length > end - position:
-                return RUNS_PAST_END, section, index, row
-            if key_length > 0:
-                position += key_length
-            value_length, position, status = _varint(buf, position, end)
+            value_length, value_start, position, status = _nullable_bytes(buf, position, end)
             if status != OK:
                 return status, section, index, row
-            value_start = position
-            if value_length > end - position:
-                return RUNS_PAST_END, section, index, row
-            if value_length > 0:
-                position += value_length
             header_count, position, status = _varint(buf, position, end)
             if status != OK:
                 return status, section, index, row
@@ -230,14 +232,9 @@ def decode_sections(
                 # Header keys are strings: every record's, kept or not, must decode (as aiokafka's reader did).
                 if not _is_utf8(buf, header_key_start, position):
                     return HEADER_KEY_NOT_UTF8, section, index, row
-                header_value_length, position, status = _varint(buf, position, end)
+                header_value_length, header_value_start, position, status = _nullable_bytes(buf, position, end)
                 if status != OK:
                     return status, section, index, row
-                if header_value_length > end - position:
-                    return RUNS_PAST_END, section, index, row
-                header_value_start = position
-                if header_value_length > 0:
-                    position += header_value_length
                 if keep and include_headers:
                     header_key_data[header_key_bytes : header_key_bytes + header_key_length] = buf[
                         header_key_start : header_key_start + header_key_length
