@@ -18,6 +18,7 @@ import socket
 
 from kio.static.protocol import RequestPayload, ResponsePayload
 
+from tierlog.client.security import PLAINTEXT, ClientSecurity
 from tierlog.client.wire import MAX_RESPONSE_BYTES, MalformedResponseError, decode_response, encode_request
 from tierlog.protocol.framing import SIZE_PREFIX, FramingError, TruncatedFrame, check_frame_size, read_frame
 
@@ -47,8 +48,12 @@ class KafkaConnection:
         self._closed = False
 
     @classmethod
-    async def open(cls, host: str, port: int, *, client_id: str, timeout_s: float) -> KafkaConnection:
+    async def open(
+        cls, host: str, port: int, *, client_id: str, timeout_s: float, security: ClientSecurity = PLAINTEXT
+    ) -> KafkaConnection:
         address = f"{host}:{port}"
+        if security.protocol != "PLAINTEXT":
+            raise KafkaConnectionError(f"connect to {address}: security.protocol={security.protocol} is not supported")
         try:
             async with asyncio.timeout(timeout_s):
                 reader, writer = await asyncio.open_connection(host, port)

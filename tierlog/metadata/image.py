@@ -50,6 +50,16 @@ class TopicMetadata:
         return self.name.startswith("__")
 
 
+@dataclass(frozen=True, slots=True)
+class ScramCredential:
+    """A user's SCRAM credential for one mechanism (RFC 5802): what the server keeps instead of the password."""
+
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+
 @dataclass(slots=True)
 class BrokerRegistration:
     broker_id: int
@@ -69,6 +79,8 @@ class ClusterMetadata:
     brokers: dict[int, BrokerRegistration] = field(default_factory=dict)
     # Dynamic broker configs by resource name: a broker id, or "" for the cluster-wide default.
     broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    # SCRAM credentials by (user name, mechanism name: "SCRAM-SHA-256" or "SCRAM-SHA-512").
+    scram_credentials: dict[tuple[str, str], ScramCredential] = field(default_factory=dict)
     # Start of the next block of producer ids handed to a broker.
     next_producer_id: int = 0
     # Offset of the last record applied; -1 before the first.

@@ -9,22 +9,8 @@ takes AclEntry.supportedOperations of the resource type and sets one bit per Acl
 from __future__ import annotations
 
 from collections.abc import Iterable
-from enum import IntEnum
 
-
-class AclOperation(IntEnum):
-    """Kafka's AclOperation codes (UNKNOWN 0, ANY 1 and ALL 2 never appear in a bit field)."""
-
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
+from tierlog.security.acl import AclOperation
 
 
 def to_32_bit_field(operations: Iterable[AclOperation]) -> int:
