@@ -46,6 +46,8 @@ def test_table_is_the_agreed_one() -> None:
         "DescribeGroups": (0, 5),
         "DeleteGroups": (0, 2),
         "OffsetDelete": (0, 0),
+        "DescribeUserScramCredentials": (0, 0),
+        "AlterUserScramCredentials": (0, 0),
         "AlterPartition": (2, 3),
         "BrokerRegistration": (0, 4),
         "BrokerHeartbeat": (0, 1),
