@@ -80,12 +80,11 @@ def set_(name: str, mechanism: str, iterations: int, password_stdin: bool, clien
         password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
     if not password:
         raise CliError("the password must not be empty")
-    canonical = mechanism.upper()
     upsertion = UserScramCredentialUpsertion(
-        name, ScramCredentialInfo(MECHANISMS[canonical], iterations), password.encode()
+        name, ScramCredentialInfo(MECHANISMS[mechanism], iterations), password.encode()
     )
-    _alter(upsertion, f"{canonical} credential of user {name!r}", client)
-    click.echo(f"{canonical} credential of user {name!r} set ({iterations} iterations)")
+    _alter(upsertion, f"{mechanism} credential of user {name!r}", client)
+    click.echo(f"{mechanism} credential of user {name!r} set ({iterations} iterations)")
 
 
 @scram.command()
@@ -94,9 +93,8 @@ def set_(name: str, mechanism: str, iterations: int, password_stdin: bool, clien
 @client_options
 def delete(name: str, mechanism: str, client: ClientOptions) -> None:
     """Delete USER's credential for one SCRAM mechanism."""
-    canonical = mechanism.upper()
-    _alter(UserScramCredentialDeletion(name, MECHANISMS[canonical]), f"{canonical} credential of user {name!r}", client)
-    click.echo(f"{canonical} credential of user {name!r} deleted")
+    _alter(UserScramCredentialDeletion(name, MECHANISMS[mechanism]), f"{mechanism} credential of user {name!r}", client)
+    click.echo(f"{mechanism} credential of user {name!r} deleted")
 
 
 def _alter(
