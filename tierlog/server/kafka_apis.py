@@ -33,6 +33,7 @@ from tierlog.replication.replica_manager import (
     ReplicaManager,
     error_name_of,
 )
+from tierlog.security.acl import Authorizer
 from tierlog.server.authorized_operations import CLUSTER_OPERATIONS, OMITTED, TOPIC_OPERATIONS
 from tierlog.server.auto_topic_creation_manager import AutoTopicCreationManager, check_topic_name
 from tierlog.server.clock import now_ms
@@ -77,6 +78,7 @@ class KafkaApis:
         config_apis: ConfigApis,
         controller_apis: ControllerApis | None,
         remote_log: RemoteLogTasks | None,
+        authorizer: Authorizer | None = None,
         metrics: BrokerMetrics | None = None,
         after_request: Callable[[], None] = lambda: None,
     ) -> None:
@@ -90,6 +92,8 @@ class KafkaApis:
         # Set when remote.log.storage.system.enable is on.
         self._remote_log = remote_log
         self._metrics = metrics
+        # Set when authorizer.class.name names one (docs/security.md#authorizer): every API asks it.
+        self.authorizer = authorizer
         self._after_request = after_request
         # The shell arms a timer for a delayed operation's deadline (epoch ms) so the purgatory expires it.
         self._arm_timer = arm_timer
