@@ -29,7 +29,7 @@ from kafka.admin import (
 from kafka.admin import ResourceType as ACLResourceType
 from kafka.errors import SecurityDisabledError
 
-from tierlog.testing.local_cluster import BrokerProcess
+from tierlog.testing.local_cluster import BrokerProcess, wait_until
 
 AUTHORIZER = {
     "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
@@ -163,3 +163,18 @@ def test_without_an_authorizer_the_acl_apis_answer_security_disabled(shared_brok
     with pytest.raises(KafkaException) as deleted:
         future.result(kafka.timeout_s)
     assert deleted.value.args[0].name() == "SECURITY_DISABLED"
+
+
+def test_acls_created_through_one_broker_reach_every_broker(cluster_factory: Any, kafka: Any) -> None:
+    """Broker 2 forwards CreateAcls and DeleteAcls to the controller on node 1; each broker's authorizer follows
+    the metadata log, so DescribeAcls on either shows the change."""
+    cluster = cluster_factory(AUTHORIZER, brokers=2)
+    via_2 = kafka.admin(cluster.broker(2).bootstrap)
+    via_1 = kafka.admin(cluster.broker(1).bootstrap)
+    acl = binding("orders", principal="User:carol")
+    assert create(via_2, [acl], kafka.timeout_s) == {acl: None}
+    assert describe(via_2, EVERY_ACL, kafka.timeout_s) == {acl}
+    wait_until(lambda: describe(via_1, EVERY_ACL, kafka.timeout_s) == {acl}, kafka.timeout_s, "broker 1 to show it")
+    [future] = via_2.delete_acls([EVERY_ACL], request_timeout=kafka.timeout_s).values()
+    assert future.result(kafka.timeout_s) == [acl]
+    wait_until(lambda: not describe(via_1, EVERY_ACL, kafka.timeout_s), kafka.timeout_s, "broker 1 to drop it")
