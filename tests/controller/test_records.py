@@ -12,6 +12,7 @@ import pytest
 from tierlog.metadata.records import (
     RESOURCE_BROKER,
     RESOURCE_TOPIC,
+    AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
     ClusterIdRecord,
     ConfigRecord,
@@ -20,6 +21,7 @@ from tierlog.metadata.records import (
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
     RemoveUserScramCredentialRecord,
     TopicRecord,
@@ -46,6 +48,8 @@ EVERY_RECORD_TYPE: list[MetadataRecord] = [
     ProducerIdsRecord(-1, 2000),
     UserScramCredentialRecord("alice", 2, b"salt\x00\xff", b"stored", b"server", 8192),
     RemoveUserScramCredentialRecord("alice", 2),
+    AccessControlEntryRecord(TOPIC_ID, 2, "events", 4, "User:alice", "*", 3, 3),
+    RemoveAccessControlEntryRecord(TOPIC_ID),
 ]
 
 

@@ -29,6 +29,7 @@ from tierlog.replication.alter_partition_manager import AlterPartitionManager
 from tierlog.replication.fetcher import FetcherConfig, ReplicaFetcher
 from tierlog.replication.metadata_publisher import BrokerMetadataPublisher
 from tierlog.replication.replica_manager import ReplicaManager
+from tierlog.security.authorizer import StandardAuthorizer, parse_super_users
 from tierlog.server.auto_topic_creation_manager import AutoTopicCreationManager
 from tierlog.server.broker_metrics import describe_partitions, wire_broker_metrics
 from tierlog.server.clock import now_ms
@@ -206,6 +207,13 @@ class Broker:
             self._arm_purgatory_timer,
             self._metrics_registry,
         )
+        # Kafka's StandardAuthorizer when authorizer.class.name names it, kept in step with the metadata image.
+        self.authorizer: StandardAuthorizer | None = None
+        if config.get("authorizer.class.name"):
+            self.authorizer = StandardAuthorizer(
+                parse_super_users(config.get("super.users")),
+                allow_everyone_if_no_acl_found=config.get_bool("allow.everyone.if.no.acl.found"),
+            )
         self.apis = KafkaApis(
             config,
             self.loader,
@@ -224,6 +232,7 @@ class Broker:
             ),
             controller_apis=controller_apis,
             remote_log=self.remote_log,
+            authorizer=self.authorizer,
             metrics=self.metrics,
             after_request=self._after_request,
         )
@@ -349,6 +358,8 @@ class Broker:
     # Metadata
 
     def _publish(self, image: ClusterMetadata) -> None:
+        if self.authorizer is not None:
+            self.authorizer.sync(image.acls)
         self._apply_dynamic_configs(image)
         if not self.metadata_publisher.logs_loaded:
             for log_dir in self.config.log_dirs:

@@ -4,8 +4,9 @@ one dispatch table of every API the broker serves.
 Handlers are thin: validation rules and state live in the controller and the replication core. Every
 handler answers every version the broker advertises, through `ResponseSchema` (fields a version lacks
 are dropped). The table also holds the handlers of the other API classes the broker is built with: the
-group APIs (`GroupApis`), the config APIs (`ConfigApis`), the admin requests only the controller decides
-(through the `ForwardingManager`) and, on the controller's own node, the controller's APIs (`ControllerApis`).
+group APIs (`GroupApis`), the config APIs (`ConfigApis`), the ACL APIs (`AclApis`), the admin requests only the
+controller decides (through the `ForwardingManager`) and, on the controller's own node, the controller's APIs
+(`ControllerApis`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from tierlog.replication.replica_manager import (
     ReplicaManager,
     error_name_of,
 )
+from tierlog.security.authorizer import StandardAuthorizer
+from tierlog.server.acl_apis import AclApis
 from tierlog.server.authorized_operations import CLUSTER_OPERATIONS, OMITTED, TOPIC_OPERATIONS
 from tierlog.server.auto_topic_creation_manager import AutoTopicCreationManager, check_topic_name
 from tierlog.server.clock import now_ms
@@ -80,6 +83,7 @@ class KafkaApis:
         config_apis: ConfigApis,
         controller_apis: ControllerApis | None,
         remote_log: RemoteLogTasks | None,
+        authorizer: StandardAuthorizer | None = None,
         metrics: BrokerMetrics | None = None,
         after_request: Callable[[], None] = lambda: None,
     ) -> None:
@@ -93,6 +97,8 @@ class KafkaApis:
         # Set when remote.log.storage.system.enable is on.
         self._remote_log = remote_log
         self._metrics = metrics
+        # Set when authorizer.class.name names one (docs/security.md#authorizer): every API asks it.
+        self.authorizer = authorizer
         self._after_request = after_request
         # The shell arms a timer for a delayed operation's deadline (epoch ms) so the purgatory expires it.
         self._arm_timer = arm_timer
@@ -115,6 +121,8 @@ class KafkaApis:
         self.handlers.update(config_apis.handlers)
         # Only the controller decides these (Kafka's ForwardingManager).
         self.handlers.update(dict.fromkeys(ADMIN_APIS, forwarding_manager.forward))
+        # The ACL APIs forward CreateAcls and DeleteAcls only when there is an authorizer.
+        self.handlers.update(AclApis(authorizer, forwarding_manager.forward).handlers)
         if controller_apis is not None:
             self.handlers.update({key: controller_apis.handlers[key] for key in BROKER_TO_CONTROLLER_APIS})
             self.handlers[API_FETCH] = self._fetch_on_the_controllers_node
