@@ -9,7 +9,6 @@ import socket
 import subprocess
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
