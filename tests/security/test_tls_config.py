@@ -227,10 +227,15 @@ def test_describe_configs_hides_passwords_and_keys(files: TlsFiles) -> None:
 
 def test_the_broker_command_prints_one_line_for_an_unreadable_key_store(tmp_path: Path) -> None:
     missing = tmp_path / "broker.pem"
+    settings = {
+        "listeners": f"SSL://127.0.0.1:{free_port()}",
+        "log.dirs": str(tmp_path / "data"),
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(missing),
+    }
+    overrides = [arg for key, value in settings.items() for arg in ("--override", f"{key}={value}")]
     done = subprocess.run(
-        [sys.executable, "-m", "tierlog", "broker"]
-        + ["--override", f"listeners=SSL://127.0.0.1:{free_port()}", "--override", f"log.dirs={tmp_path / 'data'}"]
-        + ["--override", "ssl.keystore.type=PEM", "--override", f"ssl.keystore.location={missing}"],
+        [sys.executable, "-m", "tierlog", "broker", *overrides],
         capture_output=True,
         text=True,
         timeout=60,
