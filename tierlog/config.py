@@ -648,7 +648,11 @@ class KafkaConfig:
             self.get("remote.log.storage.manager.impl.prefix"),
             self.get("remote.log.metadata.manager.impl.prefix"),
         )
-        return sorted(k for k in self.originals if k not in BROKER_CONFIGS and not k.startswith(prefixes))
+        return sorted(
+            k
+            for k in self.originals
+            if k not in BROKER_CONFIGS and not k.startswith(prefixes) and not _LISTENER_SSL_OVERRIDE.match(k)
+        )
 
     def log_unused(self) -> None:
         """Kafka's AbstractConfig.logUnused: one line naming every supplied setting that is not used."""

@@ -8,7 +8,9 @@ import asyncio
 import pytest
 from tls_helpers import TlsFiles, make_tls_files
 
-from tierlog.security.principal import KafkaPrincipal
+from tierlog.client.requests import api_versions_request
+from tierlog.client.wire import encode_request
+from tierlog.security.principal import ANONYMOUS, KafkaPrincipal
 from tierlog.security.ssl_context import (
     NoMatchingRuleError,
     SslPrincipalMapper,
@@ -18,6 +20,9 @@ from tierlog.security.ssl_context import (
     server_context,
     subject_name,
 )
+from tierlog.server.connection import serve_connection
+from tierlog.server.kafka_apis import API_API_VERSIONS
+from tierlog.server.request_context import principal
 
 KAFKA_RULES = ",".join(
     [
@@ -145,3 +150,60 @@ def test_a_client_certificates_subject_becomes_the_principal(tmp_path_factory: p
     assert subject_name(certificate) == "CN=alice,OU=eng,O=acme"
     mapper = SslPrincipalMapper("RULE:^CN=(.*?),OU=(.*?),O=(.*?)$/$1@$3/L,DEFAULT")
     assert mapper.principal_of(certificate) == KafkaPrincipal("User", "alice@acme")
+
+
+class _RecordingApis:
+    """Just enough of KafkaApis for serve_connection: ApiVersions is served, and each request's principal kept."""
+
+    def __init__(self) -> None:
+        self.handlers = {API_API_VERSIONS: None}
+        self.principals: asyncio.Queue[KafkaPrincipal] = asyncio.Queue()
+
+    async def handle(self, request: object) -> None:
+        await self.principals.put(principal())
+
+
+@pytest.mark.parametrize("with_certificate", [True, False])
+def test_serve_connection_makes_a_certificate_the_principal_and_no_certificate_anonymous(
+    tmp_path_factory: pytest.TempPathFactory, with_certificate: bool
+) -> None:
+    files = make_tls_files(tmp_path_factory.mktemp("tls"))
+    server = server_context(
+        SslSettings(
+            keystore_type="PEM",
+            keystore_location=str(files.keystore_path),
+            truststore_type="PEM",
+            truststore_location=str(files.ca_path),
+            client_auth="requested",
+        )
+    )
+    client = client_context(SslSettings(truststore_type="PEM", truststore_location=str(files.ca_path)))
+    if with_certificate:
+        client.load_cert_chain(files.client_cert_path, files.client_key_path)
+    mapper = SslPrincipalMapper("RULE:^CN=(.*?),OU=(.*?),O=(.*?)$/$1@$3/L")
+
+    async def first_principal() -> KafkaPrincipal:
+        apis = _RecordingApis()
+
+        async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await serve_connection(
+                reader,
+                writer,
+                apis,
+                1 << 20,
+                "SSL",
+                security_protocol="SSL",
+                ssl_principal_mapper=mapper,  # type: ignore[arg-type]
+            )
+
+        listener = await asyncio.start_server(accept, "127.0.0.1", 0, ssl=server)
+        port = listener.sockets[0].getsockname()[1]
+        async with listener, asyncio.timeout(10):
+            _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client, server_hostname="127.0.0.1")
+            writer.write(encode_request(api_versions_request(), 0, "test"))
+            seen = await apis.principals.get()
+            writer.close()
+        return seen
+
+    expected = KafkaPrincipal("User", "alice@acme") if with_certificate else ANONYMOUS
+    assert asyncio.run(first_principal()) == expected
