@@ -119,9 +119,11 @@ class Broker:
             listener.name: config.server_ssl_context(listener.name)
             for listener in (*config.controller_listeners, *config.listeners)
         }
+        # SSL listeners name a client by its certificate (SASL_SSL ones by its SASL identity).
         self._ssl_principal_mappers = {
             listener.name: SslPrincipalMapper(config.ssl_settings(listener.name).principal_mapping_rules)
             for listener in (*config.controller_listeners, *config.listeners)
+            if config.security_protocol_of(listener.name) == "SSL"
         }
         self.inter_broker_security = config.inter_broker_client_security()
         self.trace_log = TraceLog(config.node_id)
@@ -477,7 +479,7 @@ class Broker:
                 max_request,
                 listener_name,
                 security_protocol=self.config.security_protocol_of(listener_name),
-                ssl_principal_mapper=self._ssl_principal_mappers[listener_name],
+                ssl_principal_mapper=self._ssl_principal_mappers.get(listener_name),
             )
         finally:
             del self._connections[task]
