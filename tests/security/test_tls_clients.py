@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import socket
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -17,6 +19,12 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from kafka import KafkaConsumer, KafkaProducer
 from tls_helpers import TlsBroker, TlsFiles, make_tls_files
+
+from tierlog.client.connection import KafkaConnection, KafkaConnectionError
+from tierlog.client.requests import api_versions_request
+from tierlog.client.security import ClientSecurity
+from tierlog.security.ssl_context import SslSettings, client_context
+from tierlog.server.broker import SSL_HANDSHAKE_TIMEOUT_S
 
 pytestmark = pytest.mark.cluster
 
@@ -251,3 +259,37 @@ def test_tls_consumption_of_a_large_batch_reads_the_whole_file_slice(files: TlsF
     finally:
         consumer.close()
     assert received == payloads
+
+
+def _project_client(cafile: Path) -> ClientSecurity:
+    return ClientSecurity("SSL", client_context(SslSettings(truststore_type="PEM", truststore_location=str(cafile))))
+
+
+def test_the_projects_own_connection_speaks_tls_and_refuses_an_untrusted_broker(
+    files: TlsFiles, tls_broker: TlsBroker
+) -> None:
+    async def api_versions(host: str, security: ClientSecurity) -> int:
+        connection = await KafkaConnection.open(
+            host, tls_broker.ssl_port, client_id="t", timeout_s=10, security=security
+        )
+        try:
+            response = await connection.send(api_versions_request(), timeout_s=10)
+        finally:
+            await connection.close()
+        return int(response.error_code)
+
+    assert asyncio.run(api_versions("127.0.0.1", _project_client(files.ca_path))) == 0
+    assert asyncio.run(api_versions("localhost", _project_client(files.ca_path))) == 0
+    with pytest.raises(KafkaConnectionError) as refused:
+        asyncio.run(api_versions("127.0.0.1", _project_client(files.other_ca_path)))
+    assert str(refused.value) == (
+        f"connect to 127.0.0.1:{tls_broker.ssl_port}: TLS handshake failed: CERTIFICATE_VERIFY_FAILED"
+    )
+
+
+def test_a_handshake_that_never_completes_is_dropped_by_the_broker(tls_broker: TlsBroker) -> None:
+    with socket.create_connection(("127.0.0.1", tls_broker.ssl_port), timeout=SSL_HANDSHAKE_TIMEOUT_S + 10) as sock:
+        started = time.monotonic()
+        assert sock.recv(1) == b"", "the broker sent something to a client that never said hello"
+        waited = time.monotonic() - started
+    assert SSL_HANDSHAKE_TIMEOUT_S - 1 <= waited <= SSL_HANDSHAKE_TIMEOUT_S + 5
