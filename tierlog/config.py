@@ -720,6 +720,12 @@ class KafkaConfig:
                     "docs/security.md#tls"
                 )
             if override:
+                if override.group(1) != override.group(1).lower():
+                    # Kafka looks these up by the lower-case name only: another spelling would be ignored.
+                    raise ConfigException(
+                        f"{key} is set, but listener names in per-listener settings are lower case: "
+                        f"listener.name.{override.group(1).lower()}.{ssl_name}"
+                    )
                 parse_config_value(BROKER_CONFIGS[ssl_name], self.originals[key])
         if self.get("authorizer.class.name"):
             raise ConfigException(

@@ -135,6 +135,15 @@ def test_a_per_listener_setting_is_validated_as_the_setting_itself() -> None:
     )
 
 
+def test_a_per_listener_setting_spelled_with_an_upper_case_listener_name_is_refused() -> None:
+    with pytest.raises(ConfigException) as refused:
+        KafkaConfig({"listener.name.SSL.ssl.client.auth": "required"})
+    assert str(refused.value) == (
+        "listener.name.SSL.ssl.client.auth is set, but listener names in per-listener settings are lower case: "
+        "listener.name.ssl.ssl.client.auth"
+    )
+
+
 def test_ssl_settings_tierlog_does_not_read_are_refused() -> None:
     with pytest.raises(ConfigException) as refused:
         KafkaConfig({"listener.name.ssl.ssl.engine.factory.class": "com.example.Factory"})
