@@ -276,7 +276,9 @@ class LocalCluster:
     """`brokers` broker processes on 127.0.0.1 forming one cluster: node 1 is broker and controller (KRaft
     combined mode), nodes 2..N are brokers that reach its CONTROLLER listener. Node i keeps its data in
     `base_dir/broker-i` and its log in `base_dir/broker-i.log`; every node serves HTTP (metrics, partitions,
-    trace) at `http_address(i)`. `overrides` go to every node.
+    trace) at `http_address(i)`. `overrides` go to every node. Each name in `extra_listeners` (e.g. "SSL") is
+    one more listener on every node, at `listener_address(name, i)`, its protocol and settings given by the
+    overrides (a cluster whose brokers talk over TLS: tests/security/test_tls_cluster.py).
 
     All ports are chosen once, so a restarted broker comes back at the same addresses.
 
