@@ -31,6 +31,7 @@ bench: setup
 	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/replication.py
 	$(BIN)/python bench/tiered.py
+	$(BIN)/python bench/tls.py
 
 # CI runs seeds 1..300 with 40 s schedules (tests/sim); this explores further: 1000 seeds at 40 s, then 600 longer
 # schedules (60 s, where seed 70147 found a consumer following a deposed leader) from another range.

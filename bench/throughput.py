@@ -18,7 +18,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -87,8 +87,11 @@ def create_topic(bootstrap: str, name: str, partitions: int) -> None:
         time.sleep(0.05)
 
 
-def produce(bootstrap: str, topic: str, size: int, seconds: float, max_messages: int | None) -> Phase:
-    producer = Producer(producer_config(bootstrap, 1, linger_ms=5, queue=1_000_000, timeout_s=TIMEOUT_S))
+def produce(
+    bootstrap: str, topic: str, size: int, seconds: float, max_messages: int | None, client: Mapping[str, Any] = {}
+) -> Phase:
+    """`client`: more librdkafka settings (security.protocol, ssl.*, ...)."""
+    producer = Producer({**producer_config(bootstrap, 1, linger_ms=5, queue=1_000_000, timeout_s=TIMEOUT_S), **client})
     payload = os.urandom(size)
     failures: list[KafkaError] = []
 
@@ -105,8 +108,10 @@ def produce(bootstrap: str, topic: str, size: int, seconds: float, max_messages:
     return Phase(sent, sent * size, elapsed)
 
 
-def consume(bootstrap: str, topic: str, partitions: int, expected: int, size: int) -> Phase:
-    consumer = Consumer(consumer_config(bootstrap, 8 * 1024 * 1024))
+def consume(
+    bootstrap: str, topic: str, partitions: int, expected: int, size: int, client: Mapping[str, Any] = {}
+) -> Phase:
+    consumer = Consumer({**consumer_config(bootstrap, 8 * 1024 * 1024), **client})
     try:
         started = time.perf_counter()
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])

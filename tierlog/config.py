@@ -16,12 +16,23 @@ from __future__ import annotations
 
 import logging
 import re
+import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from tierlog.client.security import ClientSecurity
 from tierlog.config_def import ConfigDef, ConfigException, Validator, invalid, parse_config_value, parse_typed, render
 from tierlog.security.authorizer import STANDARD_AUTHORIZER, parse_super_users
+from tierlog.security.ssl_context import (
+    CLIENT_AUTH_MODES,
+    SslConfigError,
+    SslSettings,
+    client_context,
+    mapping_rules_problem,
+    server_context,
+    settings_problem,
+)
 from tierlog.storage.log_config import ALL_TOPIC_CONFIGS, TOPIC_CONFIGS, LogConfig
 from tierlog.storage.offset_map import BYTES_PER_ENTRY
 
@@ -136,6 +147,40 @@ def _d(
     return ConfigDef(name, type_, typed, doc, at_least=at_least, at_most=at_most, choices=choices, validator=validator)
 
 
+# Kafka's ssl.* settings that tierlog reads (docs/security.md#tls); each may be set per listener as
+# listener.name.<lower-case listener name>.ssl.*, which takes precedence.
+_SSL_CONFIGS: tuple[ConfigDef, ...] = (
+    _d("ssl.keystore.type", "JKS", "string", "Format of the key store; tierlog reads PEM."),
+    _d("ssl.keystore.location", None, "string", "PEM file with the private key and the certificate chain."),
+    _d("ssl.keystore.password", None, "password", "Password of a JKS/PKCS12 key store; not used with PEM."),
+    _d("ssl.key.password", None, "password", "Password of the private key in the key store, if encrypted."),
+    _d("ssl.keystore.certificate.chain", None, "password", "Inline PEM certificate chain (with ssl.keystore.key)."),
+    _d("ssl.keystore.key", None, "password", "Inline PEM private key (with ssl.keystore.certificate.chain)."),
+    _d("ssl.truststore.type", "JKS", "string", "Format of the trust store; tierlog reads PEM."),
+    _d("ssl.truststore.location", None, "string", "PEM file with the trusted CA certificates."),
+    _d("ssl.truststore.password", None, "password", "Password of a JKS/PKCS12 trust store; not used with PEM."),
+    _d("ssl.truststore.certificates", None, "password", "Inline PEM trusted certificates."),
+    _d("ssl.client.auth", "none", "string", "Ask clients for a certificate.", choices=CLIENT_AUTH_MODES),
+    _d("ssl.enabled.protocols", "TLSv1.2,TLSv1.3", "list", "TLS versions enabled."),
+    _d("ssl.protocol", "TLSv1.3", "string", "TLS protocol of the context (TLSv1.2 caps the version at 1.2)."),
+    _d("ssl.cipher.suites", "", "list", "TLS 1.2 cipher suites (OpenSSL names); empty: OpenSSL's defaults."),
+    _d(
+        "ssl.endpoint.identification.algorithm",
+        "https",
+        "string",
+        "Host name check of the broker's own TLS connections; empty: off.",
+    ),
+    _d(
+        "ssl.principal.mapping.rules",
+        "DEFAULT",
+        "string",
+        "Rules mapping a client certificate's subject to a user name.",
+        validator=lambda value: mapping_rules_problem(str(value)),
+    ),
+)
+_SSL_CONFIG_NAMES = frozenset(d.name for d in _SSL_CONFIGS)
+TLS_PROTOCOLS = ("SSL", "SASL_SSL")
+
 _BROKER_OWN_CONFIGS: tuple[ConfigDef, ...] = (
     _d("node.id", "1", "int", "The node id of this server.", at_least=0),
     _d("process.roles", "broker,controller", "list", "The roles this node plays.", choices=("broker", "controller")),
@@ -186,6 +231,7 @@ _BROKER_OWN_CONFIGS: tuple[ConfigDef, ...] = (
         "boolean",
         "Whether the authorizer allows an action on a resource that has no ACL at all.",
     ),
+    *_SSL_CONFIGS,
     _d("zookeeper.connect", None, "string", "ZooKeeper mode; tierlog runs in KRaft mode only."),
     _d("log.dirs", "/tmp/tierlog-logs", "list", "Directories where partition data is kept."),
     _d("num.partitions", "1", "int", "Default partition count of auto-created topics.", at_least=1),
@@ -490,6 +536,8 @@ class DescribedConfig:
     synonyms: tuple[ConfigSynonym, ...]
     type: str | None
     doc: str | None
+    # Passwords and keys (Kafka's PASSWORD type): DescribeConfigs answers no value for them.
+    sensitive: bool = False
 
 
 # Kafka accepts the legacy names too.
@@ -497,13 +545,23 @@ _SYNONYMS = {"broker.id": "node.id", "log.dir": "log.dirs"}
 
 # Prefixes of settings for features tierlog does not have yet: one set is refused at start-up, not ignored.
 _UNSUPPORTED_PREFIXES = {
-    "ssl.": "TLS (ssl.*)",
     "sasl.": "SASL authentication (sasl.*)",
 }
 # Kafka's ZooKeeper-mode authorizer, which a KRaft broker refuses.
 _ZOOKEEPER_AUTHORIZER = "kafka.security.authorizer.AclAuthorizer"
 # Per-listener overrides (listener.name.<name>.<config>) of those same features.
-_UNSUPPORTED_LISTENER_OVERRIDE = re.compile(r"^listener\.name\.[^.]+\.(ssl\.|sasl\.|[a-z0-9-]+\.sasl\.jaas\.config$)")
+_UNSUPPORTED_LISTENER_OVERRIDE = re.compile(r"^listener\.name\.[^.]+\.(sasl\.|[a-z0-9-]+\.sasl\.jaas\.config$)")
+# Per-listener TLS settings: listener.name.<lower-case listener name>.ssl.*.
+_LISTENER_SSL_OVERRIDE = re.compile(r"^listener\.name\.([^.]+)\.(ssl\..+)$")
+# Kafka's PEM key and trust stores take no store password (only the private key has one).
+_PEM_STORE_PASSWORDS = ("ssl.keystore.password", "ssl.truststore.password")
+
+
+def _is_password(name: str) -> bool:
+    """A config of Kafka's PASSWORD type, itself or as a listener.name.<name>.* override."""
+    override = _LISTENER_SSL_OVERRIDE.match(name)
+    definition = BROKER_CONFIGS.get(override.group(2) if override else name)
+    return definition is not None and definition.type == "password"
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -619,7 +677,11 @@ class KafkaConfig:
             self.get("remote.log.storage.manager.impl.prefix"),
             self.get("remote.log.metadata.manager.impl.prefix"),
         )
-        return sorted(k for k in self.originals if k not in BROKER_CONFIGS and not k.startswith(prefixes))
+        return sorted(
+            k
+            for k in self.originals
+            if k not in BROKER_CONFIGS and not k.startswith(prefixes) and not _LISTENER_SSL_OVERRIDE.match(k)
+        )
 
     def log_unused(self) -> None:
         """Kafka's AbstractConfig.logUnused: one line naming every supplied setting that is not used."""
@@ -678,7 +740,22 @@ class KafkaConfig:
                 if key.startswith(prefix):
                     raise ConfigException(f"{key} is set, but tierlog does not support {feature} yet")
             if _UNSUPPORTED_LISTENER_OVERRIDE.match(key):
-                raise ConfigException(f"{key} is set, but tierlog does not support TLS or SASL listeners yet")
+                raise ConfigException(f"{key} is set, but tierlog does not support SASL listeners yet")
+            override = _LISTENER_SSL_OVERRIDE.match(key)
+            ssl_name = override.group(2) if override else key
+            if ssl_name.startswith("ssl.") and ssl_name not in _SSL_CONFIG_NAMES:
+                raise ConfigException(
+                    f"{key} is set, but tierlog does not support it: the TLS settings it reads are in "
+                    "docs/security.md#tls"
+                )
+            if override:
+                if override.group(1) != override.group(1).lower():
+                    # Kafka looks these up by the lower-case name only: another spelling would be ignored.
+                    raise ConfigException(
+                        f"{key} is set, but listener names in per-listener settings are lower case: "
+                        f"listener.name.{override.group(1).lower()}.{ssl_name}"
+                    )
+                parse_config_value(BROKER_CONFIGS[ssl_name], self.originals[key])
         authorizer = self.get("authorizer.class.name")
         if authorizer == _ZOOKEEPER_AUTHORIZER:
             raise ConfigException(
@@ -690,9 +767,13 @@ class KafkaConfig:
                 f"authorizer.class.name={authorizer}: tierlog's only authorizer is {STANDARD_AUTHORIZER}"
             )
         protocol = self.get("security.inter.broker.protocol")
-        if protocol != "PLAINTEXT":
+        if protocol.startswith("SASL_"):
             raise ConfigException(
-                f"security.inter.broker.protocol={protocol}: tierlog supports only PLAINTEXT between brokers yet"
+                f"security.inter.broker.protocol={protocol}: tierlog does not support SASL between brokers yet"
+            )
+        if "security.inter.broker.protocol" in self.originals and self.get("inter.broker.listener.name"):
+            raise ConfigException(
+                "Only one of inter.broker.listener.name and security.inter.broker.protocol should be set."
             )
 
     def _check_quorum(self) -> None:
@@ -734,12 +815,14 @@ class KafkaConfig:
                     f"Listener with name {listener.name} defined in listeners not found in "
                     "listener.security.protocol.map."
                 )
-            if protocol != "PLAINTEXT":
+            if protocol.startswith("SASL_"):
                 raise ConfigException(
                     f"listeners: {listener.name}://{listener.host}:{listener.port} uses security protocol "
-                    f"{protocol}, which tierlog does not support yet (PLAINTEXT only): its clients would be "
-                    "neither authenticated nor encrypted"
+                    f"{protocol}, which tierlog does not support yet (PLAINTEXT and SSL only): its clients would "
+                    "not be authenticated"
                 )
+            if protocol in TLS_PROTOCOLS:
+                self._check_tls_listener(listener, protocol)
         if not self.listeners:
             raise ConfigException("listeners has no broker listener: set e.g. listeners=PLAINTEXT://127.0.0.1:9092")
         names = {listener.name for listener in all_listeners}
@@ -756,6 +839,102 @@ class KafkaConfig:
                 f"inter.broker.listener.name must be a listener name defined in advertised.listeners. The valid "
                 f"options based on currently configured listeners are {','.join(sorted(names))}"
             )
+        if "security.inter.broker.protocol" in self.originals:
+            by_protocol = self.get("security.inter.broker.protocol").upper()
+            if by_protocol not in {listener.name for listener in self.advertised_listeners}:
+                raise ConfigException(
+                    f"security.inter.broker.protocol={by_protocol} names the inter-broker listener {by_protocol}, "
+                    f"which advertised.listeners does not have (listeners: {','.join(sorted(names))})"
+                )
+
+    def _check_tls_listener(self, listener: Listener, protocol: str) -> None:
+        """A TLS listener needs a key store and usable ssl.* settings; files are read when the broker builds
+        its contexts (server_ssl_context), so that the check of a config does no I/O."""
+        settings = self.ssl_settings(listener.name)
+        uri = f"{listener.name}://{listener.host}:{listener.port}"
+        if not settings.has_keystore:
+            raise ConfigException(
+                f"listeners: {uri} uses security protocol {protocol} but has no key store: set "
+                f"ssl.keystore.location (a PEM file with the private key and certificate chain), or "
+                f"ssl.keystore.certificate.chain and ssl.keystore.key (or their listener.name."
+                f"{listener.name.lower()}.ssl.* forms)"
+            )
+        problem = settings_problem(settings)
+        if problem is not None:
+            raise ConfigException(f"listeners: {uri}: {problem}")
+        prefix = f"listener.name.{listener.name.lower()}."
+        for password in _PEM_STORE_PASSWORDS:
+            if self.props.get(prefix + password, self.props.get(password)):
+                raise ConfigException(
+                    f"{password} is set, but PEM stores take no store password (only ssl.key.password, for an "
+                    "encrypted private key)"
+                )
+
+    # TLS (docs/security.md#tls)
+
+    def ssl_settings(self, listener_name: str) -> SslSettings:
+        """The ssl.* settings of a listener: each listener.name.<name>.ssl.* override, else the broker's."""
+        prefix = f"listener.name.{listener_name.lower()}."
+
+        def value(name: str) -> object:
+            if prefix + name in self.props:
+                return parse_config_value(BROKER_CONFIGS[name], self.props[prefix + name])
+            return self._values[name]
+
+        def text(name: str) -> str | None:
+            found = value(name)
+            return None if found is None else str(found)
+
+        return SslSettings(
+            keystore_type=str(value("ssl.keystore.type")),
+            keystore_location=text("ssl.keystore.location") or None,
+            key_password=text("ssl.key.password") or None,
+            keystore_certificate_chain=text("ssl.keystore.certificate.chain") or None,
+            keystore_key=text("ssl.keystore.key") or None,
+            truststore_type=str(value("ssl.truststore.type")),
+            truststore_location=text("ssl.truststore.location") or None,
+            truststore_certificates=text("ssl.truststore.certificates") or None,
+            client_auth=str(value("ssl.client.auth")),
+            enabled_protocols=tuple(value("ssl.enabled.protocols")),  # type: ignore[arg-type]
+            protocol=str(value("ssl.protocol")),
+            cipher_suites=tuple(value("ssl.cipher.suites")),  # type: ignore[arg-type]
+            endpoint_identification_algorithm=str(value("ssl.endpoint.identification.algorithm")),
+            principal_mapping_rules=str(value("ssl.principal.mapping.rules")),
+        )
+
+    def security_protocol_of(self, listener_name: str) -> str:
+        return self.listener_security_protocols.get(listener_name.upper(), "PLAINTEXT")
+
+    def server_ssl_context(self, listener_name: str) -> ssl.SSLContext | None:
+        """The SSLContext a listener serves with (None for a listener without TLS); the key and trust store
+        files are read here, and a file that cannot be used is a ConfigException naming the key and the file."""
+        if self.security_protocol_of(listener_name) not in TLS_PROTOCOLS:
+            return None
+        try:
+            return server_context(self.ssl_settings(listener_name))
+        except SslConfigError as e:
+            raise ConfigException(f"listener {listener_name}: {e}") from None
+
+    def inter_broker_client_security(self) -> ClientSecurity:
+        """How this broker connects to the other brokers (replica fetchers, the remote log metadata topic): the
+        security protocol of the inter-broker listener and its ssl.* settings (the trust store, and the key
+        store as client certificate when there is one)."""
+        return self._client_security(self.inter_broker_listener_name)
+
+    def controller_client_security(self) -> ClientSecurity:
+        """How this broker connects to the controller: the first of controller.listener.names, as in Kafka."""
+        names = self.get_list("controller.listener.names")
+        return self._client_security(names[0].upper() if names else "CONTROLLER")
+
+    def _client_security(self, listener_name: str) -> ClientSecurity:
+        protocol = self.security_protocol_of(listener_name)
+        if protocol not in TLS_PROTOCOLS:
+            return ClientSecurity(protocol)
+        try:
+            context = client_context(self.ssl_settings(listener_name))
+        except SslConfigError as e:
+            raise ConfigException(f"listener {listener_name} (the broker's own connections): {e}") from None
+        return ClientSecurity(protocol, context)
 
     @property
     def listener_security_protocols(self) -> dict[str, str]:
@@ -824,7 +1003,13 @@ class KafkaConfig:
 
     @property
     def inter_broker_listener_name(self) -> str:
-        return self.get("inter.broker.listener.name").upper() or self.listeners[0].name
+        """inter.broker.listener.name; else, when security.inter.broker.protocol is set, the listener named after
+        that protocol (Kafka's rule); else the first broker listener."""
+        if self.get("inter.broker.listener.name"):
+            return self.get("inter.broker.listener.name").upper()
+        if "security.inter.broker.protocol" in self.originals:
+            return self.get("security.inter.broker.protocol").upper()
+        return self.listeners[0].name
 
     @property
     def metadata_log_dir(self) -> Path:
@@ -854,6 +1039,13 @@ class KafkaConfig:
     @property
     def advertised_listener(self) -> Listener:
         return self.advertised_listeners[0]
+
+    def answering_listener_name(self, request_listener: str) -> str:
+        """The listener whose endpoints Metadata and FindCoordinator answer with: as in Kafka, the one the
+        request came in on (an SSL client is sent to SSL endpoints); the first advertised listener for a request
+        made inside the broker or on a listener that is not advertised (the controller's)."""
+        advertised = {listener.name for listener in self.advertised_listeners}
+        return request_listener if request_listener in advertised else self.advertised_listener.name
 
     @property
     def log_dirs(self) -> list[Path]:
@@ -934,6 +1126,10 @@ class KafkaConfig:
                 value = None if self._values[name] is None else self.get(name)
             else:
                 value = self.originals[name]
+            sensitive = _is_password(name)
+            if sensitive:
+                value = None
+                synonyms = [ConfigSynonym(synonym.name, None, synonym.source) for synonym in synonyms]
             described.append(
                 DescribedConfig(
                     name=name,
@@ -943,6 +1139,7 @@ class KafkaConfig:
                     synonyms=tuple(synonyms),
                     type=definition.type if definition is not None else None,
                     doc=definition.doc if definition is not None else None,
+                    sensitive=sensitive,
                 )
             )
         return described

@@ -124,8 +124,8 @@ def test_a_sasl_listener_with_jaas_and_an_authorizer_is_refused_not_served_as_pl
     assert_refused(
         done.returncode,
         lines,
-        "Error: listener.name.sasl_plaintext.plain.sasl.jaas.config is set, but tierlog does not support TLS or "
-        "SASL listeners yet",
+        "Error: listener.name.sasl_plaintext.plain.sasl.jaas.config is set, but tierlog does not support SASL "
+        "listeners yet",
         log_dir,
     )
     with socket.socket() as probe:

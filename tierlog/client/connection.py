@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 
 from kio.static.protocol import RequestPayload, ResponsePayload
 
@@ -52,13 +53,31 @@ class KafkaConnection:
         cls, host: str, port: int, *, client_id: str, timeout_s: float, security: ClientSecurity = PLAINTEXT
     ) -> KafkaConnection:
         address = f"{host}:{port}"
-        if security.protocol != "PLAINTEXT":
+        if security.uses_sasl:
             raise KafkaConnectionError(f"connect to {address}: security.protocol={security.protocol} is not supported")
+        context = security.ssl_context if security.uses_tls else None
+        if security.uses_tls and context is None:
+            raise KafkaConnectionError(
+                f"connect to {address}: security.protocol={security.protocol} needs a TLS context"
+            )
         try:
             async with asyncio.timeout(timeout_s):
-                reader, writer = await asyncio.open_connection(host, port)
+                if context is None:
+                    reader, writer = await asyncio.open_connection(host, port)
+                else:
+                    # The host name is checked against the certificate only when
+                    # ssl.endpoint.identification.algorithm asks for it (docs/security.md#tls).
+                    reader, writer = await asyncio.open_connection(
+                        host,
+                        port,
+                        ssl=context,
+                        server_hostname=host if context.check_hostname else "",
+                        ssl_handshake_timeout=timeout_s,
+                    )
         except TimeoutError:
             raise KafkaConnectionError(f"connect to {address} timed out after {timeout_s}s") from None
+        except ssl.SSLError as exc:
+            raise KafkaConnectionError(f"connect to {address}: TLS handshake failed: {exc.reason or exc}") from None
         except OSError as exc:
             raise KafkaConnectionError(f"connect to {address} failed: {exc.strerror or exc}") from None
         return cls(reader, writer, address=address, client_id=client_id)

@@ -30,6 +30,7 @@ from tierlog.replication.fetcher import FetcherConfig, ReplicaFetcher
 from tierlog.replication.metadata_publisher import BrokerMetadataPublisher
 from tierlog.replication.replica_manager import ReplicaManager
 from tierlog.security.authorizer import StandardAuthorizer, parse_super_users
+from tierlog.security.ssl_context import SslPrincipalMapper
 from tierlog.server.auto_topic_creation_manager import AutoTopicCreationManager
 from tierlog.server.broker_metrics import describe_partitions, wire_broker_metrics
 from tierlog.server.clock import now_ms
@@ -69,6 +70,7 @@ logger = logging.getLogger(__name__)
 
 POST_ROLL_FLUSH_INTERVAL_MS = 1000
 SHUTDOWN_DRAIN_S = 5.0
+SSL_HANDSHAKE_TIMEOUT_S = 10.0
 REMOTE_INDEX_CACHE_DIR = "remote-log-index-cache"
 
 
@@ -112,6 +114,19 @@ class Broker:
         self._alter_partition_wakeup = asyncio.Event()
         self.controller_server: ControllerServer | None = None
         self.http_server: HttpServer | None = None
+        # TLS contexts are built (their files read) here, so a key store that cannot be used stops the start
+        # with one line before any port is bound (docs/security.md#tls).
+        self._server_ssl_contexts = {
+            listener.name: config.server_ssl_context(listener.name)
+            for listener in (*config.controller_listeners, *config.listeners)
+        }
+        # SSL listeners name a client by its certificate (SASL_SSL ones by its SASL identity).
+        self._ssl_principal_mappers = {
+            listener.name: SslPrincipalMapper(config.ssl_settings(listener.name).principal_mapping_rules)
+            for listener in (*config.controller_listeners, *config.listeners)
+            if config.security_protocol_of(listener.name) == "SSL"
+        }
+        self.inter_broker_security = config.inter_broker_client_security()
         self.trace_log = TraceLog(config.node_id)
         # Everything is built here, without I/O, so stop() can clean up after a start that failed half-way.
         self.log_manager = LogManager(
@@ -134,6 +149,7 @@ class Broker:
                 address[1],
                 client_id=f"broker-{config.node_id}-controller",
                 request_timeout_ms=config.get_int("replica.socket.timeout.ms"),
+                security=config.controller_client_security(),
             )
         self.loader = MetadataLoaderTask(config.node_id, self.channel, self._publish)
         self.lifecycle = BrokerLifecycleTask(
@@ -260,6 +276,7 @@ class Broker:
             self._leader_endpoint,
             self.auto_topic_creation.create_topic,
             request_timeout_ms=config.get_int("replica.socket.timeout.ms"),
+            security=self.inter_broker_security,
         )
 
     async def start(self) -> None:
@@ -316,6 +333,7 @@ class Broker:
         return [Endpoint(listener.name, listener.host, listener.port) for listener in self.config.advertised_listeners]
 
     async def _bind(self, listener: Listener, max_request: int) -> asyncio.Server:
+        ssl_context = self._server_ssl_contexts[listener.name]
         try:
             server = await asyncio.start_server(
                 lambda r, w: self._accept(r, w, max_request, listener.name),
@@ -324,6 +342,10 @@ class Broker:
                 reuse_address=True,
                 limit=2**20,
                 start_serving=False,
+                ssl=ssl_context,
+                # A client that never finishes the handshake is dropped by asyncio after this long; the
+                # connection's task only starts once the handshake is done, so nothing is left behind.
+                ssl_handshake_timeout=SSL_HANDSHAKE_TIMEOUT_S if ssl_context is not None else None,
             )
         except OSError as e:
             raise StartupError(
@@ -416,6 +438,7 @@ class Broker:
                     client_id=f"broker-{self.config.node_id}-fetcher-{leader_id}",
                     request_timeout_ms=self.config.get_int("replica.socket.timeout.ms"),
                     remote_log_aux_state=self.remote_log.remote_log_aux_state if self.remote_log else None,
+                    security=self.inter_broker_security,
                 )
                 self._fetcher_threads[leader_id] = thread
                 thread.start()
@@ -460,7 +483,15 @@ class Broker:
         assert task is not None
         self._connections[task] = writer
         try:
-            await serve_connection(reader, writer, self.apis, max_request, listener_name)
+            await serve_connection(
+                reader,
+                writer,
+                self.apis,
+                max_request,
+                listener_name,
+                security_protocol=self.config.security_protocol_of(listener_name),
+                ssl_principal_mapper=self._ssl_principal_mappers.get(listener_name),
+            )
         finally:
             del self._connections[task]
 

@@ -262,7 +262,7 @@ def _entry(s: ResponseSchema, described: Any, body: Any) -> Any:
         value=described.value,
         read_only=described.read_only,
         config_source=described.source,
-        is_sensitive=False,
+        is_sensitive=described.sensitive,
         is_default=described.source == SOURCE_DEFAULT_CONFIG,
         synonyms=tuple(
             s.DescribeConfigsSynonym(name=synonym.name, value=synonym.value, source=synonym.source)

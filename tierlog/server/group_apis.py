@@ -23,7 +23,7 @@ from tierlog.server.authorized_operations import GROUP_OPERATIONS, OMITTED
 from tierlog.server.clock import now_ms
 from tierlog.server.entities import NO_THROTTLE, ResponseSchema, response_schema
 from tierlog.server.group_coordinator import GroupCoordinatorService
-from tierlog.server.request_context import client_host
+from tierlog.server.request_context import client_host, listener_name
 
 API_OFFSET_COMMIT = 8
 API_OFFSET_FETCH = 9
@@ -60,7 +60,7 @@ class GroupApis:
         self.coordinator = service.coordinator
         self._image = image
         self._node_id = config.node_id
-        self._listener_name = config.advertised_listener.name
+        self._config = config
         self.handlers: dict[int, Handler] = {
             API_FIND_COORDINATOR: self.handle_find_coordinator,
             API_JOIN_GROUP: self.handle_join_group,
@@ -108,7 +108,8 @@ class GroupApis:
         if not_ready is not None:
             return "COORDINATOR_NOT_AVAILABLE", not_ready, -1, "", -1
         leader = self.service.leader_of(key)
-        endpoint = self._image().endpoint_of(leader, self._listener_name) if leader >= 0 else None
+        listener = self._config.answering_listener_name(listener_name())
+        endpoint = self._image().endpoint_of(leader, listener) if leader >= 0 else None
         if endpoint is None:
             return "COORDINATOR_NOT_AVAILABLE", "the group's __consumer_offsets partition has no leader", -1, "", -1
         return None, None, leader, endpoint.host, endpoint.port

@@ -37,6 +37,7 @@ from tierlog.replication.replica_manager import (
     error_name_of,
 )
 from tierlog.security.authorizer import StandardAuthorizer
+from tierlog.server import request_context
 from tierlog.server.acl_apis import AclApis
 from tierlog.server.authorized_operations import CLUSTER_OPERATIONS, OMITTED, TOPIC_OPERATIONS
 from tierlog.server.auto_topic_creation_manager import AutoTopicCreationManager, check_topic_name
@@ -164,9 +165,8 @@ class KafkaApis:
         )
 
     def _broker_entries(self, s: ResponseSchema, builder: str) -> tuple[Any, ...]:
-        """Every unfenced broker, at its endpoint for the listener clients use (Kafka answers with the
-        listener the request came in on; every client listener here shares the advertised one's name)."""
-        listener_name = self.config.advertised_listener.name
+        """Every unfenced broker, at its endpoint for the listener the request came in on, as Kafka answers."""
+        listener_name = self.config.answering_listener_name(request_context.listener_name())
         entries = []
         for broker_id in sorted(self.image.unfenced_broker_ids()):
             endpoint = self.image.endpoint_of(broker_id, listener_name)

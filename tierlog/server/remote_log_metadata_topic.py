@@ -17,6 +17,7 @@ from typing import Any
 
 from tierlog.client.connection import KafkaConnection, KafkaConnectionError
 from tierlog.client.requests import PartitionFetch, fetch_request, produce_request
+from tierlog.client.security import PLAINTEXT, ClientSecurity
 from tierlog.common import TopicPartition
 from tierlog.metadata.image import ClusterMetadata
 from tierlog.metadata.records import Endpoint
@@ -58,8 +59,10 @@ class TopicBasedRemoteLogMetadataManager:
         create_topic: CreateTopic,
         *,
         request_timeout_ms: int,
+        security: ClientSecurity = PLAINTEXT,
     ) -> None:
         values = {**DEFAULTS, **settings}
+        self._security = security
         self.num_partitions = int(values[NUM_PARTITIONS_CONFIG])
         self.replication_factor = int(values[REPLICATION_FACTOR_CONFIG])
         self._retention_ms = values[RETENTION_MS_CONFIG]
@@ -127,7 +130,11 @@ class TopicBasedRemoteLogMetadataManager:
         connection = self._connections.get(address)
         if connection is None or connection.closed:
             connection = await KafkaConnection.open(
-                endpoint.host, endpoint.port, client_id=f"broker-{self._broker_id}-rlmm", timeout_s=5.0
+                endpoint.host,
+                endpoint.port,
+                client_id=f"broker-{self._broker_id}-rlmm",
+                timeout_s=5.0,
+                security=self._security,
             )
             self._connections[address] = connection
         try:

@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from types import TracebackType
@@ -276,7 +276,9 @@ class LocalCluster:
     """`brokers` broker processes on 127.0.0.1 forming one cluster: node 1 is broker and controller (KRaft
     combined mode), nodes 2..N are brokers that reach its CONTROLLER listener. Node i keeps its data in
     `base_dir/broker-i` and its log in `base_dir/broker-i.log`; every node serves HTTP (metrics, partitions,
-    trace) at `http_address(i)`. `overrides` go to every node.
+    trace) at `http_address(i)`. `overrides` go to every node. Each name in `extra_listeners` (e.g. "SSL") is
+    one more listener on every node, at `listener_address(name, i)`, its protocol and settings given by the
+    overrides (a cluster whose brokers talk over TLS: tests/security/test_tls_cluster.py).
 
     All ports are chosen once, so a restarted broker comes back at the same addresses.
 
@@ -293,6 +295,7 @@ class LocalCluster:
         overrides: Mapping[str, str] | None = None,
         *,
         detached: bool = False,
+        extra_listeners: Sequence[str] = (),
     ) -> None:
         if brokers < 1:
             raise ValueError(f"a cluster needs at least one broker, not {brokers}")
@@ -301,11 +304,18 @@ class LocalCluster:
             raise ValueError(f"{', '.join(clashing)} is set per node by the cluster and cannot be overridden")
         self.base_dir = base_dir
         self.overrides = dict(overrides or {})
-        ports = free_ports(2 * brokers + 1)
+        ports = free_ports((2 + len(extra_listeners)) * brokers + 1)
         self.controller_port = ports[0]
         node_ids = range(1, brokers + 1)
         self._kafka_ports = {node_id: ports[node_id] for node_id in node_ids}
         self._http_ports = {node_id: ports[brokers + node_id] for node_id in node_ids}
+        # Listeners besides PLAINTEXT (e.g. SSL, for an inter-broker listener over TLS), each node on a port
+        # of its own; their protocols and settings come from the overrides.
+        self._extra_ports = {
+            (name.upper(), node_id): ports[(2 + i) * brokers + node_id]
+            for i, name in enumerate(extra_listeners)
+            for node_id in node_ids
+        }
         self._brokers = {
             node_id: BrokerProcess(
                 base_dir / f"broker-{node_id}",
@@ -322,6 +332,7 @@ class LocalCluster:
         controller = f"{_HOST}:{self.controller_port}"
         is_controller = node_id == CONTROLLER_NODE_ID
         listeners = [f"PLAINTEXT://{_HOST}:{self._kafka_ports[node_id]}"]
+        listeners += [f"{name}://{_HOST}:{port}" for (name, node), port in self._extra_ports.items() if node == node_id]
         if is_controller:
             listeners.append(f"{CONTROLLER_LISTENER}://{controller}")
         return {
@@ -350,6 +361,10 @@ class LocalCluster:
             return self._brokers[node_id]
         except KeyError:
             raise KeyError(f"no broker {node_id} in this cluster (nodes {self.node_ids})") from None
+
+    def listener_address(self, name: str, node_id: int) -> str:
+        """host:port of one of the `extra_listeners` on a node."""
+        return f"{_HOST}:{self._extra_ports[(name.upper(), node_id)]}"
 
     def http_address(self, node_id: int) -> str:
         return f"{_HOST}:{self._http_ports[node_id]}"
