@@ -142,7 +142,7 @@ class SaslAuthenticator:
         if api_key == API_VERSIONS and self._state is _State.HANDSHAKE_REQUEST:
             return SaslStep(close_reason="Unexpected ApiVersions request received during SASL authentication state")
         try:
-            request = parse_kafka_request(frame, {api_key: self._served[api_key]})
+            request = parse_kafka_request(frame, {api_key: SUPPORTED_APIS[api_key]})
         except UnsupportedVersion as e:
             if api_key == API_VERSIONS:
                 # KIP-511: the client retries with a version of the list; the state does not change.
@@ -185,7 +185,7 @@ class SaslAuthenticator:
     def _on_authenticate_frame(self, frame: bytes) -> SaslStep:
         assert self._server is not None
         try:
-            request = parse_kafka_request(frame, self._served)
+            request = parse_kafka_request(frame, SUPPORTED_APIS)
         except (UnsupportedVersion, InvalidRequest) as e:
             return SaslStep(close_reason=f"during SASL authentication: {e}")
         if request.api_key != SASL_AUTHENTICATE:
