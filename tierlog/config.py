@@ -189,10 +189,9 @@ _BROKER_OWN_CONFIGS: tuple[ConfigDef, ...] = (
         "connections.max.reauth.ms",
         "0",
         "long",
-        "Session lifetime of SASL connections (KIP-368); tierlog supports only 0 (sessions do not expire).",
-        validator=lambda value: (
-            None if value == 0 else "tierlog does not support SASL re-authentication (KIP-368) yet: leave it at 0"
-        ),
+        "Session lifetime of SASL connections (KIP-368): clients re-authenticate within it or are disconnected; "
+        "0: sessions do not expire.",
+        at_least=0,
     ),
     _d(
         "tierlog.sasl.authentication.timeout.ms",

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import pytest
 from sasl_helpers import (
@@ -21,6 +22,7 @@ from tierlog.client.requests import api_versions_request, metadata_request
 from tierlog.protocol.errors import error_code
 from tierlog.protocol.framing import SIZE_PREFIX
 from tierlog.security.principal import KafkaPrincipal
+from tierlog.server.sasl_authenticator import SaslAuthenticator, SaslSession
 
 ILLEGAL_SASL_STATE = error_code("ILLEGAL_SASL_STATE")
 
@@ -204,3 +206,86 @@ def test_no_frame_is_taken_after_the_authenticator_failed() -> None:
     auth.on_frame(frame(metadata_request(())))
     with pytest.raises(RuntimeError):
         auth.on_frame(frame(handshake("PLAIN")))
+
+
+# Re-authentication (KIP-368)
+
+
+def plain_session(auth: SaslAuthenticator, user: str, password: str, version: int = 2) -> Any:
+    """Run PLAIN on `auth`; the SaslAuthenticate response."""
+    shake = handshake("PLAIN")
+    assert answer(shake, auth.on_frame(frame(shake)).frames[0]).error_code == error_code(None)
+    token = authenticate(f"\0{user}\0{password}".encode(), version)
+    return answer(token, auth.on_frame(frame(token)).frames[0])
+
+
+def test_with_connections_max_reauth_ms_the_session_lifetime_is_told_to_the_client() -> None:
+    auth = authenticator(max_reauth_ms=60000)
+    done = plain_session(auth, "alice", "alice-secret")
+    assert done.session_lifetime.total_seconds() == 60
+    assert auth.session == SaslSession(KafkaPrincipal("User", "alice"), "PLAIN", 60000, True)
+
+
+def test_a_client_of_sasl_authenticate_v0_does_not_know_session_lifetimes() -> None:
+    auth = authenticator(max_reauth_ms=60000)
+    plain_session(auth, "alice", "alice-secret", version=0)
+    assert not auth.session.client_supports_reauthentication
+
+
+def test_a_re_authentication_as_the_same_user_succeeds_and_starts_a_new_session() -> None:
+    first = authenticator(max_reauth_ms=60000)
+    plain_session(first, "alice", "alice-secret")
+    again = authenticator(max_reauth_ms=60000, reauthenticating=first.session)
+    assert plain_session(again, "alice", "alice-secret").error_code == error_code(None)
+    assert again.session == first.session
+
+
+def test_a_re_authentication_may_not_begin_with_api_versions() -> None:
+    first = authenticator(max_reauth_ms=60000)
+    plain_session(first, "alice", "alice-secret")
+    again = authenticator(max_reauth_ms=60000, reauthenticating=first.session)
+    assert again.on_frame(frame(api_versions_request(version=3))).close_reason is not None
+
+
+def test_a_re_authentication_as_another_user_is_refused_with_kafkas_message() -> None:
+    first = authenticator(max_reauth_ms=60000)
+    plain_session(first, "alice", "alice-secret")
+    again = authenticator(max_reauth_ms=60000, reauthenticating=first.session)
+    refused = plain_session(again, "admin", "admin-secret")
+    assert (refused.error_code, refused.error_message) == (
+        error_code("SASL_AUTHENTICATION_FAILED"),
+        "Cannot change principals during re-authentication from User.alice: User.admin",
+    )
+    assert not again.complete
+
+
+def test_a_re_authentication_with_another_mechanism_fails_at_its_first_token() -> None:
+    first = authenticator(max_reauth_ms=60000)
+    plain_session(first, "alice", "alice-secret")
+    again = authenticator(max_reauth_ms=60000, reauthenticating=first.session)
+    shake = handshake("SCRAM-SHA-256")
+    assert answer(shake, again.on_frame(frame(shake)).frames[0]).error_code == error_code(None)
+    step = again.on_frame(frame(authenticate(b"n,,n=alice,r=abc")))
+    assert step.close_reason == (
+        "SASL mechanism 'SCRAM-SHA-256' requested by client is not supported for re-authentication of mechanism 'PLAIN'"
+    )
+
+
+def test_a_failed_scram_re_authentication_says_re_authentication() -> None:
+    first = authenticator(max_reauth_ms=60000)
+    first.on_frame(frame(handshake("SCRAM-SHA-256")))
+    client = ScramClient(["SCRAM-SHA-256"], "carol", "carol-secret")
+    first_message = authenticate(client.get_client_first().encode())
+    client.set_server_first(answer(first_message, first.on_frame(frame(first_message)).frames[0]).auth_bytes.decode())
+    final = authenticate(client.get_client_final().encode())
+    assert answer(final, first.on_frame(frame(final)).frames[0]).error_code == error_code(None)
+    again = authenticator(max_reauth_ms=60000, reauthenticating=first.session)
+    again.on_frame(frame(handshake("SCRAM-SHA-256")))
+    wrong = ScramClient(["SCRAM-SHA-256"], "carol", "wrong")
+    first_message = authenticate(wrong.get_client_first().encode())
+    wrong.set_server_first(answer(first_message, again.on_frame(frame(first_message)).frames[0]).auth_bytes.decode())
+    final = authenticate(wrong.get_client_final().encode())
+    refused = answer(final, again.on_frame(frame(final)).frames[0])
+    assert refused.error_message == (
+        "Authentication failed during re-authentication due to invalid credentials with SASL mechanism SCRAM-SHA-256"
+    )

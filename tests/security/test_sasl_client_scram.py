@@ -5,40 +5,13 @@ KafkaConnectionError with the broker's message (docs/security.md#sasl)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
-from sasl_helpers import settings
+from sasl_helpers import RecordingApis, serving_sasl, settings
 
 from tierlog.client.connection import KafkaConnection, KafkaConnectionError
 from tierlog.client.requests import api_versions_request
 from tierlog.client.security import ClientSecurity
-from tierlog.protocol.codec import Request
-from tierlog.protocol.errors import error_code
-from tierlog.server.connection import serve_connection
-from tierlog.server.entities import NO_THROTTLE, response_schema
-from tierlog.server.request_context import principal
-
-
-class RecordingApis:
-    """Stands in for KafkaApis behind the connection: answers ApiVersions and records who asked."""
-
-    def __init__(self) -> None:
-        self.principals: list[str] = []
-        self.handlers = {18: self.handle}
-
-    async def handle(self, request: Request) -> Any:
-        self.principals.append(str(principal()))
-        s = response_schema(18, request.api_version)
-        return s.ApiVersionsResponse(
-            error_code=error_code(None),
-            api_keys=(),
-            throttle_time=NO_THROTTLE,
-            supported_features=(),
-            finalized_features_epoch=-1,
-            finalized_features=(),
-            zk_migration_ready=False,
-        )
 
 
 def sasl(user: str, password: str, mechanism: str) -> ClientSecurity:
@@ -46,30 +19,13 @@ def sasl(user: str, password: str, mechanism: str) -> ClientSecurity:
 
 
 async def authenticate_and_ask(security: ClientSecurity) -> list[str]:
-    # serve_connection needs only `handlers` and `handle` of KafkaApis.
-    apis: Any = RecordingApis()
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await serve_connection(
-            reader,
-            writer,
-            apis,
-            1 << 20,
-            "SASL",
-            security_protocol="SASL_PLAINTEXT",
-            sasl=settings(),
-        )
-
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
+    apis = RecordingApis()
+    async with serving_sasl(apis, settings()) as port:
         connection = await KafkaConnection.open("127.0.0.1", port, client_id="t", timeout_s=10, security=security)
         try:
             await connection.send(api_versions_request(version=3), timeout_s=10)
         finally:
             await connection.close()
-    finally:
-        server.close()
     return apis.principals
 
 

@@ -145,7 +145,7 @@ def test_plaintext_listeners_need_no_sasl_settings_and_connect_in_plaintext() ->
             "listener.name.sasl_plaintext.plain.sasl.jaas.config needs username and password: this broker's own "
             "credentials for inter-broker connections over PLAIN",
         ),
-        ({"connections.max.reauth.ms": "3600000"}, "tierlog does not support SASL re-authentication (KIP-368)"),
+        ({"connections.max.reauth.ms": "-1"}, "Invalid value -1 for configuration connections.max.reauth.ms"),
         (
             {"listener.name.sasl_plaintext.plain.sasl.server.callback.handler.class": "com.example.Ldap"},
             "does not load SASL plugins",

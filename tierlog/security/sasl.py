@@ -19,6 +19,18 @@ class SaslAuthenticationError(Exception):
     """The client failed to authenticate; str(error) is what SaslAuthenticate tells it (Kafka's message)."""
 
 
+class SaslCredentialsRejected(SaslAuthenticationError):
+    """A failure whose details must not reach the client, who may not even learn whether the user exists (Kafka's
+    SaslException): the client is told only that its credentials were not accepted."""
+
+    def __init__(self, mechanism: str, *, reauthentication: bool = False) -> None:
+        during = "re-authentication" if reauthentication else "authentication"
+        super().__init__(
+            f"Authentication failed during {during} due to invalid credentials with SASL mechanism {mechanism}"
+        )
+        self.mechanism = mechanism
+
+
 class SaslServer(Protocol):
     @property
     def mechanism(self) -> str: ...

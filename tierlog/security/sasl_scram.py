@@ -13,14 +13,9 @@ from collections.abc import Callable
 from scramp import ScramException, ScramMechanism
 
 from tierlog.metadata.image import ScramCredential
-from tierlog.security.sasl import SCRAM_MECHANISMS, SaslAuthenticationError
+from tierlog.security.sasl import SCRAM_MECHANISMS, SaslAuthenticationError, SaslCredentialsRejected
 
 CredentialLookup = Callable[[str, str], ScramCredential | None]
-
-
-def scram_failure_message(mechanism: str) -> str:
-    """What Kafka's SaslServerAuthenticator answers for every SCRAM failure."""
-    return f"Authentication failed during authentication due to invalid credentials with SASL mechanism {mechanism}"
 
 
 class ScramSaslServer:
@@ -65,6 +60,6 @@ class ScramSaslServer:
             self._server.set_client_final(message)
             final = self._server.get_server_final().encode()
         except (UnicodeDecodeError, ScramException):
-            raise SaslAuthenticationError(scram_failure_message(self._mechanism)) from None
+            raise SaslCredentialsRejected(self._mechanism) from None
         self._complete = True
         return final

@@ -7,11 +7,17 @@ through before it may send anything but ApiVersions and SaslHandshake. Frames in
 SaslHandshake v0 (before KIP-152) means the tokens that follow are bare size-prefixed frames without Kafka's
 headers; v1 means they come in SaslAuthenticate requests. Any other request before authentication, a second
 handshake, an unknown mechanism or a failed exchange ends the connection (after Kafka's answer where Kafka sends
-one). Rules: docs/security.md#sasl.
+one).
+
+With connections.max.reauth.ms set, the final SaslAuthenticate answer carries that session lifetime, and a client
+that sent SaslAuthenticate v1+ may re-authenticate (KIP-368) with a SaslHandshake on the authenticated connection:
+a new authenticator for that connection takes the same mechanism and must end with the same principal. Rules:
+docs/security.md#sasl.
 """
 
 from __future__ import annotations
 
+import datetime
 import enum
 import struct
 from collections.abc import Callable, Mapping
@@ -25,7 +31,7 @@ from tierlog.protocol.codec import parse_request as parse_kafka_request
 from tierlog.protocol.errors import error_code
 from tierlog.protocol.framing import SIZE_PREFIX
 from tierlog.security.principal import USER_TYPE, KafkaPrincipal
-from tierlog.security.sasl import PLAIN, SaslAuthenticationError, SaslServer
+from tierlog.security.sasl import PLAIN, SaslAuthenticationError, SaslCredentialsRejected, SaslServer
 from tierlog.security.sasl_plain import PlainSaslServer
 from tierlog.security.sasl_scram import CredentialLookup, ScramSaslServer
 from tierlog.server.entities import NO_THROTTLE, response_schema
@@ -47,6 +53,21 @@ class SaslServerSettings:
     max_receive_size: int
     # tierlog.sasl.authentication.timeout.ms: the whole exchange, from connect to authenticated.
     authentication_timeout_ms: int
+    # connections.max.reauth.ms: the session lifetime told to clients (KIP-368); 0: sessions do not expire.
+    max_reauth_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SaslSession:
+    """An authenticated connection: who, with which mechanism, and whether it may and must re-authenticate."""
+
+    principal: KafkaPrincipal
+    mechanism: str
+    # 0: the session does not expire.
+    lifetime_ms: int
+    # The client sent SaslAuthenticate v1 or later, so it knows about session lifetimes (Kafka's
+    # connectedClientSupportsReauthentication).
+    client_supports_reauthentication: bool
 
 
 def sasl_server_settings(
@@ -69,6 +90,7 @@ def sasl_server_settings(
         new_server=new_server,
         max_receive_size=config.get_int("sasl.server.max.receive.size"),
         authentication_timeout_ms=config.get_int("tierlog.sasl.authentication.timeout.ms"),
+        max_reauth_ms=config.get_int("connections.max.reauth.ms"),
     )
 
 
@@ -94,13 +116,24 @@ class SaslAuthenticator:
     """One connection's authentication. Feed every frame to `on_frame` until `complete` (then `principal` is the
     client) or a step says to close."""
 
-    def __init__(self, settings: SaslServerSettings, served: Mapping[int, ApiSupport]) -> None:
+    def __init__(
+        self,
+        settings: SaslServerSettings,
+        served: Mapping[int, ApiSupport],
+        *,
+        reauthenticating: SaslSession | None = None,
+    ) -> None:
         self._settings = settings
         self._served = served
-        self._state = _State.HANDSHAKE_OR_VERSIONS_REQUEST
+        # A re-authentication starts with the SaslHandshake (Kafka's REAUTH_PROCESS_HANDSHAKE).
+        self._previous = reauthenticating
+        self._state = _State.HANDSHAKE_REQUEST if reauthenticating else _State.HANDSHAKE_OR_VERSIONS_REQUEST
         self._server: SaslServer | None = None
         # SaslHandshake v1+: tokens travel in SaslAuthenticate requests (KIP-152); v0: as bare frames.
         self._kafka_headers = False
+        self._client_supports_reauthentication = False
+        # Set when a re-authentication asks for another mechanism: the next token fails with it.
+        self._bad_mechanism: str | None = None
 
     @property
     def complete(self) -> bool:
@@ -111,10 +144,19 @@ class SaslAuthenticator:
         return None if self._server is None else self._server.mechanism
 
     @property
-    def principal(self) -> KafkaPrincipal:
+    def session(self) -> SaslSession:
         if self._server is None or not self.complete:
             raise RuntimeError("the connection is not authenticated")
-        return KafkaPrincipal(USER_TYPE, self._server.authorization_id)
+        return SaslSession(
+            KafkaPrincipal(USER_TYPE, self._server.authorization_id),
+            self._server.mechanism,
+            self._settings.max_reauth_ms,
+            self._client_supports_reauthentication,
+        )
+
+    @property
+    def principal(self) -> KafkaPrincipal:
+        return self.session.principal
 
     def on_frame(self, frame: bytes) -> SaslStep:
         if self._state in (_State.COMPLETE, _State.FAILED):
@@ -162,6 +204,11 @@ class SaslAuthenticator:
         if mechanism not in enabled:
             response = s.SaslHandshakeResponse(error_code=error_code("UNSUPPORTED_SASL_MECHANISM"), mechanisms=enabled)
             return SaslStep(frames=_encode(request, response), close_reason=f"Unsupported SASL mechanism {mechanism}")
+        if self._previous is not None and mechanism != self._previous.mechanism:
+            self._bad_mechanism = (
+                f"SASL mechanism '{mechanism}' requested by client is not supported for re-authentication of "
+                f"mechanism '{self._previous.mechanism}'"
+            )
         self._server = self._settings.new_server(mechanism)
         self._kafka_headers = request.api_version >= 1
         self._state = _State.AUTHENTICATE
@@ -174,16 +221,15 @@ class SaslAuthenticator:
     def _on_bare_token(self, token: bytes) -> SaslStep:
         """SaslHandshake v0: the token is the whole frame, the challenge goes back as a bare frame, and a failure
         just closes the connection (there is no way to tell the client why)."""
-        assert self._server is not None
         try:
-            challenge = self._server.evaluate_response(token)
+            challenge = self._evaluate(token)
         except SaslAuthenticationError as e:
             return SaslStep(close_reason=str(e))
-        self._complete_if_done()
         return SaslStep(frames=[SIZE_PREFIX.pack(len(challenge)) + challenge])
 
     def _on_authenticate_frame(self, frame: bytes) -> SaslStep:
-        assert self._server is not None
+        if self._bad_mechanism is not None:
+            return SaslStep(close_reason=self._bad_mechanism)
         try:
             request = parse_kafka_request(frame, SUPPORTED_APIS)
         except (UnsupportedVersion, InvalidRequest) as e:
@@ -193,8 +239,9 @@ class SaslAuthenticator:
             answer = _illegal_sasl_state(request)
             return SaslStep(frames=[] if answer is None else _encode(request, answer), close_reason=reason)
         s = response_schema(SASL_AUTHENTICATE, request.api_version)
+        self._client_supports_reauthentication |= request.api_version > 0
         try:
-            challenge = self._server.evaluate_response(request.body.auth_bytes)
+            challenge = self._evaluate(request.body.auth_bytes)
         except SaslAuthenticationError as e:
             failure = s.SaslAuthenticateResponse(
                 error_code=error_code("SASL_AUTHENTICATION_FAILED"),
@@ -203,17 +250,36 @@ class SaslAuthenticator:
                 session_lifetime=NO_THROTTLE,
             )
             return SaslStep(frames=_encode(request, failure), close_reason=str(e))
-        self._complete_if_done()
-        # KIP-368 re-authentication is not offered: a session never ends (connections.max.reauth.ms is 0).
+        lifetime_ms = self._settings.max_reauth_ms if self.complete else 0
         response = s.SaslAuthenticateResponse(
-            error_code=error_code(None), error_message=None, auth_bytes=challenge, session_lifetime=NO_THROTTLE
+            error_code=error_code(None),
+            error_message=None,
+            auth_bytes=challenge,
+            session_lifetime=datetime.timedelta(milliseconds=lifetime_ms),
         )
         return SaslStep(frames=_encode(request, response))
 
-    def _complete_if_done(self) -> None:
-        assert self._server is not None
-        if self._server.complete:
+    def _evaluate(self, token: bytes) -> bytes:
+        """The mechanism's challenge; COMPLETE once the mechanism is, if a re-authentication keeps the principal.
+        SaslAuthenticationError with what the client is told."""
+        server = self._server
+        assert server is not None
+        if self._bad_mechanism is not None:
+            raise SaslAuthenticationError(self._bad_mechanism)
+        try:
+            challenge = server.evaluate_response(token)
+        except SaslCredentialsRejected as e:
+            raise SaslCredentialsRejected(e.mechanism, reauthentication=self._previous is not None) from None
+        if server.complete:
+            previous = self._previous
+            if previous is not None and server.authorization_id != previous.principal.name:
+                old = previous.principal
+                raise SaslAuthenticationError(
+                    "Cannot change principals during re-authentication from "
+                    f"{old.principal_type}.{old.name}: {USER_TYPE}.{server.authorization_id}"
+                )
             self._state = _State.COMPLETE
+        return challenge
 
 
 def _illegal_sasl_state(request: Request) -> Any | None:
