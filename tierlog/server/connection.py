@@ -169,8 +169,8 @@ async def _authenticate(
 
 async def _linger(reader: asyncio.StreamReader) -> None:
     """After the answer to a failed authentication: wait (at most LINGER_S) for the client to close the connection,
-    reading nothing more from it. A client that sees the connection end in the same read as the answer may report
-    only a dropped connection (kafka-python does), not the broker's message."""
+    discarding whatever else it sends. A client that sees the connection end in the same read as the answer may
+    report only a dropped connection (kafka-python does), not the broker's message."""
     with contextlib.suppress(TimeoutError, ConnectionError):
         async with asyncio.timeout(LINGER_S):
             while await reader.read(65536):
