@@ -24,6 +24,14 @@ from pathlib import Path
 from tierlog.client.security import ClientSecurity
 from tierlog.config_def import ConfigDef, ConfigException, Validator, invalid, parse_config_value, parse_typed, render
 from tierlog.security.authorizer import STANDARD_AUTHORIZER, parse_super_users
+from tierlog.security.jaas import (
+    PLAIN_LOGIN_MODULE,
+    SCRAM_LOGIN_MODULE,
+    JaasConfigError,
+    JaasLoginModule,
+    parse_jaas_config,
+)
+from tierlog.security.sasl import PLAIN, SUPPORTED_MECHANISMS
 from tierlog.security.ssl_context import (
     CLIENT_AUTH_MODES,
     SslConfigError,
@@ -232,6 +240,38 @@ _BROKER_OWN_CONFIGS: tuple[ConfigDef, ...] = (
         "Whether the authorizer allows an action on a resource that has no ACL at all.",
     ),
     *_SSL_CONFIGS,
+    # SASL (docs/security.md#sasl). Kafka's defaults are GSSAPI, which tierlog does not implement: a SASL listener
+    # left at the default is refused at start-up rather than given another mechanism.
+    _d(
+        "sasl.enabled.mechanisms",
+        "GSSAPI",
+        "list",
+        "SASL mechanisms of SASL listeners (per listener: listener.name.<name>.sasl.enabled.mechanisms).",
+    ),
+    _d("sasl.mechanism.inter.broker.protocol", "GSSAPI", "string", "SASL mechanism brokers use with each other."),
+    _d("sasl.mechanism.controller.protocol", "GSSAPI", "string", "SASL mechanism brokers use with the controller."),
+    _d(
+        "sasl.server.max.receive.size",
+        "524288",
+        "int",
+        "Largest frame a client may send before it is authenticated.",
+        at_least=1,
+    ),
+    _d(
+        "connections.max.reauth.ms",
+        "0",
+        "long",
+        "Session lifetime of SASL connections (KIP-368): clients re-authenticate within it or are disconnected; "
+        "0: sessions do not expire.",
+        at_least=0,
+    ),
+    _d(
+        "tierlog.sasl.authentication.timeout.ms",
+        "30000",
+        "int",
+        "Longest time from connect to authenticated on a SASL listener; the connection is closed after it.",
+        at_least=1,
+    ),
     _d("zookeeper.connect", None, "string", "ZooKeeper mode; tierlog runs in KRaft mode only."),
     _d("log.dirs", "/tmp/tierlog-logs", "list", "Directories where partition data is kept."),
     _d("num.partitions", "1", "int", "Default partition count of auto-created topics.", at_least=1),
@@ -543,14 +583,8 @@ class DescribedConfig:
 # Kafka accepts the legacy names too.
 _SYNONYMS = {"broker.id": "node.id", "log.dir": "log.dirs"}
 
-# Prefixes of settings for features tierlog does not have yet: one set is refused at start-up, not ignored.
-_UNSUPPORTED_PREFIXES = {
-    "sasl.": "SASL authentication (sasl.*)",
-}
 # Kafka's ZooKeeper-mode authorizer, which a KRaft broker refuses.
 _ZOOKEEPER_AUTHORIZER = "kafka.security.authorizer.AclAuthorizer"
-# Per-listener overrides (listener.name.<name>.<config>) of those same features.
-_UNSUPPORTED_LISTENER_OVERRIDE = re.compile(r"^listener\.name\.[^.]+\.(sasl\.|[a-z0-9-]+\.sasl\.jaas\.config$)")
 # Per-listener TLS settings: listener.name.<lower-case listener name>.ssl.*.
 _LISTENER_SSL_OVERRIDE = re.compile(r"^listener\.name\.([^.]+)\.(ssl\..+)$")
 # Kafka's PEM key and trust stores take no store password (only the private key has one).
@@ -562,6 +596,26 @@ def _is_password(name: str) -> bool:
     override = _LISTENER_SSL_OVERRIDE.match(name)
     definition = BROKER_CONFIGS.get(override.group(2) if override else name)
     return definition is not None and definition.type == "password"
+
+
+# Settings that replace how SASL authenticates (plugins, Java classes): ignoring one would authenticate otherwise
+# than configured. Refused at the top level and per listener (listener.name.<name>.[<mechanism>.]<setting>).
+_UNSUPPORTED_SASL_PLUGINS = (
+    "sasl.server.callback.handler.class",
+    "sasl.client.callback.handler.class",
+    "sasl.login.class",
+    "sasl.login.callback.handler.class",
+)
+# The per-listener SASL settings tierlog reads: listener.name.<name>.sasl.enabled.mechanisms and
+# listener.name.<name>.<mechanism>.sasl.jaas.config (names in lower case, as Kafka's).
+_LISTENER_SASL_SETTING = re.compile(
+    r"^listener\.name\.([^.]+)\.(sasl\.enabled\.mechanisms|(?:plain|scram-sha-256|scram-sha-512)\.sasl\.jaas\.config)$"
+)
+_SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
+
+
+def _jaas_key(listener_name: str, mechanism: str) -> str:
+    return f"listener.name.{listener_name.lower()}.{mechanism.lower()}.sasl.jaas.config"
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -680,7 +734,10 @@ class KafkaConfig:
         return sorted(
             k
             for k in self.originals
-            if k not in BROKER_CONFIGS and not k.startswith(prefixes) and not _LISTENER_SSL_OVERRIDE.match(k)
+            if k not in BROKER_CONFIGS
+            and not k.startswith(prefixes)
+            and not _LISTENER_SSL_OVERRIDE.match(k)
+            and not _LISTENER_SASL_SETTING.match(k)
         )
 
     def log_unused(self) -> None:
@@ -712,6 +769,7 @@ class KafkaConfig:
         self._check_unsupported_security()
         self._check_quorum()
         self._check_listeners()
+        self._check_sasl()
         if self.get_int("replica.fetch.wait.max.ms") > self.get_int("replica.socket.timeout.ms"):
             raise ConfigException("replica.socket.timeout.ms should always be at least replica.fetch.wait.max.ms")
         if self.get_int("replica.fetch.wait.max.ms") > self.get_int("replica.lag.time.max.ms"):
@@ -736,11 +794,6 @@ class KafkaConfig:
 
     def _check_unsupported_security(self) -> None:
         for key in sorted(self.originals):
-            for prefix, feature in _UNSUPPORTED_PREFIXES.items():
-                if key.startswith(prefix):
-                    raise ConfigException(f"{key} is set, but tierlog does not support {feature} yet")
-            if _UNSUPPORTED_LISTENER_OVERRIDE.match(key):
-                raise ConfigException(f"{key} is set, but tierlog does not support SASL listeners yet")
             override = _LISTENER_SSL_OVERRIDE.match(key)
             ssl_name = override.group(2) if override else key
             if ssl_name.startswith("ssl.") and ssl_name not in _SSL_CONFIG_NAMES:
@@ -756,6 +809,11 @@ class KafkaConfig:
                         f"listener.name.{override.group(1).lower()}.{ssl_name}"
                     )
                 parse_config_value(BROKER_CONFIGS[ssl_name], self.originals[key])
+            if key.endswith(_UNSUPPORTED_SASL_PLUGINS):
+                raise ConfigException(
+                    f"{key} is set, but tierlog does not load SASL plugins: it authenticates PLAIN users from the "
+                    "JAAS config and SCRAM users from the metadata log (docs/security.md#sasl)"
+                )
         authorizer = self.get("authorizer.class.name")
         if authorizer == _ZOOKEEPER_AUTHORIZER:
             raise ConfigException(
@@ -766,15 +824,123 @@ class KafkaConfig:
             raise ConfigException(
                 f"authorizer.class.name={authorizer}: tierlog's only authorizer is {STANDARD_AUTHORIZER}"
             )
-        protocol = self.get("security.inter.broker.protocol")
-        if protocol.startswith("SASL_"):
-            raise ConfigException(
-                f"security.inter.broker.protocol={protocol}: tierlog does not support SASL between brokers yet"
-            )
         if "security.inter.broker.protocol" in self.originals and self.get("inter.broker.listener.name"):
             raise ConfigException(
                 "Only one of inter.broker.listener.name and security.inter.broker.protocol should be set."
             )
+
+    def _check_sasl(self) -> None:
+        """Every SASL listener can authenticate with what is configured (Kafka finds most of this out when it
+        builds the listener's channel, which fails its start-up too), and so can this broker with other brokers
+        and the controller. docs/security.md#sasl."""
+        protocols = self.listener_security_protocols
+        for listener in map(parse_listener, self.get_list("listeners")):
+            if protocols.get(listener.name) not in _SASL_PROTOCOLS:
+                continue
+            for mechanism in self.sasl_enabled_mechanisms(listener.name):
+                module = self.sasl_jaas_config(listener.name, mechanism)
+                if mechanism == PLAIN and module is None:
+                    raise ConfigException(
+                        f"listener {listener.name} enables SASL mechanism PLAIN but has no users: set "
+                        f'{_jaas_key(listener.name, PLAIN)}={PLAIN_LOGIN_MODULE} required user_<name>="<password>" ...;'
+                    )
+        for purpose, listener_name, mechanism_config in (
+            ("inter-broker", self.inter_broker_listener_name, "sasl.mechanism.inter.broker.protocol"),
+            ("controller", self.controller_listener_name, "sasl.mechanism.controller.protocol"),
+        ):
+            if listener_name is None or protocols.get(listener_name) not in _SASL_PROTOCOLS:
+                continue
+            mechanism = self.get(mechanism_config)
+            if mechanism not in SUPPORTED_MECHANISMS:
+                raise ConfigException(
+                    f"{mechanism_config}={mechanism}, but the {purpose} listener {listener_name} uses SASL and "
+                    f"tierlog supports only {', '.join(SUPPORTED_MECHANISMS)}: set {mechanism_config}=PLAIN"
+                )
+            if mechanism not in self.sasl_enabled_mechanisms(listener_name):
+                raise ConfigException(
+                    f"{mechanism_config} must be included in sasl.enabled.mechanisms when SASL is used for "
+                    f"{purpose} communication ({mechanism} is not enabled on listener {listener_name})"
+                )
+            module = self.sasl_jaas_config(listener_name, mechanism)
+            if module is None or module.username is None or module.password is None:
+                raise ConfigException(
+                    f"{_jaas_key(listener_name, mechanism)} needs username and password: this broker's own "
+                    f"credentials for {purpose} connections over {mechanism}"
+                )
+
+    def sasl_enabled_mechanisms(self, listener_name: str) -> list[str]:
+        """The SASL mechanisms of a listener: listener.name.<name>.sasl.enabled.mechanisms, else
+        sasl.enabled.mechanisms; ConfigException for none or one tierlog does not implement."""
+        key = f"listener.name.{listener_name.lower()}.sasl.enabled.mechanisms"
+        if key in self.originals:
+            mechanisms = [m.strip() for m in self.originals[key].split(",") if m.strip()]
+        else:
+            key = "sasl.enabled.mechanisms"
+            mechanisms = self.get_list(key)
+        if not mechanisms:
+            raise ConfigException(f"No SASL mechanisms are enabled on listener {listener_name} ({key} is empty)")
+        unsupported = [m for m in mechanisms if m not in SUPPORTED_MECHANISMS]
+        if unsupported:
+            raise ConfigException(
+                f"{key}={','.join(mechanisms)} for SASL listener {listener_name}: tierlog supports "
+                f"{', '.join(SUPPORTED_MECHANISMS)}, not {', '.join(unsupported)} (Kafka's default is GSSAPI): "
+                f"set {key}=PLAIN"
+            )
+        return list(dict.fromkeys(mechanisms))
+
+    def sasl_jaas_config(self, listener_name: str, mechanism: str) -> JaasLoginModule | None:
+        """The login module of listener.name.<listener>.<mechanism>.sasl.jaas.config (both in lower case), where
+        Kafka's brokers read it; None when it is not set. ConfigException for a value that does not parse or
+        names the login module of another mechanism."""
+        key = _jaas_key(listener_name, mechanism)
+        text = self.originals.get(key)
+        if text is None:
+            return None
+        try:
+            module = parse_jaas_config(text)
+        except JaasConfigError as e:
+            raise invalid(key, "(hidden)", str(e)) from None
+        expected = PLAIN_LOGIN_MODULE if mechanism == PLAIN else SCRAM_LOGIN_MODULE
+        if module.class_name != expected:
+            raise invalid(key, "(hidden)", f"the login module of {mechanism} is {expected}, not {module.class_name}")
+        return module
+
+    def inter_broker_client_security(self) -> ClientSecurity:
+        """How this broker connects to other brokers' inter-broker listener (replica fetchers, the remote log
+        metadata topic): its protocol and, over SASL, sasl.mechanism.inter.broker.protocol with the username and
+        password of that listener's JAAS config."""
+        return self._client_security(self.inter_broker_listener_name, "sasl.mechanism.inter.broker.protocol")
+
+    def controller_client_security(self) -> ClientSecurity:
+        """How this broker connects to the controller's listener (controller.listener.names), over SASL with
+        sasl.mechanism.controller.protocol and the username and password of that listener's JAAS config."""
+        return self._client_security(self.controller_listener_name, "sasl.mechanism.controller.protocol")
+
+    def _client_security(self, listener_name: str | None, mechanism_config: str) -> ClientSecurity:
+        """The security protocol of `listener_name`; over TLS its ssl.* settings (the trust store, and the key
+        store as client certificate when there is one); over SASL `mechanism_config` with the username and
+        password of that listener's JAAS config."""
+        if listener_name is None:
+            return ClientSecurity()
+        protocol = self.security_protocol_of(listener_name)
+        context = None
+        if protocol in TLS_PROTOCOLS:
+            try:
+                context = client_context(self.ssl_settings(listener_name))
+            except SslConfigError as e:
+                raise ConfigException(f"listener {listener_name} (the broker's own connections): {e}") from None
+        if protocol not in _SASL_PROTOCOLS:
+            return ClientSecurity(protocol, context)
+        mechanism = self.get(mechanism_config)
+        module = self.sasl_jaas_config(listener_name, mechanism)
+        assert module is not None  # _check_sasl: every SASL client listener has its credentials
+        return ClientSecurity(protocol, context, mechanism, module.username, module.password)
+
+    @property
+    def controller_listener_name(self) -> str | None:
+        """The listener brokers reach the controller on: the first of controller.listener.names."""
+        names = self.get_list("controller.listener.names")
+        return names[0].upper() if names else None
 
     def _check_quorum(self) -> None:
         voters = self.get_list("controller.quorum.voters")
@@ -814,12 +980,6 @@ class KafkaConfig:
                 raise ConfigException(
                     f"Listener with name {listener.name} defined in listeners not found in "
                     "listener.security.protocol.map."
-                )
-            if protocol.startswith("SASL_"):
-                raise ConfigException(
-                    f"listeners: {listener.name}://{listener.host}:{listener.port} uses security protocol "
-                    f"{protocol}, which tierlog does not support yet (PLAINTEXT and SSL only): its clients would "
-                    "not be authenticated"
                 )
             if protocol in TLS_PROTOCOLS:
                 self._check_tls_listener(listener, protocol)
@@ -914,27 +1074,6 @@ class KafkaConfig:
             return server_context(self.ssl_settings(listener_name))
         except SslConfigError as e:
             raise ConfigException(f"listener {listener_name}: {e}") from None
-
-    def inter_broker_client_security(self) -> ClientSecurity:
-        """How this broker connects to the other brokers (replica fetchers, the remote log metadata topic): the
-        security protocol of the inter-broker listener and its ssl.* settings (the trust store, and the key
-        store as client certificate when there is one)."""
-        return self._client_security(self.inter_broker_listener_name)
-
-    def controller_client_security(self) -> ClientSecurity:
-        """How this broker connects to the controller: the first of controller.listener.names, as in Kafka."""
-        names = self.get_list("controller.listener.names")
-        return self._client_security(names[0].upper() if names else "CONTROLLER")
-
-    def _client_security(self, listener_name: str) -> ClientSecurity:
-        protocol = self.security_protocol_of(listener_name)
-        if protocol not in TLS_PROTOCOLS:
-            return ClientSecurity(protocol)
-        try:
-            context = client_context(self.ssl_settings(listener_name))
-        except SslConfigError as e:
-            raise ConfigException(f"listener {listener_name} (the broker's own connections): {e}") from None
-        return ClientSecurity(protocol, context)
 
     @property
     def listener_security_protocols(self) -> dict[str, str]:

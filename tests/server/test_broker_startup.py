@@ -105,13 +105,13 @@ def test_an_invalid_setting_ends_the_process_at_once_with_one_line(
     assert_refused(code, lines, first_line, log_dir)
 
 
-def test_a_sasl_listener_with_jaas_and_an_authorizer_is_refused_not_served_as_plaintext(tmp_path: Path) -> None:
+def test_a_sasl_listener_with_a_mechanism_tierlog_lacks_is_refused_not_served_as_plaintext(tmp_path: Path) -> None:
     log_dir = tmp_path / "data"
     port = free_port()
     config_file = tmp_path / "server.properties"
     config_file.write_text(
         f"listeners=SASL_PLAINTEXT://127.0.0.1:{port}\n"
-        "sasl.enabled.mechanisms=PLAIN\n"
+        "sasl.enabled.mechanisms=PLAIN,GSSAPI\n"
         "listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule "
         'required username="admin" password="secret" user_admin="secret";\n'
         "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer\n"
@@ -124,8 +124,8 @@ def test_a_sasl_listener_with_jaas_and_an_authorizer_is_refused_not_served_as_pl
     assert_refused(
         done.returncode,
         lines,
-        "Error: listener.name.sasl_plaintext.plain.sasl.jaas.config is set, but tierlog does not support SASL "
-        "listeners yet",
+        "Error: sasl.enabled.mechanisms=PLAIN,GSSAPI for SASL listener SASL_PLAINTEXT: tierlog supports PLAIN, "
+        "SCRAM-SHA-256, SCRAM-SHA-512, not GSSAPI (Kafka's default is GSSAPI): set sasl.enabled.mechanisms=PLAIN",
         log_dir,
     )
     with socket.socket() as probe:

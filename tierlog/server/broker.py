@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry
 
 from tierlog.config import KafkaConfig, Listener
 from tierlog.config_def import ConfigException
-from tierlog.metadata.image import ClusterMetadata
+from tierlog.metadata.image import ClusterMetadata, ScramCredential
 from tierlog.metadata.records import Endpoint
 from tierlog.replication.alter_partition_manager import AlterPartitionManager
 from tierlog.replication.fetcher import FetcherConfig, ReplicaFetcher
@@ -60,6 +60,7 @@ from tierlog.server.remote_log_metadata_topic import (
 )
 from tierlog.server.remote_log_metadata_topic import TopicBasedRemoteLogMetadataManager
 from tierlog.server.remote_log_tasks import RemoteLogStats, RemoteLogTasks, RemoteStorageReaderThreadPool
+from tierlog.server.sasl_authenticator import SaslServerSettings, sasl_server_settings
 from tierlog.server.trace_log import TraceLog, trace_stream_route
 from tierlog.storage.log_manager import LogManager
 from tierlog.storage.producer_state import ProducerStateManagerConfig
@@ -287,8 +288,13 @@ class Broker:
         max_request = config.get_int("socket.request.max.bytes")
         # Every port is bound now, as Kafka's SocketServer binds its acceptors when it is built; each serves
         # once its side is ready (the controller's at once, the clients' once the broker is unfenced).
-        controller_servers = [await self._bind(listener, max_request) for listener in config.controller_listeners]
-        client_servers = [await self._bind(listener, max_request) for listener in config.listeners]
+        controller_servers = [
+            await self._bind(listener, max_request, self._controller_scram_credential)
+            for listener in config.controller_listeners
+        ]
+        client_servers = [
+            await self._bind(listener, max_request, self._scram_credential) for listener in config.listeners
+        ]
         await self._start_http(self._metrics_registry)
         self._started = True
         if self.controller_server is not None:
@@ -332,11 +338,21 @@ class Broker:
     def _advertised_endpoints(self) -> list[Endpoint]:
         return [Endpoint(listener.name, listener.host, listener.port) for listener in self.config.advertised_listeners]
 
-    async def _bind(self, listener: Listener, max_request: int) -> asyncio.Server:
+    async def _bind(
+        self, listener: Listener, max_request: int, scram_credential: Callable[[str, str], ScramCredential | None]
+    ) -> asyncio.Server:
+        """The listener's socket, bound now and served later; a SASL listener looks SCRAM users up with
+        `scram_credential`."""
         ssl_context = self._server_ssl_contexts[listener.name]
+        protocol = self.config.listener_security_protocols[listener.name]
+        sasl = (
+            sasl_server_settings(self.config, listener.name, scram_credential)
+            if protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+            else None
+        )
         try:
             server = await asyncio.start_server(
-                lambda r, w: self._accept(r, w, max_request, listener.name),
+                lambda r, w: self._accept(r, w, max_request, listener.name, protocol, sasl),
                 listener.host or None,
                 listener.port,
                 reuse_address=True,
@@ -476,8 +492,23 @@ class Broker:
 
     # Connections and timers
 
+    def _scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        return self.loader.image.scram_credentials.get((user, mechanism))
+
+    def _controller_scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        """The controller's own listener reads the controller's metadata, which has every SCRAM user from the
+        start, before this node's broker side has caught up (brokers register through it first)."""
+        assert self.controller_server is not None  # only a controller node has controller listeners
+        return self.controller_server.controller.metadata.scram_credentials.get((user, mechanism))
+
     async def _accept(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_request: int, listener_name: str
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        max_request: int,
+        listener_name: str,
+        security_protocol: str,
+        sasl: SaslServerSettings | None,
     ) -> None:
         task = asyncio.current_task()
         assert task is not None
@@ -489,8 +520,9 @@ class Broker:
                 self.apis,
                 max_request,
                 listener_name,
-                security_protocol=self.config.security_protocol_of(listener_name),
+                security_protocol=security_protocol,
                 ssl_principal_mapper=self._ssl_principal_mappers.get(listener_name),
+                sasl=sasl,
             )
         finally:
             del self._connections[task]

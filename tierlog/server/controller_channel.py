@@ -151,7 +151,13 @@ class RemoteControllerChannel:
     """The controller is another node, reached with Kafka's controller APIs."""
 
     def __init__(
-        self, host: str, port: int, *, client_id: str, request_timeout_ms: int, security: ClientSecurity = PLAINTEXT
+        self,
+        host: str,
+        port: int,
+        *,
+        client_id: str,
+        request_timeout_ms: int,
+        security: ClientSecurity = PLAINTEXT,
     ) -> None:
         self._address = (host, port)
         self._security = security

@@ -61,6 +61,7 @@ class TopicBasedRemoteLogMetadataManager:
         request_timeout_ms: int,
         security: ClientSecurity = PLAINTEXT,
     ) -> None:
+        self._security = security
         values = {**DEFAULTS, **settings}
         self._security = security
         self.num_partitions = int(values[NUM_PARTITIONS_CONFIG])
