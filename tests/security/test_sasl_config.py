@@ -156,7 +156,7 @@ def test_plaintext_listeners_need_no_sasl_settings_and_connect_in_plaintext() ->
             {"listener.name.sasl_plaintext.plain.sasl.server.callback.handler.class": "com.example.Ldap"},
             "does not load SASL plugins",
         ),
-        ({"listeners": "SASL_SSL://127.0.0.1:9092"}, "uses security protocol SASL_SSL, which tierlog does not"),
+        ({"listeners": "SASL_SSL://127.0.0.1:9092"}, "uses security protocol SASL_SSL but has no key store"),
     ],
 )
 def test_a_sasl_setup_that_cannot_work_is_refused_with_one_line(settings: dict[str, str | None], message: str) -> None:
