@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
@@ -17,6 +19,7 @@ from tierlog.spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, T
 
 # Bound on each metadata or offsets request the driver makes.
 DRIVER_REQUEST_TIMEOUT_S = 30.0
+NO_CLIENT_SETTINGS: Mapping[str, str] = MappingProxyType({})
 
 
 class DataLossError(RuntimeError):
@@ -49,16 +52,22 @@ class PartitionState:
     ending_at_time: int | None = None
 
 
-def _consumer(bootstrap_servers: str) -> Consumer:
-    # No group: the driver only asks for metadata and watermarks, it never commits or joins.
+def driver_consumer(bootstrap_servers: str, client_settings: Mapping[str, str]) -> Consumer:
+    """A consumer for metadata and watermarks with the job's kafka.* settings (security among them); it never
+    commits or joins its group."""
     return Consumer(
-        {"bootstrap.servers": bootstrap_servers, "group.id": "tierlog-spark-driver", "enable.auto.commit": False}
+        {
+            "group.id": "tierlog-spark-driver",
+            **client_settings,
+            "bootstrap.servers": bootstrap_servers,
+            "enable.auto.commit": False,
+        }
     )
 
 
 def partition_states(options: SourceOptions) -> list[PartitionState]:
     """Every partition the query subscribes to, with its leader and its earliest and latest offsets."""
-    consumer = _consumer(options.bootstrap_servers)
+    consumer = driver_consumer(options.bootstrap_servers, dict(options.client_settings))
     try:
         metadata = consumer.list_topics(timeout=DRIVER_REQUEST_TIMEOUT_S)
         brokers = {b.id: f"{b.host}:{b.port}" for b in metadata.brokers.values()}
@@ -195,10 +204,12 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[
     return out
 
 
-def current_leader(bootstrap_servers: str, topic: str, partition: int) -> str | None:
+def current_leader(
+    bootstrap_servers: str, topic: str, partition: int, client_settings: Mapping[str, str] = NO_CLIENT_SETTINGS
+) -> str | None:
     """host:port of the partition's leader now, or None when it has none (an election under way) or no broker
     answers."""
-    consumer = _consumer(bootstrap_servers)
+    consumer = driver_consumer(bootstrap_servers, client_settings)
     try:
         metadata = consumer.list_topics(topic, timeout=DRIVER_REQUEST_TIMEOUT_S / 3)
     except KafkaException:
