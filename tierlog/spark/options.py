@@ -177,7 +177,8 @@ def kafka_client_settings(options: Mapping[str, str], fixed: Mapping[str, str]) 
     """Every `kafka.*` option but kafka.bootstrap.servers, as Spark's Kafka connector hands them to its clients:
     the prefix stripped, with the Java client's security names (sasl.jaas.config, ssl.truststore.location, ...)
     turned into librdkafka's, and the security settings checked on the driver so a job with a wrong one fails
-    at once in one line naming the option. `fixed` are the settings the connector decides (name: why)."""
+    at once in one line naming the option. `fixed` are the settings the connector decides (name: why).
+    Rules: docs/security.md#tools."""
     prefix = KAFKA_OPTION_PREFIX
 
     def describe(key: str) -> str:
