@@ -40,7 +40,7 @@ def test_secure_cluster_serves_clients_with_the_settings_it_writes(cli_cluster: 
     assert created.code == 0, created.stderr
     produced = tierlog("produce", "secrets", "-v", "one", "-v", "two", *secured)
     assert (produced.code, produced.first_line) == (0, "Produced 2 records to secrets"), produced.stderr
-    consumed = tierlog("consume", "secrets", "-n", "2", "-f", "%s\\n", *secured)
+    consumed = tierlog("consume", "secrets", "-n", "2", "-f", "%v\\n", *secured)
     assert consumed.code == 0, consumed.stderr
     assert consumed.stdout.splitlines() == ["one", "two"]
     elected = tierlog("cluster", "elect-leaders", "--topic", "secrets", *secured)
@@ -54,12 +54,20 @@ def test_secure_cluster_serves_clients_with_the_settings_it_writes(cli_cluster: 
     assert "secrets" in listed.stdout
 
     wrong = tierlog("topic", "list", *secured, "-X", "sasl.password=wrong", "--timeout", "5")
-    assert wrong.code != 0
-    assert wrong.first_error_line.startswith("Error: "), wrong.stderr
+    assert wrong.code == 1
+    assert wrong.first_error_line.startswith("Error: listing topics: authentication failed: "), wrong.stderr
+    assert "Invalid username or password" in wrong.first_error_line
+    for command, said in (
+        (("produce", "secrets", "-v", "x"), "Error: 1 of 1 record not acknowledged: authentication failed: "),
+        (("groups", "list"), "Error: listing groups: authentication failed: "),
+    ):
+        refused = tierlog(*command, *secured, "-X", "sasl.username=nobody", "--timeout", "5")
+        assert refused.code == 1
+        assert refused.first_error_line.startswith(said), refused.stderr
 
     plaintext = tierlog("topic", "list", "-b", info.bootstrap, "--timeout", "5")
-    assert plaintext.code != 0
-    assert plaintext.first_error_line.startswith("Error: "), plaintext.stderr
+    assert plaintext.code == 1
+    assert "is it a TLS listener (then set -X security.protocol=SSL or SASL_SSL)" in plaintext.first_error_line
 
     if shutil.which("kcat") is not None:
         kcat = subprocess.run(

@@ -63,6 +63,39 @@ class _ConfigWarnings(logging.Handler):
             click.echo(f"% {_THREAD_PREFIX.sub('', str(args[2]))}", err=True)
 
 
+class _BrokerRefusals:
+    """The brokers' refusals of the client's credentials or TLS, which librdkafka reports only to error_cb (served
+    by poll) while the call that failed says `Broker transport failure` or times out: kept so that the one line
+    a command ends with can name the real cause."""
+
+    def __init__(self) -> None:
+        self._handles: list[Producer | Consumer | AdminClient] = []
+        self._first: str | None = None
+
+    def record(self, error: KafkaError) -> None:
+        if self._first is None and error.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL):
+            what = "authentication failed" if error.code() == KafkaError._AUTHENTICATION else "TLS failed"
+            self._first = f"{what}: {error.str()}"
+
+    def watch(self, handle: Producer | Consumer | AdminClient) -> None:
+        self._handles.append(handle)
+
+    def reason(self) -> str | None:
+        """The first refusal reported so far (the command is failing: serving callbacks now loses nothing)."""
+        for handle in self._handles:
+            handle.poll(0)
+        return self._first
+
+
+_REFUSALS = _BrokerRefusals()
+
+
+def broker_refusal() -> str | None:
+    """Why the brokers refused this command's clients (credentials, TLS), if they did: for a failure librdkafka
+    reports as no answer."""
+    return _REFUSALS.reason()
+
+
 _RDKAFKA_LOG = logging.getLogger("tierlog.cli.rdkafka")
 _RDKAFKA_LOG.addHandler(_ConfigWarnings())
 _RDKAFKA_LOG.propagate = False
@@ -135,7 +168,7 @@ class ClientOptions:
             defaults or {},
             self.settings,
             given or {},
-            {"bootstrap.servers": self.bootstrap, "logger": _RDKAFKA_LOG},
+            {"bootstrap.servers": self.bootstrap, "logger": _RDKAFKA_LOG, "error_cb": _REFUSALS.record},
             required or {},
         ]
         merged: dict[str, Any] = {}
@@ -263,6 +296,7 @@ def connect(factory: Callable[[dict[str, Any]], C], client: ClientOptions, confi
     except KafkaException as e:
         raise CliError(_refusal(factory, client, config, e.args[0])) from None
     ensure_reachable(client.bootstrap, client.remaining_s(), security)
+    _REFUSALS.watch(handle)
     return handle
 
 
@@ -485,6 +519,10 @@ def kafka_error_message(error: KafkaError, subject: str) -> str:
         return f"{subject} has active members: stop its consumers first"
     if code == KafkaError.GROUP_ID_NOT_FOUND:
         return f"{subject} does not exist (`tierlog groups list` shows the groups)"
+    if code in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._MSG_TIMED_OUT):
+        refusal = broker_refusal()
+        if refusal is not None:
+            return f"{subject}: {refusal}"
     if code in (KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT, KafkaError._MSG_TIMED_OUT):
         return f"{subject}: the broker did not answer in time (raise --timeout, or check the broker's log)"
     return f"{subject}: {error.str()} ({error.name()})"
