@@ -8,6 +8,7 @@ most Kafka users run, so they exercise the broker the way real applications do. 
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
 import logging
@@ -69,6 +70,10 @@ class _BrokerRefusals:
     a command ends with can name the real cause."""
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget earlier commands' clients (one process may run several: the tests' CliRunner)."""
         self._handles: list[Producer | Consumer | AdminClient] = []
         self._first: str | None = None
 
@@ -83,7 +88,8 @@ class _BrokerRefusals:
     def reason(self) -> str | None:
         """The first refusal reported so far (the command is failing: serving callbacks now loses nothing)."""
         for handle in self._handles:
-            handle.poll(0)
+            with contextlib.suppress(RuntimeError):  # a consumer the command has closed already
+                handle.poll(0)
         return self._first
 
 
@@ -213,6 +219,7 @@ def client_options(command: F) -> F:
         **kwargs: Any,
     ) -> Any:
         deadline = time.monotonic() + timeout_s
+        _REFUSALS.reset()
         settings, origins = read_client_settings(client_settings, command_config)
         bootstrap = take_bootstrap(settings, bootstrap)
         return command(*args, client=ClientOptions(bootstrap, timeout_s, deadline, settings, origins), **kwargs)
