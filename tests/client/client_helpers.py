@@ -4,6 +4,7 @@ reads one request frame and answers it as the test says, or stays silent."""
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 import threading
 from collections.abc import Callable, Iterator
@@ -18,14 +19,21 @@ JOIN_S = 5.0
 
 
 @contextmanager
-def scripted_peer(answer: Answer) -> Iterator[int]:
+def scripted_peer(answer: Answer, tls: ssl.SSLContext | None = None) -> Iterator[int]:
     """The port of a one-connection peer that writes `answer(request frame)` back (None: nothing, the connection
-    stays open until the block ends); its thread is joined and its socket closed when the block ends."""
+    stays open until the block ends); its thread is joined and its socket closed when the block ends. With
+    `tls` (a server context) the peer speaks TLS; a failed handshake ends it."""
     stop = threading.Event()
     with socket.create_server((HOST, 0)) as server:
 
         def serve() -> None:
             connection, _ = server.accept()
+            if tls is not None:
+                try:
+                    connection = tls.wrap_socket(connection, server_side=True)
+                except (ssl.SSLError, OSError):
+                    connection.close()
+                    return
             with connection:
                 (size,) = struct.unpack(">i", connection.recv(4))
                 frame = b""

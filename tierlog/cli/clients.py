@@ -8,12 +8,14 @@ most Kafka users run, so they exercise the broker the way real applications do. 
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
 import logging
 import queue
 import re
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -31,6 +33,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tierlog.client.probes import answers_api_versions
+from tierlog.client.security import ClientSecurity
+from tierlog.client.security_settings import SecuritySettingError, client_security
 from tierlog.config import parse_properties
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -58,6 +62,44 @@ class _ConfigWarnings(logging.Handler):
         args = record.args
         if isinstance(args, tuple) and len(args) == 3 and args[0] == "CONFWARN":
             click.echo(f"% {_THREAD_PREFIX.sub('', str(args[2]))}", err=True)
+
+
+class _BrokerRefusals:
+    """The brokers' refusals of the client's credentials or TLS, which librdkafka reports only to error_cb (served
+    by poll) while the call that failed says `Broker transport failure` or times out: kept so that the one line
+    a command ends with can name the real cause."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget earlier commands' clients (one process may run several: the tests' CliRunner)."""
+        self._handles: list[Producer | Consumer | AdminClient] = []
+        self._first: str | None = None
+
+    def record(self, error: KafkaError) -> None:
+        if self._first is None and error.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL):
+            what = "authentication failed" if error.code() == KafkaError._AUTHENTICATION else "TLS failed"
+            self._first = f"{what}: {error.str()}"
+
+    def watch(self, handle: Producer | Consumer | AdminClient) -> None:
+        self._handles.append(handle)
+
+    def reason(self) -> str | None:
+        """The first refusal reported so far (the command is failing: serving callbacks now loses nothing)."""
+        for handle in self._handles:
+            with contextlib.suppress(RuntimeError):  # a consumer the command has closed already
+                handle.poll(0)
+        return self._first
+
+
+_REFUSALS = _BrokerRefusals()
+
+
+def broker_refusal() -> str | None:
+    """Why the brokers refused this command's clients (credentials, TLS), if they did: for a failure librdkafka
+    reports as no answer."""
+    return _REFUSALS.reason()
 
 
 _RDKAFKA_LOG = logging.getLogger("tierlog.cli.rdkafka")
@@ -132,7 +174,7 @@ class ClientOptions:
             defaults or {},
             self.settings,
             given or {},
-            {"bootstrap.servers": self.bootstrap, "logger": _RDKAFKA_LOG},
+            {"bootstrap.servers": self.bootstrap, "logger": _RDKAFKA_LOG, "error_cb": _REFUSALS.record},
             required or {},
         ]
         merged: dict[str, Any] = {}
@@ -146,11 +188,17 @@ class ClientOptions:
         """A user setting as a person wrote it: `client setting linger.ms=5 (-X)`."""
         return f"client setting {key}={self.settings[key]} ({self.origins[key]})"
 
-    @property
-    def probes_kafka(self) -> bool:
-        """Whether the reachability probe may speak Kafka: over TLS a plaintext request gets no answer, so
-        there only the connection is checked and librdkafka does the rest."""
-        return self.settings.get("security.protocol", "plaintext").lower() in ("plaintext", "sasl_plaintext")
+    def security(self) -> ClientSecurity:
+        """The user's security.protocol, sasl.* and ssl.* settings as tierlog's own connections take them (the
+        reachability probe's TLS handshake); a one-line CliError naming a setting that cannot be used."""
+
+        def describe(key: str) -> str:
+            return self.describe(key) if key in self.settings else f"client setting {key} (not set)"
+
+        try:
+            return client_security(self.settings, describe)
+        except SecuritySettingError as e:
+            raise CliError(str(e)) from None
 
 
 def client_options(command: F) -> F:
@@ -171,40 +219,61 @@ def client_options(command: F) -> F:
         **kwargs: Any,
     ) -> Any:
         deadline = time.monotonic() + timeout_s
-        settings: dict[str, str] = {}
-        origins: dict[str, str] = {}
-        if command_config is not None:
-            try:
-                from_file = parse_properties(command_config.read_text())
-            except (OSError, UnicodeDecodeError) as e:
-                raise click.BadParameter(f"cannot read {command_config}: {e}", param_hint="--command-config") from None
-            settings.update(from_file)
-            origins.update(dict.fromkeys(from_file, f"--command-config {command_config}"))
-        for key, value in parse_key_values(client_settings, "-X"):
-            settings.pop(key, None)  # re-inserted after the file's: librdkafka applies it after their aliases
-            settings[key] = value
-            origins[key] = "-X"
-        # metadata.broker.list is librdkafka's alias of bootstrap.servers (kcat's -b sets it).
-        listed = [settings.pop(key) for key in ("metadata.broker.list", "bootstrap.servers") if key in settings]
-        if listed and not flag_given("bootstrap"):
-            bootstrap = listed[-1]
+        _REFUSALS.reset()
+        settings, origins = read_client_settings(client_settings, command_config)
+        bootstrap = take_bootstrap(settings, bootstrap)
         return command(*args, client=ClientOptions(bootstrap, timeout_s, deadline, settings, origins), **kwargs)
 
+    decorated = client_settings_options(with_client)
+    decorated = timeout_option(DEFAULT_TIMEOUT_S, "Seconds the whole call may take before it gives up.")(decorated)
+    return bootstrap_option(decorated)  # type: ignore[return-value]
+
+
+def client_settings_options(command: F) -> F:
+    """`-X KEY=VALUE` and `--command-config FILE`, passed to the command as `client_settings` and
+    `command_config` (`read_client_settings` reads them)."""
     decorated = click.option(
         "--command-config",
         type=click.Path(exists=True, dir_okay=False, path_type=Path),
         metavar="FILE",
-        help="A .properties file of librdkafka settings, as Kafka's tools' --command-config.",
-    )(with_client)
-    decorated = click.option(
+        help="A .properties file of librdkafka settings, as Kafka's tools' --command-config (kcat -F's too).",
+    )(command)
+    return click.option(
         "-X",
         "client_settings",
         multiple=True,
         metavar="KEY=VALUE",
-        help="A librdkafka setting, e.g. -X linger.ms=50 (repeatable, as kcat -X; wins over --command-config).",
+        help="A librdkafka setting, e.g. -X linger.ms=50 or -X security.protocol=SASL_SSL (repeatable, as kcat "
+        "-X; wins over --command-config).",
     )(decorated)
-    decorated = timeout_option(DEFAULT_TIMEOUT_S, "Seconds the whole call may take before it gives up.")(decorated)
-    return bootstrap_option(decorated)  # type: ignore[return-value]
+
+
+def read_client_settings(
+    client_settings: tuple[str, ...], command_config: Path | None
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The user's librdkafka settings, --command-config's then -X's over them, and where each came from."""
+    settings: dict[str, str] = {}
+    origins: dict[str, str] = {}
+    if command_config is not None:
+        try:
+            from_file = parse_properties(command_config.read_text())
+        except (OSError, UnicodeDecodeError) as e:
+            raise click.BadParameter(f"cannot read {command_config}: {e}", param_hint="--command-config") from None
+        settings.update(from_file)
+        origins.update(dict.fromkeys(from_file, f"--command-config {command_config}"))
+    for key, value in parse_key_values(client_settings, "-X"):
+        settings.pop(key, None)  # re-inserted after the file's: librdkafka applies it after their aliases
+        settings[key] = value
+        origins[key] = "-X"
+    return settings, origins
+
+
+def take_bootstrap(settings: dict[str, str], bootstrap: str) -> str:
+    """The brokers to use: -b if it is on the line, else bootstrap.servers from the settings (which it leaves
+    them without), else -b's default."""
+    # metadata.broker.list is librdkafka's alias of bootstrap.servers (kcat's -b sets it).
+    listed = [settings.pop(key) for key in ("metadata.broker.list", "bootstrap.servers") if key in settings]
+    return listed[-1] if listed and not flag_given("bootstrap") else bootstrap
 
 
 def flag_given(param: str) -> bool:
@@ -226,12 +295,15 @@ def flag_settings(flags: Mapping[str, tuple[str, Any]]) -> tuple[dict[str, Any],
 
 def connect(factory: Callable[[dict[str, Any]], C], client: ClientOptions, config: dict[str, Any]) -> C:
     """A librdkafka client (`factory(config)`) of a reachable cluster, or a one-line CliError. The settings
-    are checked first, so a refused one is told even when no broker is up."""
+    are checked first (the security ones by tierlog, which names the setting, then all by librdkafka), so a
+    refused one is told even when no broker is up."""
+    security = client.security()
     try:
         handle = factory(config)
     except KafkaException as e:
         raise CliError(_refusal(factory, client, config, e.args[0])) from None
-    ensure_reachable(client.bootstrap, client.remaining_s(), kafka_probe=client.probes_kafka)
+    ensure_reachable(client.bootstrap, client.remaining_s(), security)
+    _REFUSALS.watch(handle)
     return handle
 
 
@@ -271,6 +343,7 @@ class _Reach(enum.Enum):
     UNRESOLVED = "unresolved"  # DNS has no address for the host
     REFUSED = "refused"  # nothing listens there (or a firewall rejects)
     SILENT = "silent"  # accepts the connection, no Kafka answer
+    TLS_FAILED = "tls-failed"  # the TLS handshake failed (an untrusted certificate, not a TLS listener)
     UNCONNECTED = "unconnected"  # no answer to connecting in time: a host down, or a firewall dropping
 
 
@@ -293,6 +366,8 @@ class _Probe:
             return self.detail.lower()
         if self.reach is _Reach.SILENT:
             return "accepts connections but did not answer a Kafka request"
+        if self.reach is _Reach.TLS_FAILED:
+            return f"TLS handshake failed ({self.detail})"
         return f"no answer to connecting within {timeout_s}s"
 
 
@@ -307,10 +382,10 @@ def bootstrap_addresses(bootstrap: str) -> list[tuple[str, int]]:
     return list(dict.fromkeys(addresses))
 
 
-def ensure_reachable(bootstrap: str, timeout_s: float, kafka_probe: bool = True) -> None:
-    """Return once one bootstrap server answers ApiVersions (or, without `kafka_probe`, accepts a
-    connection); else fail in one line saying what each did. librdkafka alone would retry until its timeout
-    and then report a generic transport error.
+def ensure_reachable(bootstrap: str, timeout_s: float, security: ClientSecurity) -> None:
+    """Return once one bootstrap server answers ApiVersions (over TLS when `security` says so: Kafka answers
+    it before any SASL authentication); else fail in one line saying what each did. librdkafka alone would
+    retry until its timeout and then report a generic transport error.
 
     Every address is probed at once, so `timeout_s` bounds the whole probe however many there are and
     however they fail (a name that does not resolve, a refused or dropped connection, a silent listener)."""
@@ -320,7 +395,7 @@ def ensure_reachable(bootstrap: str, timeout_s: float, kafka_probe: bool = True)
     for host, port in addresses:
         # Daemon threads: one stuck in the resolver or in connect must not keep the command alive after it
         # gave up.
-        threading.Thread(target=_probe, args=(host, port, deadline, kafka_probe, answers.put), daemon=True).start()
+        threading.Thread(target=_probe, args=(host, port, deadline, security, answers.put), daemon=True).start()
     latest: dict[tuple[str, int], _Probe] = {}
     finished = 0
     while finished < len(addresses):
@@ -333,10 +408,10 @@ def ensure_reachable(bootstrap: str, timeout_s: float, kafka_probe: bool = True)
         latest[(probe.host, probe.port)] = probe
         finished += probe.final
     probes = [latest.get(address, _Probe(*address)) for address in addresses]
-    raise CliError(_unreachable(probes, bootstrap, f"{round(timeout_s, 1):g}"))
+    raise CliError(_unreachable(probes, bootstrap, f"{round(timeout_s, 1):g}", security))
 
 
-def _probe(host: str, port: int, deadline: float, kafka_probe: bool, report: Callable[[_Probe], None]) -> None:
+def _probe(host: str, port: int, deadline: float, security: ClientSecurity, report: Callable[[_Probe], None]) -> None:
     """Probe one address, `report`ing its outcome (and, first, that it accepted the connection)."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
@@ -352,9 +427,19 @@ def _probe(host: str, port: int, deadline: float, kafka_probe: bool, report: Cal
             with socket.socket(family, kind, proto) as sock:
                 sock.settimeout(remaining)
                 sock.connect(sockaddr)
-                if kafka_probe:
-                    report(_Probe(host, port, _Reach.SILENT, final=False))
-                answered = not kafka_probe or answers_api_versions(sock)
+                report(_Probe(host, port, _Reach.SILENT, final=False))
+                if security.ssl_context is not None:
+                    try:
+                        with security.ssl_context.wrap_socket(sock, server_hostname=host) as tls:
+                            answered = answers_api_versions(tls)
+                    except ssl.SSLError as e:
+                        report(_Probe(host, port, _Reach.TLS_FAILED, _tls_reason(e)))
+                        return
+                    except (TimeoutError, ConnectionError):  # no handshake from the peer: silent, as in plaintext
+                        report(_Probe(host, port, _Reach.SILENT))
+                        return
+                else:
+                    answered = answers_api_versions(sock)
                 report(_Probe(host, port, _Reach.ANSWERED if answered else _Reach.SILENT))
                 return
         except TimeoutError:
@@ -364,7 +449,14 @@ def _probe(host: str, port: int, deadline: float, kafka_probe: bool, report: Cal
     report(failure)
 
 
-def _unreachable(probes: list[_Probe], bootstrap: str, timeout_s: str) -> str:
+def _tls_reason(error: ssl.SSLError) -> str:
+    """OpenSSL's reason without Python's decoration: `certificate verify failed: self-signed certificate`."""
+    if isinstance(error, ssl.SSLCertVerificationError):
+        return f"certificate verify failed: {error.verify_message}"
+    return str(error.reason or error.strerror or error).lower().replace("_", " ")
+
+
+def _unreachable(probes: list[_Probe], bootstrap: str, timeout_s: str, security: ClientSecurity) -> str:
     """One line for bootstrap servers none of which answered: what they all did, or what each did."""
     reaches = {probe.reach for probe in probes}
     if reaches == {_Reach.UNRESOLVED}:
@@ -373,9 +465,20 @@ def _unreachable(probes: list[_Probe], bootstrap: str, timeout_s: str) -> str:
     if reaches == {_Reach.REFUSED}:
         return f"cannot reach {bootstrap}: is a broker running? start one with `tierlog broker`"
     if reaches == {_Reach.SILENT}:
+        if security.ssl_context is None:
+            return (
+                f"{bootstrap} accepts connections but did not answer a Kafka request within {timeout_s}s: is it "
+                "a TLS listener (then set -X security.protocol=SSL or SASL_SSL), or is the broker paused or "
+                "overloaded? (see its log, or raise --timeout)"
+            )
         return (
             f"{bootstrap} accepts connections but did not answer a Kafka request within {timeout_s}s: "
             "is the broker paused or overloaded? (see its log, or raise --timeout)"
+        )
+    if reaches == {_Reach.TLS_FAILED}:
+        return (
+            f"TLS handshake with {bootstrap} failed ({probes[0].detail}): is it a TLS listener, and does "
+            "ssl.ca.location hold the CA that signed its certificate?"
         )
     if reaches == {_Reach.UNCONNECTED}:
         return (
@@ -430,6 +533,10 @@ def kafka_error_message(error: KafkaError, subject: str) -> str:
             f"{subject}: the broker has no authorizer (set "
             "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer to use ACLs)"
         )
+    if code in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._MSG_TIMED_OUT):
+        refusal = broker_refusal()
+        if refusal is not None:
+            return f"{subject}: {refusal}"
     if code in (KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT, KafkaError._MSG_TIMED_OUT):
         return f"{subject}: the broker did not answer in time (raise --timeout, or check the broker's log)"
     return f"{subject}: {error.str()} ({error.name()})"

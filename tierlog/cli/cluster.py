@@ -37,9 +37,12 @@ from tierlog.testing.local_cluster import (
     LocalCluster,
     StartProgress,
 )
+from tierlog.testing.local_security import CLIENT_LISTENER, SASL_MECHANISM, LocalSecurity
 
 DEFAULT_DIR = Path("/tmp/tierlog-cluster")
 CLUSTER_FILE = "cluster.json"
+# Where `up --secure` writes the CA, the broker key store and the client settings, inside the cluster's dir.
+SECURITY_DIR = "security"
 _FILE_VERSION = 1
 _STOP_POLL_S = 0.05
 # How long a SIGKILLed process may take to disappear before we call it stuck.
@@ -56,13 +59,15 @@ class NodeInfo:
     node_id: int
     pid: int
     roles: str
-    kafka: str  # host:port of the PLAINTEXT listener
+    kafka: str  # host:port of the client listener (PLAINTEXT, or SASL_SSL in a secured cluster)
     http: str
     data_dir: str
     log_file: str
     # The broker's server.properties overrides, so `cluster start` runs it again as `up` did. None in a file
     # written before `cluster start` existed.
     overrides: dict[str, str] | None = None
+    # A secured cluster's PLAINTEXT inter-broker listener (127.0.0.1), where `cluster start` asks if it is up.
+    internal: str | None = None
 
     def describe(self) -> str:
         return f"pid {self.pid}, {self.kafka}"
@@ -75,6 +80,8 @@ class ClusterInfo:
     bootstrap: str
     controller: str
     nodes: list[NodeInfo]
+    # A secured cluster's client settings (librdkafka's names), for `--command-config`; None when PLAINTEXT.
+    client_config: str | None = None
 
     @classmethod
     def of(cls, cluster: LocalCluster) -> ClusterInfo:
@@ -93,9 +100,11 @@ class ClusterInfo:
                     data_dir=str(broker.log_dir),
                     log_file=str(broker.log_file),
                     overrides=broker.overrides,
+                    internal=None if cluster.security is None else f"127.0.0.1:{broker.probe_port}",
                 )
             )
-        return cls(bootstrap=cluster.bootstrap, controller=cluster.controller_address, nodes=nodes)
+        client_config = None if cluster.security is None else str(cluster.security.client_config_file)
+        return cls(cluster.bootstrap, cluster.controller_address, nodes, client_config)
 
     def to_json(self) -> str:
         return json.dumps({"version": _FILE_VERSION, **asdict(self)}, indent=2) + "\n"
@@ -109,6 +118,7 @@ class ClusterInfo:
             bootstrap=document["bootstrap"],
             controller=document["controller"],
             nodes=[NodeInfo(**node) for node in document["nodes"]],
+            client_config=document.get("client_config"),
         )
 
 
@@ -579,8 +589,15 @@ def node_command(command: F) -> click.Command:
     metavar="KEY=VALUE",
     help="A server.properties value for every broker (repeatable), e.g. default.replication.factor=3.",
 )
+@click.option(
+    "--secure",
+    is_flag=True,
+    help="Serve clients on SASL_SSL (PLAIN, a generated admin user; a generated CA and broker certificate) and "
+    "write their settings to DIR/security/client.properties; brokers talk to each other on PLAINTEXT, "
+    "127.0.0.1 only.",
+)
 @timeout_option(60.0, "Seconds to wait for every broker to register.", minimum=1)
-def up(brokers: int, directory: Path, overrides: tuple[str, ...], timeout_s: float) -> None:
+def up(brokers: int, directory: Path, overrides: tuple[str, ...], secure: bool, timeout_s: float) -> None:
     """Start BROKERS brokers in the background (node 1 is also the controller) and wait until all serve."""
     path = cluster_file(directory)
     if path.exists():
@@ -590,8 +607,10 @@ def up(brokers: int, directory: Path, overrides: tuple[str, ...], timeout_s: flo
                 f"a cluster is already running in {directory} (pids {_ids([n.pid for n in running])}): "
                 f"stop it with `tierlog cluster down --dir {directory}`"
             )
+    settings = dict(parse_key_values(overrides, "--override"))
+    security = LocalSecurity.generate(directory / SECURITY_DIR) if secure else None
     try:
-        local = LocalCluster(directory, brokers, dict(parse_key_values(overrides, "--override")), detached=True)
+        local = LocalCluster(directory, brokers, settings, detached=True, security=security)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--override") from None
 
@@ -623,10 +642,31 @@ def up(brokers: int, directory: Path, overrides: tuple[str, ...], timeout_s: flo
     console.print(broker_table(info, {n.node_id: Text("up", style="green") for n in info.nodes}, wide=True))
     console.print(f"\n{brokers} brokers are up; data and logs in {directory}")
     console.print(f"bootstrap: [bold]{info.bootstrap}[/bold]")
+    if local.security is None:
+        console.print(
+            f"next: tierlog topic create NAME -r {min(3, brokers)} -b {info.bootstrap}; "
+            f"tierlog cluster status --dir {directory}"
+        )
+        return
+    for line in secure_cluster_lines(local.security, local.internal_bootstrap):
+        console.print(line, highlight=False)
     console.print(
-        f"next: tierlog topic create NAME -r {min(3, brokers)} -b {info.bootstrap}; "
-        f"tierlog cluster status --dir {directory}"
+        f"next: tierlog topic create NAME -r {min(3, brokers)} -b {info.bootstrap} "
+        f"--command-config {local.security.client_config_file}; tierlog cluster status --dir {directory}",
+        highlight=False,
     )
+
+
+def secure_cluster_lines(security: LocalSecurity, internal_bootstrap: str) -> list[str]:
+    """What a client of a secured local cluster needs, and what is not secured: for `cluster up` and the demo."""
+    return [
+        f"clients: {CLIENT_LISTENER} with SASL/{SASL_MECHANISM}, user {security.username} (password in the "
+        f"files below), TLS certificate signed by the CA {security.ca_file}",
+        f"client settings (librdkafka: tierlog --command-config FILE, kcat -F FILE): {security.client_config_file}",
+        f"client settings (Java: Kafka's tools' --command-config FILE): {security.java_client_config_file}",
+        f"brokers talk to each other unencrypted and unauthenticated on PLAINTEXT {internal_bootstrap}, bound to "
+        "127.0.0.1 only (listener INTERNAL)",
+    ]
 
 
 @cluster.command()
@@ -659,7 +699,8 @@ def status(directory: Path, output: str, include_internal: bool, as_json: bool, 
     if shown:
         console.print(status_table(reports, shown, leo_columns=wide, tier_columns=wide))
     else:
-        console.print(f"no topics yet: tierlog topic create NAME -r 3 -b {info.bootstrap}")
+        secured = f" --command-config {info.client_config}" if info.client_config else ""
+        console.print(f"no topics yet: tierlog topic create NAME -r 3 -b {info.bootstrap}{secured}", highlight=False)
     hidden = sorted({s.topic for s in statuses} - {s.topic for s in shown})
     if hidden:
         console.print(f"not shown: internal topics {', '.join(hidden)} (-i shows them)")
@@ -751,6 +792,7 @@ def start_node(directory: Path, node: NodeInfo, timeout_s: float) -> tuple[int, 
         overrides=node.overrides,
         log_file=Path(node.log_file),
         detached=True,
+        probe_port=None if node.internal is None else split_address(node.internal)[1],
     )
     started = time.monotonic()
     broker.start()

@@ -43,11 +43,12 @@ from rich.table import Table
 from rich.text import Text
 
 from tierlog.cli.clients import CliError, client_config, kafka_error_message, progress_bar, timeout_option
-from tierlog.cli.cluster import gather_reports, merge_partition_reports, status_table
+from tierlog.cli.cluster import gather_reports, merge_partition_reports, secure_cluster_lines, status_table
 from tierlog.cli.dump_log import dump_log
 from tierlog.cli.produce import produce_bounded
 from tierlog.testing.local_cluster import CONTROLLER_NODE_ID, BrokerStartError, LocalCluster
 from tierlog.testing.local_s3 import LocalS3Server, S3StartError
+from tierlog.testing.local_security import LocalSecurity
 
 TOPIC = "demo-events"
 PARTITIONS = 3
@@ -142,6 +143,8 @@ class DemoRun:
     root: Path
     events: int
     deadline: float
+    # --secure: clients (the demo's own, Spark's) reach the cluster on SASL_SSL with these credentials.
+    secure: bool = False
     s3: LocalS3Server | None = None
     cluster: LocalCluster | None = None
     killed: int | None = None
@@ -162,6 +165,15 @@ class DemoRun:
         if self.cluster is None:
             raise DemoError("no cluster was started")
         return self.cluster
+
+    def client_settings(self) -> dict[str, str]:
+        """The librdkafka security settings of the cluster's client listener (none for PLAINTEXT)."""
+        security = self.started_cluster().security
+        return {} if security is None else security.client_settings()
+
+    def client(self, **settings: Any) -> dict[str, Any]:
+        """A demo client's librdkafka settings: the cluster's bootstrap and security, and `settings`."""
+        return client_config(self.started_cluster().bootstrap, **self.client_settings(), **settings)
 
     def partition_dir(self, partition: int, node_id: int = CONTROLLER_NODE_ID) -> Path:
         return self.started_cluster().broker(node_id).log_dir / f"{TOPIC}-{partition}"
@@ -206,7 +218,8 @@ def start_s3(run: DemoRun) -> None:
 
 def start_cluster(run: DemoRun) -> None:
     overrides = {**CLUSTER_OVERRIDES, **run.started_s3().rsm_properties(S3_BUCKET, S3_PREFIX)}
-    run.cluster = LocalCluster(run.root, brokers=BROKERS, overrides=overrides)
+    security = LocalSecurity.generate(run.root / "security") if run.secure else None
+    run.cluster = LocalCluster(run.root, brokers=BROKERS, overrides=overrides, security=security)
     with progress_bar(run.console) as progress:
         task = progress.add_task("brokers registered with the controller", total=BROKERS)
         try:
@@ -222,6 +235,9 @@ def start_cluster(run: DemoRun) -> None:
             f"node {node_id} ({role}, pid {broker.pid}) serves {broker.bootstrap}, data in {broker.log_dir}"
         )
     run.console.print(f"bootstrap servers: [bold]{run.cluster.bootstrap}[/bold]")
+    if security is not None:
+        for line in secure_cluster_lines(security, run.cluster.internal_bootstrap):
+            run.console.print(line, highlight=False)
     run.console.print(
         f"remote tier: s3://{S3_BUCKET}/{S3_PREFIX} at {run.started_s3().endpoint_url} "
         f"(copy and retention checks every {TIERING_INTERVAL_MS} ms)"
@@ -229,8 +245,7 @@ def start_cluster(run: DemoRun) -> None:
 
 
 def create_topic(run: DemoRun) -> None:
-    bootstrap = run.started_cluster().bootstrap
-    admin = AdminClient(client_config(bootstrap))
+    admin = AdminClient(run.client())
     timeout_s = min(15.0, run.remaining())
     future = admin.create_topics(
         [NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=REPLICATION_FACTOR, config=dict(TOPIC_CONFIGS))],
@@ -264,11 +279,9 @@ def create_topic(run: DemoRun) -> None:
 
 
 def produce_events(run: DemoRun) -> None:
-    bootstrap = run.started_cluster().bootstrap
     timeout_s = run.remaining()
     producer = Producer(
-        client_config(
-            bootstrap,
+        run.client(
             acks="all",
             **{
                 "compression.type": "lz4",
@@ -500,16 +513,13 @@ def consume_and_verify(run: DemoRun) -> None:
     """Read everything back from the beginning and check each event: key, value, headers, no duplicates,
     and per-key order (one key lands in one partition, where offsets keep the order it was sent in). What
     lies below a leader's local log start comes from S3, read by that leader for the consumer."""
-    bootstrap = run.started_cluster().bootstrap
     local_starts = {}
     for partition, views in _partition_views(run).items():
         leader = _leader_view(views)
         if leader is not None:
             local_starts[partition] = int(leader[1]["local_log_start_offset"])
     consumer = Consumer(
-        client_config(
-            bootstrap, **{"group.id": "tierlog-demo", "enable.auto.commit": False, "enable.auto.offset.store": False}
-        )
+        run.client(**{"group.id": "tierlog-demo", "enable.auto.commit": False, "enable.auto.offset.store": False})
     )
     seen: set[int] = set()
     last_by_key: dict[bytes, int] = {}
@@ -600,7 +610,7 @@ def show_replication(run: DemoRun) -> None:
 
 
 def _leaders(run: DemoRun) -> dict[int, tuple[int, list[int]]]:
-    admin = AdminClient(client_config(run.started_cluster().bootstrap))
+    admin = AdminClient(run.client())
     metadata = admin.list_topics(topic=TOPIC, timeout=min(5.0, run.remaining())).topics[TOPIC]
     return {p.id: (p.leader, list(p.isrs)) for p in metadata.partitions.values()}
 
@@ -665,6 +675,7 @@ def run_spark_pipeline(run: DemoRun) -> None:
         topic=TOPIC,
         output=str(table),
         remote_storage={key.removeprefix("rsm.config."): value for key, value in settings.items()},
+        client_settings=run.client_settings(),
     )
     spark_log = run.root / "spark.log"
     # The JVM, and librdkafka when the planner's clients close, write to stderr.
@@ -848,8 +859,14 @@ def _shut_down(run: DemoRun) -> None:
     "default: a temporary directory.",
 )
 @click.option("--keep", is_flag=True, help="Keep the temporary data directory afterwards.")
+@click.option(
+    "--secure",
+    is_flag=True,
+    help="Run it secured, as `tierlog cluster up --secure`: every client (producer, consumer, Spark) on SASL_SSL "
+    "with SASL/PLAIN; the brokers talk to each other on PLAINTEXT, 127.0.0.1 only.",
+)
 @timeout_option(240, "Seconds in all.", minimum=1)
-def demo(events: int, data_dir: Path | None, keep: bool, timeout_s: float) -> None:
+def demo(events: int, data_dir: Path | None, keep: bool, secure: bool, timeout_s: float) -> None:
     """Run a local 3-broker cluster with tiered storage on a local S3 server, and 10,000 events through it.
 
     Starts an S3 server (SeaweedFS) and three brokers on free ports, creates a topic with 3 replicas and
@@ -863,7 +880,7 @@ def demo(events: int, data_dir: Path | None, keep: bool, timeout_s: float) -> No
         raise click.BadParameter(f"{data_dir} is not empty; give an empty or new directory", param_hint="--data-dir")
     root = data_dir if data_dir is not None else Path(tempfile.mkdtemp(prefix="tierlog-demo-"))
     started = time.monotonic()
-    run = DemoRun(console=console, root=root, events=events, deadline=started + timeout_s)
+    run = DemoRun(console=console, root=root, events=events, deadline=started + timeout_s, secure=secure)
     failed = False
     exit_code = 0
     with _sigterm_as_exception():

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import click
-from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConsumerGroupDescription, ListConsumerGroupsResult, OffsetSpec
 from rich.text import Text
 
@@ -16,6 +16,7 @@ from tierlog.cli.clients import (
     admin_client,
     client_options,
     future_result,
+    kafka_error_message,
     output_console,
     results_or_errors,
 )
@@ -37,6 +38,11 @@ def list_(client: ClientOptions) -> None:
     result: ListConsumerGroupsResult = future_result(
         admin.list_consumer_groups(request_timeout=client.remaining_s()), "listing groups", client
     )
+    if result.errors and not result.valid:
+        # No broker answered: nothing to show, and an empty table would say there are no groups.
+        first = result.errors[0]
+        error = first.args[0] if isinstance(first, KafkaException) else first
+        raise CliError(kafka_error_message(error, "listing groups"))
     console = output_console()
     table = plain_table("GROUP", "STATE")
     for listing in sorted(result.valid, key=lambda g: g.group_id):

@@ -35,8 +35,11 @@ from tierlog.cli.clients import (
     CliError,
     admin_client,
     bootstrap_option,
+    client_settings_options,
     output_console,
     parse_key_values,
+    read_client_settings,
+    take_bootstrap,
     topic_metadata,
 )
 from tierlog.config import read_properties
@@ -84,6 +87,9 @@ class JobOptions:
     broker_config: Path | None
     spark_log: Path | None
     spark_ui: bool
+    # -X and --command-config: librdkafka settings (security among them) for the check and for Spark's clients.
+    client_settings: dict[str, str]
+    client_origins: dict[str, str]
 
 
 def _job_options(command: F) -> F:
@@ -100,9 +106,15 @@ def _job_options(command: F) -> F:
         broker_config: Path | None,
         spark_log: Path | None,
         spark_ui: bool,
+        client_settings: tuple[str, ...],
+        command_config: Path | None,
         **kwargs: Any,
     ) -> Any:
-        job = JobOptions(bootstrap, topic, output, event_schema, remote, broker_config, spark_log, spark_ui)
+        settings, origins = read_client_settings(client_settings, command_config)
+        bootstrap = take_bootstrap(settings, bootstrap)
+        job = JobOptions(
+            bootstrap, topic, output, event_schema, remote, broker_config, spark_log, spark_ui, settings, origins
+        )
         return command(*args, job=job, **kwargs)
 
     options = [
@@ -135,6 +147,7 @@ def _job_options(command: F) -> F:
             "file, kept and named only when the job fails).",
         ),
         click.option("--spark-ui", is_flag=True, help="Serve Spark's web UI (on SPARK_LOCAL_IP, default 127.0.0.1)."),
+        client_settings_options,
     ]
     decorated: Any = with_job
     for option in reversed(options):
@@ -146,7 +159,8 @@ def _config(job: JobOptions, max_offsets_per_trigger: int | None = None) -> Pipe
     """The job's configuration, checked as far as it can be without Spark: the broker answers, the topic
     exists (the job never creates it), and the remote tier, if given, takes the settings."""
     remote_storage = remote_storage_settings(job.remote, job.broker_config)
-    client = ClientOptions(job.bootstrap, DEFAULT_TIMEOUT_S, time.monotonic() + DEFAULT_TIMEOUT_S)
+    deadline = time.monotonic() + DEFAULT_TIMEOUT_S
+    client = ClientOptions(job.bootstrap, DEFAULT_TIMEOUT_S, deadline, job.client_settings, job.client_origins)
     topic_metadata(admin_client(client), job.topic, client.remaining_s())
     if remote_storage:
         from tierlog.spark.remote_tier import RemoteTierError, check_remote_tier
@@ -164,6 +178,7 @@ def _config(job: JobOptions, max_offsets_per_trigger: int | None = None) -> Pipe
         event_schema=job.event_schema or DEFAULT_EVENT_SCHEMA,
         remote_storage=remote_storage,
         max_offsets_per_trigger=max_offsets_per_trigger,
+        client_settings=job.client_settings,
     )
 
 

@@ -17,6 +17,7 @@ from tierlog.cli.clients import (
     ClientOptions,
     CliError,
     admin_client,
+    broker_refusal,
     client_options,
     connect,
     flag_settings,
@@ -170,7 +171,8 @@ def produce(
         reasons = "; ".join(
             text if len(report.errors) == 1 else f"{text} ({_records(n)})" for text, n in report.errors.items()
         )
-        raise CliError(f"{failed} of {_records(sent)} not acknowledged: {reasons or 'no answer from the broker'}")
+        reasons = reasons or broker_refusal() or "no answer from the broker"
+        raise CliError(f"{failed} of {_records(sent)} not acknowledged: {reasons}")
 
 
 def _keyless_refusal(client: ClientOptions, topic: str) -> str:

@@ -9,14 +9,26 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from tierlog.spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, TimestampSpec
 
 # Bound on each metadata or offsets request the driver makes.
 DRIVER_REQUEST_TIMEOUT_S = 30.0
+NO_CLIENT_SETTINGS: Mapping[str, str] = MappingProxyType({})
+
+
+class BrokerRefusalError(RuntimeError):
+    """The brokers refused the job's security settings: its credentials, or the TLS handshake."""
+
+
+# The errors librdkafka reports through error_cb (a metadata call only fails with a transport error).
+_REFUSALS = {KafkaError._AUTHENTICATION: "the brokers refused the job's credentials", KafkaError._SSL: "TLS failed"}
 
 
 class DataLossError(RuntimeError):
@@ -49,17 +61,40 @@ class PartitionState:
     ending_at_time: int | None = None
 
 
-def _consumer(bootstrap_servers: str) -> Consumer:
-    # No group: the driver only asks for metadata and watermarks, it never commits or joins.
-    return Consumer(
-        {"bootstrap.servers": bootstrap_servers, "group.id": "tierlog-spark-driver", "enable.auto.commit": False}
+@contextmanager
+def driver_consumer(bootstrap_servers: str, client_settings: Mapping[str, str]) -> Iterator[Consumer]:
+    """A consumer for metadata and watermarks with the job's kafka.* settings (security among them), closed on
+    leaving; it never commits or joins its group. A call that fails because the brokers refused the job's
+    credentials or TLS settings raises BrokerRefusalError saying so, not librdkafka's transport error."""
+    refusals: list[str] = []
+
+    def on_error(error: KafkaError) -> None:
+        if error.code() in _REFUSALS:
+            refusals.append(f"{_REFUSALS[error.code()]}: {error.str()}")
+
+    consumer = Consumer(
+        {
+            "group.id": "tierlog-spark-driver",
+            **client_settings,
+            "bootstrap.servers": bootstrap_servers,
+            "enable.auto.commit": False,
+            "error_cb": on_error,
+        }
     )
+    try:
+        yield consumer
+    except KafkaException:
+        consumer.poll(0)  # serves error_cb
+        if refusals:
+            raise BrokerRefusalError(refusals[0]) from None
+        raise
+    finally:
+        consumer.close()
 
 
 def partition_states(options: SourceOptions) -> list[PartitionState]:
     """Every partition the query subscribes to, with its leader and its earliest and latest offsets."""
-    consumer = _consumer(options.bootstrap_servers)
-    try:
+    with driver_consumer(options.bootstrap_servers, dict(options.client_settings)) as consumer:
         metadata = consumer.list_topics(timeout=DRIVER_REQUEST_TIMEOUT_S)
         brokers = {b.id: f"{b.host}:{b.port}" for b in metadata.brokers.values()}
         if options.assign is not None:
@@ -92,8 +127,6 @@ def partition_states(options: SourceOptions) -> list[PartitionState]:
             )
             for state in states
         ]
-    finally:
-        consumer.close()
 
 
 def _offset_for_time(consumer: Consumer, state: PartitionState, spec: TimestampSpec | None, name: str) -> int | None:
@@ -195,16 +228,16 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[
     return out
 
 
-def current_leader(bootstrap_servers: str, topic: str, partition: int) -> str | None:
+def current_leader(
+    bootstrap_servers: str, topic: str, partition: int, client_settings: Mapping[str, str] = NO_CLIENT_SETTINGS
+) -> str | None:
     """host:port of the partition's leader now, or None when it has none (an election under way) or no broker
     answers."""
-    consumer = _consumer(bootstrap_servers)
     try:
-        metadata = consumer.list_topics(topic, timeout=DRIVER_REQUEST_TIMEOUT_S / 3)
-    except KafkaException:
+        with driver_consumer(bootstrap_servers, client_settings) as consumer:
+            metadata = consumer.list_topics(topic, timeout=DRIVER_REQUEST_TIMEOUT_S / 3)
+    except (KafkaException, BrokerRefusalError):
         return None
-    finally:
-        consumer.close()
     partitions = metadata.topics[topic].partitions if topic in metadata.topics else {}
     broker = metadata.brokers.get(partitions[partition].leader) if partition in partitions else None
     return None if broker is None else f"{broker.host}:{broker.port}"

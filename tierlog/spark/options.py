@@ -11,6 +11,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from tierlog.client.security_settings import client_security, to_librdkafka
+
 EARLIEST = -2
 LATEST = -1
 # Kafka's source: maxTriggerDelay defaults to 15 minutes.
@@ -18,6 +20,15 @@ DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
 # The Spark options that carry the brokers' `rsm.config.*` settings: `tierlog.remote.rsm.config.url` etc.
 RSM_OPTION_PREFIX = "tierlog.remote.rsm.config."
 REMOTE_READ_OPTION = "tierlog.remote.read"
+KAFKA_OPTION_PREFIX = "kafka."
+# Consumer settings the source decides itself, refused as Spark's Kafka source refuses them.
+_SOURCE_FIXED = {
+    "auto.offset.reset": "set the source option 'startingOffsets' to say where to start",
+    "enable.auto.commit": "the source commits no offsets: Spark's checkpoint holds them",
+    "key.deserializer": "keys are read as bytes: deserialize them with DataFrame operations",
+    "value.deserializer": "values are read as bytes: deserialize them with DataFrame operations",
+    "interceptor.classes": "the source reads record batches without a consumer to intercept",
+}
 _DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 # A starting/ending position: EARLIEST, LATEST, or per-partition offsets (-2/-1 allowed inside, as Kafka).
@@ -51,6 +62,9 @@ class SourceOptions:
     # rsm.config.* settings, or through the brokers' Fetch ("broker").
     remote_read: str = "broker"
     rsm_config: tuple[tuple[str, str], ...] = ()
+    # Every other kafka.* option (prefix stripped, Java's security names as librdkafka's), for every client the
+    # source makes: the driver's, and the executors' fetch connections (through ClientSecurity).
+    client_settings: tuple[tuple[str, str], ...] = ()
 
 
 def option(options: Mapping[str, str], name: str) -> str | None:
@@ -159,6 +173,30 @@ def _duration_ms(name: str, raw: str) -> int:
     return int(match.group(1)) * _DURATION_UNITS_MS.get(match.group(2), 1)
 
 
+def kafka_client_settings(options: Mapping[str, str], fixed: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """Every `kafka.*` option but kafka.bootstrap.servers, as Spark's Kafka connector hands them to its clients:
+    the prefix stripped, with the Java client's security names (sasl.jaas.config, ssl.truststore.location, ...)
+    turned into librdkafka's, and the security settings checked on the driver so a job with a wrong one fails
+    at once in one line naming the option. `fixed` are the settings the connector decides (name: why).
+    Rules: docs/security.md#tools."""
+    prefix = KAFKA_OPTION_PREFIX
+
+    def describe(key: str) -> str:
+        return f"option '{prefix}{key}'"
+
+    given = {
+        key[len(prefix) :].lower(): value
+        for key, value in options.items()
+        if key.lower().startswith(prefix) and key.lower() != f"{prefix}bootstrap.servers"
+    }
+    for key in given:
+        if key in fixed:
+            raise ValueError(f"{describe(key)} is not supported: {fixed[key]}")
+    settings, origin = to_librdkafka(given, describe)
+    client_security(settings, lambda key: describe(origin.get(key, key)))
+    return tuple(sorted(settings.items()))
+
+
 def rsm_config_from_options(options: Mapping[str, str]) -> dict[str, str]:
     """The RSM settings (prefix stripped, as FsspecRemoteStorageManager.from_config takes them) from Spark
     options; empty when the job gave none, which means the remote tier is not reachable directly."""
@@ -245,4 +283,5 @@ def parse_batch_options(options: Mapping[str, str], streaming: bool = False) -> 
         starting_timestamp_strategy=strategy,
         remote_read=_remote_read(options, rsm_config),
         rsm_config=tuple(sorted(rsm_config.items())),
+        client_settings=kafka_client_settings(options, _SOURCE_FIXED),
     )

@@ -29,7 +29,7 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StringType, StructField, StructType
 
 from tierlog.spark.offsets import DataLossError
-from tierlog.spark.options import RSM_OPTION_PREFIX
+from tierlog.spark.options import KAFKA_OPTION_PREFIX, RSM_OPTION_PREFIX
 from tierlog.spark.remote_tier import RemoteTierError
 from tierlog.spark.source import TierlogDataSource
 
@@ -65,9 +65,13 @@ class PipelineConfig:
     # The brokers' rsm.config.* settings (names without the prefix): with them the remote tier is read directly.
     remote_storage: Mapping[str, str] = field(default_factory=dict)
     max_offsets_per_trigger: int | None = None
+    # The brokers' client settings (librdkafka's or the Java client's names: security.protocol, sasl.*, ssl.*),
+    # handed to the source as kafka.* options.
+    client_settings: Mapping[str, str] = field(default_factory=dict)
 
     def source_options(self) -> dict[str, str]:
-        options = {"kafka.bootstrap.servers": self.bootstrap_servers, "subscribe": self.topic}
+        options = {f"{KAFKA_OPTION_PREFIX}{key}": value for key, value in self.client_settings.items()}
+        options |= {"kafka.bootstrap.servers": self.bootstrap_servers, "subscribe": self.topic}
         options |= {RSM_OPTION_PREFIX + key: value for key, value in self.remote_storage.items()}
         return options
 

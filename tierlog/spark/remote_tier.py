@@ -30,6 +30,7 @@ from confluent_kafka.admin import AdminClient
 from tierlog.common import TopicPartition
 from tierlog.records.record_batch import RECORD_BATCH_OVERHEAD, batch_size_at, read_header
 from tierlog.spark.arrow import record_batches_to_arrow
+from tierlog.spark.offsets import NO_CLIENT_SETTINGS
 from tierlog.storage.epoch_entry import EpochEntry
 from tierlog.tiered.fsspec_storage import FsspecRemoteStorageManager
 from tierlog.tiered.remote_log_manager import is_within_lineage, parse_epoch_checkpoint
@@ -138,9 +139,14 @@ class RemoteSegmentSlice:
         return self.metadata.segment_size_in_bytes
 
 
-def topic_ids_of(bootstrap: str, topics: list[str], timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, uuid.UUID]:
+def topic_ids_of(
+    bootstrap: str,
+    topics: list[str],
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    client_settings: Mapping[str, str] = NO_CLIENT_SETTINGS,
+) -> dict[str, uuid.UUID]:
     """Each topic's id: remote metadata is keyed by it, so a deleted and re-created topic's segments are ignored."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({**client_settings, "bootstrap.servers": bootstrap})
     futures = admin.describe_topics(TopicCollection(sorted(set(topics))), request_timeout=timeout_s)
     ids = {}
     for topic, future in futures.items():
@@ -157,12 +163,16 @@ def topic_id_of(bootstrap: str, topic: str, timeout_s: float = DEFAULT_TIMEOUT_S
 
 
 def load_remote_log_metadata(
-    bootstrap: str, topic_id_partitions: list[TopicIdPartition], timeout_s: float = DEFAULT_TIMEOUT_S
+    bootstrap: str,
+    topic_id_partitions: list[TopicIdPartition],
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    client_settings: Mapping[str, str] = NO_CLIENT_SETTINGS,
 ) -> dict[TopicIdPartition, RemoteLogMetadataCache]:
     """Replay `__remote_log_metadata` up to each partition's high watermark (what the brokers act on) and
     return the cache of every asked-for partition that has remote segments."""
     consumer = Consumer(
         {
+            **client_settings,
             "bootstrap.servers": bootstrap,
             "group.id": "tierlog-spark-remote-planner",
             "enable.auto.commit": False,
@@ -278,12 +288,14 @@ def plan_remote_reads(
     ranges: Mapping[TopicPartition, tuple[int, int]],
     rsm_config: Mapping[str, str],
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    client_settings: Mapping[str, str] = NO_CLIENT_SETTINGS,
 ) -> dict[TopicPartition, list[RemoteSegmentSlice]]:
     """The driver's whole job: for each topic-partition's [start, end), the remote slices from `start` on,
-    as far as the remote tier reaches contiguously (possibly none). The metadata topic is read once for all."""
-    ids = topic_ids_of(bootstrap, [tp.topic for tp in ranges], timeout_s)
+    as far as the remote tier reaches contiguously (possibly none). The metadata topic is read once for all.
+    `client_settings` are the job's kafka.* settings for the clients that ask the brokers."""
+    ids = topic_ids_of(bootstrap, [tp.topic for tp in ranges], timeout_s, client_settings)
     wanted = {tp: TopicIdPartition(ids[tp.topic], tp) for tp in ranges}
-    caches = load_remote_log_metadata(bootstrap, list(wanted.values()), timeout_s)
+    caches = load_remote_log_metadata(bootstrap, list(wanted.values()), timeout_s, client_settings)
     plans: dict[TopicPartition, list[RemoteSegmentSlice]] = {tp: [] for tp in ranges}
     if not caches:
         return plans

@@ -21,12 +21,15 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
-from tierlog.spark.options import option
+from tierlog.spark.options import kafka_client_settings, option
 
 # Every record acknowledged within this bound, or the task fails (Kafka's delivery.timeout.ms default).
 FLUSH_TIMEOUT_S = 120.0
 # Producer settings a job may not override: the sink hands the producer bytes it has already serialised.
-_FIXED = ("key.serializer", "value.serializer")
+_FIXED = {
+    "key.serializer": "the sink writes the key and value as bytes",
+    "value.serializer": "the sink writes the key and value as bytes",
+}
 
 
 @dataclass(frozen=True)
@@ -67,12 +70,7 @@ def parse_sink_options(options: Mapping[str, str], schema: StructType) -> SinkOp
             f"not {fields['headers'].simpleString()}"
         )
     config = {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": "true", "linger.ms": "5"}
-    for key, value in options.items():
-        if key.lower().startswith("kafka.") and key.lower() != "kafka.bootstrap.servers":
-            name = key[len("kafka.") :]
-            if name in _FIXED:
-                raise ValueError(f"option '{key}' is not supported: the sink writes the key and value as bytes")
-            config[name] = value
+    config.update(kafka_client_settings(options, _FIXED))
     return SinkOptions(topic, tuple(sorted(config.items())))
 
 

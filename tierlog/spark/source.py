@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 
 import pyarrow as pa
@@ -34,6 +34,7 @@ from pyspark.sql.types import StructType
 
 from tierlog.client.connection import KafkaConnection, KafkaConnectionError
 from tierlog.client.requests import PartitionFetch, fetch_request
+from tierlog.client.security_settings import client_security
 from tierlog.common import TopicPartition
 from tierlog.protocol.errors import error_code
 from tierlog.records.record_batch import complete_batches, read_header
@@ -89,6 +90,8 @@ class RangePartition(InputPartition):
     include_headers: bool
     fail_on_data_loss: bool
     bootstrap_servers: str  # to find the leader again if it moved
+    # The job's kafka.* settings (librdkafka's names): the fetch connection's security, and the leader lookup's.
+    client_settings: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -107,15 +110,19 @@ def plan_input_partitions(options: SourceOptions, ranges: list[OffsetRange]) -> 
 
     minPartitions is met as Kafka's KafkaOffsetRangeCalculator meets it, counting remote slices as ranges."""
     include, fail, bootstrap = options.include_headers, options.fail_on_data_loss, options.bootstrap_servers
+    settings = options.client_settings
     ranges = [r for r in ranges if r.size > 0]
     if options.remote_read != "direct" or not ranges:
-        return [RangePartition(r, include, fail, bootstrap) for r in split_ranges(ranges, options.min_partitions)]
+        return [
+            RangePartition(r, include, fail, bootstrap, settings) for r in split_ranges(ranges, options.min_partitions)
+        ]
     rsm_config = dict(options.rsm_config)
     try:
         plans = plan_remote_reads(
             options.bootstrap_servers,
             {TopicPartition(r.topic, r.partition): (r.start, r.end) for r in ranges},
             rsm_config,
+            client_settings=dict(settings),
         )
     except RemoteStorageError as e:
         raise RemoteTierError(remote_tier_problem(e, rsm_config)) from None
@@ -138,7 +145,7 @@ def plan_input_partitions(options: SourceOptions, ranges: list[OffsetRange]) -> 
         ]
         tails = split_ranges(tails, _tail_partitions(tails, total, options.min_partitions))
     remote: list[InputPartition] = [RemoteSlicePartition(s, options.rsm_config, include, fail) for s in slices]
-    return remote + [RangePartition(r, include, fail, bootstrap) for r in tails]
+    return remote + [RangePartition(r, include, fail, bootstrap, settings) for r in tails]
 
 
 def _max_offsets(size: int, total: int, options: SourceOptions) -> int:
@@ -313,7 +320,11 @@ def rate_limit(
 def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     if isinstance(partition, RangePartition):
         yield from read_range(
-            partition.range, partition.include_headers, partition.fail_on_data_loss, partition.bootstrap_servers
+            partition.range,
+            partition.include_headers,
+            partition.fail_on_data_loss,
+            partition.bootstrap_servers,
+            dict(partition.client_settings),
         )
     elif isinstance(partition, RemoteSlicePartition):
         yield from read_remote_slice(partition)
@@ -336,13 +347,19 @@ def read_remote_slice(partition: RemoteSlicePartition) -> Iterator[pa.RecordBatc
 
 
 def read_range(
-    r: OffsetRange, include_headers: bool, fail_on_data_loss: bool, bootstrap_servers: str
+    r: OffsetRange,
+    include_headers: bool,
+    fail_on_data_loss: bool,
+    bootstrap_servers: str,
+    client_settings: Mapping[str, str],
 ) -> Iterator[pa.RecordBatch]:
     """The records of `r` as Arrow batches, one per Fetch response, fetched from the partition's leader.
 
     A leader that moved since the driver planned the range (NOT_LEADER_OR_FOLLOWER, a fenced epoch, a lost
     connection) is looked up again and the read goes on from the same offset, for up to
     LEADER_CHANGE_TIMEOUT_S without progress, as a Kafka consumer refreshes its metadata."""
+    # An SSLContext does not travel to executors: each range makes its own from the settings.
+    security = client_security(client_settings)
     # One event loop for the whole range: a connection is opened once per leader and reused by every fetch.
     loop = asyncio.new_event_loop()
     connection: KafkaConnection | None = None
@@ -355,7 +372,9 @@ def read_range(
                 if connection is None:
                     host, _, port = leader.rpartition(":")
                     connection = loop.run_until_complete(
-                        KafkaConnection.open(host, int(port), client_id="tierlog-spark", timeout_s=FETCH_TIMEOUT_S)
+                        KafkaConnection.open(
+                            host, int(port), client_id="tierlog-spark", timeout_s=FETCH_TIMEOUT_S, security=security
+                        )
                     )
                 request = fetch_request(
                     [PartitionFetch(TopicPartition(r.topic, r.partition), offset, FETCH_MAX_BYTES)],
@@ -379,7 +398,7 @@ def read_range(
                         f"{LEADER_CHANGE_TIMEOUT_S:.0f}s (last: {leader}: {problem})"
                     )
                 time.sleep(LEADER_RETRY_BACKOFF_S)
-                leader = current_leader(bootstrap_servers, r.topic, r.partition) or leader
+                leader = current_leader(bootstrap_servers, r.topic, r.partition, client_settings) or leader
                 continue
             stuck_since = None
             if problem == "OFFSET_OUT_OF_RANGE":

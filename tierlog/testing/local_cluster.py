@@ -23,6 +23,7 @@ from typing import NamedTuple, Self, TypeVar
 
 from tierlog.client.probes import api_versions_answered, metadata_broker_ids
 from tierlog.testing.local_process import LocalProcess, with_log_tail
+from tierlog.testing.local_security import CLIENT_LISTENER, LocalSecurity
 
 _HOST = "127.0.0.1"
 _POLL_INTERVAL_S = 0.05
@@ -100,11 +101,15 @@ class BrokerProcess(LocalProcess):
         overrides: Mapping[str, str] | None = None,
         log_file: Path | None = None,
         detached: bool = False,
+        probe_port: int | None = None,
     ) -> None:
         super().__init__(log_file if log_file is not None else log_dir.parent / f"broker-{node_id}.log")
         self.log_dir = log_dir
         self.node_id = node_id
         self.port = port if port is not None else free_port()
+        # Where the readiness probes ask: the client port, unless that one needs TLS and SASL (a secured local
+        # cluster), when it is the PLAINTEXT inter-broker listener on 127.0.0.1.
+        self.probe_port = probe_port if probe_port is not None else self.port
         self.overrides = dict(overrides or {})
         self.detached = detached
         self._paused = False
@@ -141,7 +146,7 @@ class BrokerProcess(LocalProcess):
         """Return once the port accepts connections and answers ApiVersions; raise `BrokerStartError`
         if the process exits first or `timeout_s` passes."""
         self._wait_for(
-            lambda probe_s: api_versions_answered(_HOST, self.port, timeout_s=probe_s),
+            lambda probe_s: api_versions_answered(_HOST, self.probe_port, timeout_s=probe_s),
             timeout_s,
             f"did not answer ApiVersions on {self.bootstrap}",
         )
@@ -151,7 +156,7 @@ class BrokerProcess(LocalProcess):
         unfenced it; raise `BrokerStartError` if the process exits first or `timeout_s` passes."""
 
         def listed(probe_s: float) -> bool:
-            ids = metadata_broker_ids(_HOST, self.port, timeout_s=probe_s)
+            ids = metadata_broker_ids(_HOST, self.probe_port, timeout_s=probe_s)
             return ids is not None and self.node_id in ids
 
         self._wait_for(
@@ -248,6 +253,8 @@ class BrokerProcess(LocalProcess):
 
 CONTROLLER_NODE_ID = 1
 CONTROLLER_LISTENER = "CONTROLLER"
+# A secured cluster's brokers reach each other here: PLAINTEXT, bound to 127.0.0.1 only.
+INTERNAL_LISTENER = "INTERNAL"
 # Set per node by LocalCluster: an override of one of them would point the nodes at the wrong addresses.
 _NODE_SETTINGS = frozenset(
     {
@@ -261,6 +268,8 @@ _NODE_SETTINGS = frozenset(
         "log.dirs",
     }
 )
+# Set too by a secured cluster, whose listeners they describe.
+_SECURE_NODE_SETTINGS = frozenset({"listener.security.protocol.map", "inter.broker.listener.name"})
 
 
 class StartProgress(NamedTuple):
@@ -280,6 +289,10 @@ class LocalCluster:
     one more listener on every node, at `listener_address(name, i)`, its protocol and settings given by the
     overrides (a cluster whose brokers talk over TLS: tests/security/test_tls_cluster.py).
 
+    With `security` (`LocalSecurity.generate(...)`), clients are served on a SASL_SSL listener (PLAIN, the
+    generated admin user, the generated broker certificate) and the brokers talk to each other on a PLAINTEXT
+    listener, INTERNAL, bound to 127.0.0.1, where the readiness probes ask too (`internal_bootstrap`).
+
     All ports are chosen once, so a restarted broker comes back at the same addresses.
 
         with LocalCluster(tmp_path, brokers=3, overrides={"default.replication.factor": "3"}) as cluster:
@@ -296,15 +309,21 @@ class LocalCluster:
         *,
         detached: bool = False,
         extra_listeners: Sequence[str] = (),
+        security: LocalSecurity | None = None,
     ) -> None:
         if brokers < 1:
             raise ValueError(f"a cluster needs at least one broker, not {brokers}")
-        clashing = sorted(_NODE_SETTINGS & set(overrides or {}))
+        per_node = _NODE_SETTINGS | (_SECURE_NODE_SETTINGS if security is not None else frozenset())
+        clashing = sorted(per_node & set(overrides or {}))
         if clashing:
             raise ValueError(f"{', '.join(clashing)} is set per node by the cluster and cannot be overridden")
         self.base_dir = base_dir
         self.overrides = dict(overrides or {})
-        ports = free_ports((2 + len(extra_listeners)) * brokers + 1)
+        self.security = security
+        # Per node a client port, an HTTP port, one per extra listener and a secured cluster's inter-broker port;
+        # one controller port.
+        per_node = 2 + len(extra_listeners) + (0 if security is None else 1)
+        ports = free_ports(per_node * brokers + 1)
         self.controller_port = ports[0]
         node_ids = range(1, brokers + 1)
         self._kafka_ports = {node_id: ports[node_id] for node_id in node_ids}
@@ -316,6 +335,9 @@ class LocalCluster:
             for i, name in enumerate(extra_listeners)
             for node_id in node_ids
         }
+        self._internal_ports = (
+            {node_id: ports[(per_node - 1) * brokers + node_id] for node_id in node_ids} if security is not None else {}
+        )
         self._brokers = {
             node_id: BrokerProcess(
                 base_dir / f"broker-{node_id}",
@@ -324,6 +346,7 @@ class LocalCluster:
                 overrides={**self.overrides, **self._node_settings(node_id)},
                 log_file=base_dir / f"broker-{node_id}.log",
                 detached=detached,
+                probe_port=self._internal_ports.get(node_id),
             )
             for node_id in node_ids
         }
@@ -332,6 +355,19 @@ class LocalCluster:
         controller = f"{_HOST}:{self.controller_port}"
         is_controller = node_id == CONTROLLER_NODE_ID
         listeners = [f"PLAINTEXT://{_HOST}:{self._kafka_ports[node_id]}"]
+        secure: dict[str, str] = {}
+        if self.security is not None:
+            listeners = [
+                f"{CLIENT_LISTENER}://{_HOST}:{self._kafka_ports[node_id]}",
+                f"{INTERNAL_LISTENER}://{_HOST}:{self._internal_ports[node_id]}",
+            ]
+            secure = {
+                "listener.security.protocol.map": (
+                    f"{CLIENT_LISTENER}:SASL_SSL,{INTERNAL_LISTENER}:PLAINTEXT,{CONTROLLER_LISTENER}:PLAINTEXT"
+                ),
+                "inter.broker.listener.name": INTERNAL_LISTENER,
+                **self.security.broker_settings(),
+            }
         listeners += [f"{name}://{_HOST}:{port}" for (name, node), port in self._extra_ports.items() if node == node_id]
         if is_controller:
             listeners.append(f"{CONTROLLER_LISTENER}://{controller}")
@@ -342,6 +378,7 @@ class LocalCluster:
             "controller.listener.names": CONTROLLER_LISTENER,
             "controller.quorum.voters": f"{CONTROLLER_NODE_ID}@{controller}",
             "tierlog.http.listener": self.http_address(node_id),
+            **secure,
         }
 
     @property
@@ -351,6 +388,11 @@ class LocalCluster:
     @property
     def bootstrap(self) -> str:
         return ",".join(broker.bootstrap for broker in self._brokers.values())
+
+    @property
+    def internal_bootstrap(self) -> str:
+        """The brokers' inter-broker listeners (PLAINTEXT, 127.0.0.1): the client listeners unless secured."""
+        return ",".join(f"{_HOST}:{broker.probe_port}" for broker in self._brokers.values())
 
     @property
     def controller_address(self) -> str:
@@ -396,7 +438,7 @@ class LocalCluster:
                 broker.check_alive()
             for node_id in sorted(everyone - answering):
                 probe_s = min(_PROBE_TIMEOUT_S, max(0.01, deadline - time.monotonic()))
-                if api_versions_answered(_HOST, self._brokers[node_id].port, probe_s):
+                if api_versions_answered(_HOST, self._brokers[node_id].probe_port, probe_s):
                     answering.add(node_id)
             registered = self._listed_by_all(answering)
             if progress is not None:
@@ -417,7 +459,7 @@ class LocalCluster:
         """The brokers the Metadata answer of every broker in `node_ids` lists (none if one does not answer)."""
         listed: set[int] | None = None
         for node_id in sorted(node_ids):
-            ids = metadata_broker_ids(_HOST, self._brokers[node_id].port, _PROBE_TIMEOUT_S)
+            ids = metadata_broker_ids(_HOST, self._brokers[node_id].probe_port, _PROBE_TIMEOUT_S)
             if ids is None:
                 return set()
             listed = ids if listed is None else listed & ids
@@ -427,7 +469,7 @@ class LocalCluster:
         """node id -> the brokers its Metadata answer lists (None: no answer), for every running broker
         that is not paused."""
         return {
-            node_id: metadata_broker_ids(_HOST, broker.port, _PROBE_TIMEOUT_S)
+            node_id: metadata_broker_ids(_HOST, broker.probe_port, _PROBE_TIMEOUT_S)
             for node_id, broker in self._brokers.items()
             if broker.running and not broker.paused
         }
