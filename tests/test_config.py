@@ -107,7 +107,17 @@ def test_a_log_retention_ms_of_zero_is_refused_as_kafka_refuses_it() -> None:
             {"listeners": "CLIENT://127.0.0.1:9094"},
             "Listener with name CLIENT defined in listeners not found in listener.security.protocol.map.",
         ),
-        ({"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"}, "has no authorizer"),
+        (
+            {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"},
+            "authorizer.class.name=kafka.security.authorizer.AclAuthorizer is ZooKeeper mode's authorizer, which "
+            "KRaft does not have: use authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        ),
+        (
+            {"authorizer.class.name": "com.example.MyAuthorizer"},
+            "authorizer.class.name=com.example.MyAuthorizer: tierlog's only authorizer is "
+            "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        ),
+        ({"super.users": "User:admin;bob"}, "expected a string in format principalType:principalName but got bob"),
         ({"sasl.enabled.mechanisms": "PLAIN"}, "sasl.enabled.mechanisms is set, but tierlog does not support SASL"),
         ({"ssl.keystore.location": "/k.jks"}, "ssl.keystore.location is set, but tierlog does not support TLS"),
         (

@@ -3,10 +3,10 @@
 Every setting has an embedded default so `tierlog broker` alone starts a working broker on 127.0.0.1:9092.
 Every setting tierlog knows is typed and validated when the configuration is read, before the broker touches
 a disk or a socket, and a bad one is refused with Kafka's one-line message naming the key, the value and the
-rule. Settings of features tierlog does not have yet (TLS, SASL, authorizers, a controller quorum of more
-than one voter, ZooKeeper mode) are refused the same way rather than ignored. Names tierlog does not know are
-logged once at start-up, as Kafka does, and otherwise left alone, so a real Kafka `server.properties` starts
-a tierlog broker. The rules are in docs/configuration.md.
+rule. Settings of features tierlog does not have yet (TLS, SASL, authorizers other than StandardAuthorizer, a
+controller quorum of more than one voter, ZooKeeper mode) are refused the same way rather than ignored. Names
+tierlog does not know are logged once at start-up, as Kafka does, and otherwise left alone, so a real Kafka
+`server.properties` starts a tierlog broker. The rules are in docs/configuration.md.
 
 The broker defaults of topic configs (`log.segment.bytes`, `log.retention.ms`, ...) are defined from the topic
 config table of `tierlog.storage.log_config`, which resolves a topic's effective values from them.
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tierlog.config_def import ConfigDef, ConfigException, Validator, invalid, parse_config_value, parse_typed, render
+from tierlog.security.authorizer import STANDARD_AUTHORIZER, parse_super_users
 from tierlog.storage.log_config import ALL_TOPIC_CONFIGS, TOPIC_CONFIGS, LogConfig
 from tierlog.storage.offset_map import BYTES_PER_ENTRY
 
@@ -58,6 +59,14 @@ def _each(entries: object, problem_of: Callable[[str], str | None]) -> str | Non
         problem = problem_of(entry)
         if problem is not None:
             return f"{problem} (in {entry})" if len(items) > 1 else problem
+    return None
+
+
+def _super_users_problem(value: object) -> str | None:
+    try:
+        parse_super_users(str(value))
+    except ValueError as e:
+        return str(e)
     return None
 
 
@@ -158,7 +167,25 @@ _BROKER_OWN_CONFIGS: tuple[ConfigDef, ...] = (
         "Security protocol between brokers.",
         choices=SECURITY_PROTOCOLS,
     ),
-    _d("authorizer.class.name", "", "string", "The authorizer of requests; empty: none."),
+    _d(
+        "authorizer.class.name",
+        "",
+        "string",
+        f"The authorizer of requests: {STANDARD_AUTHORIZER}, or empty for none (every client may do everything).",
+    ),
+    _d(
+        "super.users",
+        "",
+        "string",
+        "Principals the authorizer allows everything, separated by semicolons (User:admin;User:ops).",
+        validator=_super_users_problem,
+    ),
+    _d(
+        "allow.everyone.if.no.acl.found",
+        "false",
+        "boolean",
+        "Whether the authorizer allows an action on a resource that has no ACL at all.",
+    ),
     _d("zookeeper.connect", None, "string", "ZooKeeper mode; tierlog runs in KRaft mode only."),
     _d("log.dirs", "/tmp/tierlog-logs", "list", "Directories where partition data is kept."),
     _d("num.partitions", "1", "int", "Default partition count of auto-created topics.", at_least=1),
@@ -473,6 +500,8 @@ _UNSUPPORTED_PREFIXES = {
     "ssl.": "TLS (ssl.*)",
     "sasl.": "SASL authentication (sasl.*)",
 }
+# Kafka's ZooKeeper-mode authorizer, which a KRaft broker refuses.
+_ZOOKEEPER_AUTHORIZER = "kafka.security.authorizer.AclAuthorizer"
 # Per-listener overrides (listener.name.<name>.<config>) of those same features.
 _UNSUPPORTED_LISTENER_OVERRIDE = re.compile(r"^listener\.name\.[^.]+\.(ssl\.|sasl\.|[a-z0-9-]+\.sasl\.jaas\.config$)")
 
@@ -650,10 +679,15 @@ class KafkaConfig:
                     raise ConfigException(f"{key} is set, but tierlog does not support {feature} yet")
             if _UNSUPPORTED_LISTENER_OVERRIDE.match(key):
                 raise ConfigException(f"{key} is set, but tierlog does not support TLS or SASL listeners yet")
-        if self.get("authorizer.class.name"):
+        authorizer = self.get("authorizer.class.name")
+        if authorizer == _ZOOKEEPER_AUTHORIZER:
             raise ConfigException(
-                f"authorizer.class.name={self.get('authorizer.class.name')} is set, but tierlog has no authorizer "
-                "yet: every client could do everything, so it refuses to start"
+                f"authorizer.class.name={authorizer} is ZooKeeper mode's authorizer, which KRaft does not have: "
+                f"use authorizer.class.name={STANDARD_AUTHORIZER}"
+            )
+        if authorizer and authorizer != STANDARD_AUTHORIZER:
+            raise ConfigException(
+                f"authorizer.class.name={authorizer}: tierlog's only authorizer is {STANDARD_AUTHORIZER}"
             )
         protocol = self.get("security.inter.broker.protocol")
         if protocol != "PLAINTEXT":

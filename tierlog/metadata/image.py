@@ -1,4 +1,4 @@
-"""The cluster metadata image: brokers, topics, their ids, partition registrations and config overrides.
+"""The cluster metadata image: brokers, topics, their ids, partition registrations, config overrides and ACLs.
 
 The image is the fold of the metadata log: `ClusterMetadata.apply` is the only way it changes, and the
 controller and every broker call it with the same records, so their images agree at the same offset.
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from tierlog.metadata.records import (
     RESOURCE_BROKER,
     RESOURCE_TOPIC,
+    AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
     ClusterIdRecord,
     ConfigRecord,
@@ -22,6 +23,7 @@ from tierlog.metadata.records import (
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
     TopicRecord,
 )
@@ -81,6 +83,8 @@ class ClusterMetadata:
     broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     # SCRAM credentials by (user name, mechanism name: "SCRAM-SHA-256" or "SCRAM-SHA-512").
     scram_credentials: dict[tuple[str, str], ScramCredential] = field(default_factory=dict)
+    # The ACLs by id, as the metadata log holds them (the authorizer indexes them: tierlog/security/authorizer.py).
+    acls: dict[uuid.UUID, AccessControlEntryRecord] = field(default_factory=dict)
     # Start of the next block of producer ids handed to a broker.
     next_producer_id: int = 0
     # Offset of the last record applied; -1 before the first.
@@ -135,6 +139,13 @@ class ClusterMetadata:
             del self.topics[removed.name]
         elif isinstance(record, ProducerIdsRecord):
             self.next_producer_id = record.next_producer_id
+        elif isinstance(record, AccessControlEntryRecord):
+            if record.id in self.acls:
+                raise ValueError(f"AccessControlEntryRecord at offset {offset}: ACL id {record.id} exists")
+            self.acls[record.id] = record
+        elif isinstance(record, RemoveAccessControlEntryRecord):
+            if self.acls.pop(record.id, None) is None:
+                raise ValueError(f"RemoveAccessControlEntryRecord at offset {offset} for unknown ACL id {record.id}")
         else:
             raise ValueError(f"unknown metadata record at offset {offset}: {record!r}")
         self.offset = offset

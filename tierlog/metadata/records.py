@@ -97,6 +97,27 @@ class ProducerIdsRecord:
     next_producer_id: int
 
 
+@dataclass(frozen=True, slots=True)
+class AccessControlEntryRecord:
+    """An ACL (Kafka's record of that name): the codes are Kafka's ResourceType, PatternType, AclOperation and
+    AclPermissionType (tierlog/security/acl.py); `principal` is "User:alice" or "User:*", `host` an address or
+    "*"."""
+
+    id: uuid.UUID
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveAccessControlEntryRecord:
+    id: uuid.UUID
+
+
 MetadataRecord: TypeAlias = (
     ClusterIdRecord
     | RegisterBrokerRecord
@@ -106,6 +127,8 @@ MetadataRecord: TypeAlias = (
     | ConfigRecord
     | RemoveTopicRecord
     | ProducerIdsRecord
+    | AccessControlEntryRecord
+    | RemoveAccessControlEntryRecord
 )
 
 # The union is the one list of record types: a type added to it is encoded and decoded with no other change.

@@ -96,6 +96,8 @@ class KafkaApis:
         # Set when remote.log.storage.system.enable is on.
         self._remote_log = remote_log
         self._metrics = metrics
+        # Set when authorizer.class.name names one (docs/security.md#authorizer): every API asks it, through `auth`.
+        self.authorizer = auth.authorizer
         self._after_request = after_request
         # The shell arms a timer for a delayed operation's deadline (epoch ms) so the purgatory expires it.
         self._arm_timer = arm_timer
@@ -142,7 +144,8 @@ class KafkaApis:
         return response_schema(request.api_key, request.api_version)
 
     async def handle_admin(self, request: Request) -> Any:
-        """CreateTopics, DeleteTopics, CreatePartitions, ElectLeaders: what the principal may do goes to the controller."""
+        """CreateTopics, DeleteTopics, CreatePartitions, ElectLeaders: what the principal may do goes to the
+        controller."""
         return await forward_authorized(self.auth, self.image, request, self._forwarding_manager.forward)
 
     # ApiVersions, Metadata, DescribeCluster
