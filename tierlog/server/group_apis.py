@@ -294,6 +294,7 @@ class GroupApis:
                 elif not self._exists(tp):
                     # Kafka's KafkaApis refuses these before the coordinator sees the request.
                     errors[tp] = "UNKNOWN_TOPIC_OR_PARTITION"
+                if tp in errors:
                     continue
                 offsets[tp] = OffsetAndMetadata(
                     offset=p.committed_offset,
