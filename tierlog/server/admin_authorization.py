@@ -30,17 +30,10 @@ Forward = Callable[[Request], Awaitable[Any]]
 
 
 async def forward_authorized(auth: AuthHelper, image: ClusterMetadata, request: Request, forward: Forward) -> Any:
-    """The answer to an admin request: the controller's for what the principal may do, refusals for the rest."""
+    """The answer to an admin request (one of CHECKED_ADMIN_APIS): the controller's for what the principal may
+    do, refusals for the rest."""
     s = response_schema(request.api_key, request.api_version)
-    if request.api_key == API_CREATE_TOPICS:
-        return await _create_topics(auth, s, request, forward)
-    if request.api_key == API_DELETE_TOPICS:
-        return await _delete_topics(auth, image, s, request, forward)
-    if request.api_key == API_CREATE_PARTITIONS:
-        return await _create_partitions(auth, s, request, forward)
-    if request.api_key == API_ELECT_LEADERS:
-        return await _elect_leaders(auth, s, request, forward)
-    raise ValueError(f"API key {request.api_key} is not an admin request the controller decides")
+    return await _CHECKS[request.api_key](auth, image, s, request, forward)
 
 
 async def _forward_remaining(request: Request, forward: Forward, field: str, remaining: list[Any]) -> Any:
@@ -49,7 +42,9 @@ async def _forward_remaining(request: Request, forward: Forward, field: str, rem
     )
 
 
-async def _create_topics(auth: AuthHelper, s: ResponseSchema, request: Request, forward: Forward) -> Any:
+async def _create_topics(
+    auth: AuthHelper, _image: ClusterMetadata, s: ResponseSchema, request: Request, forward: Forward
+) -> Any:
     """CREATE on the cluster or on the topic; the response's configs need DESCRIBE_CONFIGS on the topic."""
     names = [t.name for t in request.body.topics]
     if auth.authorize_cluster(AclOperation.CREATE):
@@ -133,7 +128,9 @@ async def _delete_topics(
     return dataclasses.replace(response, responses=tuple(response.responses) + tuple(refused))
 
 
-async def _create_partitions(auth: AuthHelper, s: ResponseSchema, request: Request, forward: Forward) -> Any:
+async def _create_partitions(
+    auth: AuthHelper, _image: ClusterMetadata, s: ResponseSchema, request: Request, forward: Forward
+) -> Any:
     """ALTER on the topic."""
     alterable = auth.filter_authorized(AclOperation.ALTER, ResourceType.TOPIC, (t.name for t in request.body.topics))
     remaining = [t for t in request.body.topics if t.name in alterable]
@@ -148,7 +145,9 @@ async def _create_partitions(auth: AuthHelper, s: ResponseSchema, request: Reque
     return dataclasses.replace(response, results=tuple(response.results) + tuple(refused))
 
 
-async def _elect_leaders(auth: AuthHelper, s: ResponseSchema, request: Request, forward: Forward) -> Any:
+async def _elect_leaders(
+    auth: AuthHelper, _image: ClusterMetadata, s: ResponseSchema, request: Request, forward: Forward
+) -> Any:
     """ALTER on the cluster, else the whole request is refused, with each partition it names
     (Kafka's ElectLeadersRequest.getErrorResponse)."""
     if auth.authorize_cluster(AclOperation.ALTER):
@@ -168,3 +167,13 @@ async def _elect_leaders(auth: AuthHelper, s: ResponseSchema, request: Request, 
             for t in request.body.topic_partitions or ()
         ),
     )
+
+
+_CHECKS: dict[int, Callable[[AuthHelper, ClusterMetadata, ResponseSchema, Request, Forward], Awaitable[Any]]] = {
+    API_CREATE_TOPICS: _create_topics,
+    API_DELETE_TOPICS: _delete_topics,
+    API_CREATE_PARTITIONS: _create_partitions,
+    API_ELECT_LEADERS: _elect_leaders,
+}
+# The admin requests whose checks are here; KafkaApis sends them through `forward_authorized`.
+CHECKED_ADMIN_APIS = frozenset(_CHECKS)

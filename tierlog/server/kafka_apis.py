@@ -34,7 +34,7 @@ from tierlog.replication.replica_manager import (
     error_name_of,
 )
 from tierlog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from tierlog.server.admin_authorization import forward_authorized
+from tierlog.server.admin_authorization import CHECKED_ADMIN_APIS, forward_authorized
 from tierlog.server.auth_helper import AuthHelper
 from tierlog.server.authorized_operations import OMITTED
 from tierlog.server.auto_topic_creation_manager import AutoTopicCreationManager, check_topic_name
@@ -119,7 +119,8 @@ class KafkaApis:
         self.handlers.update(config_apis.handlers)
         # Only the controller decides these (Kafka's ForwardingManager), once checked here.
         self._forwarding_manager = forwarding_manager
-        self.handlers.update(dict.fromkeys(ADMIN_APIS, self.handle_admin))
+        self.handlers.update(dict.fromkeys(ADMIN_APIS, forwarding_manager.forward))
+        self.handlers.update(dict.fromkeys(CHECKED_ADMIN_APIS, self.handle_admin))
         if controller_apis is not None:
             self.handlers.update({key: controller_apis.handlers[key] for key in BROKER_TO_CONTROLLER_APIS})
             self.handlers[API_FETCH] = self._fetch_on_the_controllers_node
@@ -144,8 +145,7 @@ class KafkaApis:
         return response_schema(request.api_key, request.api_version)
 
     async def handle_admin(self, request: Request) -> Any:
-        """CreateTopics, DeleteTopics, CreatePartitions, ElectLeaders: what the principal may do goes to the
-        controller."""
+        """An admin request only the controller decides: what the principal may do goes to the controller."""
         return await forward_authorized(self.auth, self.image, request, self._forwarding_manager.forward)
 
     # ApiVersions, Metadata, DescribeCluster
@@ -404,7 +404,11 @@ class KafkaApis:
         for topic_data in body.topic_data:
             for partition_data in topic_data.partition_data:
                 tp = TopicPartition(topic_data.name, partition_data.index)
-                if topic_data.name not in writable:
+                if body.transactional_id is not None:
+                    # Transactions are not implemented: refused as Kafka refuses a transactional id the
+                    # principal may not write, the whole request.
+                    early_errors[tp] = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+                elif topic_data.name not in writable:
                     early_errors[tp] = "TOPIC_AUTHORIZATION_FAILED"
                 elif partition_data.records is None or _holds_several_batches(partition_data.records):
                     # Kafka's ProduceRequest.validateRecords: from v3 on, exactly one batch per partition.
@@ -412,9 +416,6 @@ class KafkaApis:
                 else:
                     # One copy: offsets and epochs are stamped into the batch in place before it is written.
                     entries[tp] = bytearray(partition_data.records)
-        if body.transactional_id is not None:
-            early_errors.update(dict.fromkeys(entries, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"))
-            entries.clear()
         results: dict[TopicPartition, AppendResult] = {}
         try:
             results = await self._append(entries, body.acks, int(body.timeout.total_seconds() * 1000))
