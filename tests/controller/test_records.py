@@ -12,6 +12,7 @@ import pytest
 from tierlog.metadata.records import (
     RESOURCE_BROKER,
     RESOURCE_TOPIC,
+    AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
     ClusterIdRecord,
     ConfigRecord,
@@ -20,6 +21,7 @@ from tierlog.metadata.records import (
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
     TopicRecord,
     decode_record,
@@ -42,6 +44,8 @@ EVERY_RECORD_TYPE: list[MetadataRecord] = [
     ConfigRecord("events", "retention.ms", None),
     RemoveTopicRecord(TOPIC_ID),
     ProducerIdsRecord(-1, 2000),
+    AccessControlEntryRecord(TOPIC_ID, 2, "events", 4, "User:alice", "*", 3, 3),
+    RemoveAccessControlEntryRecord(TOPIC_ID),
 ]
 
 

@@ -423,6 +423,11 @@ def kafka_error_message(error: KafkaError, subject: str) -> str:
         return f"{subject} has active members: stop its consumers first"
     if code == KafkaError.GROUP_ID_NOT_FOUND:
         return f"{subject} does not exist (`tierlog groups list` shows the groups)"
+    if code == KafkaError.SECURITY_DISABLED:
+        return (
+            f"{subject}: the broker has no authorizer (set "
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer to use ACLs)"
+        )
     if code in (KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT, KafkaError._MSG_TIMED_OUT):
         return f"{subject}: the broker did not answer in time (raise --timeout, or check the broker's log)"
     return f"{subject}: {error.str()} ({error.name()})"

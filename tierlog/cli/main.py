@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from tierlog.cli.acl import acl
 from tierlog.cli.clients import parse_key_values
 from tierlog.cli.cluster import cluster
 from tierlog.cli.consume import consume
@@ -88,6 +89,7 @@ cli.add_command(topic)
 cli.add_command(produce)
 cli.add_command(consume)
 cli.add_command(groups)
+cli.add_command(acl)
 cli.add_command(demo)
 cluster.add_command(elect_leaders)
 cli.add_command(cluster)

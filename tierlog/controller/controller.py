@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from tierlog.config_def import INT32_MAX, parse_config_value
 from tierlog.controller.errors import (
     BrokerIdNotRegisteredError,
+    ControllerError,
     FencedLeaderEpochError,
     InconsistentClusterIdError,
     IneligibleReplicaError,
@@ -53,9 +54,20 @@ from tierlog.metadata.records import (
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
     TopicRecord,
 )
+from tierlog.security.acl import (
+    CLUSTER_NAME,
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
+from tierlog.security.acl_filter import AclBindingFilter, binding_of, record_of
+from tierlog.security.authorizer import check_principal
 from tierlog.storage.checkpoints import kafka_uuid_to_str
 from tierlog.storage.log_config import TOPIC_CONFIGS, validate_topic_config
 
@@ -664,6 +676,54 @@ class Controller:
         self._commit([ProducerIdsRecord(broker_id, start + PRODUCER_ID_BLOCK_SIZE)])
         return range(start, start + PRODUCER_ID_BLOCK_SIZE)
 
+    # ACLs (Kafka's AclControlManager; docs/security.md#authorizer)
+
+    def create_acls(self, bindings: Sequence[AclBinding]) -> list[ControllerError | None]:
+        """One result per binding: None when it was created or already existed (an ACL is stored once), else
+        why it is invalid. The valid ones are created together."""
+        existing = {binding_of(record) for record in self.metadata.acls.values()}
+        taken_ids = set(self.metadata.acls)
+        records: list[MetadataRecord] = []
+        results: list[ControllerError | None] = []
+        for binding in bindings:
+            try:
+                validate_new_acl(binding)
+            except InvalidRequestError as e:
+                results.append(e)
+                continue
+            if binding not in existing:
+                existing.add(binding)
+                acl_id = self._new_uuid()
+                while acl_id in taken_ids:
+                    acl_id = self._new_uuid()
+                taken_ids.add(acl_id)
+                records.append(record_of(acl_id, binding))
+            results.append(None)
+        self._commit(records)
+        return results
+
+    def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[list[AclBinding] | ControllerError]:
+        """For each filter the ACLs it matched, all of them removed together (an ACL matched by several filters
+        is listed under each); an invalid filter gets its error and removes nothing."""
+        removed: dict[uuid.UUID, None] = {}
+        results: list[list[AclBinding] | ControllerError] = []
+        for acl_filter in filters:
+            if acl_filter.pattern.is_unknown():
+                results.append(InvalidRequestError("Unknown patternFilter."))
+                continue
+            if acl_filter.entry.is_unknown():
+                results.append(InvalidRequestError("Unknown entryFilter."))
+                continue
+            matched = []
+            for acl_id, record in self.metadata.acls.items():
+                binding = binding_of(record)
+                if acl_filter.matches(binding):
+                    matched.append(binding)
+                    removed[acl_id] = None
+            results.append(matched)
+        self._commit([RemoveAccessControlEntryRecord(acl_id) for acl_id in removed])
+        return results
+
     def _manual_assignment(self, assignments: Sequence[Sequence[int]]) -> list[PartitionRegistration]:
         live = self._live_brokers()
         partitions = []
@@ -692,6 +752,29 @@ class Controller:
                 f"{len(nodes)} broker(s) are registered."
             )
         return nodes
+
+
+def validate_new_acl(binding: AclBinding) -> None:
+    """Kafka's checks of a new ACL (AclApis.handleCreateAcls, then AclControlManager.validateNewAcl, with their
+    messages), then the principal's form, which Kafka's tools check before sending (an ACL for "alice" could
+    never match anyone)."""
+    pattern, entry = binding.pattern, binding.entry
+    if pattern.resource_type == ResourceType.CLUSTER and pattern.name != CLUSTER_NAME:
+        raise InvalidRequestError(f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}")
+    if not pattern.name:
+        raise InvalidRequestError("Invalid empty resource name")
+    if pattern.resource_type in (ResourceType.UNKNOWN, ResourceType.ANY):
+        raise InvalidRequestError(f"Invalid resourceType {pattern.resource_type.name}")
+    if pattern.pattern_type not in (PatternType.LITERAL, PatternType.PREFIXED):
+        raise InvalidRequestError(f"Invalid patternType {pattern.pattern_type.name}")
+    if entry.operation in (AclOperation.UNKNOWN, AclOperation.ANY):
+        raise InvalidRequestError(f"Invalid operation {entry.operation.name}")
+    if entry.permission_type not in (AclPermissionType.ALLOW, AclPermissionType.DENY):
+        raise InvalidRequestError(f"Invalid permissionType {entry.permission_type.name}")
+    try:
+        check_principal(entry.principal)
+    except ValueError as e:
+        raise InvalidRequestError(str(e)) from None
 
 
 def _elect(replicas: Sequence[int], isr: list[int], live: Collection[int], unclean: bool) -> tuple[int, list[int]]:

@@ -60,6 +60,10 @@ _TABLE: tuple[ApiSupport, ...] = (
     ApiSupport(37, "CreatePartitions", 0, 3, 2),
     # v1 adds the election type (KIP-460) and a top-level error code; v2 is Kafka's newest.
     ApiSupport(43, "ElectLeaders", 0, 2, 2),
+    # Kafka 4.0 (and kio) start the ACL APIs at v1 (v0 had no pattern types); v3 is the newest.
+    ApiSupport(29, "DescribeAcls", 1, 3, 2),
+    ApiSupport(30, "CreateAcls", 1, 3, 2),
+    ApiSupport(31, "DeleteAcls", 1, 3, 2),
     ApiSupport(32, "DescribeConfigs", 1, 4, 4),
     ApiSupport(33, "AlterConfigs", 0, 2, 2),
     ApiSupport(44, "IncrementalAlterConfigs", 0, 1, 1),

@@ -125,3 +125,24 @@ def record_of(acl_id: uuid.UUID, binding: AclBinding) -> AccessControlEntryRecor
         operation=int(binding.entry.operation),
         permission_type=int(binding.entry.permission_type),
     )
+
+
+def acl_binding_filter(
+    resource_type: int,
+    resource_name: str | None,
+    pattern_type: int,
+    principal: str | None,
+    host: str | None,
+    operation: int,
+    permission_type: int,
+) -> AclBindingFilter:
+    """The filter of a DescribeAcls or DeleteAcls request, from its fields (Kafka's codes; a code this version
+    does not know is UNKNOWN)."""
+    return AclBindingFilter(
+        ResourcePatternFilter(
+            from_code(ResourceType, resource_type), resource_name, from_code(PatternType, pattern_type)
+        ),
+        AccessControlEntryFilter(
+            principal, host, from_code(AclOperation, operation), from_code(AclPermissionType, permission_type)
+        ),
+    )

@@ -30,6 +30,7 @@ from tierlog.replication.fetcher import FetcherConfig, ReplicaFetcher
 from tierlog.replication.metadata_publisher import BrokerMetadataPublisher
 from tierlog.replication.replica_manager import ReplicaManager
 from tierlog.security.authorizer import StandardAuthorizer, parse_super_users
+from tierlog.server.acl_apis import AclApis
 from tierlog.server.auth_helper import AuthHelper
 from tierlog.server.auto_topic_creation_manager import AutoTopicCreationManager
 from tierlog.server.broker_metrics import describe_partitions, wire_broker_metrics
@@ -234,6 +235,7 @@ class Broker:
                 self.forwarding_manager.sync_metadata,
                 auth,
             ),
+            acl_apis=AclApis(self.authorizer, auth, self.forwarding_manager.forward),
             controller_apis=controller_apis,
             remote_log=self.remote_log,
             auth=auth,

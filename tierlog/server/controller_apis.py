@@ -1,6 +1,7 @@
 """ControllerApis (Kafka's class of that name): the requests the controller decides, on the controller's own node.
 
-- The admin requests only the controller decides: CreateTopics, DeleteTopics, CreatePartitions, ElectLeaders.
+- The admin requests only the controller decides: CreateTopics, DeleteTopics, CreatePartitions, ElectLeaders,
+  CreateAcls, DeleteAcls.
   They reach it through the `ForwardingManager`, from this node's own KafkaApis or forwarded by another broker.
 - The controller APIs brokers call: BrokerRegistration, BrokerHeartbeat, AlterPartition, AllocateProducerIds,
   and the Fetch of `__cluster_metadata` (KRaft brokers follow the metadata log like any partition).
@@ -26,7 +27,16 @@ from tierlog.metadata.records import Endpoint
 from tierlog.protocol.codec import Request
 from tierlog.protocol.errors import error_code
 from tierlog.replication.replica_manager import error_name_of
-from tierlog.security.acl import AclOperation
+from tierlog.security.acl import (
+    AccessControlEntry,
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
+from tierlog.security.acl_filter import acl_binding_filter, from_code
 from tierlog.server.auth_helper import AuthHelper
 from tierlog.server.clock import now_ms
 from tierlog.server.controller_server import ControllerServer
@@ -34,6 +44,8 @@ from tierlog.server.entities import NO_THROTTLE, ResponseSchema, response_schema
 
 logger = logging.getLogger(__name__)
 
+API_CREATE_ACLS = 30
+API_DELETE_ACLS = 31
 API_CREATE_TOPICS = 19
 API_DELETE_TOPICS = 20
 API_CREATE_PARTITIONS = 37
@@ -44,7 +56,14 @@ API_BROKER_HEARTBEAT = 63
 API_ALLOCATE_PRODUCER_IDS = 67
 
 # Admin requests the controller decides (a broker that is not the controller forwards them).
-ADMIN_APIS = (API_CREATE_TOPICS, API_DELETE_TOPICS, API_CREATE_PARTITIONS, API_ELECT_LEADERS)
+ADMIN_APIS = (
+    API_CREATE_TOPICS,
+    API_DELETE_TOPICS,
+    API_CREATE_PARTITIONS,
+    API_ELECT_LEADERS,
+    API_CREATE_ACLS,
+    API_DELETE_ACLS,
+)
 # What brokers ask of the controller (besides the metadata Fetch).
 BROKER_TO_CONTROLLER_APIS = (
     API_ALTER_PARTITION,
@@ -66,6 +85,8 @@ class ControllerApis:
             API_DELETE_TOPICS: self.handle_delete_topics,
             API_CREATE_PARTITIONS: self.handle_create_partitions,
             API_ELECT_LEADERS: self.handle_elect_leaders,
+            API_CREATE_ACLS: self.handle_create_acls,
+            API_DELETE_ACLS: self.handle_delete_acls,
             API_BROKER_REGISTRATION: self.handle_broker_registration,
             API_BROKER_HEARTBEAT: self.handle_broker_heartbeat,
             API_ALTER_PARTITION: self.handle_alter_partition,
@@ -231,6 +252,84 @@ class ControllerApis:
                 for name, partition_results in results.items()
             ),
         )
+
+    # ACLs (docs/security.md#authorizer). The broker that received the request has answered SECURITY_DISABLED
+    # already if it has no authorizer.
+
+    async def handle_create_acls(self, request: Request) -> Any:
+        s = self._schema(request)
+        bindings = [
+            AclBinding(
+                ResourcePattern(
+                    from_code(ResourceType, c.resource_type),
+                    c.resource_name,
+                    from_code(PatternType, c.resource_pattern_type),
+                ),
+                AccessControlEntry(
+                    c.principal,
+                    c.host,
+                    from_code(AclOperation, c.operation),
+                    from_code(AclPermissionType, c.permission_type),
+                ),
+            )
+            for c in request.body.creations
+        ]
+        results = self.controller.create_acls(bindings)
+        return s.CreateAclsResponse(
+            throttle_time=NO_THROTTLE,
+            results=tuple(
+                s.AclCreationResult(
+                    error_code=error_code(error.error_name if error else None),
+                    error_message=str(error) if error else None,
+                )
+                for error in results
+            ),
+        )
+
+    async def handle_delete_acls(self, request: Request) -> Any:
+        s = self._schema(request)
+        filters = [
+            acl_binding_filter(
+                f.resource_type_filter,
+                f.resource_name_filter,
+                f.pattern_type_filter,
+                f.principal_filter,
+                f.host_filter,
+                f.operation,
+                f.permission_type,
+            )
+            for f in request.body.filters
+        ]
+        filter_results = []
+        for result in self.controller.delete_acls(filters):
+            if isinstance(result, ControllerError):
+                filter_results.append(
+                    s.DeleteAclsFilterResult(
+                        error_code=error_code(result.error_name), error_message=str(result), matching_acls=()
+                    )
+                )
+                continue
+            filter_results.append(
+                s.DeleteAclsFilterResult(
+                    error_code=error_code(None),
+                    error_message=None,
+                    matching_acls=tuple(
+                        s.DeleteAclsMatchingAcl(
+                            error_code=error_code(None),
+                            error_message=None,
+                            resource_type=b.pattern.resource_type,
+                            resource_name=b.pattern.name,
+                            pattern_type=b.pattern.pattern_type,
+                            principal=b.entry.principal,
+                            host=b.entry.host,
+                            operation=b.entry.operation,
+                            permission_type=b.entry.permission_type,
+                        )
+                        for b in result
+                    ),
+                )
+            )
+        return s.DeleteAclsResponse(throttle_time=NO_THROTTLE, filter_results=tuple(filter_results))
 
     # What brokers ask of the controller
 

@@ -4,8 +4,9 @@ one dispatch table of every API the broker serves.
 Handlers are thin: validation rules and state live in the controller and the replication core. Every
 handler answers every version the broker advertises, through `ResponseSchema` (fields a version lacks
 are dropped). The table also holds the handlers of the other API classes the broker is built with: the
-group APIs (`GroupApis`), the config APIs (`ConfigApis`), the admin requests only the controller decides
-(through the `ForwardingManager`) and, on the controller's own node, the controller's APIs (`ControllerApis`).
+group APIs (`GroupApis`), the config APIs (`ConfigApis`), the ACL APIs (`AclApis`), the admin requests only the
+controller decides (through the `ForwardingManager`) and, on the controller's own node, the controller's APIs
+(`ControllerApis`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from tierlog.replication.replica_manager import (
     error_name_of,
 )
 from tierlog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from tierlog.server.acl_apis import AclApis
 from tierlog.server.admin_authorization import CHECKED_ADMIN_APIS, forward_authorized
 from tierlog.server.auth_helper import AuthHelper
 from tierlog.server.authorized_operations import OMITTED
@@ -78,6 +80,7 @@ class KafkaApis:
         auto_topic_creation: AutoTopicCreationManager,
         group_apis: GroupApis,
         config_apis: ConfigApis,
+        acl_apis: AclApis,
         controller_apis: ControllerApis | None,
         remote_log: RemoteLogTasks | None,
         auth: AuthHelper,
@@ -121,6 +124,8 @@ class KafkaApis:
         self._forwarding_manager = forwarding_manager
         self.handlers.update(dict.fromkeys(ADMIN_APIS, forwarding_manager.forward))
         self.handlers.update(dict.fromkeys(CHECKED_ADMIN_APIS, self.handle_admin))
+        # The ACL APIs forward CreateAcls and DeleteAcls only when there is an authorizer.
+        self.handlers.update(acl_apis.handlers)
         if controller_apis is not None:
             self.handlers.update({key: controller_apis.handlers[key] for key in BROKER_TO_CONTROLLER_APIS})
             self.handlers[API_FETCH] = self._fetch_on_the_controllers_node
