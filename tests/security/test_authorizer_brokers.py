@@ -65,8 +65,10 @@ def test_brokers_that_are_super_users_replicate_and_elect_with_the_authorizer_on
     )
     topic = kafka.topic_name()
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=3)])[topic].result(TIMEOUT_S)
+    # Broker 2 leads first (node 1 runs the controller, which must outlive the leader).
+    admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[2, 3, 1]])])[topic].result(TIMEOUT_S)
     leader, epoch = wait_confirmed_leader(cluster, topic, 0, TIMEOUT_S, "with the authorizer on: ")
+    assert leader == 2
     first = [{"value": f"before-{i}".encode()} for i in range(50)]
     kafka.produce(cluster.bootstrap, topic, first)
     # The leader goes; the controller elects another replica, which the remaining follower fetches from.
