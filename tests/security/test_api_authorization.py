@@ -49,6 +49,7 @@ from tierlog.security.acl import (
 from tierlog.security.acl_filter import record_of
 from tierlog.security.authorizer import STANDARD_AUTHORIZER
 from tierlog.security.principal import KafkaPrincipal
+from tierlog.server.admin_authorization import forward_authorized
 from tierlog.server.authorized_operations import OMITTED, SUPPORTED_OPERATIONS, to_32_bit_field
 from tierlog.server.broker import Broker
 from tierlog.server.request_context import authenticated_as, enter_connection
@@ -398,6 +399,34 @@ def _broker_heartbeat() -> Any:
     )
 
 
+# The ACL an allowed CreateAcls creates and an allowed DeleteAcls removes (it grants nothing any test uses).
+ACL_FIELDS = {
+    "resource_name": "acl-managed",
+    "principal": "User:nobody",
+    "host": WILDCARD,
+    "operation": Op.READ,
+    "permission_type": AclPermissionType.ALLOW,
+}
+
+
+def _create_acls() -> Any:
+    s = _s(30, 3)
+    creation = s.AclCreation(resource_type=Type.TOPIC, resource_pattern_type=PatternType.LITERAL, **ACL_FIELDS)
+    return s.CreateAclsRequest(creations=(creation,))
+
+
+def _acl_filter(builder: Callable[..., Any]) -> Any:
+    return builder(
+        resource_type_filter=Type.TOPIC,
+        resource_name_filter=ACL_FIELDS["resource_name"],
+        pattern_type_filter=PatternType.LITERAL,
+        principal_filter=ACL_FIELDS["principal"],
+        host_filter=WILDCARD,
+        operation=Op.READ,
+        permission_type=AclPermissionType.ALLOW,
+    )
+
+
 def _find_coordinator(group: str) -> Callable[[], Any]:
     return lambda: _s(10, 4).FindCoordinatorRequest(key_type=0, coordinator_keys=(group,))
 
@@ -742,6 +771,36 @@ CHECKS = (
         ErrorCode.group_id_not_found,
     ),
     Check(
+        "create-acls",
+        30,
+        3,
+        _create_acls,
+        _only("results"),
+        ((Op.ALTER, Type.CLUSTER, CLUSTER_NAME),),
+        ErrorCode.cluster_authorization_failed,
+        ErrorCode.none,
+    ),
+    Check(
+        "describe-acls",
+        29,
+        3,
+        lambda: _acl_filter(_s(29, 3).DescribeAclsRequest),
+        _top_level,
+        ((Op.DESCRIBE, Type.CLUSTER, CLUSTER_NAME),),
+        ErrorCode.cluster_authorization_failed,
+        ErrorCode.none,
+    ),
+    Check(
+        "delete-acls",
+        31,
+        3,
+        lambda: _s(31, 3).DeleteAclsRequest(filters=(_acl_filter(_s(31, 3).DeleteAclsFilter),)),
+        _only("filter_results"),
+        ((Op.ALTER, Type.CLUSTER, CLUSTER_NAME),),
+        ErrorCode.cluster_authorization_failed,
+        ErrorCode.none,
+    ),
+    Check(
         "broker-heartbeat",
         63,
         1,
@@ -912,3 +971,42 @@ def test_requests_made_inside_the_broker_are_not_checked(broker: InProcessBroker
 
     answer = broker.run(from_inside())
     assert _only_partition("responses", "partition_responses")(answer) == ErrorCode.none
+
+
+def test_alter_user_scram_credentials_needs_alter_on_the_cluster(broker: InProcessBroker) -> None:
+    """Checked where the client sent it, before the controller sees it (the API itself is the SCRAM work's)."""
+    s = _s(51, 0)
+    request = s.AlterUserScramCredentialsRequest(
+        deletions=(s.ScramCredentialDeletion(name="bob", mechanism=1),),
+        upsertions=(
+            s.ScramCredentialUpsertion(name="alice", mechanism=1, iterations=4096, salt=b"s", salted_password=b"p"),
+        ),
+    )
+    forwarded: list[Any] = []
+
+    async def forward(sent: Request) -> Any:
+        forwarded.append(sent)
+        return "the controller's answer"
+
+    def as_client(principal: KafkaPrincipal) -> Any:
+        async def ask() -> Any:
+            enter_connection("/127.0.0.1", "PLAINTEXT")
+            authenticated_as(principal)
+            apis = broker.broker.apis
+            return await forward_authorized(apis.auth, apis.image, Request(51, 0, 1, "matrix", request, 0), forward)
+
+        async def in_own_task() -> Any:
+            return await asyncio.create_task(ask())
+
+        return broker.run(in_own_task())
+
+    refused = as_client(KafkaPrincipal("User", "not-a-scram-admin"))
+    assert [(r.user, r.error_code) for r in refused.results] == [
+        ("alice", ErrorCode.cluster_authorization_failed),
+        ("bob", ErrorCode.cluster_authorization_failed),
+    ]
+    assert forwarded == []
+    scram_admin = KafkaPrincipal("User", "scram-admin")
+    broker.grant(acl(scram_admin, Op.ALTER, Type.CLUSTER, CLUSTER_NAME))
+    assert as_client(scram_admin) == "the controller's answer"
+    assert [sent.body for sent in forwarded] == [request]

@@ -1,5 +1,5 @@
-"""What the admin requests only the controller decides need: CreateTopics, DeleteTopics, CreatePartitions and
-ElectLeaders (Kafka's ControllerApis checks them; rules: docs/security.md#api-checks).
+"""What the admin requests only the controller decides need: CreateTopics, DeleteTopics, CreatePartitions,
+ElectLeaders and AlterUserScramCredentials (Kafka's ControllerApis checks them; rules: docs/security.md#api-checks).
 
 Kafka forwards these to the controller in an Envelope that carries the client's principal, and the controller
 checks them. tierlog forwards the request alone, so the broker the client asked checks it with the client's
@@ -169,11 +169,35 @@ async def _elect_leaders(
     )
 
 
+async def _alter_user_scram_credentials(
+    auth: AuthHelper, _image: ClusterMetadata, s: ResponseSchema, request: Request, forward: Forward
+) -> Any:
+    """ALTER on the cluster, else every user named is refused (Kafka's AlterUserScramCredentialsRequest
+    .getErrorResponse: each distinct user once, sorted)."""
+    if auth.authorize_cluster(AclOperation.ALTER):
+        return await forward(request)
+    users = sorted({d.name for d in request.body.deletions} | {u.name for u in request.body.upsertions})
+    return s.AlterUserScramCredentialsResponse(
+        throttle_time=NO_THROTTLE,
+        results=tuple(
+            s.AlterUserScramCredentialsResult(
+                user=user,
+                error_code=error_code("CLUSTER_AUTHORIZATION_FAILED"),
+                error_message="Cluster authorization failed.",
+            )
+            for user in users
+        ),
+    )
+
+
+API_ALTER_USER_SCRAM_CREDENTIALS = 51
+
 _CHECKS: dict[int, Callable[[AuthHelper, ClusterMetadata, ResponseSchema, Request, Forward], Awaitable[Any]]] = {
     API_CREATE_TOPICS: _create_topics,
     API_DELETE_TOPICS: _delete_topics,
     API_CREATE_PARTITIONS: _create_partitions,
     API_ELECT_LEADERS: _elect_leaders,
+    API_ALTER_USER_SCRAM_CREDENTIALS: _alter_user_scram_credentials,
 }
-# The admin requests whose checks are here; KafkaApis sends them through `forward_authorized`.
+# The admin requests whose checks are here; KafkaApis sends those it serves through `forward_authorized`.
 CHECKED_ADMIN_APIS = frozenset(_CHECKS)

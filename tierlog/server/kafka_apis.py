@@ -123,7 +123,7 @@ class KafkaApis:
         # Only the controller decides these (Kafka's ForwardingManager), once checked here.
         self._forwarding_manager = forwarding_manager
         self.handlers.update(dict.fromkeys(ADMIN_APIS, forwarding_manager.forward))
-        self.handlers.update(dict.fromkeys(CHECKED_ADMIN_APIS, self.handle_admin))
+        self.handlers.update(dict.fromkeys(CHECKED_ADMIN_APIS & set(ADMIN_APIS), self.handle_admin))
         # The ACL APIs forward CreateAcls and DeleteAcls only when there is an authorizer.
         self.handlers.update(acl_apis.handlers)
         if controller_apis is not None:
