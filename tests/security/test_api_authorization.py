@@ -1010,3 +1010,61 @@ def test_alter_user_scram_credentials_needs_alter_on_the_cluster(broker: InProce
     broker.grant(acl(scram_admin, Op.ALTER, Type.CLUSTER, CLUSTER_NAME))
     assert as_client(scram_admin) == "the controller's answer"
     assert [sent.body for sent in forwarded] == [request]
+
+
+def test_offset_fetch_of_every_partition_leaves_out_topics_not_describable(broker: InProcessBroker) -> None:
+    s = _s(8, 8)
+    commit = s.OffsetCommitRequest(
+        group_id="g-all-offsets",
+        generation_id_or_member_epoch=-1,
+        member_id="",
+        group_instance_id=None,
+        topics=tuple(
+            s.OffsetCommitRequestTopic(
+                name=name,
+                partitions=(
+                    s.OffsetCommitRequestPartition(
+                        partition_index=0, committed_offset=0, committed_leader_epoch=-1, committed_metadata=""
+                    ),
+                ),
+            )
+            for name in (TOPIC, "growing")
+        ),
+    )
+    assert {t.name for t in broker.call(ADMIN, 8, 8, commit).topics} == {TOPIC, "growing"}
+    user = KafkaPrincipal("User", "fetches-all-offsets")
+    broker.grant(acl(user, Op.DESCRIBE, Type.GROUP, "g-all-offsets"), acl(user, Op.DESCRIBE, Type.TOPIC, TOPIC))
+    f = _s(9, 8)
+    every = f.OffsetFetchRequest(
+        groups=(f.OffsetFetchRequestGroup(group_id="g-all-offsets", topics=None),), require_stable=False
+    )
+    (group,) = broker.call(user, 9, 8, every).groups
+    assert (group.error_code, [t.name for t in group.topics]) == (ErrorCode.none, [TOPIC])
+
+
+def test_create_topics_without_describe_configs_answers_no_configs(broker: InProcessBroker) -> None:
+    user = KafkaPrincipal("User", "creates-blind")
+    broker.grant(acl(user, Op.CREATE, Type.TOPIC, "created"))
+    (blind,) = broker.call(user, 19, 7, _create_topics()).topics
+    assert (blind.error_code, blind.topic_config_error_code, blind.configs, blind.num_partitions) == (
+        ErrorCode.none,
+        ErrorCode.topic_authorization_failed,
+        (),
+        -1,
+    )
+    (seeing,) = broker.call(ADMIN, 19, 7, _create_topics()).topics
+    assert (seeing.topic_config_error_code, seeing.num_partitions) == (ErrorCode.none, 1) and seeing.configs
+
+
+def test_delete_topics_by_id_never_names_a_topic_the_principal_may_not_describe(broker: InProcessBroker) -> None:
+    broker.run(broker.create_topic("kept"))
+    topic_id = broker.broker.loader.image.topics["kept"].topic_id
+    s = _s(20, 6)
+    request = s.DeleteTopicsRequest(topics=(s.DeleteTopicState(name=None, topic_id=topic_id),), timeout=TIMEOUT)
+    (hidden,) = broker.call(KafkaPrincipal("User", "blind-deleter"), 20, 6, request).responses
+    assert (hidden.name, hidden.topic_id, hidden.error_code) == (None, topic_id, ErrorCode.topic_authorization_failed)
+    describer = KafkaPrincipal("User", "seeing-deleter")
+    broker.grant(acl(describer, Op.DESCRIBE, Type.TOPIC, "kept"))
+    (named,) = broker.call(describer, 20, 6, request).responses
+    assert (named.name, named.error_code) == ("kept", ErrorCode.topic_authorization_failed)
+    assert "kept" in broker.broker.loader.image.topics

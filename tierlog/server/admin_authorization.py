@@ -55,15 +55,18 @@ async def _create_topics(
     response = await _forward_remaining(
         request, forward, "topics", [t for t in request.body.topics if t.name in creatable]
     )
+    # v5+ answer a created topic's configs; without DESCRIBE_CONFIGS they stay unsaid.
+    hidden_configs = {
+        "configs": (),
+        "num_partitions": -1,
+        "replication_factor": -1,
+        "topic_config_error_code": error_code("TOPIC_AUTHORIZATION_FAILED"),
+    }
     results = [
         result
         if result.name in describable or result.error_code != error_code(None)
         else dataclasses.replace(
-            result,
-            configs=(),
-            num_partitions=-1,
-            replication_factor=-1,
-            topic_config_error_code=error_code("TOPIC_AUTHORIZATION_FAILED"),
+            result, **{k: v for k, v in hidden_configs.items() if k in {f.name for f in dataclasses.fields(result)}}
         )
         for result in response.topics
     ]

@@ -99,8 +99,6 @@ class KafkaApis:
         # Set when remote.log.storage.system.enable is on.
         self._remote_log = remote_log
         self._metrics = metrics
-        # Set when authorizer.class.name names one (docs/security.md#authorizer): every API asks it, through `auth`.
-        self.authorizer = auth.authorizer
         self._after_request = after_request
         # The shell arms a timer for a delayed operation's deadline (epoch ms) so the purgatory expires it.
         self._arm_timer = arm_timer
@@ -328,9 +326,10 @@ class KafkaApis:
             refusal = "COORDINATOR_NOT_AVAILABLE"
             if not self.auth.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
                 refusal = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
-        elif not self.auth.authorize_cluster(
-            AclOperation.IDEMPOTENT_WRITE
-        ) and not self.auth.authorize_by_resource_type(AclOperation.WRITE, ResourceType.TOPIC):
+        elif not (
+            self.auth.authorize_cluster(AclOperation.IDEMPOTENT_WRITE)
+            or self.auth.authorize_by_resource_type(AclOperation.WRITE, ResourceType.TOPIC)
+        ):
             refusal = "CLUSTER_AUTHORIZATION_FAILED"
         if refusal is not None:
             return s.InitProducerIdResponse(
