@@ -95,8 +95,8 @@ def test_a_log_retention_ms_of_zero_is_refused_as_kafka_refuses_it() -> None:
     ("settings", "message"),
     [
         (
-            {"listeners": "SASL_PLAINTEXT://127.0.0.1:9094"},
-            "SASL_PLAINTEXT://127.0.0.1:9094 uses security protocol SASL_PLAINTEXT, which tierlog does not support",
+            {"listeners": "SASL_SSL://127.0.0.1:9094"},
+            "SASL_SSL://127.0.0.1:9094 uses security protocol SASL_SSL, which tierlog does not support",
         ),
         ({"listeners": "SSL://127.0.0.1:9094"}, "uses security protocol SSL"),
         (
@@ -118,11 +118,14 @@ def test_a_log_retention_ms_of_zero_is_refused_as_kafka_refuses_it() -> None:
             "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         ),
         ({"super.users": "User:admin;bob"}, "expected a string in format principalType:principalName but got bob"),
-        ({"sasl.enabled.mechanisms": "PLAIN"}, "sasl.enabled.mechanisms is set, but tierlog does not support SASL"),
+        (
+            {"sasl.server.callback.handler.class": "com.example.LdapCallbackHandler"},
+            "sasl.server.callback.handler.class is set, but tierlog does not load SASL plugins",
+        ),
         ({"ssl.keystore.location": "/k.jks"}, "ssl.keystore.location is set, but tierlog does not support TLS"),
         (
-            {"listener.name.client.plain.sasl.jaas.config": "org.apache...PlainLoginModule required;"},
-            "listener.name.client.plain.sasl.jaas.config is set, but tierlog does not support TLS or SASL",
+            {"listener.name.client.ssl.keystore.location": "/k.jks"},
+            "listener.name.client.ssl.keystore.location is set, but tierlog does not support TLS listeners",
         ),
         ({"security.inter.broker.protocol": "SSL"}, "supports only PLAINTEXT between brokers"),
         (

@@ -20,8 +20,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from tierlog.client.security import ClientSecurity
 from tierlog.config_def import ConfigDef, ConfigException, Validator, invalid, parse_config_value, parse_typed, render
 from tierlog.security.authorizer import STANDARD_AUTHORIZER, parse_super_users
+from tierlog.security.jaas import (
+    PLAIN_LOGIN_MODULE,
+    SCRAM_LOGIN_MODULE,
+    JaasConfigError,
+    JaasLoginModule,
+    parse_jaas_config,
+)
+from tierlog.security.sasl import PLAIN, SUPPORTED_MECHANISMS
 from tierlog.storage.log_config import ALL_TOPIC_CONFIGS, TOPIC_CONFIGS, LogConfig
 from tierlog.storage.offset_map import BYTES_PER_ENTRY
 
@@ -185,6 +194,38 @@ _BROKER_OWN_CONFIGS: tuple[ConfigDef, ...] = (
         "false",
         "boolean",
         "Whether the authorizer allows an action on a resource that has no ACL at all.",
+    ),
+    # SASL (docs/security.md#sasl). Kafka's defaults are GSSAPI, which tierlog does not implement: a SASL listener
+    # left at the default is refused at start-up rather than given another mechanism.
+    _d(
+        "sasl.enabled.mechanisms",
+        "GSSAPI",
+        "list",
+        "SASL mechanisms of SASL listeners (per listener: listener.name.<name>.sasl.enabled.mechanisms).",
+    ),
+    _d("sasl.mechanism.inter.broker.protocol", "GSSAPI", "string", "SASL mechanism brokers use with each other."),
+    _d("sasl.mechanism.controller.protocol", "GSSAPI", "string", "SASL mechanism brokers use with the controller."),
+    _d(
+        "sasl.server.max.receive.size",
+        "524288",
+        "int",
+        "Largest frame a client may send before it is authenticated.",
+        at_least=1,
+    ),
+    _d(
+        "connections.max.reauth.ms",
+        "0",
+        "long",
+        "Session lifetime of SASL connections (KIP-368): clients re-authenticate within it or are disconnected; "
+        "0: sessions do not expire.",
+        at_least=0,
+    ),
+    _d(
+        "tierlog.sasl.authentication.timeout.ms",
+        "30000",
+        "int",
+        "Longest time from connect to authenticated on a SASL listener; the connection is closed after it.",
+        at_least=1,
     ),
     _d("zookeeper.connect", None, "string", "ZooKeeper mode; tierlog runs in KRaft mode only."),
     _d("log.dirs", "/tmp/tierlog-logs", "list", "Directories where partition data is kept."),
@@ -498,12 +539,29 @@ _SYNONYMS = {"broker.id": "node.id", "log.dir": "log.dirs"}
 # Prefixes of settings for features tierlog does not have yet: one set is refused at start-up, not ignored.
 _UNSUPPORTED_PREFIXES = {
     "ssl.": "TLS (ssl.*)",
-    "sasl.": "SASL authentication (sasl.*)",
 }
 # Kafka's ZooKeeper-mode authorizer, which a KRaft broker refuses.
 _ZOOKEEPER_AUTHORIZER = "kafka.security.authorizer.AclAuthorizer"
-# Per-listener overrides (listener.name.<name>.<config>) of those same features.
-_UNSUPPORTED_LISTENER_OVERRIDE = re.compile(r"^listener\.name\.[^.]+\.(ssl\.|sasl\.|[a-z0-9-]+\.sasl\.jaas\.config$)")
+# Settings that replace how SASL authenticates (plugins, Java classes): ignoring one would authenticate otherwise
+# than configured. Refused at the top level and per listener (listener.name.<name>.[<mechanism>.]<setting>).
+_UNSUPPORTED_SASL_PLUGINS = (
+    "sasl.server.callback.handler.class",
+    "sasl.client.callback.handler.class",
+    "sasl.login.class",
+    "sasl.login.callback.handler.class",
+)
+# Per-listener overrides (listener.name.<name>.<config>) of TLS.
+_UNSUPPORTED_LISTENER_OVERRIDE = re.compile(r"^listener\.name\.[^.]+\.ssl\.")
+# The per-listener SASL settings tierlog reads: listener.name.<name>.sasl.enabled.mechanisms and
+# listener.name.<name>.<mechanism>.sasl.jaas.config (names in lower case, as Kafka's).
+_LISTENER_SASL_SETTING = re.compile(
+    r"^listener\.name\.([^.]+)\.(sasl\.enabled\.mechanisms|(?:plain|scram-sha-256|scram-sha-512)\.sasl\.jaas\.config)$"
+)
+_SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
+
+
+def _jaas_key(listener_name: str, mechanism: str) -> str:
+    return f"listener.name.{listener_name.lower()}.{mechanism.lower()}.sasl.jaas.config"
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -619,7 +677,11 @@ class KafkaConfig:
             self.get("remote.log.storage.manager.impl.prefix"),
             self.get("remote.log.metadata.manager.impl.prefix"),
         )
-        return sorted(k for k in self.originals if k not in BROKER_CONFIGS and not k.startswith(prefixes))
+        return sorted(
+            k
+            for k in self.originals
+            if k not in BROKER_CONFIGS and not k.startswith(prefixes) and not _LISTENER_SASL_SETTING.match(k)
+        )
 
     def log_unused(self) -> None:
         """Kafka's AbstractConfig.logUnused: one line naming every supplied setting that is not used."""
@@ -650,6 +712,7 @@ class KafkaConfig:
         self._check_unsupported_security()
         self._check_quorum()
         self._check_listeners()
+        self._check_sasl()
         if self.get_int("replica.fetch.wait.max.ms") > self.get_int("replica.socket.timeout.ms"):
             raise ConfigException("replica.socket.timeout.ms should always be at least replica.fetch.wait.max.ms")
         if self.get_int("replica.fetch.wait.max.ms") > self.get_int("replica.lag.time.max.ms"):
@@ -678,7 +741,12 @@ class KafkaConfig:
                 if key.startswith(prefix):
                     raise ConfigException(f"{key} is set, but tierlog does not support {feature} yet")
             if _UNSUPPORTED_LISTENER_OVERRIDE.match(key):
-                raise ConfigException(f"{key} is set, but tierlog does not support TLS or SASL listeners yet")
+                raise ConfigException(f"{key} is set, but tierlog does not support TLS listeners yet")
+            if key.endswith(_UNSUPPORTED_SASL_PLUGINS):
+                raise ConfigException(
+                    f"{key} is set, but tierlog does not load SASL plugins: it authenticates PLAIN users from the "
+                    "JAAS config and SCRAM users from the metadata log (docs/security.md#sasl)"
+                )
         authorizer = self.get("authorizer.class.name")
         if authorizer == _ZOOKEEPER_AUTHORIZER:
             raise ConfigException(
@@ -692,8 +760,114 @@ class KafkaConfig:
         protocol = self.get("security.inter.broker.protocol")
         if protocol != "PLAINTEXT":
             raise ConfigException(
-                f"security.inter.broker.protocol={protocol}: tierlog supports only PLAINTEXT between brokers yet"
+                f"security.inter.broker.protocol={protocol}: tierlog supports only PLAINTEXT between brokers yet "
+                "(a SASL_PLAINTEXT inter-broker listener is named with inter.broker.listener.name)"
             )
+
+    def _check_sasl(self) -> None:
+        """Every SASL listener can authenticate with what is configured (Kafka finds most of this out when it
+        builds the listener's channel, which fails its start-up too), and so can this broker with other brokers
+        and the controller. docs/security.md#sasl."""
+        protocols = self.listener_security_protocols
+        for listener in map(parse_listener, self.get_list("listeners")):
+            if protocols.get(listener.name) not in _SASL_PROTOCOLS:
+                continue
+            for mechanism in self.sasl_enabled_mechanisms(listener.name):
+                module = self.sasl_jaas_config(listener.name, mechanism)
+                if mechanism == PLAIN and module is None:
+                    raise ConfigException(
+                        f"listener {listener.name} enables SASL mechanism PLAIN but has no users: set "
+                        f'{_jaas_key(listener.name, PLAIN)}={PLAIN_LOGIN_MODULE} required user_<name>="<password>" ...;'
+                    )
+        for purpose, listener_name, mechanism_config in (
+            ("inter-broker", self.inter_broker_listener_name, "sasl.mechanism.inter.broker.protocol"),
+            ("controller", self.controller_listener_name, "sasl.mechanism.controller.protocol"),
+        ):
+            if listener_name is None or protocols.get(listener_name) not in _SASL_PROTOCOLS:
+                continue
+            mechanism = self.get(mechanism_config)
+            if mechanism not in SUPPORTED_MECHANISMS:
+                raise ConfigException(
+                    f"{mechanism_config}={mechanism}, but the {purpose} listener {listener_name} uses SASL and "
+                    f"tierlog supports only {', '.join(SUPPORTED_MECHANISMS)}: set {mechanism_config}=PLAIN"
+                )
+            if mechanism not in self.sasl_enabled_mechanisms(listener_name):
+                raise ConfigException(
+                    f"{mechanism_config} must be included in sasl.enabled.mechanisms when SASL is used for "
+                    f"{purpose} communication ({mechanism} is not enabled on listener {listener_name})"
+                )
+            module = self.sasl_jaas_config(listener_name, mechanism)
+            if module is None or module.username is None or module.password is None:
+                raise ConfigException(
+                    f"{_jaas_key(listener_name, mechanism)} needs username and password: this broker's own "
+                    f"credentials for {purpose} connections over {mechanism}"
+                )
+
+    def sasl_enabled_mechanisms(self, listener_name: str) -> list[str]:
+        """The SASL mechanisms of a listener: listener.name.<name>.sasl.enabled.mechanisms, else
+        sasl.enabled.mechanisms; ConfigException for none or one tierlog does not implement."""
+        key = f"listener.name.{listener_name.lower()}.sasl.enabled.mechanisms"
+        if key in self.originals:
+            mechanisms = [m.strip() for m in self.originals[key].split(",") if m.strip()]
+        else:
+            key = "sasl.enabled.mechanisms"
+            mechanisms = self.get_list(key)
+        if not mechanisms:
+            raise ConfigException(f"No SASL mechanisms are enabled on listener {listener_name} ({key} is empty)")
+        unsupported = [m for m in mechanisms if m not in SUPPORTED_MECHANISMS]
+        if unsupported:
+            raise ConfigException(
+                f"{key}={','.join(mechanisms)} for SASL listener {listener_name}: tierlog supports "
+                f"{', '.join(SUPPORTED_MECHANISMS)}, not {', '.join(unsupported)} (Kafka's default is GSSAPI): "
+                f"set {key}=PLAIN"
+            )
+        return list(dict.fromkeys(mechanisms))
+
+    def sasl_jaas_config(self, listener_name: str, mechanism: str) -> JaasLoginModule | None:
+        """The login module of listener.name.<listener>.<mechanism>.sasl.jaas.config (both in lower case), where
+        Kafka's brokers read it; None when it is not set. ConfigException for a value that does not parse or
+        names the login module of another mechanism."""
+        key = _jaas_key(listener_name, mechanism)
+        text = self.originals.get(key)
+        if text is None:
+            return None
+        try:
+            module = parse_jaas_config(text)
+        except JaasConfigError as e:
+            raise invalid(key, "(hidden)", str(e)) from None
+        expected = PLAIN_LOGIN_MODULE if mechanism == PLAIN else SCRAM_LOGIN_MODULE
+        if module.class_name != expected:
+            raise invalid(key, "(hidden)", f"the login module of {mechanism} is {expected}, not {module.class_name}")
+        return module
+
+    def inter_broker_client_security(self) -> ClientSecurity:
+        """How this broker connects to other brokers' inter-broker listener (replica fetchers, the remote log
+        metadata topic): its protocol and, over SASL, sasl.mechanism.inter.broker.protocol with the username and
+        password of that listener's JAAS config."""
+        return self._client_security(self.inter_broker_listener_name, "sasl.mechanism.inter.broker.protocol")
+
+    def controller_client_security(self) -> ClientSecurity:
+        """How this broker connects to the controller's listener (controller.listener.names), over SASL with
+        sasl.mechanism.controller.protocol and the username and password of that listener's JAAS config."""
+        return self._client_security(self.controller_listener_name, "sasl.mechanism.controller.protocol")
+
+    def _client_security(self, listener_name: str | None, mechanism_config: str) -> ClientSecurity:
+        protocol = "PLAINTEXT" if listener_name is None else self.listener_security_protocols.get(listener_name)
+        if protocol not in _SASL_PROTOCOLS:
+            return ClientSecurity()
+        assert listener_name is not None  # _check_sasl: every SASL client listener has its credentials
+        mechanism = self.get(mechanism_config)
+        module = self.sasl_jaas_config(listener_name, mechanism)
+        assert module is not None
+        return ClientSecurity(
+            protocol, sasl_mechanism=mechanism, sasl_username=module.username, sasl_password=module.password
+        )
+
+    @property
+    def controller_listener_name(self) -> str | None:
+        """The listener brokers reach the controller on: the first of controller.listener.names."""
+        names = self.get_list("controller.listener.names")
+        return names[0].upper() if names else None
 
     def _check_quorum(self) -> None:
         voters = self.get_list("controller.quorum.voters")
@@ -734,11 +908,11 @@ class KafkaConfig:
                     f"Listener with name {listener.name} defined in listeners not found in "
                     "listener.security.protocol.map."
                 )
-            if protocol != "PLAINTEXT":
+            if protocol not in ("PLAINTEXT", "SASL_PLAINTEXT"):
                 raise ConfigException(
                     f"listeners: {listener.name}://{listener.host}:{listener.port} uses security protocol "
-                    f"{protocol}, which tierlog does not support yet (PLAINTEXT only): its clients would be "
-                    "neither authenticated nor encrypted"
+                    f"{protocol}, which tierlog does not support yet (PLAINTEXT and SASL_PLAINTEXT only): its "
+                    "clients would not be encrypted"
                 )
         if not self.listeners:
             raise ConfigException("listeners has no broker listener: set e.g. listeners=PLAINTEXT://127.0.0.1:9092")

@@ -49,6 +49,8 @@ def test_table_is_the_agreed_one() -> None:
         "DescribeGroups": (0, 5),
         "DeleteGroups": (0, 2),
         "OffsetDelete": (0, 0),
+        "SaslHandshake": (0, 1),
+        "SaslAuthenticate": (0, 2),
         "AlterPartition": (2, 3),
         "BrokerRegistration": (0, 4),
         "BrokerHeartbeat": (0, 1),
@@ -89,6 +91,6 @@ def test_entries_follow_the_enabled_subset_sorted_by_key() -> None:
 
 def test_enabled_apis_rejects_unknown_keys_and_requires_api_versions() -> None:
     with pytest.raises(ValueError, match="not implemented"):
-        enabled_apis([18, 17])
+        enabled_apis([18, 99])
     with pytest.raises(ValueError, match="ApiVersions"):
         enabled_apis([0, 1])

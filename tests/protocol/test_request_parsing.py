@@ -248,7 +248,7 @@ def test_a_known_tag_whose_size_disagrees_with_its_content_is_invalid() -> None:
 
 @pytest.mark.parametrize(
     ("api_key", "version"),
-    [(0, 2), (0, 12), (1, 3), (1, 17), (3, 13), (18, 5), (17, 0), (9999, 0), (-1, 0)],
+    [(0, 2), (0, 12), (1, 3), (1, 17), (3, 13), (18, 5), (17, 2), (36, 3), (9999, 0), (-1, 0)],
 )
 def test_unknown_keys_and_versions_are_unsupported(api_key: int, version: int) -> None:
     frame = struct.pack(">hhi", api_key, version, 1234) + b"\xff\xff" + b"garbage the codec must not read"

@@ -124,8 +124,8 @@ def test_a_sasl_listener_with_jaas_and_an_authorizer_is_refused_not_served_as_pl
     assert_refused(
         done.returncode,
         lines,
-        "Error: listener.name.sasl_plaintext.plain.sasl.jaas.config is set, but tierlog does not support TLS or "
-        "SASL listeners yet",
+        "Error: authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer is set, but tierlog has "
+        "no authorizer yet: every client could do everything, so it refuses to start",
         log_dir,
     )
     with socket.socket() as probe:

@@ -8,6 +8,10 @@ connection rather than risk reading the next response as the answer to an older 
 
 `send_blocking` is the same exchange on a connected blocking socket, for callers without an event loop
 (the probes).
+
+With a SASL `ClientSecurity` the connection authenticates before `open` returns: SaslHandshake v1, then the
+mechanism's tokens in SaslAuthenticate requests (PLAIN, or SCRAM-SHA-256/512 with scramp's client), as Kafka's
+clients do (docs/security.md#sasl).
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ import contextlib
 import socket
 
 from kio.static.protocol import RequestPayload, ResponsePayload
+from scramp import ScramClient, ScramException
 
+from tierlog.client.requests import sasl_authenticate_request, sasl_handshake_request
 from tierlog.client.security import PLAINTEXT, ClientSecurity
 from tierlog.client.wire import MAX_RESPONSE_BYTES, MalformedResponseError, decode_response, encode_request
 from tierlog.protocol.framing import SIZE_PREFIX, FramingError, TruncatedFrame, check_frame_size, read_frame
@@ -52,7 +58,7 @@ class KafkaConnection:
         cls, host: str, port: int, *, client_id: str, timeout_s: float, security: ClientSecurity = PLAINTEXT
     ) -> KafkaConnection:
         address = f"{host}:{port}"
-        if security.protocol != "PLAINTEXT":
+        if security.uses_tls:
             raise KafkaConnectionError(f"connect to {address}: security.protocol={security.protocol} is not supported")
         try:
             async with asyncio.timeout(timeout_s):
@@ -61,7 +67,46 @@ class KafkaConnection:
             raise KafkaConnectionError(f"connect to {address} timed out after {timeout_s}s") from None
         except OSError as exc:
             raise KafkaConnectionError(f"connect to {address} failed: {exc.strerror or exc}") from None
-        return cls(reader, writer, address=address, client_id=client_id)
+        connection = cls(reader, writer, address=address, client_id=client_id)
+        if security.uses_sasl:
+            try:
+                await connection._authenticate(security, timeout_s)
+            except BaseException:
+                await connection.close()
+                raise
+        return connection
+
+    async def _authenticate(self, security: ClientSecurity, timeout_s: float) -> None:
+        """SaslHandshake v1 and the mechanism's SaslAuthenticate exchange; KafkaConnectionError with the
+        broker's message if it refuses the mechanism or the credentials."""
+        mechanism, username, password = security.sasl_mechanism, security.sasl_username, security.sasl_password
+        what = f"SASL {mechanism} authentication with {self._address}"
+        if mechanism is None or username is None or password is None:
+            raise KafkaConnectionError(f"{what}: needs a mechanism, a username and a password")
+        handshake = await self.send(sasl_handshake_request(mechanism), timeout_s=timeout_s)
+        if handshake.error_code != 0:
+            raise KafkaConnectionError(
+                f"{what}: the broker answers {handshake.error_code.name.upper()} "
+                f"(its enabled mechanisms: {', '.join(handshake.mechanisms) or 'none'})"
+            )
+        try:
+            if mechanism == "PLAIN":
+                await self._sasl_token(f"\0{username}\0{password}".encode(), what, timeout_s)
+                return
+            scram = ScramClient([mechanism], username, password)
+            server_first = await self._sasl_token(scram.get_client_first().encode(), what, timeout_s)
+            scram.set_server_first(server_first.decode())
+            server_final = await self._sasl_token(scram.get_client_final().encode(), what, timeout_s)
+            # Checks the server's signature: the broker knows the credential, not only this client.
+            scram.set_server_final(server_final.decode())
+        except (ScramException, UnicodeDecodeError) as exc:
+            raise KafkaConnectionError(f"{what}: {exc}") from None
+
+    async def _sasl_token(self, token: bytes, what: str, timeout_s: float) -> bytes:
+        response = await self.send(sasl_authenticate_request(token), timeout_s=timeout_s)
+        if response.error_code != 0:
+            raise KafkaConnectionError(f"{what} failed: {response.error_message or response.error_code.name.upper()}")
+        return bytes(response.auth_bytes)
 
     @property
     def closed(self) -> bool:

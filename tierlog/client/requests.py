@@ -25,6 +25,7 @@ from tierlog.protocol.entities import EntitySchema
 API_PRODUCE, API_FETCH, API_LIST_OFFSETS, API_METADATA = 0, 1, 2, 3
 API_API_VERSIONS, API_CREATE_TOPICS, API_OFFSET_FOR_LEADER_EPOCH = 18, 19, 23
 API_ALTER_PARTITION, API_BROKER_REGISTRATION, API_BROKER_HEARTBEAT, API_ALLOCATE_PRODUCER_IDS = 56, 62, 63, 67
+API_SASL_HANDSHAKE, API_SASL_AUTHENTICATE = 17, 36
 
 # The versions tierlog sends, and why.
 PRODUCE_VERSION = 9
@@ -35,6 +36,9 @@ METADATA_VERSION = 1
 # v0 (no tagged fields, response header v0) is the request every Kafka broker must answer (KIP-511).
 API_VERSIONS_VERSION = 0
 CREATE_TOPICS_VERSION = 7
+# v1: the SASL tokens follow in SaslAuthenticate requests, which carry the broker's error message (KIP-152).
+SASL_HANDSHAKE_VERSION = 1
+SASL_AUTHENTICATE_VERSION = 2
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 ALTER_PARTITION_VERSION = 3
 BROKER_REGISTRATION_VERSION = 4
@@ -196,6 +200,16 @@ def api_versions_request(*, version: int = API_VERSIONS_VERSION) -> Any:
     """ApiVersions; from v3 it names the client software: tierlog and its version (KIP-511)."""
     s = request_schema(API_API_VERSIONS, version)
     return s.ApiVersionsRequest(client_software_name="tierlog", client_software_version=_tierlog_version())
+
+
+def sasl_handshake_request(mechanism: str) -> Any:
+    return request_schema(API_SASL_HANDSHAKE, SASL_HANDSHAKE_VERSION).SaslHandshakeRequest(mechanism=mechanism)
+
+
+def sasl_authenticate_request(auth_bytes: bytes) -> Any:
+    return request_schema(API_SASL_AUTHENTICATE, SASL_AUTHENTICATE_VERSION).SaslAuthenticateRequest(
+        auth_bytes=auth_bytes
+    )
 
 
 @functools.cache

@@ -95,6 +95,11 @@ _TABLE: tuple[ApiSupport, ...] = (
     ApiSupport(42, "DeleteGroups", 0, 2, 2),
     # No flexible version exists (the first would be v1).
     ApiSupport(47, "OffsetDelete", 0, 0, 1),
+    # SASL (KIP-43, KIP-152): a SASL listener's connection sends these before it is authenticated (the
+    # authenticator answers them, docs/security.md#sasl); afterwards, and on other listeners, the broker answers
+    # ILLEGAL_SASL_STATE, as Kafka. SaslHandshake has no flexible version (the first would be v2).
+    ApiSupport(17, "SaslHandshake", 0, 1, 2),
+    ApiSupport(36, "SaslAuthenticate", 0, 2, 2),
     # Controller APIs, enabled only on a controller node. AlterPartition v2 names topics by id and v3 adds
     # broker epochs to the new ISR; BrokerHeartbeat v2 adds offline log dir ids (JBOD), not served.
     ApiSupport(56, "AlterPartition", 2, 3, 0),

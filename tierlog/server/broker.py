@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry
 
 from tierlog.config import KafkaConfig, Listener
 from tierlog.config_def import ConfigException
-from tierlog.metadata.image import ClusterMetadata
+from tierlog.metadata.image import ClusterMetadata, ScramCredential
 from tierlog.metadata.records import Endpoint
 from tierlog.replication.alter_partition_manager import AlterPartitionManager
 from tierlog.replication.fetcher import FetcherConfig, ReplicaFetcher
@@ -61,6 +61,7 @@ from tierlog.server.remote_log_metadata_topic import (
 )
 from tierlog.server.remote_log_metadata_topic import TopicBasedRemoteLogMetadataManager
 from tierlog.server.remote_log_tasks import RemoteLogStats, RemoteLogTasks, RemoteStorageReaderThreadPool
+from tierlog.server.sasl_authenticator import SaslServerSettings, sasl_server_settings
 from tierlog.server.trace_log import TraceLog, trace_stream_route
 from tierlog.storage.log_manager import LogManager
 from tierlog.storage.producer_state import ProducerStateManagerConfig
@@ -145,6 +146,7 @@ class Broker:
                 address[1],
                 client_id=f"broker-{config.node_id}-controller",
                 request_timeout_ms=config.get_int("replica.socket.timeout.ms"),
+                security=config.controller_client_security(),
             )
         self.loader = MetadataLoaderTask(config.node_id, self.channel, self._publish)
         self.lifecycle = BrokerLifecycleTask(
@@ -266,6 +268,7 @@ class Broker:
             self._leader_endpoint,
             self.auto_topic_creation.create_topic,
             request_timeout_ms=config.get_int("replica.socket.timeout.ms"),
+            security=config.inter_broker_client_security(),
         )
 
     async def start(self) -> None:
@@ -322,9 +325,15 @@ class Broker:
         return [Endpoint(listener.name, listener.host, listener.port) for listener in self.config.advertised_listeners]
 
     async def _bind(self, listener: Listener, max_request: int) -> asyncio.Server:
+        protocol = self.config.listener_security_protocols[listener.name]
+        sasl = (
+            sasl_server_settings(self.config, listener.name, self._scram_credential)
+            if protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+            else None
+        )
         try:
             server = await asyncio.start_server(
-                lambda r, w: self._accept(r, w, max_request, listener.name),
+                lambda r, w: self._accept(r, w, max_request, listener.name, protocol, sasl),
                 listener.host or None,
                 listener.port,
                 reuse_address=True,
@@ -422,6 +431,7 @@ class Broker:
                     client_id=f"broker-{self.config.node_id}-fetcher-{leader_id}",
                     request_timeout_ms=self.config.get_int("replica.socket.timeout.ms"),
                     remote_log_aux_state=self.remote_log.remote_log_aux_state if self.remote_log else None,
+                    security=self.config.inter_broker_client_security(),
                 )
                 self._fetcher_threads[leader_id] = thread
                 thread.start()
@@ -459,14 +469,31 @@ class Broker:
 
     # Connections and timers
 
+    def _scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        return self.loader.image.scram_credentials.get((user, mechanism))
+
     async def _accept(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_request: int, listener_name: str
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        max_request: int,
+        listener_name: str,
+        security_protocol: str,
+        sasl: SaslServerSettings | None,
     ) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._connections[task] = writer
         try:
-            await serve_connection(reader, writer, self.apis, max_request, listener_name)
+            await serve_connection(
+                reader,
+                writer,
+                self.apis,
+                max_request,
+                listener_name,
+                security_protocol=security_protocol,
+                sasl=sasl,
+            )
         finally:
             del self._connections[task]
 

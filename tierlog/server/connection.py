@@ -3,6 +3,12 @@
 Like Kafka, a connection is served one request at a time (Kafka mutes the channel until the response is
 sent), so responses always leave in request order even when a fetch waits in the purgatory. Bad input
 closes only this connection, with one log line; everyone else is served on.
+
+On a SASL listener the connection first authenticates (server/sasl_authenticator.py): until then only
+ApiVersions and SaslHandshake reach the broker, every frame is bounded by sasl.server.max.receive.size and the
+whole exchange by tierlog.sasl.authentication.timeout.ms. With connections.max.reauth.ms a SaslHandshake on the
+authenticated connection starts a re-authentication (KIP-368), and any other request after the session's end
+closes the connection (docs/security.md#sasl).
 """
 
 from __future__ import annotations
@@ -10,9 +16,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from tierlog.protocol.api_versions import enabled_apis
+from tierlog.protocol.api_versions import ApiSupport, enabled_apis
 from tierlog.protocol.codec import (
     InvalidRequest,
     UnsupportedVersion,
@@ -20,9 +26,10 @@ from tierlog.protocol.codec import (
     encode_response,
     parse_request,
 )
-from tierlog.protocol.framing import FramingError, read_frame
+from tierlog.protocol.framing import FrameTooLarge, FramingError, read_frame
 from tierlog.server.kafka_apis import API_API_VERSIONS, KafkaApis
-from tierlog.server.request_context import enter_connection
+from tierlog.server.request_context import authenticated_as, enter_connection
+from tierlog.server.sasl_authenticator import SASL_HANDSHAKE, SaslAuthenticator, SaslServerSettings, SaslSession
 from tierlog.storage.file_records import FileSlice
 
 logger = logging.getLogger(__name__)
@@ -37,15 +44,48 @@ async def serve_connection(
     apis: KafkaApis,
     max_request_bytes: int,
     listener_name: str = "",
+    *,
+    security_protocol: str = "PLAINTEXT",
+    sasl: SaslServerSettings | None = None,
 ) -> None:
+    """Serve one client connection until it closes; on a SASL_PLAINTEXT or SASL_SSL listener (`sasl` holds the
+    listener's SASL settings) only once it has authenticated."""
     peer = writer.get_extra_info("peername")
-    enter_connection(f"/{peer[0]}" if isinstance(peer, tuple) and peer else "", listener_name)
+    client_host = f"/{peer[0]}" if isinstance(peer, tuple) and peer else ""
+    enter_connection(client_host, listener_name)
     served = enabled_apis(apis.handlers.keys())
     try:
+        session: SaslSession | None = None
+        if security_protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+            if sasl is None:
+                raise ValueError(f"listener {listener_name} uses {security_protocol} but has no SASL settings")
+            session = await _authenticate(reader, writer, apis, served, sasl, client_host)
+            if session is None:
+                return
+        loop = asyncio.get_running_loop()
+        session_ends = _session_end(session, loop.time())
         while True:
             frame = await read_frame(reader, max_request_bytes)
             if frame is None:
                 return
+            if session is not None and session_ends is not None:
+                assert sasl is not None
+                if _is_sasl_handshake(frame) and session.client_supports_reauthentication:
+                    session = await _authenticate(
+                        reader, writer, apis, served, sasl, client_host, handshake=frame, previous=session
+                    )
+                    if session is None:
+                        return
+                    session_ends = _session_end(session, loop.time())
+                    continue
+                if loop.time() >= session_ends:
+                    logger.info(
+                        "closing connection from %s: its SASL session ended %d ms after authentication "
+                        "(connections.max.reauth.ms) and it did not re-authenticate",
+                        client_host,
+                        session.lifetime_ms,
+                    )
+                    return
             try:
                 request = parse_request(frame, served)
             except UnsupportedVersion as e:
@@ -69,6 +109,68 @@ async def serve_connection(
         logger.exception("closing connection from %s after an unexpected error", peer)
     finally:
         writer.close()
+
+
+async def _authenticate(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    apis: KafkaApis,
+    served: Mapping[int, ApiSupport],
+    sasl: SaslServerSettings,
+    client_host: str,
+    *,
+    handshake: bytes | None = None,
+    previous: SaslSession | None = None,
+) -> SaslSession | None:
+    """Run the SASL exchange (a re-authentication of `previous`, starting with its `handshake` frame); the session
+    once the client is authenticated (its principal is set), None when the connection must be closed (already
+    logged)."""
+    authenticator = SaslAuthenticator(sasl, served, reauthenticating=previous)
+    what = "authentication" if previous is None else "re-authentication"
+    timeout_s = sasl.authentication_timeout_ms / 1000
+    pending = handshake
+    try:
+        async with asyncio.timeout(timeout_s):
+            while not authenticator.complete:
+                if pending is not None:
+                    frame, pending = pending, None
+                else:
+                    frame = await read_frame(reader, sasl.max_receive_size)
+                if frame is None:
+                    return None
+                step = authenticator.on_frame(frame)
+                if step.api_versions is not None:
+                    response = await apis.handle(step.api_versions)
+                    await send_chunks(writer, encode_response(step.api_versions, response))
+                for response_frame in step.frames:
+                    writer.write(response_frame)
+                await writer.drain()
+                if step.close_reason is not None:
+                    logger.info("Failed %s with %s (%s)", what, client_host, step.close_reason)
+                    return None
+    except TimeoutError:
+        logger.info("Failed %s with %s (not authenticated within %ss)", what, client_host, timeout_s)
+        return None
+    except FrameTooLarge as e:
+        logger.info(
+            "Failed %s with %s (Failing SASL authentication due to invalid receive size %d)", what, client_host, e.size
+        )
+        return None
+    session = authenticator.session
+    authenticated_as(session.principal)
+    logger.debug("%s: %s as %s with %s", client_host, what, session.principal, session.mechanism)
+    return session
+
+
+def _session_end(session: SaslSession | None, now: float) -> float | None:
+    """When the session ends (event loop time), None if it does not."""
+    if session is None or session.lifetime_ms <= 0:
+        return None
+    return now + session.lifetime_ms / 1000
+
+
+def _is_sasl_handshake(frame: bytes) -> bool:
+    return len(frame) >= 2 and int.from_bytes(frame[:2], "big", signed=True) == SASL_HANDSHAKE
 
 
 async def send_chunks(writer: asyncio.StreamWriter, chunks: Sequence[bytes | memoryview | FileSlice]) -> None:

@@ -22,6 +22,7 @@ from tierlog.client.requests import (
     broker_registration_request,
     fetch_request,
 )
+from tierlog.client.security import PLAINTEXT, ClientSecurity
 from tierlog.common import TopicPartition
 from tierlog.controller.controller import HeartbeatResult
 from tierlog.controller.metadata_log import METADATA_TOPIC, decode_metadata_batches
@@ -149,8 +150,17 @@ class LocalControllerChannel:
 class RemoteControllerChannel:
     """The controller is another node, reached with Kafka's controller APIs."""
 
-    def __init__(self, host: str, port: int, *, client_id: str, request_timeout_ms: int) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        client_id: str,
+        request_timeout_ms: int,
+        security: ClientSecurity = PLAINTEXT,
+    ) -> None:
         self._address = (host, port)
+        self._security = security
         self._client_id = client_id
         self._timeout_s = request_timeout_ms / 1000
         self._rpc: KafkaConnection | None = None
@@ -163,7 +173,7 @@ class RemoteControllerChannel:
             if connection is None:
                 host, port = self._address
                 connection = await KafkaConnection.open(
-                    host, port, client_id=self._client_id, timeout_s=min(self._timeout_s, 5.0)
+                    host, port, client_id=self._client_id, timeout_s=min(self._timeout_s, 5.0), security=self._security
                 )
                 setattr(self, which, connection)
             return await connection.send(request, timeout_s=timeout_s)

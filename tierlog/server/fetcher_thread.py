@@ -20,6 +20,7 @@ from tierlog.client.requests import (
     list_offsets_request,
     offset_for_leader_epoch_request,
 )
+from tierlog.client.security import PLAINTEXT, ClientSecurity
 from tierlog.common import Idle, TopicPartition
 from tierlog.metadata.records import Endpoint
 from tierlog.protocol.errors import error_code
@@ -58,8 +59,10 @@ class FetcherThread:
         client_id: str,
         request_timeout_ms: int,
         remote_log_aux_state: RemoteLogAuxState | None = None,
+        security: ClientSecurity = PLAINTEXT,
     ) -> None:
         self.fetcher = fetcher
+        self._security = security
         self._leader_endpoint = leader_endpoint
         self._client_id = client_id
         self._timeout_s = request_timeout_ms / 1000
@@ -140,7 +143,11 @@ class FetcherThread:
             await self._disconnect()
         if self._connection is None:
             self._connection = await KafkaConnection.open(
-                endpoint.host, endpoint.port, client_id=self._client_id, timeout_s=min(self._timeout_s, 5.0)
+                endpoint.host,
+                endpoint.port,
+                client_id=self._client_id,
+                timeout_s=min(self._timeout_s, 5.0),
+                security=self._security,
             )
             self._address = address
         return self._connection

@@ -63,6 +63,8 @@ API_API_VERSIONS = 18
 API_DELETE_RECORDS = 21
 API_DESCRIBE_CLUSTER = 60
 API_DESCRIBE_PRODUCERS = 61
+API_SASL_HANDSHAKE = 17
+API_SASL_AUTHENTICATE = 36
 
 Handler = Callable[[Request], Awaitable[Any]]
 
@@ -115,6 +117,8 @@ class KafkaApis:
             API_DESCRIBE_CLUSTER: self.handle_describe_cluster,
             API_INIT_PRODUCER_ID: self.handle_init_producer_id,
             API_DESCRIBE_PRODUCERS: self.handle_describe_producers,
+            API_SASL_HANDSHAKE: self.handle_sasl_handshake,
+            API_SASL_AUTHENTICATE: self.handle_sasl_authenticate,
         }
         self.handlers.update(group_apis.handlers)
         self.handlers.update(config_apis.handlers)
@@ -166,6 +170,20 @@ class KafkaApis:
             finalized_features_epoch=-1,
             finalized_features=(),
             zk_migration_ready=False,
+        )
+
+    # SaslHandshake and SaslAuthenticate reach the handlers only after the connection has authenticated, or on a
+    # listener without SASL: as Kafka, the answer is ILLEGAL_SASL_STATE (docs/security.md#sasl).
+
+    async def handle_sasl_handshake(self, request: Request) -> Any:
+        return self._schema(request).SaslHandshakeResponse(error_code=error_code("ILLEGAL_SASL_STATE"), mechanisms=())
+
+    async def handle_sasl_authenticate(self, request: Request) -> Any:
+        return self._schema(request).SaslAuthenticateResponse(
+            error_code=error_code("ILLEGAL_SASL_STATE"),
+            error_message="SaslAuthenticate request received after successful authentication",
+            auth_bytes=b"",
+            session_lifetime=NO_THROTTLE,
         )
 
     def _broker_entries(self, s: ResponseSchema, builder: str) -> tuple[Any, ...]:

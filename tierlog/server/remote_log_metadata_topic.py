@@ -17,6 +17,7 @@ from typing import Any
 
 from tierlog.client.connection import KafkaConnection, KafkaConnectionError
 from tierlog.client.requests import PartitionFetch, fetch_request, produce_request
+from tierlog.client.security import PLAINTEXT, ClientSecurity
 from tierlog.common import TopicPartition
 from tierlog.metadata.image import ClusterMetadata
 from tierlog.metadata.records import Endpoint
@@ -58,7 +59,9 @@ class TopicBasedRemoteLogMetadataManager:
         create_topic: CreateTopic,
         *,
         request_timeout_ms: int,
+        security: ClientSecurity = PLAINTEXT,
     ) -> None:
+        self._security = security
         values = {**DEFAULTS, **settings}
         self.num_partitions = int(values[NUM_PARTITIONS_CONFIG])
         self.replication_factor = int(values[REPLICATION_FACTOR_CONFIG])
@@ -127,7 +130,11 @@ class TopicBasedRemoteLogMetadataManager:
         connection = self._connections.get(address)
         if connection is None or connection.closed:
             connection = await KafkaConnection.open(
-                endpoint.host, endpoint.port, client_id=f"broker-{self._broker_id}-rlmm", timeout_s=5.0
+                endpoint.host,
+                endpoint.port,
+                client_id=f"broker-{self._broker_id}-rlmm",
+                timeout_s=5.0,
+                security=self._security,
             )
             self._connections[address] = connection
         try:
