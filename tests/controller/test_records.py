@@ -23,7 +23,9 @@ from tierlog.metadata.records import (
     RegisterBrokerRecord,
     RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     TopicRecord,
+    UserScramCredentialRecord,
     decode_record,
     encode_record,
 )
@@ -46,6 +48,8 @@ EVERY_RECORD_TYPE: list[MetadataRecord] = [
     ProducerIdsRecord(-1, 2000),
     AccessControlEntryRecord(TOPIC_ID, 2, "events", 4, "User:alice", "*", 3, 3),
     RemoveAccessControlEntryRecord(TOPIC_ID),
+    UserScramCredentialRecord("alice", 2, b"salt\x00\xff", b"stored", b"server", 8192),
+    RemoveUserScramCredentialRecord("alice", 2),
 ]
 
 
@@ -99,6 +103,11 @@ def test_records_are_compact_json_with_their_type_and_string_topic_ids() -> None
             "PartitionRecord.replicas: expected an integer",
         ),
         (
+            b'{"type": "UserScramCredentialRecord", "name": "a", "mechanism": 1, "salt": "not base64!", '
+            b'"stored_key": "", "server_key": "", "iterations": 4096}',
+            "UserScramCredentialRecord.salt: expected base64",
+        ),
+        (
             b'{"type": "RegisterBrokerRecord", "broker_id": 1, "incarnation_id": "i", "broker_epoch": 0, '
             b'"endpoints": [{"name": "P", "host": "h"}], "rack": null, "fenced": true}',
             "RegisterBrokerRecord.endpoints: expected an endpoint",
@@ -115,3 +124,17 @@ def test_a_config_record_written_before_broker_configs_existed_is_a_topic_config
     assert decode_record(old) == ConfigRecord("events", "retention.ms", "1000", RESOURCE_TOPIC)
     broker = ConfigRecord("", "log.retention.ms", "1000", RESOURCE_BROKER)
     assert decode_record(encode_record(broker)) == broker
+
+
+def test_scram_keys_are_base64_in_the_log_and_kept_out_of_reprs() -> None:
+    record = UserScramCredentialRecord("alice", 1, b"\x01\x02", b"\x03", b"\x04", 4096)
+    assert json.loads(encode_record(record)) == {
+        "type": "UserScramCredentialRecord",
+        "name": "alice",
+        "mechanism": 1,
+        "salt": "AQI=",
+        "stored_key": "Aw==",
+        "server_key": "BA==",
+        "iterations": 4096,
+    }
+    assert repr(record) == "UserScramCredentialRecord(name='alice', mechanism=1, iterations=4096)"

@@ -51,6 +51,8 @@ def test_table_is_the_agreed_one() -> None:
         "OffsetDelete": (0, 0),
         "SaslHandshake": (0, 1),
         "SaslAuthenticate": (0, 2),
+        "DescribeUserScramCredentials": (0, 0),
+        "AlterUserScramCredentials": (0, 0),
         "AlterPartition": (2, 3),
         "BrokerRegistration": (0, 4),
         "BrokerHeartbeat": (0, 1),

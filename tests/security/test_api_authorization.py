@@ -49,7 +49,6 @@ from tierlog.security.acl import (
 from tierlog.security.acl_filter import record_of
 from tierlog.security.authorizer import STANDARD_AUTHORIZER
 from tierlog.security.principal import KafkaPrincipal
-from tierlog.server.admin_authorization import forward_authorized
 from tierlog.server.authorized_operations import OMITTED, SUPPORTED_OPERATIONS, to_32_bit_field
 from tierlog.server.broker import Broker
 from tierlog.server.request_context import authenticated_as, enter_connection
@@ -427,6 +426,19 @@ def _acl_filter(builder: Callable[..., Any]) -> Any:
     )
 
 
+def _alter_scram() -> Any:
+    s = _s(51, 0)
+    upsertion = s.ScramCredentialUpsertion(
+        name="scram-user", mechanism=1, iterations=4096, salt=b"salt", salted_password=bytes(32)
+    )
+    return s.AlterUserScramCredentialsRequest(deletions=(), upsertions=(upsertion,))
+
+
+def _describe_scram() -> Any:
+    s = _s(50, 0)
+    return s.DescribeUserScramCredentialsRequest(users=(s.UserName(name="nobody"),))
+
+
 def _find_coordinator(group: str) -> Callable[[], Any]:
     return lambda: _s(10, 4).FindCoordinatorRequest(key_type=0, coordinator_keys=(group,))
 
@@ -801,6 +813,27 @@ CHECKS = (
         ErrorCode.none,
     ),
     Check(
+        "alter-user-scram-credentials",
+        51,
+        0,
+        _alter_scram,
+        _only("results"),
+        ((Op.ALTER, Type.CLUSTER, CLUSTER_NAME),),
+        ErrorCode.cluster_authorization_failed,
+        ErrorCode.none,
+    ),
+    Check(
+        "describe-user-scram-credentials",
+        50,
+        0,
+        _describe_scram,
+        _only("results"),
+        ((Op.DESCRIBE, Type.CLUSTER, CLUSTER_NAME),),
+        ErrorCode.cluster_authorization_failed,
+        # The user has no credential; the answer says so rather than refusing.
+        ErrorCode.resource_not_found,
+    ),
+    Check(
         "broker-heartbeat",
         63,
         1,
@@ -971,45 +1004,6 @@ def test_requests_made_inside_the_broker_are_not_checked(broker: InProcessBroker
 
     answer = broker.run(from_inside())
     assert _only_partition("responses", "partition_responses")(answer) == ErrorCode.none
-
-
-def test_alter_user_scram_credentials_needs_alter_on_the_cluster(broker: InProcessBroker) -> None:
-    """Checked where the client sent it, before the controller sees it (the API itself is the SCRAM work's)."""
-    s = _s(51, 0)
-    request = s.AlterUserScramCredentialsRequest(
-        deletions=(s.ScramCredentialDeletion(name="bob", mechanism=1),),
-        upsertions=(
-            s.ScramCredentialUpsertion(name="alice", mechanism=1, iterations=4096, salt=b"s", salted_password=b"p"),
-        ),
-    )
-    forwarded: list[Any] = []
-
-    async def forward(sent: Request) -> Any:
-        forwarded.append(sent)
-        return "the controller's answer"
-
-    def as_client(principal: KafkaPrincipal) -> Any:
-        async def ask() -> Any:
-            enter_connection("/127.0.0.1", "PLAINTEXT")
-            authenticated_as(principal)
-            apis = broker.broker.apis
-            return await forward_authorized(apis.auth, apis.image, Request(51, 0, 1, "matrix", request, 0), forward)
-
-        async def in_own_task() -> Any:
-            return await asyncio.create_task(ask())
-
-        return broker.run(in_own_task())
-
-    refused = as_client(KafkaPrincipal("User", "not-a-scram-admin"))
-    assert [(r.user, r.error_code) for r in refused.results] == [
-        ("alice", ErrorCode.cluster_authorization_failed),
-        ("bob", ErrorCode.cluster_authorization_failed),
-    ]
-    assert forwarded == []
-    scram_admin = KafkaPrincipal("User", "scram-admin")
-    broker.grant(acl(scram_admin, Op.ALTER, Type.CLUSTER, CLUSTER_NAME))
-    assert as_client(scram_admin) == "the controller's answer"
-    assert [sent.body for sent in forwarded] == [request]
 
 
 def test_offset_fetch_of_every_partition_leaves_out_topics_not_describable(broker: InProcessBroker) -> None:

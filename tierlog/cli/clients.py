@@ -428,6 +428,8 @@ def kafka_error_message(error: KafkaError, subject: str) -> str:
             f"{subject}: the broker has no authorizer (set "
             "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer to use ACLs)"
         )
+    if code == KafkaError.RESOURCE_NOT_FOUND:
+        return f"{subject} does not exist"
     if code in (KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT, KafkaError._MSG_TIMED_OUT):
         return f"{subject}: the broker did not answer in time (raise --timeout, or check the broker's log)"
     return f"{subject}: {error.str()} ({error.name()})"

@@ -21,6 +21,7 @@ from tierlog.cli.produce import produce
 from tierlog.cli.sim import sim
 from tierlog.cli.topic import topic
 from tierlog.cli.trace import trace
+from tierlog.cli.users import user
 from tierlog.config import KafkaConfig
 from tierlog.config_def import ConfigException
 
@@ -96,6 +97,7 @@ cli.add_command(cluster)
 cli.add_command(trace)
 cli.add_command(pipeline)
 cli.add_command(sim)
+cli.add_command(user)
 
 
 def main() -> None:

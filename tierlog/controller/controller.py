@@ -10,10 +10,12 @@ says (auto.leader.rebalance.enable).
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tierlog.config_def import INT32_MAX, parse_config_value
 from tierlog.controller.errors import (
@@ -46,6 +48,7 @@ from tierlog.metadata.image import (
 )
 from tierlog.metadata.records import (
     RESOURCE_BROKER,
+    SCRAM_MECHANISM_NAMES,
     BrokerRegistrationChangeRecord,
     ClusterIdRecord,
     ConfigRecord,
@@ -56,7 +59,9 @@ from tierlog.metadata.records import (
     RegisterBrokerRecord,
     RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     TopicRecord,
+    UserScramCredentialRecord,
 )
 from tierlog.security.acl import (
     CLUSTER_NAME,
@@ -84,6 +89,11 @@ UNCLEAN_ELECTION = 1
 # other work in between) rather than a whole check interval later.
 MAX_ELECTIONS_PER_IMBALANCE = 1000
 _IMMEDIATE_BALANCE_DELAY_MS = 10
+# The hash of each SCRAM mechanism (by Kafka's ScramMechanism type id), and the iteration counts Kafka accepts
+# for both (ScramMechanism.minIterations, ScramControlManager.MAX_ITERATIONS).
+_SCRAM_HASHES = {1: hashlib.sha256, 2: hashlib.sha512}
+MIN_SCRAM_ITERATIONS = 4096
+MAX_SCRAM_ITERATIONS = 16384
 
 
 def validate_topic_name(name: str) -> None:
@@ -117,6 +127,33 @@ class PartitionElectionResult:
     """One partition's answer to ElectLeaders: error None when a new leader was elected."""
 
     partition: int
+    error: str | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScramCredentialUpsertion:
+    """A credential to set, as AlterUserScramCredentials carries it: the client salts and hashes the password
+    (SaltedPassword = Hi(password, salt, iterations)), so the password itself never reaches the cluster."""
+
+    name: str
+    mechanism: int
+    iterations: int
+    salt: bytes
+    salted_password: bytes = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ScramCredentialDeletion:
+    name: str
+    mechanism: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScramAlterationResult:
+    """One user's answer to AlterUserScramCredentials: error None when its alteration was made."""
+
+    user: str
     error: str | None = None
     message: str | None = None
 
@@ -724,6 +761,62 @@ class Controller:
         self._commit([RemoveAccessControlEntryRecord(acl_id) for acl_id in removed])
         return results
 
+    # SCRAM credentials (docs/security.md#scram-credentials)
+
+    def alter_user_scram_credentials(
+        self, upsertions: Sequence[ScramCredentialUpsertion], deletions: Sequence[ScramCredentialDeletion]
+    ) -> list[ScramAlterationResult]:
+        """Kafka's ScramControlManager.alterCredentials: one result per user named. A user altered twice in one
+        request (whatever the mechanisms) gets DUPLICATE_RESOURCE and none of its alterations; the valid
+        alterations of the other users are committed together, as one batch."""
+        errors: dict[str, ScramAlterationResult] = {}
+        valid_deletions: dict[str, ScramCredentialDeletion] = {}
+        valid_upsertions: dict[str, ScramCredentialUpsertion] = {}
+        for deletion in deletions:
+            if deletion.name in errors:
+                continue
+            if valid_deletions.pop(deletion.name, None) is not None:
+                errors[deletion.name] = _altered_twice(deletion.name)
+                continue
+            error = self._scram_deletion_error(deletion)
+            if error is None:
+                valid_deletions[deletion.name] = deletion
+            else:
+                errors[deletion.name] = error
+        for upsertion in upsertions:
+            if upsertion.name in errors:
+                continue
+            if (
+                valid_deletions.pop(upsertion.name, None) is not None
+                or valid_upsertions.pop(upsertion.name, None) is not None
+            ):
+                errors[upsertion.name] = _altered_twice(upsertion.name)
+                continue
+            error = _scram_upsertion_error(upsertion)
+            if error is None:
+                valid_upsertions[upsertion.name] = upsertion
+            else:
+                errors[upsertion.name] = error
+        records: list[MetadataRecord] = [
+            RemoveUserScramCredentialRecord(d.name, d.mechanism) for d in valid_deletions.values()
+        ]
+        records.extend(_scram_credential_record(u) for u in valid_upsertions.values())
+        self._commit(records)
+        return [
+            *(ScramAlterationResult(name) for name in (*valid_deletions, *valid_upsertions)),
+            *errors.values(),
+        ]
+
+    def _scram_deletion_error(self, deletion: ScramCredentialDeletion) -> ScramAlterationResult | None:
+        error = _scram_name_and_mechanism_error(deletion.name, deletion.mechanism)
+        if error is not None:
+            return error
+        if (deletion.name, SCRAM_MECHANISM_NAMES[deletion.mechanism]) not in self.metadata.scram_credentials:
+            return ScramAlterationResult(
+                deletion.name, "RESOURCE_NOT_FOUND", "Attempt to delete a user credential that does not exist"
+            )
+        return None
+
     def _manual_assignment(self, assignments: Sequence[Sequence[int]]) -> list[PartitionRegistration]:
         live = self._live_brokers()
         partitions = []
@@ -775,6 +868,49 @@ def validate_new_acl(binding: AclBinding) -> None:
         check_principal(entry.principal)
     except ValueError as e:
         raise InvalidRequestError(str(e)) from None
+
+
+def _altered_twice(name: str) -> ScramAlterationResult:
+    return ScramAlterationResult(
+        name, "DUPLICATE_RESOURCE", "A user credential cannot be altered twice in the same request"
+    )
+
+
+def _scram_name_and_mechanism_error(name: str, mechanism: int) -> ScramAlterationResult | None:
+    if not name:
+        return ScramAlterationResult(name, "UNACCEPTABLE_CREDENTIAL", "Username must not be empty")
+    if mechanism not in SCRAM_MECHANISM_NAMES:
+        return ScramAlterationResult(name, "UNSUPPORTED_SASL_MECHANISM", "Unknown SCRAM mechanism")
+    return None
+
+
+def _scram_upsertion_error(upsertion: ScramCredentialUpsertion) -> ScramAlterationResult | None:
+    error = _scram_name_and_mechanism_error(upsertion.name, upsertion.mechanism)
+    if error is not None:
+        return error
+    if upsertion.iterations < MIN_SCRAM_ITERATIONS:
+        return ScramAlterationResult(upsertion.name, "UNACCEPTABLE_CREDENTIAL", "Too few iterations")
+    if upsertion.iterations > MAX_SCRAM_ITERATIONS:
+        return ScramAlterationResult(upsertion.name, "UNACCEPTABLE_CREDENTIAL", "Too many iterations")
+    # Kafka fails an empty one only when its HMAC refuses the empty key, as an unknown server error.
+    if not upsertion.salted_password:
+        return ScramAlterationResult(upsertion.name, "UNACCEPTABLE_CREDENTIAL", "Salted password must not be empty")
+    return None
+
+
+def _scram_credential_record(upsertion: ScramCredentialUpsertion) -> UserScramCredentialRecord:
+    """RFC 5802's keys, derived here as Kafka's controller does: StoredKey = H(HMAC(SaltedPassword, "Client
+    Key")), ServerKey = HMAC(SaltedPassword, "Server Key")."""
+    digest = _SCRAM_HASHES[upsertion.mechanism]
+    client_key = hmac.digest(upsertion.salted_password, b"Client Key", digest)
+    return UserScramCredentialRecord(
+        name=upsertion.name,
+        mechanism=upsertion.mechanism,
+        salt=upsertion.salt,
+        stored_key=digest(client_key).digest(),
+        server_key=hmac.digest(upsertion.salted_password, b"Server Key", digest),
+        iterations=upsertion.iterations,
+    )
 
 
 def _elect(replicas: Sequence[int], isr: list[int], live: Collection[int], unclean: bool) -> tuple[int, list[int]]:

@@ -1,4 +1,5 @@
-"""The cluster metadata image: brokers, topics, their ids, partition registrations, config overrides and ACLs.
+"""The cluster metadata image: brokers, topics, their ids, partition registrations, config overrides, ACLs and
+SCRAM credentials.
 
 The image is the fold of the metadata log: `ClusterMetadata.apply` is the only way it changes, and the
 controller and every broker call it with the same records, so their images agree at the same offset.
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from tierlog.metadata.records import (
     RESOURCE_BROKER,
     RESOURCE_TOPIC,
+    SCRAM_MECHANISM_NAMES,
     AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
     ClusterIdRecord,
@@ -25,7 +27,9 @@ from tierlog.metadata.records import (
     RegisterBrokerRecord,
     RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     TopicRecord,
+    UserScramCredentialRecord,
 )
 
 NO_LEADER = -1
@@ -146,6 +150,17 @@ class ClusterMetadata:
         elif isinstance(record, RemoveAccessControlEntryRecord):
             if self.acls.pop(record.id, None) is None:
                 raise ValueError(f"RemoveAccessControlEntryRecord at offset {offset} for unknown ACL id {record.id}")
+        elif isinstance(record, UserScramCredentialRecord):
+            self.scram_credentials[(record.name, _scram_mechanism(offset, record))] = ScramCredential(
+                salt=record.salt,
+                stored_key=record.stored_key,
+                server_key=record.server_key,
+                iterations=record.iterations,
+            )
+        elif isinstance(record, RemoveUserScramCredentialRecord):
+            key = (record.name, _scram_mechanism(offset, record))
+            if self.scram_credentials.pop(key, None) is None:
+                raise ValueError(f"RemoveUserScramCredentialRecord at offset {offset} for unknown credential {key}")
         else:
             raise ValueError(f"unknown metadata record at offset {offset}: {record!r}")
         self.offset = offset
@@ -204,3 +219,10 @@ class ClusterMetadata:
                 f"PartitionRecord for {topic.name}-{record.partition_id}, but the topic has "
                 f"{len(topic.partitions)} partitions"
             )
+
+
+def _scram_mechanism(offset: int, record: UserScramCredentialRecord | RemoveUserScramCredentialRecord) -> str:
+    name = SCRAM_MECHANISM_NAMES.get(record.mechanism)
+    if name is None:
+        raise ValueError(f"{type(record).__name__} at offset {offset} for unknown SCRAM mechanism {record.mechanism}")
+    return name

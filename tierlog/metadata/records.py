@@ -1,15 +1,17 @@
 """The records of the metadata log: one frozen dataclass per KRaft record type, with KRaft's field names.
 
 A record is stored as the value of an ordinary Kafka record: a compact JSON object whose "type" names the
-dataclass, so `tierlog dump-log` can show the metadata log and any JSON tool can read it.
+dataclass, so `tierlog dump-log` can show the metadata log and any JSON tool can read it. Bytes are base64.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import uuid
 from collections.abc import Callable
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, TypeAlias, get_args
 
 
@@ -118,6 +120,30 @@ class RemoveAccessControlEntryRecord:
     id: uuid.UUID
 
 
+# Kafka's ScramMechanism type ids, as UserScramCredentialRecord and the SCRAM admin APIs carry them.
+SCRAM_MECHANISM_NAMES: dict[int, str] = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
+
+
+@dataclass(frozen=True, slots=True)
+class UserScramCredentialRecord:
+    """A user's SCRAM credential for one mechanism (a SCRAM_MECHANISM_NAMES id), replacing any it had: never
+    the password, only what RFC 5802 has a server keep."""
+
+    name: str
+    mechanism: int
+    # Out of reprs, as Kafka hides them in logs: enough to impersonate the server to a client of this user.
+    salt: bytes = field(repr=False)
+    stored_key: bytes = field(repr=False)
+    server_key: bytes = field(repr=False)
+    iterations: int
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveUserScramCredentialRecord:
+    name: str
+    mechanism: int
+
+
 MetadataRecord: TypeAlias = (
     ClusterIdRecord
     | RegisterBrokerRecord
@@ -129,6 +155,8 @@ MetadataRecord: TypeAlias = (
     | ProducerIdsRecord
     | AccessControlEntryRecord
     | RemoveAccessControlEntryRecord
+    | UserScramCredentialRecord
+    | RemoveUserScramCredentialRecord
 )
 
 # The union is the one list of record types: a type added to it is encoded and decoded with no other change.
@@ -149,6 +177,8 @@ def _to_json(value: object) -> object:
         return {"name": value.name, "host": value.host, "port": value.port}
     if isinstance(value, tuple):
         return [_to_json(item) for item in value]
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
     return value
 
 
@@ -205,6 +235,13 @@ def _uuid(value: object) -> uuid.UUID:
     return uuid.UUID(_str(value))
 
 
+def _bytes(value: object) -> bytes:
+    try:
+        return base64.b64decode(_str(value), validate=True)
+    except binascii.Error:
+        raise ValueError(f"expected base64, got {value!r}") from None
+
+
 def _list(value: object) -> list[object]:
     if not isinstance(value, list):
         raise TypeError(f"expected a list, got {value!r}")
@@ -230,6 +267,7 @@ _VALUE_DECODERS: dict[str, Callable[[object], Any]] = {
     "int": _int,
     "str": _str,
     "bool": _bool,
+    "bytes": _bytes,
     "str | None": _optional(_str),
     "bool | None": _optional(_bool),
     "uuid.UUID": _uuid,

@@ -100,6 +100,9 @@ _TABLE: tuple[ApiSupport, ...] = (
     # ILLEGAL_SASL_STATE, as Kafka. SaslHandshake has no flexible version (the first would be v2).
     ApiSupport(17, "SaslHandshake", 0, 1, 2),
     ApiSupport(36, "SaslAuthenticate", 0, 2, 2),
+    # SCRAM credential management (KIP-554); kio's only (and Kafka's newest) versions, flexible from v0.
+    ApiSupport(50, "DescribeUserScramCredentials", 0, 0, 0),
+    ApiSupport(51, "AlterUserScramCredentials", 0, 0, 0),
     # Controller APIs, enabled only on a controller node. AlterPartition v2 names topics by id and v3 adds
     # broker epochs to the new ISR; BrokerHeartbeat v2 adds offline log dir ids (JBOD), not served.
     ApiSupport(56, "AlterPartition", 2, 3, 0),

@@ -1,7 +1,7 @@
 """ControllerApis (Kafka's class of that name): the requests the controller decides, on the controller's own node.
 
 - The admin requests only the controller decides: CreateTopics, DeleteTopics, CreatePartitions, ElectLeaders,
-  CreateAcls, DeleteAcls.
+  CreateAcls, DeleteAcls, AlterUserScramCredentials.
   They reach it through the `ForwardingManager`, from this node's own KafkaApis or forwarded by another broker.
 - The controller APIs brokers call: BrokerRegistration, BrokerHeartbeat, AlterPartition, AllocateProducerIds,
   and the Fetch of `__cluster_metadata` (KRaft brokers follow the metadata log like any partition).
@@ -20,7 +20,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tierlog.config import KafkaConfig
-from tierlog.controller.controller import PREFERRED_ELECTION, Controller, PartitionElectionResult
+from tierlog.controller.controller import (
+    PREFERRED_ELECTION,
+    Controller,
+    PartitionElectionResult,
+    ScramCredentialDeletion,
+    ScramCredentialUpsertion,
+)
 from tierlog.controller.errors import ControllerError, InvalidReplicaAssignmentError
 from tierlog.controller.metadata_log import METADATA_TOPIC
 from tierlog.metadata.records import Endpoint
@@ -50,6 +56,7 @@ API_CREATE_TOPICS = 19
 API_DELETE_TOPICS = 20
 API_CREATE_PARTITIONS = 37
 API_ELECT_LEADERS = 43
+API_ALTER_USER_SCRAM_CREDENTIALS = 51
 API_ALTER_PARTITION = 56
 API_BROKER_REGISTRATION = 62
 API_BROKER_HEARTBEAT = 63
@@ -63,6 +70,7 @@ ADMIN_APIS = (
     API_ELECT_LEADERS,
     API_CREATE_ACLS,
     API_DELETE_ACLS,
+    API_ALTER_USER_SCRAM_CREDENTIALS,
 )
 # What brokers ask of the controller (besides the metadata Fetch).
 BROKER_TO_CONTROLLER_APIS = (
@@ -87,6 +95,7 @@ class ControllerApis:
             API_ELECT_LEADERS: self.handle_elect_leaders,
             API_CREATE_ACLS: self.handle_create_acls,
             API_DELETE_ACLS: self.handle_delete_acls,
+            API_ALTER_USER_SCRAM_CREDENTIALS: self.handle_alter_user_scram_credentials,
             API_BROKER_REGISTRATION: self.handle_broker_registration,
             API_BROKER_HEARTBEAT: self.handle_broker_heartbeat,
             API_ALTER_PARTITION: self.handle_alter_partition,
@@ -330,6 +339,26 @@ class ControllerApis:
                 )
             )
         return s.DeleteAclsResponse(throttle_time=NO_THROTTLE, filter_results=tuple(filter_results))
+
+    async def handle_alter_user_scram_credentials(self, request: Request) -> Any:
+        """AlterUserScramCredentials (KIP-554; `kafka-configs.sh --alter --add-config 'SCRAM-SHA-256=[...]'`,
+        AdminClient.alterUserScramCredentials): one result per user (docs/security.md#scram-credentials)."""
+        s = self._schema(request)
+        body = request.body
+        results = self.controller.alter_user_scram_credentials(
+            [
+                ScramCredentialUpsertion(u.name, u.mechanism, u.iterations, u.salt, u.salted_password)
+                for u in body.upsertions
+            ],
+            [ScramCredentialDeletion(d.name, d.mechanism) for d in body.deletions],
+        )
+        return s.AlterUserScramCredentialsResponse(
+            throttle_time=NO_THROTTLE,
+            results=tuple(
+                s.AlterUserScramCredentialsResult(user=r.user, error_code=error_code(r.error), error_message=r.message)
+                for r in results
+            ),
+        )
 
     # What brokers ask of the controller
 

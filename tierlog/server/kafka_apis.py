@@ -14,12 +14,14 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from tierlog.common import TopicPartition
 from tierlog.config import KafkaConfig
 from tierlog.metadata.image import ClusterMetadata, TopicMetadata
+from tierlog.metadata.records import SCRAM_MECHANISM_NAMES
 from tierlog.protocol.api_versions import supported_api_versions
 from tierlog.protocol.codec import Request
 from tierlog.protocol.errors import error_code
@@ -61,6 +63,7 @@ API_INIT_PRODUCER_ID = 22
 API_OFFSET_FOR_LEADER_EPOCH = 23
 API_API_VERSIONS = 18
 API_DELETE_RECORDS = 21
+API_DESCRIBE_USER_SCRAM_CREDENTIALS = 50
 API_DESCRIBE_CLUSTER = 60
 API_DESCRIBE_PRODUCERS = 61
 API_SASL_HANDSHAKE = 17
@@ -119,6 +122,7 @@ class KafkaApis:
             API_DESCRIBE_PRODUCERS: self.handle_describe_producers,
             API_SASL_HANDSHAKE: self.handle_sasl_handshake,
             API_SASL_AUTHENTICATE: self.handle_sasl_authenticate,
+            API_DESCRIBE_USER_SCRAM_CREDENTIALS: self.handle_describe_user_scram_credentials,
         }
         self.handlers.update(group_apis.handlers)
         self.handlers.update(config_apis.handlers)
@@ -330,6 +334,54 @@ class KafkaApis:
         if not self.auth.authorize_cluster(AclOperation.DESCRIBE):
             return 0
         return self.auth.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)
+
+    # SCRAM credentials
+
+    async def handle_describe_user_scram_credentials(self, request: Request) -> Any:
+        """DescribeUserScramCredentials (KIP-554), answered from this broker's image as Kafka's ScramImage
+        does: each user's mechanisms and iteration counts, never a salt or key; no users (null or empty) means
+        every user with a credential (docs/security.md#scram-credentials). It needs DESCRIBE on the cluster:
+        without, the request and each user it names get CLUSTER_AUTHORIZATION_FAILED, as in Kafka."""
+        s = self._schema(request)
+        if not self.auth.authorize_cluster(AclOperation.DESCRIBE):
+            refused, message = error_code("CLUSTER_AUTHORIZATION_FAILED"), "Cluster authorization failed."
+            return s.DescribeUserScramCredentialsResponse(
+                throttle_time=NO_THROTTLE,
+                error_code=refused,
+                error_message=message,
+                results=tuple(
+                    s.DescribeUserScramCredentialsResult(
+                        user=user.name, error_code=refused, error_message=message, credential_infos=()
+                    )
+                    for user in request.body.users or ()
+                ),
+            )
+        mechanism_types = {name: mechanism for mechanism, name in SCRAM_MECHANISM_NAMES.items()}
+        infos_by_user: dict[str, list[Any]] = {}
+        for (user, mechanism), credential in sorted(self.image.scram_credentials.items()):
+            infos_by_user.setdefault(user, []).append(
+                s.CredentialInfo(mechanism=mechanism_types[mechanism], iterations=credential.iterations)
+            )
+        named = Counter(user.name for user in request.body.users or ())
+        results = []
+        for user in named or sorted(infos_by_user):
+            infos = tuple(infos_by_user.get(user, ()))
+            error, message = None, None
+            if named[user] > 1:
+                error = "DUPLICATE_RESOURCE"
+                message = f"Cannot describe SCRAM credentials for the same user twice in a single request: {user}"
+                infos = ()
+            elif not infos:
+                error = "RESOURCE_NOT_FOUND"
+                message = f"Attempt to describe a user credential that does not exist: {user}"
+            results.append(
+                s.DescribeUserScramCredentialsResult(
+                    user=user, error_code=error_code(error), error_message=message, credential_infos=infos
+                )
+            )
+        return s.DescribeUserScramCredentialsResponse(
+            throttle_time=NO_THROTTLE, error_code=error_code(None), error_message=None, results=tuple(results)
+        )
 
     # Producer ids
 
