@@ -4,6 +4,11 @@ the inter-broker and controller credentials, and the one-line refusals of what c
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from sasl_helpers import PLAIN_JAAS
 
@@ -11,6 +16,7 @@ from tierlog.client.security import ClientSecurity
 from tierlog.config import KafkaConfig
 from tierlog.config_def import ConfigException
 from tierlog.security.jaas import JaasConfigError, parse_jaas_config
+from tierlog.testing.local_cluster import free_port
 
 SCRAM_JAAS = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" password="s";'
 SASL_LISTENER = {
@@ -165,3 +171,21 @@ def test_a_sasl_setup_that_cannot_work_is_refused_with_one_line(settings: dict[s
 def test_a_top_level_sasl_jaas_config_is_reported_unused_as_kafkas_broker_ignores_it() -> None:
     config = KafkaConfig({**SASL_LISTENER, "sasl.jaas.config": PLAIN_JAAS})
     assert config.unused_keys() == ["sasl.jaas.config"]
+
+
+def test_tierlog_broker_with_a_sasl_listener_left_at_kafkas_gssapi_default_ends_with_one_line(tmp_path: Path) -> None:
+    port = free_port()
+    log_dir = tmp_path / "data"
+    args = [sys.executable, "-m", "tierlog", "broker"]
+    for key, value in {"log.dirs": str(log_dir), "listeners": f"SASL_PLAINTEXT://127.0.0.1:{port}"}.items():
+        args += ["--override", f"{key}={value}"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    lines = (done.stdout + done.stderr).splitlines()
+    assert done.returncode != 0
+    assert lines == [
+        "Error: sasl.enabled.mechanisms=GSSAPI for SASL listener SASL_PLAINTEXT: tierlog supports PLAIN, "
+        "SCRAM-SHA-256, SCRAM-SHA-512, not GSSAPI (Kafka's default is GSSAPI): set sasl.enabled.mechanisms=PLAIN"
+    ]
+    assert not log_dir.exists() or not any(log_dir.iterdir())
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", port)) != 0, "nothing may listen on the SASL port"

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from scramp import ScramException, ScramMechanism
+from scramp.core import Nonce
 
 from tierlog.metadata.image import ScramCredential
 from tierlog.security.sasl import SCRAM_MECHANISMS, SaslAuthenticationError, SaslCredentialsRejected
@@ -49,6 +50,15 @@ class ScramSaslServer:
         self._username = username
         return credential.salt, credential.stored_key, credential.server_key, credential.iterations
 
+    def _accept_a_longer_final_nonce(self, client_final: str) -> None:
+        """Kafka's ScramSaslServer accepts a client-final nonce that only ends with the server's (client nonce +
+        server nonce), and librdkafka 2.0 sends the client nonce twice there; scramp wants the two equal, so it is
+        told to expect the client's. The proof still covers the nonce as the client sent it."""
+        received = next((item[2:] for item in client_final.split(",") if item.startswith("r=")), None)
+        expected = str(self._server.nonce)
+        if received is not None and received != expected and received.endswith(expected):
+            self._server.nonce = Nonce(received)
+
     def evaluate_response(self, token: bytes) -> bytes:
         if self._complete:
             raise SaslAuthenticationError("Unexpected challenge in Sasl server state COMPLETE")
@@ -57,6 +67,7 @@ class ScramSaslServer:
             if self._server.stage is None:
                 self._server.set_client_first(message)
                 return self._server.get_server_first().encode()
+            self._accept_a_longer_final_nonce(message)
             self._server.set_client_final(message)
             final = self._server.get_server_final().encode()
         except (UnicodeDecodeError, ScramException):

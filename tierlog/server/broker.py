@@ -279,8 +279,13 @@ class Broker:
         max_request = config.get_int("socket.request.max.bytes")
         # Every port is bound now, as Kafka's SocketServer binds its acceptors when it is built; each serves
         # once its side is ready (the controller's at once, the clients' once the broker is unfenced).
-        controller_servers = [await self._bind(listener, max_request) for listener in config.controller_listeners]
-        client_servers = [await self._bind(listener, max_request) for listener in config.listeners]
+        controller_servers = [
+            await self._bind(listener, max_request, self._controller_scram_credential)
+            for listener in config.controller_listeners
+        ]
+        client_servers = [
+            await self._bind(listener, max_request, self._scram_credential) for listener in config.listeners
+        ]
         await self._start_http(self._metrics_registry)
         self._started = True
         if self.controller_server is not None:
@@ -324,10 +329,14 @@ class Broker:
     def _advertised_endpoints(self) -> list[Endpoint]:
         return [Endpoint(listener.name, listener.host, listener.port) for listener in self.config.advertised_listeners]
 
-    async def _bind(self, listener: Listener, max_request: int) -> asyncio.Server:
+    async def _bind(
+        self, listener: Listener, max_request: int, scram_credential: Callable[[str, str], ScramCredential | None]
+    ) -> asyncio.Server:
+        """The listener's socket, bound now and served later; a SASL listener looks SCRAM users up with
+        `scram_credential`."""
         protocol = self.config.listener_security_protocols[listener.name]
         sasl = (
-            sasl_server_settings(self.config, listener.name, self._scram_credential)
+            sasl_server_settings(self.config, listener.name, scram_credential)
             if protocol in ("SASL_PLAINTEXT", "SASL_SSL")
             else None
         )
@@ -471,6 +480,12 @@ class Broker:
 
     def _scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
         return self.loader.image.scram_credentials.get((user, mechanism))
+
+    def _controller_scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        """The controller's own listener reads the controller's metadata, which has every SCRAM user from the
+        start, before this node's broker side has caught up (brokers register through it first)."""
+        assert self.controller_server is not None  # only a controller node has controller listeners
+        return self.controller_server.controller.metadata.scram_credentials.get((user, mechanism))
 
     async def _accept(
         self,

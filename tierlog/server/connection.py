@@ -14,6 +14,7 @@ closes the connection (docs/security.md#sasl).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -34,6 +35,8 @@ from tierlog.storage.file_records import FileSlice
 
 logger = logging.getLogger(__name__)
 
+# How long a connection whose authentication failed waits for the client to close it, after the broker's answer.
+LINGER_S = 1.0
 # Below this size a pread + write is cheaper than handing the socket to sendfile.
 SENDFILE_MIN_BYTES = 64 * 1024
 
@@ -147,6 +150,8 @@ async def _authenticate(
                 await writer.drain()
                 if step.close_reason is not None:
                     logger.info("Failed %s with %s (%s)", what, client_host, step.close_reason)
+                    if step.frames:
+                        await _linger(reader)
                     return None
     except TimeoutError:
         logger.info("Failed %s with %s (not authenticated within %ss)", what, client_host, timeout_s)
@@ -160,6 +165,16 @@ async def _authenticate(
     authenticated_as(session.principal)
     logger.debug("%s: %s as %s with %s", client_host, what, session.principal, session.mechanism)
     return session
+
+
+async def _linger(reader: asyncio.StreamReader) -> None:
+    """After the answer to a failed authentication: wait (at most LINGER_S) for the client to close the connection,
+    discarding whatever else it sends. A client that sees the connection end in the same read as the answer may
+    report only a dropped connection (kafka-python does), not the broker's message."""
+    with contextlib.suppress(TimeoutError, ConnectionError):
+        async with asyncio.timeout(LINGER_S):
+            while await reader.read(65536):
+                pass
 
 
 def _session_end(session: SaslSession | None, now: float) -> float | None:
