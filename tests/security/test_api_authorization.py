@@ -46,7 +46,6 @@ from tierlog.security.acl import (
     ResourcePattern,
     ResourceType,
 )
-from tierlog.security.acl_filter import record_of
 from tierlog.security.authorizer import STANDARD_AUTHORIZER
 from tierlog.security.principal import KafkaPrincipal
 from tierlog.server.authorized_operations import OMITTED, SUPPORTED_OPERATIONS, to_32_bit_field
@@ -117,7 +116,7 @@ class InProcessBroker:
 
         async def write() -> None:
             controller = self.broker.controller_server.controller  # type: ignore[union-attr]
-            controller._commit([record_of(uuid.uuid4(), binding) for binding in bindings])
+            assert controller.create_acls(bindings) == [None] * len(bindings)
             await self.broker.forwarding_manager.sync_metadata()
 
         self.run(write())
