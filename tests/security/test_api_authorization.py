@@ -46,7 +46,7 @@ from tierlog.security.acl import (
     ResourcePattern,
     ResourceType,
 )
-from tierlog.security.authorizer import STANDARD_AUTHORIZER
+from tierlog.security.authorizer import STANDARD_AUTHORIZER, StandardAuthorizer
 from tierlog.security.principal import KafkaPrincipal
 from tierlog.server.authorized_operations import OMITTED, SUPPORTED_OPERATIONS, to_32_bit_field
 from tierlog.server.broker import Broker
@@ -1061,3 +1061,62 @@ def test_delete_topics_by_id_never_names_a_topic_the_principal_may_not_describe(
     (named,) = broker.call(describer, 20, 6, request).responses
     assert (named.name, named.error_code) == ("kept", ErrorCode.topic_authorization_failed)
     assert "kept" in broker.broker.loader.image.topics
+
+
+@pytest.mark.parametrize(
+    ("bindings", "allowed"),
+    [
+        ((), False),
+        (((AclPermissionType.ALLOW, PatternType.LITERAL, "orders"),), True),
+        # A LITERAL DENY of the same name, or a PREFIXED DENY of a prefix of it, leaves that ALLOW nothing.
+        (
+            (
+                (AclPermissionType.ALLOW, PatternType.LITERAL, "orders"),
+                (AclPermissionType.DENY, PatternType.LITERAL, "orders"),
+            ),
+            False,
+        ),
+        (
+            (
+                (AclPermissionType.ALLOW, PatternType.PREFIXED, "ord"),
+                (AclPermissionType.DENY, PatternType.PREFIXED, "or"),
+            ),
+            False,
+        ),
+        (
+            (
+                (AclPermissionType.ALLOW, PatternType.PREFIXED, "or"),
+                (AclPermissionType.DENY, PatternType.PREFIXED, "ord"),
+            ),
+            True,
+        ),
+        # A DENY elsewhere leaves another ALLOW standing; a LITERAL "*" DENY refuses every one.
+        (
+            (
+                (AclPermissionType.ALLOW, PatternType.LITERAL, "orders"),
+                (AclPermissionType.DENY, PatternType.LITERAL, "sales"),
+            ),
+            True,
+        ),
+        (
+            (
+                (AclPermissionType.ALLOW, PatternType.LITERAL, WILDCARD),
+                (AclPermissionType.DENY, PatternType.LITERAL, WILDCARD),
+            ),
+            False,
+        ),
+        (((AclPermissionType.ALLOW, PatternType.LITERAL, WILDCARD),), True),
+    ],
+)
+def test_write_on_some_topic_is_kafkas_authorize_by_resource_type(
+    bindings: tuple[tuple[AclPermissionType, PatternType, str], ...], allowed: bool
+) -> None:
+    """What InitProducerId asks of an idempotent producer without IDEMPOTENT_WRITE (KIP-679)."""
+    writer = KafkaPrincipal("User", "writer")
+    authorizer = StandardAuthorizer()
+    for permission, pattern, name in bindings:
+        authorizer.add_acl(
+            uuid.uuid4(), acl(writer, Op.WRITE, Type.TOPIC, name, pattern=pattern, permission=permission)
+        )
+    assert authorizer.authorize_by_resource_type(writer, "127.0.0.1", Op.WRITE, Type.TOPIC) is allowed
+    assert StandardAuthorizer({str(writer)}).authorize_by_resource_type(writer, "127.0.0.1", Op.WRITE, Type.TOPIC)
