@@ -99,3 +99,10 @@ class Authorizer(Protocol):
     def authorize(self, principal: KafkaPrincipal, host: str, actions: Sequence[Action]) -> list[bool]:
         """One verdict per action: True when `principal` connecting from `host` may do it."""
         ...
+
+    def authorize_by_resource_type(
+        self, principal: KafkaPrincipal, host: str, operation: AclOperation, resource_type: ResourceType
+    ) -> bool:
+        """Whether `principal` may do `operation` on at least one resource of `resource_type` (Kafka's
+        Authorizer.authorizeByResourceType; an idempotent producer's InitProducerId asks it of WRITE on topics)."""
+        ...

@@ -117,6 +117,44 @@ class StandardAuthorizer:
         address = host.removeprefix("/")
         return [self._authorize(principals, address, action) for action in actions]
 
+    def authorize_by_resource_type(
+        self, principal: KafkaPrincipal, host: str, operation: AclOperation, resource_type: ResourceType
+    ) -> bool:
+        """Whether the principal may do `operation` on some resource of the type (Kafka's default
+        Authorizer.authorizeByResourceType, which StandardAuthorizer keeps): a super user (or the no-ACL default)
+        may; a LITERAL "*" DENY refuses; a LITERAL "*" ALLOW allows; otherwise some ALLOW that no DENY covers (a
+        LITERAL DENY of its name, or a PREFIXED DENY of a prefix of it) allows."""
+        if self.authorize(principal, host, [Action(operation, resource_type, "hardcode")])[0]:
+            return True
+        principals = (str(principal), WILDCARD_PRINCIPAL)
+        address = host.removeprefix("/")
+        denied: dict[PatternType, set[str]] = {PatternType.LITERAL: set(), PatternType.PREFIXED: set()}
+        allowed: list[tuple[PatternType, str]] = []
+        wildcard_allowed = False
+        for binding in self._bindings.values():
+            pattern, entry = binding.pattern, binding.entry
+            if pattern.resource_type != resource_type or entry.principal not in principals:
+                continue
+            if entry.host not in (WILDCARD, address) or entry.operation not in (operation, AclOperation.ALL):
+                continue
+            wildcard = pattern.pattern_type == PatternType.LITERAL and pattern.name == WILDCARD
+            if entry.permission_type == AclPermissionType.DENY:
+                if wildcard:
+                    return False
+                denied[pattern.pattern_type].add(pattern.name)
+            elif wildcard:
+                wildcard_allowed = True
+            else:
+                allowed.append((pattern.pattern_type, pattern.name))
+        if wildcard_allowed:
+            return True
+        for pattern_type, name in allowed:
+            if pattern_type == PatternType.LITERAL and name in denied[PatternType.LITERAL]:
+                continue
+            if not any(name[:length] in denied[PatternType.PREFIXED] for length in range(1, len(name) + 1)):
+                return True
+        return False
+
     def _authorize(self, principals: tuple[str, str], host: str, action: Action) -> bool:
         """DENY wins over ALLOW; without any ACL on the resource (for any principal) the default decides; with
         ACLs on it of which none allows, the answer is no."""

@@ -31,6 +31,8 @@ from tierlog.replication.metadata_publisher import BrokerMetadataPublisher
 from tierlog.replication.replica_manager import ReplicaManager
 from tierlog.security.authorizer import StandardAuthorizer, parse_super_users
 from tierlog.security.ssl_context import SslPrincipalMapper
+from tierlog.server.acl_apis import AclApis
+from tierlog.server.auth_helper import AuthHelper
 from tierlog.server.auto_topic_creation_manager import AutoTopicCreationManager
 from tierlog.server.broker_metrics import describe_partitions, wire_broker_metrics
 from tierlog.server.clock import now_ms
@@ -136,12 +138,21 @@ class Broker:
             config.remote_storage_system_enable,
             ProducerStateManagerConfig(config.get_int("producer.id.expiration.ms")),
         )
+        # Kafka's StandardAuthorizer when authorizer.class.name names it, kept in step with the metadata image;
+        # every API asks it through `auth` (docs/security.md#api-checks).
+        self.authorizer: StandardAuthorizer | None = None
+        if config.get("authorizer.class.name"):
+            self.authorizer = StandardAuthorizer(
+                parse_super_users(config.get("super.users")),
+                allow_everyone_if_no_acl_found=config.get_bool("allow.everyone.if.no.acl.found"),
+            )
+        auth = AuthHelper(self.authorizer, [listener.name for listener in config.controller_listeners])
         self.channel: ControllerChannel
         controller_apis: ControllerApis | None = None
         if config.is_controller:
             self.controller_server = ControllerServer(config)
             self.channel = LocalControllerChannel(self.controller_server)
-            controller_apis = ControllerApis(config, self.controller_server)
+            controller_apis = ControllerApis(config, self.controller_server, auth)
         else:
             address = config.controller_address
             assert address is not None  # KafkaConfig refuses a broker without one
@@ -224,13 +235,6 @@ class Broker:
             self._arm_purgatory_timer,
             self._metrics_registry,
         )
-        # Kafka's StandardAuthorizer when authorizer.class.name names it, kept in step with the metadata image.
-        self.authorizer: StandardAuthorizer | None = None
-        if config.get("authorizer.class.name"):
-            self.authorizer = StandardAuthorizer(
-                parse_super_users(config.get("super.users")),
-                allow_everyone_if_no_acl_found=config.get_bool("allow.everyone.if.no.acl.found"),
-            )
         self.apis = KafkaApis(
             config,
             self.loader,
@@ -239,17 +243,19 @@ class Broker:
             self.channel,
             forwarding_manager=self.forwarding_manager,
             auto_topic_creation=self.auto_topic_creation,
-            group_apis=GroupApis(config, self.group_coordinator, lambda: self.loader.image),
+            group_apis=GroupApis(config, self.group_coordinator, lambda: self.loader.image, auth),
             config_apis=ConfigApis(
                 config,
                 lambda: self.loader.image,
                 (lambda: self.controller_server.controller) if self.controller_server is not None else None,
                 self.channel,
                 self.forwarding_manager.sync_metadata,
+                auth,
             ),
+            acl_apis=AclApis(self.authorizer, auth, self.forwarding_manager.forward),
             controller_apis=controller_apis,
             remote_log=self.remote_log,
-            authorizer=self.authorizer,
+            auth=auth,
             metrics=self.metrics,
             after_request=self._after_request,
         )

@@ -5,7 +5,9 @@ Topic configs are decided by the controller (a broker that is not the controller
 configs are dynamic broker configs: the broker that receives the request checks them first, as Kafka's
 ConfigAdminManager does (the resource names this broker or "" for the cluster-wide default, only configs
 tierlog applies while it runs, valid values), then the controller stores them in the metadata log and every
-broker applies them when its metadata shows them (docs/configuration.md).
+broker applies them when its metadata shows them (docs/configuration.md). Describing needs DESCRIBE_CONFIGS and
+altering ALTER_CONFIGS, on the cluster for broker configs and on the topic for topic configs
+(docs/security.md#api-checks).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from tierlog.metadata.image import ClusterMetadata
 from tierlog.metadata.records import RESOURCE_BROKER, RESOURCE_TOPIC
 from tierlog.protocol.codec import Request
 from tierlog.protocol.errors import error_code
+from tierlog.security.acl import AclOperation, ResourceType
+from tierlog.server.auth_helper import AuthHelper
 from tierlog.server.controller_channel import ControllerChannel
 from tierlog.server.entities import NO_THROTTLE, ResponseSchema, response_schema
 from tierlog.server.request_context import listener_name
@@ -69,8 +73,10 @@ class ConfigApis:
         controller: Callable[[], Controller] | None,
         channel: ControllerChannel,
         sync_metadata: Callable[[], Awaitable[None]],
+        auth: AuthHelper,
     ) -> None:
         self.config = config
+        self.auth = auth
         self._image = image
         # Set on the controller's own node, where requests are decided rather than forwarded.
         self._controller = controller
@@ -114,6 +120,7 @@ class ConfigApis:
         return s.DescribeConfigsResponse(throttle_time=NO_THROTTLE, results=tuple(results))
 
     def _describe(self, resource_type: int, name: str) -> list[Any]:
+        self._authorize(AclOperation.DESCRIBE_CONFIGS, resource_type, name)
         if resource_type == RESOURCE_TOPIC:
             topic = self._image().topics.get(name)
             if topic is None:
@@ -200,6 +207,7 @@ class ConfigApis:
         if nulls:
             raise ConfigRequestError("INVALID_REQUEST", f"Null value not supported for : {', '.join(nulls)}")
         if resource.resource_type == RESOURCE_TOPIC:
+            self._authorize(AclOperation.ALTER_CONFIGS, RESOURCE_TOPIC, resource.resource_name)
             topic = self._image().topics.get(resource.resource_name)
             current = dict(topic.configs) if topic is not None else {}
             return compute(resource, current, ALL_TOPIC_CONFIGS)
@@ -220,7 +228,17 @@ class ConfigApis:
         except ConfigException as e:
             # Kafka answers INVALID_REQUEST here, not INVALID_CONFIG (KAFKA-13609).
             raise ConfigRequestError("INVALID_REQUEST", str(e)) from None
+        # Kafka checks a broker config where it arrives (ConfigAdminManager.preprocess), then authorizes it.
+        self._authorize(AclOperation.ALTER_CONFIGS, RESOURCE_BROKER, name)
         return new_configs
+
+    def _authorize(self, operation: AclOperation, resource_type: int, name: str) -> None:
+        """Broker configs are the cluster's (CLUSTER_AUTHORIZATION_FAILED), topic configs the topic's
+        (TOPIC_AUTHORIZATION_FAILED); other resource types are refused by the caller."""
+        if resource_type == RESOURCE_TOPIC and not self.auth.authorize(operation, ResourceType.TOPIC, name):
+            raise ConfigRequestError("TOPIC_AUTHORIZATION_FAILED", "Topic authorization failed.")
+        if resource_type == RESOURCE_BROKER and not self.auth.authorize_cluster(operation):
+            raise ConfigRequestError("CLUSTER_AUTHORIZATION_FAILED", "Cluster authorization failed.")
 
     def _forwarded(self) -> bool:
         """Whether the request came from another broker, which checked it already (on a controller listener)."""

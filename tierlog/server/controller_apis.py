@@ -1,14 +1,15 @@
 """ControllerApis (Kafka's class of that name): the requests the controller decides, on the controller's own node.
 
 - The admin requests only the controller decides: CreateTopics, DeleteTopics, CreatePartitions, ElectLeaders,
-  AlterUserScramCredentials.
-  CreateAcls, DeleteAcls.
+  CreateAcls, DeleteAcls, AlterUserScramCredentials.
   They reach it through the `ForwardingManager`, from this node's own KafkaApis or forwarded by another broker.
 - The controller APIs brokers call: BrokerRegistration, BrokerHeartbeat, AlterPartition, AllocateProducerIds,
   and the Fetch of `__cluster_metadata` (KRaft brokers follow the metadata log like any partition).
 
 Each turns a request entity into a call on `tierlog.controller.controller.Controller`, where the rules live,
-and its answer into the response of the request's version.
+and its answer into the response of the request's version. What brokers ask needs CLUSTER_ACTION on the cluster
+(docs/security.md#api-checks); the admin requests are checked where the client sent them
+(`tierlog.server.admin_authorization`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from tierlog.security.acl import (
     ResourceType,
 )
 from tierlog.security.acl_filter import acl_binding_filter, from_code
+from tierlog.server.auth_helper import AuthHelper
 from tierlog.server.clock import now_ms
 from tierlog.server.controller_server import ControllerServer
 from tierlog.server.entities import NO_THROTTLE, ResponseSchema, response_schema
@@ -66,9 +68,9 @@ ADMIN_APIS = (
     API_DELETE_TOPICS,
     API_CREATE_PARTITIONS,
     API_ELECT_LEADERS,
-    API_ALTER_USER_SCRAM_CREDENTIALS,
     API_CREATE_ACLS,
     API_DELETE_ACLS,
+    API_ALTER_USER_SCRAM_CREDENTIALS,
 )
 # What brokers ask of the controller (besides the metadata Fetch).
 BROKER_TO_CONTROLLER_APIS = (
@@ -82,17 +84,18 @@ Handler = Callable[[Request], Awaitable[Any]]
 
 
 class ControllerApis:
-    def __init__(self, config: KafkaConfig, server: ControllerServer) -> None:
+    def __init__(self, config: KafkaConfig, server: ControllerServer, auth: AuthHelper) -> None:
         self.config = config
         self._server = server
+        self._auth = auth
         self.handlers: dict[int, Handler] = {
             API_CREATE_TOPICS: self.handle_create_topics,
             API_DELETE_TOPICS: self.handle_delete_topics,
             API_CREATE_PARTITIONS: self.handle_create_partitions,
             API_ELECT_LEADERS: self.handle_elect_leaders,
-            API_ALTER_USER_SCRAM_CREDENTIALS: self.handle_alter_user_scram_credentials,
             API_CREATE_ACLS: self.handle_create_acls,
             API_DELETE_ACLS: self.handle_delete_acls,
+            API_ALTER_USER_SCRAM_CREDENTIALS: self.handle_alter_user_scram_credentials,
             API_BROKER_REGISTRATION: self.handle_broker_registration,
             API_BROKER_HEARTBEAT: self.handle_broker_heartbeat,
             API_ALTER_PARTITION: self.handle_alter_partition,
@@ -359,9 +362,17 @@ class ControllerApis:
 
     # What brokers ask of the controller
 
+    def _is_broker(self) -> bool:
+        """Whether the peer may do what brokers ask of the controller: CLUSTER_ACTION on the cluster."""
+        return self._auth.authorize_cluster(AclOperation.CLUSTER_ACTION)
+
     async def handle_broker_registration(self, request: Request) -> Any:
         s = self._schema(request)
         body = request.body
+        if not self._is_broker():
+            return s.BrokerRegistrationResponse(
+                throttle_time=NO_THROTTLE, error_code=error_code("CLUSTER_AUTHORIZATION_FAILED"), broker_epoch=-1
+            )
         try:
             broker_epoch = self.controller.register_broker(
                 body.broker_id,
@@ -384,19 +395,23 @@ class ControllerApis:
     async def handle_broker_heartbeat(self, request: Request) -> Any:
         s = self._schema(request)
         body = request.body
-        try:
-            result = self.controller.heartbeat(
-                broker_id=body.broker_id,
-                broker_epoch=body.broker_epoch,
-                current_metadata_offset=body.current_metadata_offset,
-                want_fence=body.want_fence,
-                want_shut_down=body.want_shut_down,
-                now_ms=now_ms(),
-            )
-        except Exception as e:
+        refusal = None if self._is_broker() else "CLUSTER_AUTHORIZATION_FAILED"
+        if refusal is None:
+            try:
+                result = self.controller.heartbeat(
+                    broker_id=body.broker_id,
+                    broker_epoch=body.broker_epoch,
+                    current_metadata_offset=body.current_metadata_offset,
+                    want_fence=body.want_fence,
+                    want_shut_down=body.want_shut_down,
+                    now_ms=now_ms(),
+                )
+            except Exception as e:
+                refusal = error_name_of(e)
+        if refusal is not None:
             return s.BrokerHeartbeatResponse(
                 throttle_time=NO_THROTTLE,
-                error_code=error_code(error_name_of(e)),
+                error_code=error_code(refusal),
                 is_caught_up=False,
                 is_fenced=True,
                 should_shut_down=False,
@@ -412,6 +427,10 @@ class ControllerApis:
     async def handle_alter_partition(self, request: Request) -> Any:
         s = self._schema(request)
         body = request.body
+        if not self._is_broker():
+            return s.AlterPartitionResponse(
+                throttle_time=NO_THROTTLE, error_code=error_code("CLUSTER_AUTHORIZATION_FAILED"), topics=()
+            )
         topics = []
         for topic in body.topics:
             partitions = []
@@ -446,6 +465,13 @@ class ControllerApis:
 
     async def handle_allocate_producer_ids(self, request: Request) -> Any:
         s = self._schema(request)
+        if not self._is_broker():
+            return s.AllocateProducerIdsResponse(
+                throttle_time=NO_THROTTLE,
+                error_code=error_code("CLUSTER_AUTHORIZATION_FAILED"),
+                producer_id_start=0,
+                producer_id_len=0,
+            )
         block = self.controller.allocate_producer_id_block(request.body.broker_id)
         return s.AllocateProducerIdsResponse(
             throttle_time=NO_THROTTLE,
@@ -464,6 +490,13 @@ class ControllerApis:
         """A broker following the controller's metadata log, parked here until the log holds its offset or
         its wait ends."""
         s = self._schema(request)
+        if not self._is_broker():
+            return s.FetchResponse(
+                throttle_time=NO_THROTTLE,
+                error_code=error_code("CLUSTER_AUTHORIZATION_FAILED"),
+                session_id=0,
+                responses=(),
+            )
         fetch_partition = request.body.topics[0].partitions[0]
         data, end_offset = await self._server.read_metadata_log(
             fetch_partition.fetch_offset,

@@ -3,7 +3,8 @@ OffsetFetch, ListGroups, DescribeGroups, DeleteGroups and OffsetDelete.
 
 Each turns a request entity (any version the broker advertises) into a call on the GroupCoordinator core
 and its answer back into the response of that version, through `ResponseSchema`. Parked requests
-(JoinGroup, SyncGroup, OffsetCommit) await a future the core's callback resolves.
+(JoinGroup, SyncGroup, OffsetCommit) await a future the core's callback resolves. Each first checks what Kafka's
+KafkaApis checks (docs/security.md#api-checks).
 """
 
 from __future__ import annotations
@@ -14,12 +15,15 @@ from typing import Any, TypeVar
 
 from tierlog.common import TopicPartition
 from tierlog.config import KafkaConfig
+from tierlog.coordinator.group.group_coordinator import GroupDescription
 from tierlog.coordinator.group.member_metadata import JoinGroupResult, SyncGroupResult
 from tierlog.coordinator.group.records import OffsetAndMetadata
 from tierlog.metadata.image import ClusterMetadata
 from tierlog.protocol.codec import Request
 from tierlog.protocol.errors import error_code
-from tierlog.server.authorized_operations import GROUP_OPERATIONS, OMITTED
+from tierlog.security.acl import AclOperation, ResourceType
+from tierlog.server.auth_helper import AuthHelper
+from tierlog.server.authorized_operations import OMITTED
 from tierlog.server.clock import now_ms
 from tierlog.server.entities import NO_THROTTLE, ResponseSchema, response_schema
 from tierlog.server.group_coordinator import GroupCoordinatorService
@@ -55,8 +59,10 @@ class GroupApis:
         config: KafkaConfig,
         service: GroupCoordinatorService,
         image: Callable[[], ClusterMetadata],
+        auth: AuthHelper,
     ) -> None:
         self.service = service
+        self.auth = auth
         self.coordinator = service.coordinator
         self._image = image
         self._node_id = config.node_id
@@ -79,6 +85,10 @@ class GroupApis:
     def _schema(request: Request) -> ResponseSchema:
         return response_schema(request.api_key, request.api_version)
 
+    def _may_read(self, group_id: str) -> bool:
+        """READ on the group: what joining, syncing, heartbeating, leaving and committing need."""
+        return self.auth.authorize(AclOperation.READ, ResourceType.GROUP, group_id)
+
     def _exists(self, tp: TopicPartition) -> bool:
         topic = self._image().topics.get(tp.topic)
         return topic is not None and 0 <= tp.partition < len(topic.partitions)
@@ -100,7 +110,13 @@ class GroupApis:
 
     def _find(self, key_type: int, key: str) -> tuple[str | None, str | None, int, str, int]:
         """(error, message, node id, host, port) for one coordinator key."""
+        if key_type == COORDINATOR_KEY_GROUP and not self.auth.authorize(
+            AclOperation.DESCRIBE, ResourceType.GROUP, key
+        ):
+            return "GROUP_AUTHORIZATION_FAILED", None, -1, "", -1
         if key_type == COORDINATOR_KEY_TRANSACTION:
+            if not self.auth.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+                return "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", None, -1, "", -1
             return "COORDINATOR_NOT_AVAILABLE", "transactions are not supported by tierlog", -1, "", -1
         if key_type != COORDINATOR_KEY_GROUP:
             return "INVALID_REQUEST", f"unknown coordinator key type {key_type}", -1, "", -1
@@ -139,6 +155,19 @@ class GroupApis:
     async def handle_join_group(self, request: Request) -> Any:
         body = request.body
         version = request.api_version
+        s = self._schema(request)
+        if not self._may_read(body.group_id):
+            return s.JoinGroupResponse(
+                throttle_time=NO_THROTTLE,
+                error_code=error_code("GROUP_AUTHORIZATION_FAILED"),
+                generation_id=-1,
+                protocol_type=None,
+                protocol_name=None if version >= 7 else "",
+                leader="",
+                skip_assignment=False,
+                member_id="",
+                members=(),
+            )
         session_timeout_ms = _ms(body.session_timeout)
         rebalance_timeout_ms = _ms(body.rebalance_timeout) if version >= 1 else session_timeout_ms
         result: JoinGroupResult = await self._parked(
@@ -157,7 +186,6 @@ class GroupApis:
                 respond,
             )
         )
-        s = self._schema(request)
         return s.JoinGroupResponse(
             throttle_time=NO_THROTTLE,
             error_code=error_code(result.error),
@@ -178,6 +206,14 @@ class GroupApis:
 
     async def handle_sync_group(self, request: Request) -> Any:
         body = request.body
+        if not self._may_read(body.group_id):
+            return self._schema(request).SyncGroupResponse(
+                throttle_time=NO_THROTTLE,
+                error_code=error_code("GROUP_AUTHORIZATION_FAILED"),
+                protocol_type=None,
+                protocol_name=None,
+                assignment=b"",
+            )
         result: SyncGroupResult = await self._parked(
             lambda respond: self.coordinator.sync_group(
                 body.group_id,
@@ -201,15 +237,22 @@ class GroupApis:
 
     async def handle_heartbeat(self, request: Request) -> Any:
         body = request.body
-        error = self.coordinator.heartbeat(
-            body.group_id, body.member_id, getattr(body, "group_instance_id", None), body.generation_id, now_ms()
-        )
-        self.service.after_call()
+        if not self._may_read(body.group_id):
+            error: str | None = "GROUP_AUTHORIZATION_FAILED"
+        else:
+            error = self.coordinator.heartbeat(
+                body.group_id, body.member_id, getattr(body, "group_instance_id", None), body.generation_id, now_ms()
+            )
+            self.service.after_call()
         return self._schema(request).HeartbeatResponse(throttle_time=NO_THROTTLE, error_code=error_code(error))
 
     async def handle_leave_group(self, request: Request) -> Any:
         body = request.body
         s = self._schema(request)
+        if not self._may_read(body.group_id):
+            return s.LeaveGroupResponse(
+                throttle_time=NO_THROTTLE, error_code=error_code("GROUP_AUTHORIZATION_FAILED"), members=()
+            )
         if request.api_version >= 3:
             leaving = [(m.member_id, m.group_instance_id) for m in body.members]
         else:
@@ -238,13 +281,21 @@ class GroupApis:
         offsets: dict[TopicPartition, OffsetAndMetadata] = {}
         requested: list[TopicPartition] = []
         errors: dict[TopicPartition, str | None] = {}
+        # Kafka's KafkaApis: READ on the group, else every partition is refused; READ on each topic.
+        group_readable = self._may_read(body.group_id)
+        readable = self.auth.filter_authorized(AclOperation.READ, ResourceType.TOPIC, (t.name for t in body.topics))
         for topic in body.topics:
             for p in topic.partitions:
                 tp = TopicPartition(topic.name, p.partition_index)
                 requested.append(tp)
-                if not self._exists(tp):
+                if not group_readable:
+                    errors[tp] = "GROUP_AUTHORIZATION_FAILED"
+                elif topic.name not in readable:
+                    errors[tp] = "TOPIC_AUTHORIZATION_FAILED"
+                elif not self._exists(tp):
                     # Kafka's KafkaApis refuses these before the coordinator sees the request.
                     errors[tp] = "UNKNOWN_TOPIC_OR_PARTITION"
+                if tp in errors:
                     continue
                 offsets[tp] = OffsetAndMetadata(
                     offset=p.committed_offset,
@@ -295,18 +346,42 @@ class GroupApis:
         partition_suffix: str,
         version: int = 8,
     ) -> tuple[Any, tuple[Any, ...]]:
-        """One group's (error code, topics); kio names the nested classes differently before v8."""
-        partitions = (
-            None
-            if requested is None
-            else [TopicPartition(t.name, index) for t in requested for index in t.partition_indexes]
-        )
+        """One group's (error code, topics); kio names the nested classes differently before v8.
+
+        Kafka's KafkaApis: DESCRIBE on the group, else the group's error alone; a topic the principal may not
+        describe is answered TOPIC_AUTHORIZATION_FAILED when named, and left out of an all-offsets answer."""
+        topic_cls = getattr(s, "OffsetFetchResponse" + topic_suffix)
+        partition_cls = getattr(s, "OffsetFetchResponse" + partition_suffix)
+        if not self.auth.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            return error_code("GROUP_AUTHORIZATION_FAILED"), ()
+        refused: list[TopicPartition] = []
+        if requested is None:
+            partitions = None
+        else:
+            describable = self.auth.filter_authorized(
+                AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in requested)
+            )
+            partitions = [
+                TopicPartition(t.name, index)
+                for t in requested
+                if t.name in describable
+                for index in t.partition_indexes
+            ]
+            refused = [
+                TopicPartition(t.name, index)
+                for t in requested
+                if t.name not in describable
+                for index in t.partition_indexes
+            ]
         error, fetched = self.coordinator.fetch_offsets(group_id, partitions)
         if error is not None and partitions is not None and version < 2:
             # v0-1 have no group-level error: each partition carries it.
             fetched = {tp: None for tp in partitions}
-        topic_cls = getattr(s, "OffsetFetchResponse" + topic_suffix)
-        partition_cls = getattr(s, "OffsetFetchResponse" + partition_suffix)
+        if requested is None:
+            describable = self.auth.filter_authorized(
+                AclOperation.DESCRIBE, ResourceType.TOPIC, (tp.topic for tp in fetched)
+            )
+            fetched = {tp: o for tp, o in fetched.items() if tp.topic in describable}
         answers = [
             (
                 tp,
@@ -320,16 +395,41 @@ class GroupApis:
             )
             for tp, o in fetched.items()
         ]
+        if error is None:
+            answers += [
+                (
+                    tp,
+                    partition_cls(
+                        partition_index=tp.partition,
+                        committed_offset=-1,
+                        committed_leader_epoch=-1,
+                        metadata="",
+                        error_code=error_code("TOPIC_AUTHORIZATION_FAILED"),
+                    ),
+                )
+                for tp in refused
+            ]
         return error_code(error), _by_topic(topic_cls, answers)
 
     async def handle_offset_delete(self, request: Request) -> Any:
         body = request.body
         s = self._schema(request)
+        if not self.auth.authorize(AclOperation.DELETE, ResourceType.GROUP, body.group_id):
+            return s.OffsetDeleteResponse(
+                error_code=error_code("GROUP_AUTHORIZATION_FAILED"), throttle_time=NO_THROTTLE, topics=()
+            )
+        readable = self.auth.filter_authorized(AclOperation.READ, ResourceType.TOPIC, (t.name for t in body.topics))
         requested = [TopicPartition(t.name, p.partition_index) for t in body.topics for p in t.partitions]
-        known = [tp for tp in requested if self._exists(tp)]
+        known = [tp for tp in requested if tp.topic in readable and self._exists(tp)]
         error, errors = self.coordinator.delete_offsets(body.group_id, known, now_ms())
         self.service.after_call()
-        errors.update({tp: "UNKNOWN_TOPIC_OR_PARTITION" for tp in requested if tp not in known})
+        errors.update(
+            {
+                tp: "TOPIC_AUTHORIZATION_FAILED" if tp.topic not in readable else "UNKNOWN_TOPIC_OR_PARTITION"
+                for tp in requested
+                if tp not in known
+            }
+        )
         # A group-level error answers no partition.
         partitions = [
             (tp, s.OffsetDeleteResponsePartition(partition_index=tp.partition, error_code=error_code(errors[tp])))
@@ -350,6 +450,12 @@ class GroupApis:
         error, groups = self.coordinator.list_groups(
             set(getattr(body, "states_filter", ())), set(getattr(body, "types_filter", ()))
         )
+        # DESCRIBE on the cluster lists every group; otherwise only the groups the principal may describe.
+        if not self.auth.authorize_cluster(AclOperation.DESCRIBE):
+            describable = self.auth.filter_authorized(
+                AclOperation.DESCRIBE, ResourceType.GROUP, (g.group_id for g in groups)
+            )
+            groups = [g for g in groups if g.group_id in describable]
         return s.ListGroupsResponse(
             throttle_time=NO_THROTTLE,
             error_code=error_code(error),
@@ -364,10 +470,18 @@ class GroupApis:
     async def handle_describe_groups(self, request: Request) -> Any:
         s = self._schema(request)
         # v3+ may ask for the operations; Kafka answers them for every group it could describe.
-        operations = GROUP_OPERATIONS if getattr(request.body, "include_authorized_operations", False) else OMITTED
+        asks_operations = getattr(request.body, "include_authorized_operations", False)
+        describable = self.auth.filter_authorized(AclOperation.DESCRIBE, ResourceType.GROUP, request.body.groups)
         described = []
         for group_id in request.body.groups:
-            d = self.coordinator.describe_group(group_id)
+            d = (
+                self.coordinator.describe_group(group_id)
+                if group_id in describable
+                else GroupDescription(group_id, "GROUP_AUTHORIZATION_FAILED")
+            )
+            operations = OMITTED
+            if asks_operations and d.error is None:
+                operations = self.auth.authorized_operations(ResourceType.GROUP, group_id)
             described.append(
                 s.DescribedGroup(
                     error_code=error_code(d.error),
@@ -386,15 +500,18 @@ class GroupApis:
                         )
                         for m in d.members
                     ),
-                    authorized_operations=operations if d.error is None else OMITTED,
+                    authorized_operations=operations,
                 )
             )
         return s.DescribeGroupsResponse(throttle_time=NO_THROTTLE, groups=tuple(described))
 
     async def handle_delete_groups(self, request: Request) -> Any:
         s = self._schema(request)
-        results = self.coordinator.delete_groups(list(request.body.groups_names), now_ms())
+        names = list(dict.fromkeys(request.body.groups_names))
+        deletable = self.auth.filter_authorized(AclOperation.DELETE, ResourceType.GROUP, names)
+        results = self.coordinator.delete_groups([g for g in names if g in deletable], now_ms())
         self.service.after_call()
+        results |= {g: "GROUP_AUTHORIZATION_FAILED" for g in names if g not in deletable}
         return s.DeleteGroupsResponse(
             throttle_time=NO_THROTTLE,
             results=tuple(

@@ -36,10 +36,12 @@ from tierlog.replication.replica_manager import (
     ReplicaManager,
     error_name_of,
 )
-from tierlog.security.authorizer import StandardAuthorizer
+from tierlog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from tierlog.server import request_context
 from tierlog.server.acl_apis import AclApis
-from tierlog.server.authorized_operations import CLUSTER_OPERATIONS, OMITTED, TOPIC_OPERATIONS
+from tierlog.server.admin_authorization import CHECKED_ADMIN_APIS, forward_authorized
+from tierlog.server.auth_helper import AuthHelper
+from tierlog.server.authorized_operations import OMITTED
 from tierlog.server.auto_topic_creation_manager import AutoTopicCreationManager, check_topic_name
 from tierlog.server.clock import now_ms
 from tierlog.server.config_apis import ConfigApis
@@ -84,9 +86,10 @@ class KafkaApis:
         auto_topic_creation: AutoTopicCreationManager,
         group_apis: GroupApis,
         config_apis: ConfigApis,
+        acl_apis: AclApis,
         controller_apis: ControllerApis | None,
         remote_log: RemoteLogTasks | None,
-        authorizer: StandardAuthorizer | None = None,
+        auth: AuthHelper,
         metrics: BrokerMetrics | None = None,
         after_request: Callable[[], None] = lambda: None,
     ) -> None:
@@ -95,13 +98,13 @@ class KafkaApis:
         self.replica_manager = replica_manager
         self.channel = channel
         self._auto_topic_creation = auto_topic_creation
+        # What each request may do (docs/security.md#api-checks).
+        self.auth = auth
         # Set on the controller's own node (it also serves the controller's APIs).
         self._controller_apis = controller_apis
         # Set when remote.log.storage.system.enable is on.
         self._remote_log = remote_log
         self._metrics = metrics
-        # Set when authorizer.class.name names one (docs/security.md#authorizer): every API asks it.
-        self.authorizer = authorizer
         self._after_request = after_request
         # The shell arms a timer for a delayed operation's deadline (epoch ms) so the purgatory expires it.
         self._arm_timer = arm_timer
@@ -124,10 +127,12 @@ class KafkaApis:
         }
         self.handlers.update(group_apis.handlers)
         self.handlers.update(config_apis.handlers)
-        # Only the controller decides these (Kafka's ForwardingManager).
+        # Only the controller decides these (Kafka's ForwardingManager), once checked here.
+        self._forwarding_manager = forwarding_manager
         self.handlers.update(dict.fromkeys(ADMIN_APIS, forwarding_manager.forward))
+        self.handlers.update(dict.fromkeys(CHECKED_ADMIN_APIS & set(ADMIN_APIS), self.handle_admin))
         # The ACL APIs forward CreateAcls and DeleteAcls only when there is an authorizer.
-        self.handlers.update(AclApis(authorizer, forwarding_manager.forward).handlers)
+        self.handlers.update(acl_apis.handlers)
         if controller_apis is not None:
             self.handlers.update({key: controller_apis.handlers[key] for key in BROKER_TO_CONTROLLER_APIS})
             self.handlers[API_FETCH] = self._fetch_on_the_controllers_node
@@ -150,6 +155,10 @@ class KafkaApis:
     @staticmethod
     def _schema(request: Request) -> ResponseSchema:
         return response_schema(request.api_key, request.api_version)
+
+    async def handle_admin(self, request: Request) -> Any:
+        """An admin request only the controller decides: what the principal may do goes to the controller."""
+        return await forward_authorized(self.auth, self.image, request, self._forwarding_manager.forward)
 
     # ApiVersions, Metadata, DescribeCluster
 
@@ -205,23 +214,54 @@ class KafkaApis:
         s = self._schema(request)
         body = request.body
         requested = body.topics
-        if requested is None or (request.api_version == 0 and not requested):
+        all_topics = requested is None or (request.api_version == 0 and not requested)
+        named_by_id: set[str] = set()
+        if all_topics:
             names = sorted(self.image.topics)
         else:
             names = [t.name for t in requested if t.name is not None]
-            names += [name for t in requested if t.name is None and (name := self._topic_name(t.topic_id)) is not None]
-        allow_auto_create = getattr(body, "allow_auto_topic_creation", True)
+            named_by_id = {
+                name for t in requested if t.name is None and (name := self._topic_name(t.topic_id)) is not None
+            }
+            names += sorted(named_by_id)
+        auto_create = getattr(body, "allow_auto_topic_creation", True) and self.config.get_bool(
+            "auto.create.topics.enable"
+        )
+        # Kafka's handleTopicMetadataRequest: a topic the principal may not describe is left out of an all-topics
+        # answer and answered TOPIC_AUTHORIZATION_FAILED when named; creating one needs CREATE on the cluster or it.
+        describable = self.auth.filter_authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, names)
+        creatable: set[str] = set()
+        missing = [name for name in names if name in describable and name not in self.image.topics]
+        if auto_create and missing:
+            if self.auth.authorize_cluster(AclOperation.CREATE):
+                creatable = set(missing)
+            else:
+                creatable = self.auth.filter_authorized(AclOperation.CREATE, ResourceType.TOPIC, missing)
         # v8+ may ask for each topic's authorized operations, v8-v10 for the cluster's too.
         asks_topic = getattr(body, "include_topic_authorized_operations", False)
         asks_cluster = getattr(body, "include_cluster_authorized_operations", False)
-        topic_operations = TOPIC_OPERATIONS if asks_topic else OMITTED
-        cluster_operations = CLUSTER_OPERATIONS if asks_cluster else OMITTED
+        cluster_operations = self._cluster_authorized_operations(asks_cluster)
         live_brokers = set(self.image.unfenced_broker_ids())
         topics = []
         for name in names:
+            if name not in describable or (name in missing and auto_create and name not in creatable):
+                if all_topics:
+                    continue
+                by_id = name in named_by_id and name in self.image.topics
+                topics.append(
+                    s.MetadataResponseTopic(
+                        error_code=error_code("TOPIC_AUTHORIZATION_FAILED"),
+                        name=None if by_id else name,
+                        topic_id=self.image.topics[name].topic_id if by_id else uuid.UUID(int=0),
+                        partitions=(),
+                        topic_authorized_operations=OMITTED,
+                    )
+                )
+                continue
+            topic_operations = self.auth.authorized_operations(ResourceType.TOPIC, name) if asks_topic else OMITTED
             topic = self.image.topics.get(name)
             error = None
-            if topic is None and allow_auto_create and self.config.get_bool("auto.create.topics.enable"):
+            if topic is None and name in creatable:
                 topic, error = await self._auto_topic_creation.auto_create(name)
             if topic is None:
                 error = error or check_topic_name(name) or "UNKNOWN_TOPIC_OR_PARTITION"
@@ -282,18 +322,40 @@ class KafkaApis:
             cluster_id=self.image.cluster_id,
             controller_id=self._controller_id(),
             brokers=self._broker_entries(s, "DescribeClusterBroker"),
-            cluster_authorized_operations=(
-                CLUSTER_OPERATIONS if request.body.include_cluster_authorized_operations else OMITTED
+            cluster_authorized_operations=self._cluster_authorized_operations(
+                request.body.include_cluster_authorized_operations
             ),
         )
+
+    def _cluster_authorized_operations(self, asked: bool) -> int:
+        """KIP-430's cluster operations: none at all without DESCRIBE on the cluster (Kafka's AuthHelper)."""
+        if not asked:
+            return OMITTED
+        if not self.auth.authorize_cluster(AclOperation.DESCRIBE):
+            return 0
+        return self.auth.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)
 
     # SCRAM credentials
 
     async def handle_describe_user_scram_credentials(self, request: Request) -> Any:
         """DescribeUserScramCredentials (KIP-554), answered from this broker's image as Kafka's ScramImage
         does: each user's mechanisms and iteration counts, never a salt or key; no users (null or empty) means
-        every user with a credential (docs/security.md#scram-credentials)."""
+        every user with a credential (docs/security.md#scram-credentials). It needs DESCRIBE on the cluster:
+        without, the request and each user it names get CLUSTER_AUTHORIZATION_FAILED, as in Kafka."""
         s = self._schema(request)
+        if not self.auth.authorize_cluster(AclOperation.DESCRIBE):
+            refused, message = error_code("CLUSTER_AUTHORIZATION_FAILED"), "Cluster authorization failed."
+            return s.DescribeUserScramCredentialsResponse(
+                throttle_time=NO_THROTTLE,
+                error_code=refused,
+                error_message=message,
+                results=tuple(
+                    s.DescribeUserScramCredentialsResult(
+                        user=user.name, error_code=refused, error_message=message, credential_infos=()
+                    )
+                    for user in request.body.users or ()
+                ),
+            )
         mechanism_types = {name: mechanism for mechanism, name in SCRAM_MECHANISM_NAMES.items()}
         infos_by_user: dict[str, list[Any]] = {}
         for (user, mechanism), credential in sorted(self.image.scram_credentials.items()):
@@ -325,14 +387,23 @@ class KafkaApis:
 
     async def handle_init_producer_id(self, request: Request) -> Any:
         """A fresh producer id for each idempotent producer (never reused across restarts). Transactions
-        need a transaction coordinator, which does not exist yet."""
+        need a transaction coordinator, which does not exist yet. A transactional producer needs WRITE on its
+        transactional id; an idempotent one IDEMPOTENT_WRITE on the cluster or WRITE on some topic (KIP-679)."""
         s = self._schema(request)
-        if request.body.transactional_id is not None:
+        transactional_id = request.body.transactional_id
+        refusal = None
+        if transactional_id is not None:
+            refusal = "COORDINATOR_NOT_AVAILABLE"
+            if not self.auth.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+                refusal = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+        elif not (
+            self.auth.authorize_cluster(AclOperation.IDEMPOTENT_WRITE)
+            or self.auth.authorize_by_resource_type(AclOperation.WRITE, ResourceType.TOPIC)
+        ):
+            refusal = "CLUSTER_AUTHORIZATION_FAILED"
+        if refusal is not None:
             return s.InitProducerIdResponse(
-                throttle_time=NO_THROTTLE,
-                error_code=error_code("COORDINATOR_NOT_AVAILABLE"),
-                producer_id=-1,
-                producer_epoch=-1,
+                throttle_time=NO_THROTTLE, error_code=error_code(refusal), producer_id=-1, producer_epoch=-1
             )
         producer_id = next(self._producer_ids, None)
         if producer_id is None:
@@ -345,29 +416,20 @@ class KafkaApis:
 
     async def handle_describe_producers(self, request: Request) -> Any:
         """Kafka's DescribeProducers: every active producer of each partition as this replica's log has it
-        (producer state is kept by followers too); UNKNOWN_TOPIC_OR_PARTITION for a partition not here."""
+        (producer state is kept by followers too); UNKNOWN_TOPIC_OR_PARTITION for a partition not here. The topic's
+        name is checked first, then READ on it."""
         s = self._schema(request)
         topics = []
         for topic in request.body.topics:
+            topic_error = check_topic_name(topic.name)
+            if topic_error is None and not self.auth.authorize(AclOperation.READ, ResourceType.TOPIC, topic.name):
+                topic_error = "TOPIC_AUTHORIZATION_FAILED"
             partitions = []
             for index in topic.partition_indexes:
-                try:
-                    log = self.replica_manager.get_partition(TopicPartition(topic.name, index)).log
-                except UnknownTopicOrPartitionError as e:
-                    producers, error, message = (), error_name_of(e), str(e)
+                if topic_error is not None:
+                    producers, error, message = (), topic_error, None
                 else:
-                    producers = tuple(
-                        s.ProducerState(
-                            producer_id=producer_id,
-                            producer_epoch=entry.producer_epoch,
-                            last_sequence=entry.last_seq,
-                            last_timestamp=entry.last_timestamp,
-                            coordinator_epoch=entry.coordinator_epoch,
-                            current_txn_start_offset=-1,
-                        )
-                        for producer_id, entry in sorted(log.producer_state_manager.active_producers.items())
-                    )
-                    error, message = None, None
+                    producers, error, message = self._active_producers(s, TopicPartition(topic.name, index))
                 partitions.append(
                     s.PartitionResponse(
                         partition_index=index,
@@ -379,6 +441,27 @@ class KafkaApis:
             topics.append(s.TopicResponse(name=topic.name, partitions=tuple(partitions)))
         return s.DescribeProducersResponse(throttle_time=NO_THROTTLE, topics=tuple(topics))
 
+    def _active_producers(
+        self, s: ResponseSchema, tp: TopicPartition
+    ) -> tuple[tuple[Any, ...], str | None, str | None]:
+        """(producer states, error, message) of one partition."""
+        try:
+            log = self.replica_manager.get_partition(tp).log
+        except UnknownTopicOrPartitionError as e:
+            return (), error_name_of(e), str(e)
+        producers = tuple(
+            s.ProducerState(
+                producer_id=producer_id,
+                producer_epoch=entry.producer_epoch,
+                last_sequence=entry.last_seq,
+                last_timestamp=entry.last_timestamp,
+                coordinator_epoch=entry.coordinator_epoch,
+                current_txn_start_offset=-1,
+            )
+            for producer_id, entry in sorted(log.producer_state_manager.active_producers.items())
+        )
+        return producers, None, None
+
     def _broker_epoch(self) -> int:
         registration = self.image.brokers.get(self.node_id)
         return registration.broker_epoch if registration is not None else -1
@@ -389,18 +472,24 @@ class KafkaApis:
         body = request.body
         entries: dict[TopicPartition, bytearray] = {}
         early_errors: dict[TopicPartition, str] = {}
+        writable = self.auth.filter_authorized(
+            AclOperation.WRITE, ResourceType.TOPIC, (t.name for t in body.topic_data)
+        )
         for topic_data in body.topic_data:
             for partition_data in topic_data.partition_data:
                 tp = TopicPartition(topic_data.name, partition_data.index)
-                if partition_data.records is None or _holds_several_batches(partition_data.records):
+                if body.transactional_id is not None:
+                    # Transactions are not implemented: refused as Kafka refuses a transactional id the
+                    # principal may not write, the whole request.
+                    early_errors[tp] = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+                elif topic_data.name not in writable:
+                    early_errors[tp] = "TOPIC_AUTHORIZATION_FAILED"
+                elif partition_data.records is None or _holds_several_batches(partition_data.records):
                     # Kafka's ProduceRequest.validateRecords: from v3 on, exactly one batch per partition.
                     early_errors[tp] = "INVALID_RECORD"
                 else:
                     # One copy: offsets and epochs are stamped into the batch in place before it is written.
                     entries[tp] = bytearray(partition_data.records)
-        if body.transactional_id is not None:
-            early_errors.update(dict.fromkeys(entries, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"))
-            entries.clear()
         results: dict[TopicPartition, AppendResult] = {}
         try:
             results = await self._append(entries, body.acks, int(body.timeout.total_seconds() * 1000))
@@ -471,13 +560,32 @@ class KafkaApis:
     async def handle_fetch(self, request: Request) -> Any:
         body = request.body
         uses_topic_ids = request.api_version >= 13
+        replica_id = getattr(body, "replica_id", -1)
+        replica_state = getattr(body, "replica_state", None)
+        if replica_state is not None and replica_state.replica_id >= 0:
+            replica_id = replica_state.replica_id
+        named = [
+            (fetch_topic, self._topic_name(fetch_topic.topic_id) if uses_topic_ids else fetch_topic.topic)
+            for fetch_topic in body.topics
+        ]
+        # A follower needs CLUSTER_ACTION on the cluster, a consumer READ on each topic (Kafka's handleFetchRequest).
+        if replica_id >= 0:
+            readable = {name for _, name in named if name is not None}
+            if not self.auth.authorize_cluster(AclOperation.CLUSTER_ACTION):
+                readable = set()
+        else:
+            readable = self.auth.filter_authorized(
+                AclOperation.READ, ResourceType.TOPIC, (name for _, name in named if name is not None)
+            )
         partitions: list[FetchRequestPartition] = []
-        unknown_ids: list[tuple[uuid.UUID, int]] = []
-        for fetch_topic in body.topics:
-            name = self._topic_name(fetch_topic.topic_id) if uses_topic_ids else fetch_topic.topic
+        refused: list[tuple[str, uuid.UUID, int, str]] = []
+        for fetch_topic, name in named:
             for p in fetch_topic.partitions:
                 if name is None:
-                    unknown_ids.append((fetch_topic.topic_id, p.partition))
+                    refused.append(("", fetch_topic.topic_id, p.partition, "UNKNOWN_TOPIC_ID"))
+                    continue
+                if name not in readable:
+                    refused.append((name, self._topic_id(name), p.partition, "TOPIC_AUTHORIZATION_FAILED"))
                     continue
                 partitions.append(
                     FetchRequestPartition(
@@ -490,10 +598,6 @@ class KafkaApis:
                         partition_max_bytes=p.partition_max_bytes,
                     )
                 )
-        replica_id = getattr(body, "replica_id", -1)
-        replica_state = getattr(body, "replica_state", None)
-        if replica_state is not None and replica_state.replica_id >= 0:
-            replica_id = replica_state.replica_id
         fetch = FetchRequestData(
             replica_id=replica_id,
             max_wait_ms=int(body.max_wait.total_seconds() * 1000),
@@ -518,11 +622,12 @@ class KafkaApis:
         if delayed is not None:
             self._arm_timer(delayed.deadline_ms)
         results = await answered
-        return self._fetch_response(request, results, unknown_ids)
+        return self._fetch_response(request, results, refused)
 
     def _fetch_response(
-        self, request: Request, results: list[FetchPartitionResult], unknown_ids: list[tuple[uuid.UUID, int]]
+        self, request: Request, results: list[FetchPartitionResult], refused: list[tuple[str, uuid.UUID, int, str]]
     ) -> Any:
+        """`refused`: (topic name or "", topic id, partition, error) of each partition that was not read."""
         s = self._schema(request)
         by_topic: dict[str, list[Any]] = {}
         for result in results:
@@ -547,15 +652,15 @@ class KafkaApis:
             s.FetchableTopicResponse(topic=name, topic_id=self._topic_id(name), partitions=tuple(parts))
             for name, parts in by_topic.items()
         ]
-        for topic_id, partition in unknown_ids:
+        for name, topic_id, partition, error in refused:
             responses.append(
                 s.FetchableTopicResponse(
-                    topic="",
+                    topic=name,
                     topic_id=topic_id,
                     partitions=(
                         s.PartitionData(
                             partition_index=partition,
-                            error_code=error_code("UNKNOWN_TOPIC_ID"),
+                            error_code=error_code(error),
                             high_watermark=-1,
                             aborted_transactions=None,
                             records=b"",
@@ -578,11 +683,25 @@ class KafkaApis:
     async def handle_list_offsets(self, request: Request) -> Any:
         s = self._schema(request)
         body = request.body
+        describable = self.auth.filter_authorized(
+            AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in body.topics)
+        )
         topics = []
         for topic in body.topics:
             partitions = []
             for p in topic.partitions:
                 tp = TopicPartition(topic.name, p.partition_index)
+                if topic.name not in describable:
+                    partitions.append(
+                        s.ListOffsetsPartitionResponse(
+                            partition_index=p.partition_index,
+                            error_code=error_code("TOPIC_AUTHORIZATION_FAILED"),
+                            timestamp=-1,
+                            offset=-1,
+                            leader_epoch=-1,
+                        )
+                    )
+                    continue
                 try:
                     current_leader_epoch = getattr(p, "current_leader_epoch", -1)
                     remote = await self._remote_offset_for_timestamp(
@@ -632,18 +751,27 @@ class KafkaApis:
 
     async def handle_offset_for_leader_epoch(self, request: Request) -> Any:
         s = self._schema(request)
+        names = [topic.topic for topic in request.body.topics]
+        # Followers ask with CLUSTER_ACTION; consumers (KIP-320) need DESCRIBE on the topic.
+        if self.auth.authorize_cluster(AclOperation.CLUSTER_ACTION):
+            describable = set(names)
+        else:
+            describable = self.auth.filter_authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, names)
         topics = []
         for topic in request.body.topics:
             partitions = []
             for p in topic.partitions:
                 tp = TopicPartition(topic.topic, p.partition)
-                try:
-                    epoch, end_offset = self.replica_manager.get_partition(tp).last_offset_for_leader_epoch(
-                        getattr(p, "current_leader_epoch", -1), p.leader_epoch
-                    )
-                    error = None
-                except Exception as e:
-                    epoch, end_offset, error = -1, -1, error_name_of(e)
+                error: str | None = None
+                if topic.topic not in describable:
+                    epoch, end_offset, error = -1, -1, "TOPIC_AUTHORIZATION_FAILED"
+                else:
+                    try:
+                        epoch, end_offset = self.replica_manager.get_partition(tp).last_offset_for_leader_epoch(
+                            getattr(p, "current_leader_epoch", -1), p.leader_epoch
+                        )
+                    except Exception as e:
+                        epoch, end_offset, error = -1, -1, error_name_of(e)
                 partitions.append(
                     s.EpochEndOffset(
                         error_code=error_code(error),
@@ -657,17 +785,23 @@ class KafkaApis:
 
     async def handle_delete_records(self, request: Request) -> Any:
         s = self._schema(request)
+        deletable = self.auth.filter_authorized(
+            AclOperation.DELETE, ResourceType.TOPIC, (t.name for t in request.body.topics)
+        )
         topics = []
         for topic in request.body.topics:
             partitions = []
             for p in topic.partitions:
-                try:
-                    low = self.replica_manager.delete_records(
-                        TopicPartition(topic.name, p.partition_index), p.offset, now_ms()
-                    )
-                    error = None
-                except Exception as e:
-                    low, error = -1, error_name_of(e)
+                error: str | None = None
+                if topic.name not in deletable:
+                    low, error = -1, "TOPIC_AUTHORIZATION_FAILED"
+                else:
+                    try:
+                        low = self.replica_manager.delete_records(
+                            TopicPartition(topic.name, p.partition_index), p.offset, now_ms()
+                        )
+                    except Exception as e:
+                        low, error = -1, error_name_of(e)
                 partitions.append(
                     s.DeleteRecordsPartitionResult(
                         partition_index=p.partition_index, low_watermark=low, error_code=error_code(error)

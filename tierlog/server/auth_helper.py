@@ -1,0 +1,78 @@
+"""AuthHelper (Kafka's class of that name): the one place handlers ask the authorizer whether the principal of the
+request may do something, one batched call per question a request asks. Rules: docs/security.md#api-checks.
+
+Without an authorizer (`authorizer.class.name` unset) everything is allowed, as in Kafka. Requests made inside the
+broker process (`listener_name()` is "") are the broker's own and are never checked. On a controller listener
+only brokers talk (registrations, heartbeats, the metadata fetch, and the admin requests a broker forwards after
+checking them with its client's principal): every question there becomes "does the peer hold CLUSTER_ACTION on
+the cluster", which is what Kafka's controller asks of each of those requests and of a forwarding Envelope.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable
+from typing import TypeVar
+
+from tierlog.security.acl import CLUSTER_NAME, AclOperation, Action, Authorizer, ResourceType
+from tierlog.server.authorized_operations import SUPPORTED_OPERATIONS, to_32_bit_field
+from tierlog.server.request_context import client_host, listener_name, principal
+
+T = TypeVar("T")
+
+
+class AuthHelper:
+    def __init__(self, authorizer: Authorizer | None, controller_listener_names: Collection[str] = ()) -> None:
+        self.authorizer = authorizer
+        self._controller_listener_names = frozenset(controller_listener_names)
+
+    def _ask(self, actions: list[Action]) -> list[bool]:
+        """One verdict per action for the request being served (all True when nothing is checked)."""
+        listener = listener_name()
+        if self.authorizer is None or not listener or not actions:
+            return [True] * len(actions)
+        host = client_host().removeprefix("/")
+        if listener in self._controller_listener_names:
+            cluster_action = Action(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
+            (allowed,) = self.authorizer.authorize(principal(), host, [cluster_action])
+            return [allowed] * len(actions)
+        return self.authorizer.authorize(principal(), host, actions)
+
+    def authorize(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+        (allowed,) = self._ask([Action(operation, resource_type, name)])
+        return allowed
+
+    def authorize_cluster(self, operation: AclOperation) -> bool:
+        return self.authorize(operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
+    def filter_authorized(self, operation: AclOperation, resource_type: ResourceType, names: Iterable[str]) -> set[str]:
+        """The names among `names` the principal may do `operation` on (each asked once)."""
+        distinct = list(dict.fromkeys(names))
+        verdicts = self._ask([Action(operation, resource_type, name) for name in distinct])
+        return {name for name, allowed in zip(distinct, verdicts, strict=True) if allowed}
+
+    def partition_authorized(
+        self, operation: AclOperation, resource_type: ResourceType, items: Iterable[T], name_of: Callable[[T], str]
+    ) -> tuple[list[T], list[T]]:
+        """(authorized, unauthorized) items, in their order."""
+        items = list(items)
+        allowed = self.filter_authorized(operation, resource_type, (name_of(item) for item in items))
+        return [i for i in items if name_of(i) in allowed], [i for i in items if name_of(i) not in allowed]
+
+    def authorize_by_resource_type(self, operation: AclOperation, resource_type: ResourceType) -> bool:
+        """Kafka's Authorizer.authorizeByResourceType: whether the principal may do `operation` on some resource of
+        the type (an ALLOW no DENY overrides), e.g. WRITE on any topic for an idempotent producer (KIP-679)."""
+        listener = listener_name()
+        if self.authorizer is None or not listener:
+            return True
+        if listener in self._controller_listener_names:
+            return self.authorize_cluster(AclOperation.CLUSTER_ACTION)
+        return self.authorizer.authorize_by_resource_type(
+            principal(), client_host().removeprefix("/"), operation, resource_type
+        )
+
+    def authorized_operations(self, resource_type: ResourceType, name: str) -> int:
+        """KIP-430's bit field: the operations the principal may do on the resource among those it supports
+        (all of them without an authorizer)."""
+        supported = SUPPORTED_OPERATIONS[resource_type]
+        verdicts = self._ask([Action(operation, resource_type, name) for operation in supported])
+        return to_32_bit_field(op for op, allowed in zip(supported, verdicts, strict=True) if allowed)
