@@ -146,3 +146,27 @@ def kcat_sasl_ssl(bootstrap: str, files: TlsFiles, mechanism: str, user: str, pa
             # kcat's librdkafka (2.0 on Debian) spells the mechanism setting in the plural.
             args += ["-X", f"{'sasl.mechanisms' if key == 'sasl.mechanism' else key}={value}"]
     return args
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A certificate of the test CA whose subject starts with CN=<name>, its key, and both in one key store."""
+
+    certificate_path: Path
+    key_path: Path
+    keystore_path: Path
+
+
+# Maps such a subject (CN=alice,OU=Testing cert ...,O=trustme ...) to the common name: User:alice.
+CN_MAPPING_RULES = "RULE:^CN=(.*?),.*$/$1/"
+
+
+def issue_identity(ca: trustme.CA, directory: Path, name: str) -> Identity:
+    """A certificate for CN=<name>, valid for 127.0.0.1 and localhost too, so a broker can serve with it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    issued = ca.issue_cert("127.0.0.1", "localhost", common_name=name)
+    identity = Identity(directory / f"{name}.crt", directory / f"{name}.key", directory / f"{name}-keystore.pem")
+    issued.cert_chain_pems[0].write_to_path(identity.certificate_path)
+    issued.private_key_pem.write_to_path(identity.key_path)
+    issued.private_key_and_cert_chain_pem.write_to_path(identity.keystore_path)
+    return identity
