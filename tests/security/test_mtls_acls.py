@@ -74,11 +74,9 @@ def mtls(tls_files: TlsFiles, tmp_path_factory: pytest.TempPathFactory) -> Itera
         yield MtlsCluster(cluster, tls_files, identities)
 
 
-def grant(admin: AdminClient, topic: str, user: str, *operations: int) -> None:
+def grant(admin: AdminClient, resource: ResourceType, name: str, user: str, *operations: AclOperation) -> None:
     bindings = [
-        AclBinding(
-            ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, f"User:{user}", "*", op, AclPermissionType.ALLOW
-        )
+        AclBinding(resource, name, ResourcePatternType.LITERAL, f"User:{user}", "*", op, AclPermissionType.ALLOW)
         for op in operations
     ]
     for future in admin.create_acls(bindings, request_timeout=TIMEOUT_S).values():
@@ -101,7 +99,9 @@ def test_a_certificates_cn_is_the_principal_the_acls_name(mtls: MtlsCluster) -> 
     topic = f"mtls-acl-{uuid.uuid4().hex[:6]}"
     admin = AdminClient(mtls.config("admin"))
     admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=2)])[topic].result(TIMEOUT_S)
-    grant(admin, topic, "alice", AclOperation.WRITE, AclOperation.READ)
+    grant(admin, ResourceType.TOPIC, topic, "alice", AclOperation.WRITE, AclOperation.READ)
+    # librdkafka looks up the consumer's group coordinator even for assigned partitions: READ on the group too.
+    grant(admin, ResourceType.GROUP, topic, "alice", AclOperation.READ)
 
     values = [b"a%d" % i for i in range(20)]
     assert produce(mtls.config("alice"), topic, values) == [None] * len(values)

@@ -97,6 +97,18 @@ def test_everything_on_three_brokers_survives_a_killed_broker(
         )
         for op in (AclOperation.WRITE, AclOperation.READ)
     ]
+    # librdkafka looks up the consumer's group coordinator even for assigned partitions: READ on the group too.
+    grants.append(
+        AclBinding(
+            ResourceType.GROUP,
+            topic,
+            ResourcePatternType.LITERAL,
+            "User:carol",
+            "*",
+            AclOperation.READ,
+            AclPermissionType.ALLOW,
+        )
+    )
     for future in admin.create_acls(grants, request_timeout=TIMEOUT_S).values():
         future.result(TIMEOUT_S)
 
