@@ -1,11 +1,15 @@
-"""Certificates for the TLS tests (trustme, written to tmp_path) and the broker settings that use them."""
+"""Certificates for the TLS tests (trustme, written to tmp_path), the broker settings that use them, and the
+settings that let confluent-kafka, kafka-python, aiokafka and kcat reach a SASL_SSL listener."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import trustme
+from aiokafka.helpers import create_ssl_context
 
 from tierlog.testing.local_cluster import BrokerProcess, free_ports
 
@@ -71,3 +75,98 @@ class TlsBroker(BrokerProcess):
     @property
     def ssl_bootstrap(self) -> str:
         return f"127.0.0.1:{self.ssl_port}"
+
+
+class ListenersBroker(BrokerProcess):
+    """A broker whose first listener is PLAINTEXT (readiness probes, inter-broker) followed by one listener per
+    name in `listeners` (its protocol that of the same name unless the overrides map it), with the TLS settings
+    of `files` and the `overrides`."""
+
+    def __init__(
+        self, log_dir: Path, files: TlsFiles, listeners: tuple[str, ...], overrides: Mapping[str, str]
+    ) -> None:
+        plaintext_port, *ports = free_ports(1 + len(listeners))
+        self.listener_ports = dict(zip(listeners, ports, strict=True))
+        spelled = [f"PLAINTEXT://127.0.0.1:{plaintext_port}"]
+        spelled += [f"{name}://127.0.0.1:{port}" for name, port in self.listener_ports.items()]
+        super().__init__(
+            log_dir,
+            port=plaintext_port,
+            overrides={
+                "listeners": ",".join(spelled),
+                "log.segment.bytes": str(1024 * 1024),
+                **broker_tls_settings(files),
+                **overrides,
+            },
+        )
+
+    def address(self, listener: str) -> str:
+        return f"127.0.0.1:{self.listener_ports[listener]}"
+
+
+def librdkafka_sasl_ssl(bootstrap: str, files: TlsFiles, mechanism: str, user: str, password: str) -> dict[str, Any]:
+    """confluent-kafka's and kcat's settings (librdkafka's names)."""
+    return {
+        "bootstrap.servers": bootstrap,
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": str(files.ca_path),
+        "sasl.mechanism": mechanism,
+        "sasl.username": user,
+        "sasl.password": password,
+    }
+
+
+def kafka_python_sasl_ssl(bootstrap: str, files: TlsFiles, mechanism: str, user: str, password: str) -> dict[str, Any]:
+    return {
+        "bootstrap_servers": bootstrap,
+        "security_protocol": "SASL_SSL",
+        "ssl_cafile": str(files.ca_path),
+        "sasl_mechanism": mechanism,
+        "sasl_plain_username": user,
+        "sasl_plain_password": password,
+    }
+
+
+def aiokafka_sasl_ssl(bootstrap: str, files: TlsFiles, mechanism: str, user: str, password: str) -> dict[str, Any]:
+    return {
+        "bootstrap_servers": bootstrap,
+        "security_protocol": "SASL_SSL",
+        "ssl_context": create_ssl_context(cafile=str(files.ca_path)),
+        "sasl_mechanism": mechanism,
+        "sasl_plain_username": user,
+        "sasl_plain_password": password,
+    }
+
+
+def kcat_sasl_ssl(bootstrap: str, files: TlsFiles, mechanism: str, user: str, password: str) -> list[str]:
+    """kcat's arguments before the mode: the broker and `-X` per librdkafka setting."""
+    args = ["kcat", "-b", bootstrap]
+    for key, value in librdkafka_sasl_ssl(bootstrap, files, mechanism, user, password).items():
+        if key != "bootstrap.servers":
+            # kcat's librdkafka (2.0 on Debian) spells the mechanism setting in the plural.
+            args += ["-X", f"{'sasl.mechanisms' if key == 'sasl.mechanism' else key}={value}"]
+    return args
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A certificate of the test CA whose subject starts with CN=<name>, its key, and both in one key store."""
+
+    certificate_path: Path
+    key_path: Path
+    keystore_path: Path
+
+
+# Maps such a subject (CN=alice,OU=Testing cert ...,O=trustme ...) to the common name: User:alice.
+CN_MAPPING_RULES = "RULE:^CN=(.*?),.*$/$1/"
+
+
+def issue_identity(ca: trustme.CA, directory: Path, name: str) -> Identity:
+    """A certificate for CN=<name>, valid for 127.0.0.1 and localhost too, so a broker can serve with it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    issued = ca.issue_cert("127.0.0.1", "localhost", common_name=name)
+    identity = Identity(directory / f"{name}.crt", directory / f"{name}.key", directory / f"{name}-keystore.pem")
+    issued.cert_chain_pems[0].write_to_path(identity.certificate_path)
+    issued.private_key_pem.write_to_path(identity.key_path)
+    issued.private_key_and_cert_chain_pem.write_to_path(identity.keystore_path)
+    return identity
