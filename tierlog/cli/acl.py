@@ -33,6 +33,7 @@ from tierlog.cli.clients import (
     results_or_errors,
 )
 from tierlog.cli.tables import plain_table
+from tierlog.security.principal import KafkaPrincipal
 
 CLUSTER_NAME = "kafka-cluster"
 _STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
@@ -65,10 +66,12 @@ def _operation(_ctx: click.Context, param: click.Parameter, values: tuple[str, .
 
 def _principals(_ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
     for value in values:
-        if ":" not in value:
+        try:
+            KafkaPrincipal.parse(value)
+        except ValueError:
             raise click.BadParameter(
                 f"{value!r} is not a principal of the form Type:name (e.g. User:alice)", param=param
-            )
+            ) from None
     return values
 
 
