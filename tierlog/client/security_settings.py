@@ -18,12 +18,11 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping
 
 from tierlog.client.security import ClientSecurity
+from tierlog.security.sasl import SUPPORTED_MECHANISMS
 
-__all__ = ["SASL_MECHANISMS", "SECURITY_PROTOCOLS", "SecuritySettingError", "client_security", "to_librdkafka"]
+__all__ = ["SECURITY_PROTOCOLS", "SecuritySettingError", "client_security", "to_librdkafka"]
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-# What tierlog's brokers and its own connections authenticate with (GSSAPI and OAUTHBEARER are not built).
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 # The login modules whose options are a user name and a password (Kafka's PlainLoginModule, ScramLoginModule).
 _PASSWORD_LOGIN_MODULES = (
     "org.apache.kafka.common.security.plain.PlainLoginModule",
@@ -182,10 +181,10 @@ def client_security(settings: Mapping[str, str], describe: Describe = _setting) 
         return security
     key = "sasl.mechanism" if "sasl.mechanism" in settings else "sasl.mechanisms"
     mechanism = settings.get(key, "").strip().upper()
-    if mechanism not in SASL_MECHANISMS:
+    if mechanism not in SUPPORTED_MECHANISMS:
         raise SecuritySettingError(
-            f"{describe(key)}: security.protocol={protocol} needs sasl.mechanism, one of {', '.join(SASL_MECHANISMS)}"
-            + (f", not {mechanism!r}" if mechanism else "")
+            f"{describe(key)}: security.protocol={protocol} needs sasl.mechanism, "
+            f"one of {', '.join(SUPPORTED_MECHANISMS)}" + (f", not {mechanism!r}" if mechanism else "")
         )
     for credential in ("sasl.username", "sasl.password"):
         if not settings.get(credential):
