@@ -12,25 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import ssl
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 
 from tierlog.client.security import ClientSecurity
+from tierlog.security import jaas
 from tierlog.security.sasl import SUPPORTED_MECHANISMS
 
 __all__ = ["SECURITY_PROTOCOLS", "SecuritySettingError", "client_security", "to_librdkafka"]
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-# The login modules whose options are a user name and a password (Kafka's PlainLoginModule, ScramLoginModule).
-_PASSWORD_LOGIN_MODULES = (
-    "org.apache.kafka.common.security.plain.PlainLoginModule",
-    "org.apache.kafka.common.security.scram.ScramLoginModule",
-)
-_JAAS_FLAGS = ("required", "requisite", "sufficient", "optional")
-# A JAAS option: name=value, the value double-quoted (with \" and \\ escapes) or a bare word.
-_JAAS_OPTION = re.compile(r'\s*([A-Za-z0-9_.-]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s;"]+))')
 # Store types Java reads and librdkafka cannot: their file names, for a store given without its type.
 _BINARY_STORE_SUFFIXES = {".jks": "JKS", ".p12": "PKCS12", ".pfx": "PKCS12"}
 
@@ -134,34 +126,21 @@ def _require_pem(settings: Mapping[str, str], store: str, describe: Describe) ->
 
 def parse_jaas_config(text: str, describe: Describe = _setting) -> tuple[str, str]:
     """(username, password) of a JAAS entry of Kafka's PlainLoginModule or ScramLoginModule, as in
-    `org.apache.kafka.common.security.plain.PlainLoginModule required username="alice" password="secret";`."""
+    `org.apache.kafka.common.security.plain.PlainLoginModule required username="alice" password="secret";`,
+    read as the broker reads its own (security/jaas.py, Kafka's JaasConfig syntax)."""
     problem = f"{describe('sasl.jaas.config')}: "
-    words = text.strip().split(None, 2)
-    if len(words) < 2:
-        raise SecuritySettingError(problem + 'must be like \'<LoginModule> required username="..." password="...";\'')
-    module, flag = words[0], words[1].rstrip(";").lower()
-    if module not in _PASSWORD_LOGIN_MODULES:
+    try:
+        module = jaas.parse_jaas_config(text)
+    except jaas.JaasConfigError as e:
+        raise SecuritySettingError(problem + str(e)) from None
+    if module.class_name not in (jaas.PLAIN_LOGIN_MODULE, jaas.SCRAM_LOGIN_MODULE):
         raise SecuritySettingError(
-            problem + f"login module {module} is not supported (use PlainLoginModule or ScramLoginModule)"
+            problem + f"login module {module.class_name} is not supported (use PlainLoginModule or ScramLoginModule)"
         )
-    if flag not in _JAAS_FLAGS:
-        raise SecuritySettingError(problem + f"control flag {words[1]!r} must be one of {', '.join(_JAAS_FLAGS)}")
-    rest = words[2] if len(words) > 2 else ""
-    options: dict[str, str] = {}
-    position = 0
-    while True:
-        match = _JAAS_OPTION.match(rest, position)
-        if match is None:
-            break
-        quoted, bare = match.group(2), match.group(3)
-        options[match.group(1)] = re.sub(r"\\(.)", r"\1", quoted) if quoted is not None else bare
-        position = match.end()
-    if rest[position:].strip() != ";":
-        raise SecuritySettingError(problem + f"cannot parse {rest[position:].strip()!r} (is the closing ';' there?)")
-    missing = [name for name in ("username", "password") if name not in options]
-    if missing:
+    if module.username is None or module.password is None:
+        missing = [name for name in ("username", "password") if name not in module.options]
         raise SecuritySettingError(problem + f"has no {' and no '.join(missing)}")
-    return options["username"], options["password"]
+    return module.username, module.password
 
 
 def client_security(settings: Mapping[str, str], describe: Describe = _setting) -> ClientSecurity:
