@@ -47,7 +47,10 @@ def test_jaas_plain_and_scram_give_username_and_password() -> None:
     [
         ("com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true;", "login module"),
         ("org.apache.kafka.common.security.plain.PlainLoginModule always username='a';", "control flag"),
-        ('org.apache.kafka.common.security.plain.PlainLoginModule required username="a" password="b"', "not terminated by semi-colon"),
+        (
+            'org.apache.kafka.common.security.plain.PlainLoginModule required username="a" password="b"',
+            "not terminated by semi-colon",
+        ),
         ('org.apache.kafka.common.security.plain.PlainLoginModule required username="a";', "has no password"),
         ("PlainLoginModule", "control flag not specified"),
     ],
