@@ -10,15 +10,14 @@ Rules: docs/security.md#tools.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import ssl
-import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 
 from tierlog.client.security import ClientSecurity
 from tierlog.security import jaas
 from tierlog.security.sasl import SUPPORTED_MECHANISMS
+from tierlog.security.ssl_context import load_inline_cert_chain
 
 __all__ = ["SECURITY_PROTOCOLS", "SecuritySettingError", "client_security", "to_librdkafka"]
 
@@ -218,25 +217,12 @@ def _load_client_certificate(context: ssl.SSLContext, settings: Mapping[str, str
         if "ssl.certificate.pem" not in settings or "ssl.key.pem" not in settings:
             given = "ssl.certificate.pem" if "ssl.certificate.pem" in settings else "ssl.key.pem"
             raise SecuritySettingError(f"{describe(given)}: needs both ssl.certificate.pem and ssl.key.pem")
-        # ssl loads a certificate chain only from a file: a private one, gone once loaded.
-        with _private_file(settings["ssl.certificate.pem"] + "\n" + settings["ssl.key.pem"]) as path:
-            try:
-                context.load_cert_chain(path, None, password)
-            except ssl.SSLError as e:
-                raise SecuritySettingError(
-                    f"{describe('ssl.certificate.pem')}: cannot load the certificate and key ({_reason(e)})"
-                ) from None
-
-
-@contextlib.contextmanager
-def _private_file(text: str) -> Iterator[str]:
-    descriptor, path = tempfile.mkstemp(suffix=".pem")  # created readable by this user only
-    try:
-        with os.fdopen(descriptor, "w") as file:
-            file.write(text)
-        yield path
-    finally:
-        os.unlink(path)
+        try:
+            load_inline_cert_chain(context, settings["ssl.certificate.pem"] + "\n" + settings["ssl.key.pem"], password)
+        except ssl.SSLError as e:
+            raise SecuritySettingError(
+                f"{describe('ssl.certificate.pem')}: cannot load the certificate and key ({_reason(e)})"
+            ) from None
 
 
 def _reason(error: Exception) -> str:
