@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -184,7 +185,25 @@ def create(
 
 
 def _filter_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    command = click.option(
+    """The options that pick ACLs (kafka-acls.sh's filters of --list and --remove), given to `command` as the one
+    argument `filters`."""
+
+    @functools.wraps(command)
+    def with_filters(
+        principal: str | None,
+        host: str | None,
+        operations: list[AclOperation],
+        topics: tuple[str, ...],
+        groups: tuple[str, ...],
+        transactional_ids: tuple[str, ...],
+        cluster: bool,
+        pattern_type: str,
+        **others: Any,
+    ) -> Any:
+        filters = _filters(principal, host, operations, topics, groups, transactional_ids, cluster, pattern_type)
+        return command(filters=filters, **others)
+
+    decorated = click.option(
         "--resource-pattern-type",
         "pattern_type",
         type=click.Choice(sorted(_FILTER_PATTERN_TYPES), case_sensitive=False),
@@ -192,20 +211,20 @@ def _filter_options(command: Callable[..., Any]) -> Callable[..., Any]:
         show_default=True,
         help="any: ACLs on exactly the names given, whatever their pattern type; match: every ACL that covers "
         "them (the name, *, and the prefixes they start with); literal or prefixed: only that type.",
-    )(command)
-    command = _resource_options(command)
-    command = click.option(
+    )(with_filters)
+    decorated = _resource_options(decorated)
+    decorated = click.option(
         "--operation",
         "operations",
         multiple=True,
         callback=_operation,
         metavar="OPERATION",
         help="Only this operation.",
-    )(command)
-    command = click.option("--host", metavar="ADDRESS", help="Only ACLs for this host.")(command)
+    )(decorated)
+    decorated = click.option("--host", metavar="ADDRESS", help="Only ACLs for this host.")(decorated)
     return click.option(
         "--principal", metavar="TYPE:NAME", help="Only ACLs of this principal (User:* is its own principal)."
-    )(command)
+    )(decorated)
 
 
 def _filters(
@@ -240,19 +259,8 @@ def _filters(
 @acl.command(name="list")
 @_filter_options
 @client_options
-def list_(
-    principal: str | None,
-    host: str | None,
-    operations: list[AclOperation],
-    topics: tuple[str, ...],
-    groups: tuple[str, ...],
-    transactional_ids: tuple[str, ...],
-    cluster: bool,
-    pattern_type: str,
-    client: ClientOptions,
-) -> None:
+def list_(filters: list[AclBindingFilter], client: ClientOptions) -> None:
     """List the ACLs, all of them or those matching the filters."""
-    filters = _filters(principal, host, operations, topics, groups, transactional_ids, cluster, pattern_type)
     admin = admin_client(client)
     found: dict[AclBinding, None] = {}
     for acl_filter in filters:
@@ -269,20 +277,8 @@ def list_(
 @_filter_options
 @click.option("--yes", is_flag=True, help="Delete without asking.")
 @client_options
-def delete(
-    principal: str | None,
-    host: str | None,
-    operations: list[AclOperation],
-    topics: tuple[str, ...],
-    groups: tuple[str, ...],
-    transactional_ids: tuple[str, ...],
-    cluster: bool,
-    pattern_type: str,
-    yes: bool,
-    client: ClientOptions,
-) -> None:
+def delete(filters: list[AclBindingFilter], yes: bool, client: ClientOptions) -> None:
     """Delete the ACLs matching the filters (every ACL when none is given); asks first unless --yes."""
-    filters = _filters(principal, host, operations, topics, groups, transactional_ids, cluster, pattern_type)
     if not yes:
         described = ", ".join(_describe_filter(f) for f in filters)
         click.confirm(f"Delete every ACL matching {described}?", abort=True, err=True)
