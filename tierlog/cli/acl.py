@@ -200,7 +200,23 @@ def _filter_options(command: Callable[..., Any]) -> Callable[..., Any]:
         pattern_type: str,
         **others: Any,
     ) -> Any:
-        filters = _filters(principal, host, operations, topics, groups, transactional_ids, cluster, pattern_type)
+        # One filter per resource and operation given (every resource or operation when none is).
+        if len(operations) > 1:
+            raise click.BadParameter("give at most one --operation", param_hint="--operation")
+        pattern = _FILTER_PATTERN_TYPES[pattern_type.lower()]
+        resources: list[tuple[ResourceType, str | None]] = list(_resources(topics, groups, transactional_ids, cluster))
+        filters = [
+            AclBindingFilter(
+                resource_type,
+                name,
+                pattern,
+                principal,
+                host,
+                operations[0] if operations else AclOperation.ANY,
+                AclPermissionType.ANY,
+            )
+            for resource_type, name in resources or [(ResourceType.ANY, None)]
+        ]
         return command(filters=filters, **others)
 
     decorated = click.option(
@@ -225,35 +241,6 @@ def _filter_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--principal", metavar="TYPE:NAME", help="Only ACLs of this principal (User:* is its own principal)."
     )(decorated)
-
-
-def _filters(
-    principal: str | None,
-    host: str | None,
-    operations: list[AclOperation],
-    topics: tuple[str, ...],
-    groups: tuple[str, ...],
-    transactional_ids: tuple[str, ...],
-    cluster: bool,
-    pattern_type: str,
-) -> list[AclBindingFilter]:
-    """One filter per resource and operation given (every resource or operation when none is)."""
-    if len(operations) > 1:
-        raise click.BadParameter("give at most one --operation", param_hint="--operation")
-    pattern = _FILTER_PATTERN_TYPES[pattern_type.lower()]
-    resources: list[tuple[ResourceType, str | None]] = list(_resources(topics, groups, transactional_ids, cluster))
-    return [
-        AclBindingFilter(
-            resource_type,
-            name,
-            pattern,
-            principal,
-            host,
-            operations[0] if operations else AclOperation.ANY,
-            AclPermissionType.ANY,
-        )
-        for resource_type, name in resources or [(ResourceType.ANY, None)]
-    ]
 
 
 @acl.command(name="list")
