@@ -257,7 +257,7 @@ def list_(filters: list[AclBindingFilter], client: ClientOptions) -> None:
         found.update(dict.fromkeys(described))
     if not found:
         _refuse_without_authorizer(admin, client)
-    _print_acls([(b, None) for b in sorted(found, key=_order)])
+    _print_acls([(b, None) for b in sorted(found, key=_cells)])
 
 
 @acl.command()
@@ -276,7 +276,7 @@ def delete(filters: list[AclBindingFilter], yes: bool, client: ClientOptions) ->
         if isinstance(result, str):
             raise CliError(result)
         deleted.update(dict.fromkeys(result))
-    _print_acls([(b, "deleted") for b in sorted(deleted, key=_order)])
+    _print_acls([(b, "deleted") for b in sorted(deleted, key=_cells)])
 
 
 def _refuse_without_authorizer(admin: AdminClient, client: ClientOptions) -> None:
@@ -295,7 +295,8 @@ def _refuse_without_authorizer(admin: AdminClient, client: ClientOptions) -> Non
         raise CliError(f"the broker has no authorizer: set authorizer.class.name={_STANDARD_AUTHORIZER} to use ACLs")
 
 
-def _order(binding: AclBinding) -> tuple[Any, ...]:
+def _cells(binding: AclBinding) -> tuple[str, ...]:
+    """The ACL's row in Kafka's names, which is also the order the rows are listed in."""
     return (
         _resource_name(binding.restype),
         binding.name,
@@ -333,15 +334,7 @@ def _print_acls(rows: list[tuple[AclBinding, str | None]]) -> None:
         "RESOURCE", "NAME", "PATTERN", "PRINCIPAL", "HOST", "OPERATION", "PERMISSION", *(("STATUS",) * with_status)
     )
     for binding, status in rows:
-        cells: list[str | Text] = [
-            _resource_name(binding.restype),
-            binding.name,
-            binding.resource_pattern_type.name,
-            binding.principal,
-            binding.host,
-            binding.operation.name,
-            binding.permission_type.name,
-        ]
+        cells: list[str | Text] = list(_cells(binding))
         if with_status:
             cells.append(Text(status or "", style="red" if status not in ("created", "deleted") else ""))
         table.add_row(*cells)
