@@ -47,9 +47,12 @@ def test_jaas_plain_and_scram_give_username_and_password() -> None:
     [
         ("com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true;", "login module"),
         ("org.apache.kafka.common.security.plain.PlainLoginModule always username='a';", "control flag"),
-        ('org.apache.kafka.common.security.plain.PlainLoginModule required username="a" password="b"', "closing ';'"),
+        (
+            'org.apache.kafka.common.security.plain.PlainLoginModule required username="a" password="b"',
+            "not terminated by semi-colon",
+        ),
         ('org.apache.kafka.common.security.plain.PlainLoginModule required username="a";', "has no password"),
-        ("PlainLoginModule", "must be like"),
+        ("PlainLoginModule", "control flag not specified"),
     ],
 )
 def test_bad_jaas_config_is_one_line_naming_the_option(jaas: str, problem: str) -> None:

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -33,6 +34,7 @@ from tierlog.cli.clients import (
     results_or_errors,
 )
 from tierlog.cli.tables import plain_table
+from tierlog.security.principal import KafkaPrincipal
 
 CLUSTER_NAME = "kafka-cluster"
 _STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
@@ -65,10 +67,12 @@ def _operation(_ctx: click.Context, param: click.Parameter, values: tuple[str, .
 
 def _principals(_ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
     for value in values:
-        if ":" not in value:
+        try:
+            KafkaPrincipal.parse(value)
+        except ValueError:
             raise click.BadParameter(
                 f"{value!r} is not a principal of the form Type:name (e.g. User:alice)", param=param
-            )
+            ) from None
     return values
 
 
@@ -181,7 +185,41 @@ def create(
 
 
 def _filter_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    command = click.option(
+    """The options that pick ACLs (kafka-acls.sh's filters of --list and --remove), given to `command` as the one
+    argument `filters`."""
+
+    @functools.wraps(command)
+    def with_filters(
+        principal: str | None,
+        host: str | None,
+        operations: list[AclOperation],
+        topics: tuple[str, ...],
+        groups: tuple[str, ...],
+        transactional_ids: tuple[str, ...],
+        cluster: bool,
+        pattern_type: str,
+        **others: Any,
+    ) -> Any:
+        # One filter per resource and operation given (every resource or operation when none is).
+        if len(operations) > 1:
+            raise click.BadParameter("give at most one --operation", param_hint="--operation")
+        pattern = _FILTER_PATTERN_TYPES[pattern_type.lower()]
+        resources: list[tuple[ResourceType, str | None]] = list(_resources(topics, groups, transactional_ids, cluster))
+        filters = [
+            AclBindingFilter(
+                resource_type,
+                name,
+                pattern,
+                principal,
+                host,
+                operations[0] if operations else AclOperation.ANY,
+                AclPermissionType.ANY,
+            )
+            for resource_type, name in resources or [(ResourceType.ANY, None)]
+        ]
+        return command(filters=filters, **others)
+
+    decorated = click.option(
         "--resource-pattern-type",
         "pattern_type",
         type=click.Choice(sorted(_FILTER_PATTERN_TYPES), case_sensitive=False),
@@ -189,67 +227,27 @@ def _filter_options(command: Callable[..., Any]) -> Callable[..., Any]:
         show_default=True,
         help="any: ACLs on exactly the names given, whatever their pattern type; match: every ACL that covers "
         "them (the name, *, and the prefixes they start with); literal or prefixed: only that type.",
-    )(command)
-    command = _resource_options(command)
-    command = click.option(
+    )(with_filters)
+    decorated = _resource_options(decorated)
+    decorated = click.option(
         "--operation",
         "operations",
         multiple=True,
         callback=_operation,
         metavar="OPERATION",
         help="Only this operation.",
-    )(command)
-    command = click.option("--host", metavar="ADDRESS", help="Only ACLs for this host.")(command)
+    )(decorated)
+    decorated = click.option("--host", metavar="ADDRESS", help="Only ACLs for this host.")(decorated)
     return click.option(
         "--principal", metavar="TYPE:NAME", help="Only ACLs of this principal (User:* is its own principal)."
-    )(command)
-
-
-def _filters(
-    principal: str | None,
-    host: str | None,
-    operations: list[AclOperation],
-    topics: tuple[str, ...],
-    groups: tuple[str, ...],
-    transactional_ids: tuple[str, ...],
-    cluster: bool,
-    pattern_type: str,
-) -> list[AclBindingFilter]:
-    """One filter per resource and operation given (every resource or operation when none is)."""
-    if len(operations) > 1:
-        raise click.BadParameter("give at most one --operation", param_hint="--operation")
-    pattern = _FILTER_PATTERN_TYPES[pattern_type.lower()]
-    resources: list[tuple[ResourceType, str | None]] = list(_resources(topics, groups, transactional_ids, cluster))
-    return [
-        AclBindingFilter(
-            resource_type,
-            name,
-            pattern,
-            principal,
-            host,
-            operations[0] if operations else AclOperation.ANY,
-            AclPermissionType.ANY,
-        )
-        for resource_type, name in resources or [(ResourceType.ANY, None)]
-    ]
+    )(decorated)
 
 
 @acl.command(name="list")
 @_filter_options
 @client_options
-def list_(
-    principal: str | None,
-    host: str | None,
-    operations: list[AclOperation],
-    topics: tuple[str, ...],
-    groups: tuple[str, ...],
-    transactional_ids: tuple[str, ...],
-    cluster: bool,
-    pattern_type: str,
-    client: ClientOptions,
-) -> None:
+def list_(filters: list[AclBindingFilter], client: ClientOptions) -> None:
     """List the ACLs, all of them or those matching the filters."""
-    filters = _filters(principal, host, operations, topics, groups, transactional_ids, cluster, pattern_type)
     admin = admin_client(client)
     found: dict[AclBinding, None] = {}
     for acl_filter in filters:
@@ -259,27 +257,15 @@ def list_(
         found.update(dict.fromkeys(described))
     if not found:
         _refuse_without_authorizer(admin, client)
-    _print_acls([(b, None) for b in sorted(found, key=_order)])
+    _print_acls([(b, None) for b in sorted(found, key=_cells)])
 
 
 @acl.command()
 @_filter_options
 @click.option("--yes", is_flag=True, help="Delete without asking.")
 @client_options
-def delete(
-    principal: str | None,
-    host: str | None,
-    operations: list[AclOperation],
-    topics: tuple[str, ...],
-    groups: tuple[str, ...],
-    transactional_ids: tuple[str, ...],
-    cluster: bool,
-    pattern_type: str,
-    yes: bool,
-    client: ClientOptions,
-) -> None:
+def delete(filters: list[AclBindingFilter], yes: bool, client: ClientOptions) -> None:
     """Delete the ACLs matching the filters (every ACL when none is given); asks first unless --yes."""
-    filters = _filters(principal, host, operations, topics, groups, transactional_ids, cluster, pattern_type)
     if not yes:
         described = ", ".join(_describe_filter(f) for f in filters)
         click.confirm(f"Delete every ACL matching {described}?", abort=True, err=True)
@@ -290,7 +276,7 @@ def delete(
         if isinstance(result, str):
             raise CliError(result)
         deleted.update(dict.fromkeys(result))
-    _print_acls([(b, "deleted") for b in sorted(deleted, key=_order)])
+    _print_acls([(b, "deleted") for b in sorted(deleted, key=_cells)])
 
 
 def _refuse_without_authorizer(admin: AdminClient, client: ClientOptions) -> None:
@@ -309,7 +295,8 @@ def _refuse_without_authorizer(admin: AdminClient, client: ClientOptions) -> Non
         raise CliError(f"the broker has no authorizer: set authorizer.class.name={_STANDARD_AUTHORIZER} to use ACLs")
 
 
-def _order(binding: AclBinding) -> tuple[Any, ...]:
+def _cells(binding: AclBinding) -> tuple[str, ...]:
+    """The ACL's row in Kafka's names, which is also the order the rows are listed in."""
     return (
         _resource_name(binding.restype),
         binding.name,
@@ -347,15 +334,7 @@ def _print_acls(rows: list[tuple[AclBinding, str | None]]) -> None:
         "RESOURCE", "NAME", "PATTERN", "PRINCIPAL", "HOST", "OPERATION", "PERMISSION", *(("STATUS",) * with_status)
     )
     for binding, status in rows:
-        cells: list[str | Text] = [
-            _resource_name(binding.restype),
-            binding.name,
-            binding.resource_pattern_type.name,
-            binding.principal,
-            binding.host,
-            binding.operation.name,
-            binding.permission_type.name,
-        ]
+        cells: list[str | Text] = list(_cells(binding))
         if with_status:
             cells.append(Text(status or "", style="red" if status not in ("created", "deleted") else ""))
         table.add_row(*cells)

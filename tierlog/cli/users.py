@@ -28,11 +28,9 @@ from tierlog.cli.clients import (
     results_or_errors,
 )
 from tierlog.cli.tables import plain_table
+from tierlog.security.sasl import SCRAM_MECHANISMS
 
-MECHANISMS = {
-    mechanism.name.replace("_", "-"): mechanism
-    for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)
-}
+MECHANISMS = {name: ScramMechanism[name.replace("-", "_")] for name in SCRAM_MECHANISMS}
 # kafka-configs.sh's iterations when none are given (ConfigCommand.DefaultScramIterations); Kafka accepts
 # 4096 to 16384.
 DEFAULT_ITERATIONS = 4096

@@ -10,28 +10,18 @@ Rules: docs/security.md#tools.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import re
 import ssl
-import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 
 from tierlog.client.security import ClientSecurity
+from tierlog.security import jaas
+from tierlog.security.sasl import SUPPORTED_MECHANISMS
+from tierlog.security.ssl_context import load_inline_cert_chain
 
-__all__ = ["SASL_MECHANISMS", "SECURITY_PROTOCOLS", "SecuritySettingError", "client_security", "to_librdkafka"]
+__all__ = ["SECURITY_PROTOCOLS", "SecuritySettingError", "client_security", "to_librdkafka"]
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-# What tierlog's brokers and its own connections authenticate with (GSSAPI and OAUTHBEARER are not built).
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-# The login modules whose options are a user name and a password (Kafka's PlainLoginModule, ScramLoginModule).
-_PASSWORD_LOGIN_MODULES = (
-    "org.apache.kafka.common.security.plain.PlainLoginModule",
-    "org.apache.kafka.common.security.scram.ScramLoginModule",
-)
-_JAAS_FLAGS = ("required", "requisite", "sufficient", "optional")
-# A JAAS option: name=value, the value double-quoted (with \" and \\ escapes) or a bare word.
-_JAAS_OPTION = re.compile(r'\s*([A-Za-z0-9_.-]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s;"]+))')
 # Store types Java reads and librdkafka cannot: their file names, for a store given without its type.
 _BINARY_STORE_SUFFIXES = {".jks": "JKS", ".p12": "PKCS12", ".pfx": "PKCS12"}
 
@@ -135,34 +125,21 @@ def _require_pem(settings: Mapping[str, str], store: str, describe: Describe) ->
 
 def parse_jaas_config(text: str, describe: Describe = _setting) -> tuple[str, str]:
     """(username, password) of a JAAS entry of Kafka's PlainLoginModule or ScramLoginModule, as in
-    `org.apache.kafka.common.security.plain.PlainLoginModule required username="alice" password="secret";`."""
+    `org.apache.kafka.common.security.plain.PlainLoginModule required username="alice" password="secret";`,
+    read as the broker reads its own (security/jaas.py, Kafka's JaasConfig syntax)."""
     problem = f"{describe('sasl.jaas.config')}: "
-    words = text.strip().split(None, 2)
-    if len(words) < 2:
-        raise SecuritySettingError(problem + 'must be like \'<LoginModule> required username="..." password="...";\'')
-    module, flag = words[0], words[1].rstrip(";").lower()
-    if module not in _PASSWORD_LOGIN_MODULES:
+    try:
+        module = jaas.parse_jaas_config(text)
+    except jaas.JaasConfigError as e:
+        raise SecuritySettingError(problem + str(e)) from None
+    if module.class_name not in (jaas.PLAIN_LOGIN_MODULE, jaas.SCRAM_LOGIN_MODULE):
         raise SecuritySettingError(
-            problem + f"login module {module} is not supported (use PlainLoginModule or ScramLoginModule)"
+            problem + f"login module {module.class_name} is not supported (use PlainLoginModule or ScramLoginModule)"
         )
-    if flag not in _JAAS_FLAGS:
-        raise SecuritySettingError(problem + f"control flag {words[1]!r} must be one of {', '.join(_JAAS_FLAGS)}")
-    rest = words[2] if len(words) > 2 else ""
-    options: dict[str, str] = {}
-    position = 0
-    while True:
-        match = _JAAS_OPTION.match(rest, position)
-        if match is None:
-            break
-        quoted, bare = match.group(2), match.group(3)
-        options[match.group(1)] = re.sub(r"\\(.)", r"\1", quoted) if quoted is not None else bare
-        position = match.end()
-    if rest[position:].strip() != ";":
-        raise SecuritySettingError(problem + f"cannot parse {rest[position:].strip()!r} (is the closing ';' there?)")
-    missing = [name for name in ("username", "password") if name not in options]
-    if missing:
+    if module.username is None or module.password is None:
+        missing = [name for name in ("username", "password") if name not in module.options]
         raise SecuritySettingError(problem + f"has no {' and no '.join(missing)}")
-    return options["username"], options["password"]
+    return module.username, module.password
 
 
 def client_security(settings: Mapping[str, str], describe: Describe = _setting) -> ClientSecurity:
@@ -182,10 +159,10 @@ def client_security(settings: Mapping[str, str], describe: Describe = _setting) 
         return security
     key = "sasl.mechanism" if "sasl.mechanism" in settings else "sasl.mechanisms"
     mechanism = settings.get(key, "").strip().upper()
-    if mechanism not in SASL_MECHANISMS:
+    if mechanism not in SUPPORTED_MECHANISMS:
         raise SecuritySettingError(
-            f"{describe(key)}: security.protocol={protocol} needs sasl.mechanism, one of {', '.join(SASL_MECHANISMS)}"
-            + (f", not {mechanism!r}" if mechanism else "")
+            f"{describe(key)}: security.protocol={protocol} needs sasl.mechanism, "
+            f"one of {', '.join(SUPPORTED_MECHANISMS)}" + (f", not {mechanism!r}" if mechanism else "")
         )
     for credential in ("sasl.username", "sasl.password"):
         if not settings.get(credential):
@@ -240,25 +217,12 @@ def _load_client_certificate(context: ssl.SSLContext, settings: Mapping[str, str
         if "ssl.certificate.pem" not in settings or "ssl.key.pem" not in settings:
             given = "ssl.certificate.pem" if "ssl.certificate.pem" in settings else "ssl.key.pem"
             raise SecuritySettingError(f"{describe(given)}: needs both ssl.certificate.pem and ssl.key.pem")
-        # ssl loads a certificate chain only from a file: a private one, gone once loaded.
-        with _private_file(settings["ssl.certificate.pem"] + "\n" + settings["ssl.key.pem"]) as path:
-            try:
-                context.load_cert_chain(path, None, password)
-            except ssl.SSLError as e:
-                raise SecuritySettingError(
-                    f"{describe('ssl.certificate.pem')}: cannot load the certificate and key ({_reason(e)})"
-                ) from None
-
-
-@contextlib.contextmanager
-def _private_file(text: str) -> Iterator[str]:
-    descriptor, path = tempfile.mkstemp(suffix=".pem")  # created readable by this user only
-    try:
-        with os.fdopen(descriptor, "w") as file:
-            file.write(text)
-        yield path
-    finally:
-        os.unlink(path)
+        try:
+            load_inline_cert_chain(context, settings["ssl.certificate.pem"] + "\n" + settings["ssl.key.pem"], password)
+        except ssl.SSLError as e:
+            raise SecuritySettingError(
+                f"{describe('ssl.certificate.pem')}: cannot load the certificate and key ({_reason(e)})"
+            ) from None
 
 
 def _reason(error: Exception) -> str:

@@ -72,7 +72,7 @@ from tierlog.security.acl import (
     ResourceType,
 )
 from tierlog.security.acl_filter import AclBindingFilter, binding_of, record_of
-from tierlog.security.authorizer import check_principal
+from tierlog.security.principal import KafkaPrincipal
 from tierlog.storage.checkpoints import kafka_uuid_to_str
 from tierlog.storage.log_config import TOPIC_CONFIGS, validate_topic_config
 
@@ -908,7 +908,7 @@ def validate_new_acl(binding: AclBinding) -> None:
     if entry.permission_type not in (AclPermissionType.ALLOW, AclPermissionType.DENY):
         raise InvalidRequestError(f"Invalid permissionType {entry.permission_type.name}")
     try:
-        check_principal(entry.principal)
+        KafkaPrincipal.parse(entry.principal)
     except ValueError as e:
         raise InvalidRequestError(str(e)) from None
 

@@ -98,19 +98,34 @@ ANY_ACL = AclBindingFilter(
 )
 
 
-def binding_of(record: AccessControlEntryRecord) -> AclBinding:
+def acl_binding(
+    resource_type: int,
+    resource_name: str,
+    pattern_type: int,
+    principal: str,
+    host: str,
+    operation: int,
+    permission_type: int,
+) -> AclBinding:
+    """The ACL of a CreateAcls creation or an AccessControlEntryRecord, from its fields (Kafka's codes; a code this
+    version does not know is UNKNOWN)."""
     return AclBinding(
-        ResourcePattern(
-            from_code(ResourceType, record.resource_type),
-            record.resource_name,
-            from_code(PatternType, record.pattern_type),
-        ),
+        ResourcePattern(from_code(ResourceType, resource_type), resource_name, from_code(PatternType, pattern_type)),
         AccessControlEntry(
-            record.principal,
-            record.host,
-            from_code(AclOperation, record.operation),
-            from_code(AclPermissionType, record.permission_type),
+            principal, host, from_code(AclOperation, operation), from_code(AclPermissionType, permission_type)
         ),
+    )
+
+
+def binding_of(record: AccessControlEntryRecord) -> AclBinding:
+    return acl_binding(
+        record.resource_type,
+        record.resource_name,
+        record.pattern_type,
+        record.principal,
+        record.host,
+        record.operation,
+        record.permission_type,
     )
 
 

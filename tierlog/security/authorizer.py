@@ -40,16 +40,9 @@ _IMPLIES_DESCRIBE = frozenset(
 _IMPLIES_DESCRIBE_CONFIGS = frozenset({AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS})
 
 
-def check_principal(text: str) -> str:
-    """`text` if it has Kafka's principal form "Type:name"; ValueError with Kafka's message otherwise."""
-    if ":" not in text:
-        raise ValueError(f"expected a string in format principalType:principalName but got {text}")
-    return text
-
-
 def parse_super_users(value: str) -> frozenset[str]:
     """`super.users`: principals separated by semicolons ("User:admin;User:ops"), as Kafka reads it."""
-    return frozenset(check_principal(item.strip()) for item in value.split(";") if item.strip())
+    return frozenset(str(KafkaPrincipal.parse(item.strip())) for item in value.split(";") if item.strip())
 
 
 class StandardAuthorizer:

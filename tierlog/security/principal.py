@@ -22,10 +22,11 @@ class KafkaPrincipal:
 
     @classmethod
     def parse(cls, text: str) -> KafkaPrincipal:
-        """'User:alice' -> KafkaPrincipal('User', 'alice'); ValueError without a type."""
+        """'User:alice' -> KafkaPrincipal('User', 'alice'); ValueError with Kafka's message (SecurityUtils.
+        parseKafkaPrincipal's) without a colon."""
         principal_type, sep, name = text.partition(":")
-        if not sep or not principal_type:
-            raise ValueError(f"{text!r} is not a principal of the form Type:name (e.g. User:alice)")
+        if not sep:
+            raise ValueError(f"expected a string in format principalType:principalName but got {text}")
         return cls(principal_type, name)
 
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from tierlog.metadata.records import SCRAM_MECHANISM_NAMES
+
 PLAIN = "PLAIN"
-SCRAM_SHA_256 = "SCRAM-SHA-256"
-SCRAM_SHA_512 = "SCRAM-SHA-512"
-SCRAM_MECHANISMS = (SCRAM_SHA_256, SCRAM_SHA_512)
+SCRAM_MECHANISMS = tuple(SCRAM_MECHANISM_NAMES.values())
+# What tierlog's brokers and its own connections authenticate with (GSSAPI and OAUTHBEARER are not built).
 SUPPORTED_MECHANISMS = (PLAIN, *SCRAM_MECHANISMS)
 
 

@@ -154,17 +154,24 @@ def _load_keystore(context: ssl.SSLContext, settings: SslSettings) -> None:
             lambda: context.load_cert_chain(settings.keystore_location or "", password=settings.key_password),
         )
         return
-    # Python's ssl loads a key and chain only from a file: the inline PEM goes through a private temporary one.
+    _load(
+        "ssl.keystore.certificate.chain/ssl.keystore.key",
+        "(inline)",
+        "a PEM certificate chain and private key (with ssl.key.password if the key is encrypted)",
+        lambda: load_inline_cert_chain(
+            context, f"{settings.keystore_key}\n{settings.keystore_certificate_chain}\n", settings.key_password
+        ),
+    )
+
+
+def load_inline_cert_chain(context: ssl.SSLContext, pem: str, password: str | None) -> None:
+    """`context.load_cert_chain` of a private key and certificate chain given as PEM text rather than a file.
+    Python's ssl loads them only from a file: the text goes through a private temporary one, gone once loaded."""
     with tempfile.TemporaryDirectory(prefix="tierlog-keystore-") as directory:
         path = os.path.join(directory, "keystore.pem")
-        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as pem:
-            pem.write(f"{settings.keystore_key}\n{settings.keystore_certificate_chain}\n")
-        _load(
-            "ssl.keystore.certificate.chain/ssl.keystore.key",
-            "(inline)",
-            "a PEM certificate chain and private key (with ssl.key.password if the key is encrypted)",
-            lambda: context.load_cert_chain(path, password=settings.key_password),
-        )
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as file:
+            file.write(pem)
+        context.load_cert_chain(path, password=password)
 
 
 def _load_truststore(context: ssl.SSLContext, settings: SslSettings, purpose: ssl.Purpose) -> None:

@@ -34,15 +34,9 @@ from tierlog.protocol.codec import Request
 from tierlog.protocol.errors import error_code
 from tierlog.replication.replica_manager import error_name_of
 from tierlog.security.acl import (
-    AccessControlEntry,
-    AclBinding,
     AclOperation,
-    AclPermissionType,
-    PatternType,
-    ResourcePattern,
-    ResourceType,
 )
-from tierlog.security.acl_filter import acl_binding_filter, from_code
+from tierlog.security.acl_filter import acl_binding, acl_binding_filter
 from tierlog.server.auth_helper import AuthHelper
 from tierlog.server.clock import now_ms
 from tierlog.server.controller_server import ControllerServer
@@ -288,18 +282,14 @@ class ControllerApis:
     async def handle_create_acls(self, request: Request) -> Any:
         s = self._schema(request)
         bindings = [
-            AclBinding(
-                ResourcePattern(
-                    from_code(ResourceType, c.resource_type),
-                    c.resource_name,
-                    from_code(PatternType, c.resource_pattern_type),
-                ),
-                AccessControlEntry(
-                    c.principal,
-                    c.host,
-                    from_code(AclOperation, c.operation),
-                    from_code(AclPermissionType, c.permission_type),
-                ),
+            acl_binding(
+                c.resource_type,
+                c.resource_name,
+                c.resource_pattern_type,
+                c.principal,
+                c.host,
+                c.operation,
+                c.permission_type,
             )
             for c in request.body.creations
         ]
