@@ -18,7 +18,7 @@ from aiokafka.helpers import create_ssl_context
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from kafka import KafkaConsumer, KafkaProducer
-from tls_helpers import TlsBroker, TlsFiles, make_tls_files
+from tls_helpers import TlsBroker, TlsFiles
 
 from tierlog.client.connection import KafkaConnection, KafkaConnectionError
 from tierlog.client.requests import api_versions_request
@@ -32,22 +32,17 @@ TIMEOUT_S = 30.0
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
-    return make_tls_files(tmp_path_factory.mktemp("tls"))
-
-
-@pytest.fixture(scope="module")
-def tls_broker(files: TlsFiles, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsBroker]:
-    broker = TlsBroker(tmp_path_factory.mktemp("tls-broker") / "data", files)
+def tls_broker(tls_files: TlsFiles, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsBroker]:
+    broker = TlsBroker(tmp_path_factory.mktemp("tls-broker") / "data", tls_files)
     with broker:
         yield broker
 
 
-def _librdkafka_tls(files: TlsFiles, broker: TlsBroker) -> dict[str, object]:
+def _librdkafka_tls(tls_files: TlsFiles, broker: TlsBroker) -> dict[str, object]:
     return {
         "bootstrap.servers": broker.ssl_bootstrap,
         "security.protocol": "SSL",
-        "ssl.ca.location": str(files.ca_path),
+        "ssl.ca.location": str(tls_files.ca_path),
     }
 
 
@@ -70,13 +65,13 @@ def _plaintext_round_trip(broker: TlsBroker) -> None:
         consumer.close()
 
 
-def test_confluent_kafka_produces_and_consumes_over_tls(files: TlsFiles, tls_broker: TlsBroker) -> None:
+def test_confluent_kafka_produces_and_consumes_over_tls(tls_files: TlsFiles, tls_broker: TlsBroker) -> None:
     topic = _topic()
-    producer = Producer({**_librdkafka_tls(files, tls_broker), "acks": "all"})
+    producer = Producer({**_librdkafka_tls(tls_files, tls_broker), "acks": "all"})
     for i in range(100):
         producer.produce(topic, b"v%d" % i, key=b"k%d" % i)
     assert producer.flush(TIMEOUT_S) == 0
-    consumer = Consumer({**_librdkafka_tls(files, tls_broker), "group.id": topic, "auto.offset.reset": "earliest"})
+    consumer = Consumer({**_librdkafka_tls(tls_files, tls_broker), "group.id": topic, "auto.offset.reset": "earliest"})
     values = []
     try:
         consumer.subscribe([topic])
@@ -90,9 +85,9 @@ def test_confluent_kafka_produces_and_consumes_over_tls(files: TlsFiles, tls_bro
     assert values == [b"v%d" % i for i in range(100)]
 
 
-def test_kafka_python_produces_and_consumes_over_tls(files: TlsFiles, tls_broker: TlsBroker) -> None:
+def test_kafka_python_produces_and_consumes_over_tls(tls_files: TlsFiles, tls_broker: TlsBroker) -> None:
     topic = _topic()
-    tls = {"security_protocol": "SSL", "ssl_cafile": str(files.ca_path)}
+    tls = {"security_protocol": "SSL", "ssl_cafile": str(tls_files.ca_path)}
     producer = KafkaProducer(bootstrap_servers=tls_broker.ssl_bootstrap, acks="all", **tls)
     for i in range(20):
         producer.send(topic, b"kp%d" % i).get(timeout=TIMEOUT_S)
@@ -113,11 +108,11 @@ def test_kafka_python_produces_and_consumes_over_tls(files: TlsFiles, tls_broker
     assert values == [b"kp%d" % i for i in range(20)]
 
 
-def test_aiokafka_produces_and_consumes_over_tls(files: TlsFiles, tls_broker: TlsBroker) -> None:
+def test_aiokafka_produces_and_consumes_over_tls(tls_files: TlsFiles, tls_broker: TlsBroker) -> None:
     topic = _topic()
 
     async def round_trip() -> list[bytes]:
-        context = create_ssl_context(cafile=str(files.ca_path))
+        context = create_ssl_context(cafile=str(tls_files.ca_path))
         producer = AIOKafkaProducer(
             bootstrap_servers=tls_broker.ssl_bootstrap, security_protocol="SSL", ssl_context=context, acks="all"
         )
@@ -153,9 +148,9 @@ def _kcat(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(["kcat", *args], input=stdin, capture_output=True, timeout=TIMEOUT_S, check=False)
 
 
-def test_kcat_produces_and_consumes_over_tls(files: TlsFiles, tls_broker: TlsBroker) -> None:
+def test_kcat_produces_and_consumes_over_tls(tls_files: TlsFiles, tls_broker: TlsBroker) -> None:
     topic = _topic()
-    tls = ["-b", tls_broker.ssl_bootstrap, "-X", "security.protocol=SSL", "-X", f"ssl.ca.location={files.ca_path}"]
+    tls = ["-b", tls_broker.ssl_bootstrap, "-X", "security.protocol=SSL", "-X", f"ssl.ca.location={tls_files.ca_path}"]
     produced = _kcat("-P", *tls, "-t", topic, stdin=b"one\ntwo\nthree\n")
     assert produced.returncode == 0, produced.stderr.decode()
     consumed = _kcat("-C", *tls, "-t", topic, "-e", "-q", "-o", "beginning")
@@ -166,8 +161,8 @@ def test_kcat_produces_and_consumes_over_tls(files: TlsFiles, tls_broker: TlsBro
     assert f"broker 1 at {tls_broker.ssl_bootstrap}" in listing
 
 
-def test_a_broker_certificate_from_an_untrusted_ca_is_refused(files: TlsFiles, tls_broker: TlsBroker) -> None:
-    admin = AdminClient({**_librdkafka_tls(files, tls_broker), "ssl.ca.location": str(files.other_ca_path)})
+def test_a_broker_certificate_from_an_untrusted_ca_is_refused(tls_files: TlsFiles, tls_broker: TlsBroker) -> None:
+    admin = AdminClient({**_librdkafka_tls(tls_files, tls_broker), "ssl.ca.location": str(tls_files.other_ca_path)})
     with pytest.raises(KafkaException) as refused:
         admin.list_topics(timeout=5)
     assert refused.value.args[0].name() == "_TRANSPORT"
@@ -178,7 +173,7 @@ def test_a_broker_certificate_from_an_untrusted_ca_is_refused(files: TlsFiles, t
         "-X",
         "security.protocol=SSL",
         "-X",
-        f"ssl.ca.location={files.other_ca_path}",
+        f"ssl.ca.location={tls_files.other_ca_path}",
         "-m",
         "5",
     )
@@ -187,7 +182,7 @@ def test_a_broker_certificate_from_an_untrusted_ca_is_refused(files: TlsFiles, t
 
 
 def test_a_plaintext_client_on_the_tls_port_fails_and_the_broker_serves_on(
-    files: TlsFiles, tls_broker: TlsBroker
+    tls_files: TlsFiles, tls_broker: TlsBroker
 ) -> None:
     with pytest.raises(KafkaException) as failed:
         AdminClient({"bootstrap.servers": tls_broker.ssl_bootstrap}).list_topics(timeout=3)
@@ -198,7 +193,7 @@ def test_a_plaintext_client_on_the_tls_port_fails_and_the_broker_serves_on(
 
 
 def test_a_tls_client_on_the_plaintext_port_fails_and_the_broker_serves_on(
-    files: TlsFiles, tls_broker: TlsBroker
+    tls_files: TlsFiles, tls_broker: TlsBroker
 ) -> None:
     listed = _kcat(
         "-L",
@@ -207,7 +202,7 @@ def test_a_tls_client_on_the_plaintext_port_fails_and_the_broker_serves_on(
         "-X",
         "security.protocol=SSL",
         "-X",
-        f"ssl.ca.location={files.ca_path}",
+        f"ssl.ca.location={tls_files.ca_path}",
         "-m",
         "3",
     )
@@ -217,31 +212,33 @@ def test_a_tls_client_on_the_plaintext_port_fails_and_the_broker_serves_on(
 
 
 def test_a_client_that_never_completes_the_handshake_does_not_stop_others(
-    files: TlsFiles, tls_broker: TlsBroker
+    tls_files: TlsFiles, tls_broker: TlsBroker
 ) -> None:
     # Connections that send nothing, and one that sends half a ClientHello, hold no connection task: the
     # broker serves TLS clients while they hang (asyncio drops them after the handshake timeout).
     stalled = [socket.create_connection(("127.0.0.1", tls_broker.ssl_port), timeout=5) for _ in range(20)]
     stalled[0].sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")
     try:
-        admin = AdminClient(_librdkafka_tls(files, tls_broker))
+        admin = AdminClient(_librdkafka_tls(tls_files, tls_broker))
         assert 1 in admin.list_topics(timeout=TIMEOUT_S).brokers
     finally:
         for sock in stalled:
             sock.close()
 
 
-def test_tls_consumption_of_a_large_batch_reads_the_whole_file_slice(files: TlsFiles, tls_broker: TlsBroker) -> None:
+def test_tls_consumption_of_a_large_batch_reads_the_whole_file_slice(
+    tls_files: TlsFiles, tls_broker: TlsBroker
+) -> None:
     # Fetch responses larger than one TLS read (1 MiB) go out in several preads: every byte must arrive.
     topic = _topic()
-    producer = Producer({**_librdkafka_tls(files, tls_broker), "linger.ms": 50, "batch.size": 1_000_000})
+    producer = Producer({**_librdkafka_tls(tls_files, tls_broker), "linger.ms": 50, "batch.size": 1_000_000})
     payloads = [bytes([i % 251]) * 10_000 for i in range(400)]
     for payload in payloads:
         producer.produce(topic, payload)
     assert producer.flush(TIMEOUT_S) == 0
     consumer = Consumer(
         {
-            **_librdkafka_tls(files, tls_broker),
+            **_librdkafka_tls(tls_files, tls_broker),
             "group.id": topic,
             "auto.offset.reset": "earliest",
             "fetch.max.bytes": 8_000_000,
@@ -266,7 +263,7 @@ def _project_client(cafile: Path) -> ClientSecurity:
 
 
 def test_the_projects_own_connection_speaks_tls_and_refuses_an_untrusted_broker(
-    files: TlsFiles, tls_broker: TlsBroker
+    tls_files: TlsFiles, tls_broker: TlsBroker
 ) -> None:
     async def api_versions(host: str, security: ClientSecurity) -> int:
         connection = await KafkaConnection.open(
@@ -278,10 +275,10 @@ def test_the_projects_own_connection_speaks_tls_and_refuses_an_untrusted_broker(
             await connection.close()
         return int(response.error_code)
 
-    assert asyncio.run(api_versions("127.0.0.1", _project_client(files.ca_path))) == 0
-    assert asyncio.run(api_versions("localhost", _project_client(files.ca_path))) == 0
+    assert asyncio.run(api_versions("127.0.0.1", _project_client(tls_files.ca_path))) == 0
+    assert asyncio.run(api_versions("localhost", _project_client(tls_files.ca_path))) == 0
     with pytest.raises(KafkaConnectionError) as refused:
-        asyncio.run(api_versions("127.0.0.1", _project_client(files.other_ca_path)))
+        asyncio.run(api_versions("127.0.0.1", _project_client(tls_files.other_ca_path)))
     assert str(refused.value) == (
         f"connect to 127.0.0.1:{tls_broker.ssl_port}: TLS handshake failed: CERTIFICATE_VERIFY_FAILED"
     )

@@ -11,18 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from tls_helpers import TlsFiles, broker_tls_settings, make_tls_files
+from tls_helpers import TlsFiles, broker_tls_settings
 
 from tierlog.config import KafkaConfig
 from tierlog.config_def import ConfigException
 from tierlog.testing.local_cluster import free_port
 
 SSL_ONLY = {"listeners": "SSL://127.0.0.1:9094"}
-
-
-@pytest.fixture(scope="module")
-def files(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
-    return make_tls_files(tmp_path_factory.mktemp("tls"))
 
 
 def _refusal(settings: dict[str, str]) -> str:
@@ -45,7 +40,7 @@ def test_a_listener_mapped_to_ssl_needs_a_key_store_too() -> None:
     assert "CLIENT://127.0.0.1:9094 uses security protocol SSL but has no key store" in _refusal(settings)
 
 
-def test_jks_and_pkcs12_key_stores_are_refused_with_pem_named(files: TlsFiles) -> None:
+def test_jks_and_pkcs12_key_stores_are_refused_with_pem_named(tls_files: TlsFiles) -> None:
     for store_type in ("JKS", "PKCS12"):
         settings = {**SSL_ONLY, "ssl.keystore.type": store_type, "ssl.keystore.location": "/etc/kafka/broker.jks"}
         assert _refusal(settings) == (
@@ -53,7 +48,7 @@ def test_jks_and_pkcs12_key_stores_are_refused_with_pem_named(files: TlsFiles) -
             "(a PEM file with the private key and certificate chain); set ssl.keystore.type=PEM"
         )
     # Kafka's default type is JKS, so a PEM file needs ssl.keystore.type=PEM, as in Kafka.
-    assert "ssl.keystore.type=JKS" in _refusal({**SSL_ONLY, "ssl.keystore.location": str(files.keystore_path)})
+    assert "ssl.keystore.type=JKS" in _refusal({**SSL_ONLY, "ssl.keystore.location": str(tls_files.keystore_path)})
 
 
 def test_a_key_store_file_that_cannot_be_read_is_named(tmp_path: Path) -> None:
@@ -73,24 +68,24 @@ def test_a_key_store_file_that_is_not_pem_is_named(tmp_path: Path) -> None:
     assert "\n" not in message
 
 
-def test_a_trust_store_that_is_not_pem_is_named(files: TlsFiles, tmp_path: Path) -> None:
+def test_a_trust_store_that_is_not_pem_is_named(tls_files: TlsFiles, tmp_path: Path) -> None:
     garbage = tmp_path / "ca.pem"
     garbage.write_text("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
     settings = {
         **SSL_ONLY,
-        **broker_tls_settings(files, **{"ssl.client.auth": "required"}),
+        **broker_tls_settings(tls_files, **{"ssl.client.auth": "required"}),
         "ssl.truststore.location": str(garbage),
     }
     assert _refusal(settings).startswith(f"listener SSL: ssl.truststore.location={garbage}: not PEM certificates")
 
 
-def test_pem_stores_take_no_store_password(files: TlsFiles) -> None:
-    settings = {**SSL_ONLY, **broker_tls_settings(files), "ssl.keystore.password": "secret"}
+def test_pem_stores_take_no_store_password(tls_files: TlsFiles) -> None:
+    settings = {**SSL_ONLY, **broker_tls_settings(tls_files), "ssl.keystore.password": "secret"}
     assert _refusal(settings).startswith("ssl.keystore.password is set, but PEM stores take no store password")
 
 
-def test_an_inline_key_store_and_trust_store_make_a_context(files: TlsFiles) -> None:
-    pem = files.keystore_path.read_text()
+def test_an_inline_key_store_and_trust_store_make_a_context(tls_files: TlsFiles) -> None:
+    pem = tls_files.keystore_path.read_text()
     key_end = re.search(r"-----END [A-Z ]*PRIVATE KEY-----", pem).end()  # type: ignore[union-attr]
     config = KafkaConfig(
         {
@@ -99,7 +94,7 @@ def test_an_inline_key_store_and_trust_store_make_a_context(files: TlsFiles) -> 
             "ssl.keystore.key": pem[:key_end],
             "ssl.keystore.certificate.chain": pem[key_end:],
             "ssl.truststore.type": "PEM",
-            "ssl.truststore.certificates": files.ca_path.read_text(),
+            "ssl.truststore.certificates": tls_files.ca_path.read_text(),
             "ssl.client.auth": "required",
         }
     )
@@ -107,19 +102,19 @@ def test_an_inline_key_store_and_trust_store_make_a_context(files: TlsFiles) -> 
     assert context is not None and context.verify_mode == ssl.CERT_REQUIRED
 
 
-def test_per_listener_settings_take_precedence(files: TlsFiles, tmp_path: Path) -> None:
+def test_per_listener_settings_take_precedence(tls_files: TlsFiles, tmp_path: Path) -> None:
     config = KafkaConfig(
         {
             "listeners": "PLAINTEXT://127.0.0.1:9092,INTERNAL://127.0.0.1:9095",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SSL",
             "ssl.keystore.type": "PEM",
             "ssl.keystore.location": str(tmp_path / "not-this-one.pem"),
-            "listener.name.internal.ssl.keystore.location": str(files.keystore_path),
+            "listener.name.internal.ssl.keystore.location": str(tls_files.keystore_path),
             "listener.name.internal.ssl.client.auth": "requested",
         }
     )
     settings = config.ssl_settings("INTERNAL")
-    assert settings.keystore_location == str(files.keystore_path)
+    assert settings.keystore_location == str(tls_files.keystore_path)
     assert settings.client_auth == "requested"
     assert config.ssl_settings("PLAINTEXT").keystore_location == str(tmp_path / "not-this-one.pem")
     assert config.server_ssl_context("PLAINTEXT") is None
@@ -162,8 +157,8 @@ def test_principal_mapping_rules_that_do_not_parse_are_refused() -> None:
     )
 
 
-def test_tls_versions_and_suites_python_cannot_honour_are_refused(files: TlsFiles) -> None:
-    base = {**SSL_ONLY, **broker_tls_settings(files)}
+def test_tls_versions_and_suites_python_cannot_honour_are_refused(tls_files: TlsFiles) -> None:
+    base = {**SSL_ONLY, **broker_tls_settings(tls_files)}
     assert _refusal({**base, "ssl.enabled.protocols": "TLSv1.1"}) == (
         "listeners: SSL://127.0.0.1:9094: ssl.enabled.protocols=TLSv1.1: tierlog supports TLSv1.2, TLSv1.3"
     )
@@ -171,11 +166,11 @@ def test_tls_versions_and_suites_python_cannot_honour_are_refused(files: TlsFile
     assert "OpenSSL knows none of these suites" in _refusal({**base, "ssl.cipher.suites": "NO-SUCH-SUITE"})
 
 
-def test_tls_versions_and_suites_are_applied(files: TlsFiles) -> None:
+def test_tls_versions_and_suites_are_applied(tls_files: TlsFiles) -> None:
     config = KafkaConfig(
         {
             **SSL_ONLY,
-            **broker_tls_settings(files),
+            **broker_tls_settings(tls_files),
             "ssl.enabled.protocols": "TLSv1.2",
             "ssl.cipher.suites": "ECDHE-ECDSA-AES128-GCM-SHA256",
         }
@@ -186,12 +181,12 @@ def test_tls_versions_and_suites_are_applied(files: TlsFiles) -> None:
     assert [c["name"] for c in context.get_ciphers() if c["protocol"] == "TLSv1.2"] == ["ECDHE-ECDSA-AES128-GCM-SHA256"]
 
 
-def test_the_inter_broker_and_controller_connections_use_their_listeners_tls(files: TlsFiles) -> None:
+def test_the_inter_broker_and_controller_connections_use_their_listeners_tls(tls_files: TlsFiles) -> None:
     settings = {
         "listeners": "PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9094,CONTROLLER://127.0.0.1:9093",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,CONTROLLER:SSL",
         "inter.broker.listener.name": "SSL",
-        **broker_tls_settings(files),
+        **broker_tls_settings(tls_files),
     }
     config = KafkaConfig(settings)
     inter_broker = config.inter_broker_client_security()
@@ -206,8 +201,8 @@ def test_the_inter_broker_and_controller_connections_use_their_listeners_tls(fil
     assert plain.protocol == "PLAINTEXT" and plain.ssl_context is None
 
 
-def test_security_inter_broker_protocol_names_the_inter_broker_listener(files: TlsFiles) -> None:
-    settings = {"listeners": "PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9094", **broker_tls_settings(files)}
+def test_security_inter_broker_protocol_names_the_inter_broker_listener(tls_files: TlsFiles) -> None:
+    settings = {"listeners": "PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9094", **broker_tls_settings(tls_files)}
     config = KafkaConfig({**settings, "security.inter.broker.protocol": "SSL"})
     assert config.inter_broker_listener_name == "SSL"
     assert config.inter_broker_client_security().protocol == "SSL"
@@ -218,11 +213,11 @@ def test_security_inter_broker_protocol_names_the_inter_broker_listener(files: T
     )
 
 
-def test_describe_configs_hides_passwords_and_keys(files: TlsFiles) -> None:
+def test_describe_configs_hides_passwords_and_keys(tls_files: TlsFiles) -> None:
     config = KafkaConfig(
         {
             **SSL_ONLY,
-            **broker_tls_settings(files),
+            **broker_tls_settings(tls_files),
             "ssl.key.password": "secret",
             "listener.name.ssl.ssl.key.password": "secret2",
         }
@@ -231,7 +226,7 @@ def test_describe_configs_hides_passwords_and_keys(files: TlsFiles) -> None:
     for name in ("ssl.key.password", "listener.name.ssl.ssl.key.password", "ssl.keystore.key"):
         assert described[name].sensitive and described[name].value is None
         assert all(synonym.value is None for synonym in described[name].synonyms)
-    assert described["ssl.keystore.location"].value == str(files.keystore_path)
+    assert described["ssl.keystore.location"].value == str(tls_files.keystore_path)
 
 
 def test_the_broker_command_prints_one_line_for_an_unreadable_key_store(tmp_path: Path) -> None:
