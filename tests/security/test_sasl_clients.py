@@ -19,6 +19,7 @@ from aiokafka.errors import KafkaConnectionError as AioKafkaConnectionError
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from sasl_helpers import PLAIN_JAAS
+from tls_helpers import librdkafka_sasl, python_sasl
 
 from tierlog.client.connection import KafkaConnection, KafkaConnectionError
 from tierlog.client.requests import metadata_request
@@ -46,13 +47,12 @@ def sasl_broker(module_broker_factory: Any) -> BrokerProcess:
 
 
 def confluent_config(broker: BrokerProcess, user: str = "alice", password: str = "alice-secret") -> dict[str, Any]:
-    return {
-        "bootstrap.servers": broker.bootstrap,
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanism": "PLAIN",
-        "sasl.username": user,
-        "sasl.password": password,
-    }
+    return librdkafka_sasl(broker.bootstrap, "SASL_PLAINTEXT", "PLAIN", user, password)
+
+
+def python_config(broker: BrokerProcess, user: str = "alice", password: str = "alice-secret") -> dict[str, Any]:
+    """kafka-python's and aiokafka's settings."""
+    return python_sasl(broker.bootstrap, "SASL_PLAINTEXT", "PLAIN", user, password)
 
 
 def topic_name() -> str:
@@ -100,23 +100,13 @@ def test_confluent_kafka_reports_the_brokers_authentication_failure(
     assert_serves(sasl_broker)
 
 
-def kafka_python_config(broker: BrokerProcess, user: str = "alice", password: str = "alice-secret") -> dict[str, Any]:
-    return {
-        "bootstrap_servers": broker.bootstrap,
-        "security_protocol": "SASL_PLAINTEXT",
-        "sasl_mechanism": "PLAIN",
-        "sasl_plain_username": user,
-        "sasl_plain_password": password,
-    }
-
-
 def test_kafka_python_produces_and_consumes_over_sasl_plain(sasl_broker: BrokerProcess) -> None:
     topic = topic_name()
-    producer = kafka.KafkaProducer(**kafka_python_config(sasl_broker), acks="all")
+    producer = kafka.KafkaProducer(**python_config(sasl_broker), acks="all")
     offsets = [producer.send(topic, f"v{i}".encode(), partition=0).get(timeout=TIMEOUT_S).offset for i in range(5)]
     producer.close()
     assert offsets == [0, 1, 2, 3, 4]
-    consumer = kafka.KafkaConsumer(**kafka_python_config(sasl_broker), consumer_timeout_ms=int(TIMEOUT_S * 1000))
+    consumer = kafka.KafkaConsumer(**python_config(sasl_broker), consumer_timeout_ms=int(TIMEOUT_S * 1000))
     consumer.assign([kafka.TopicPartition(topic, 0)])
     consumer.seek(kafka.TopicPartition(topic, 0), 0)
     values = [record.value for _, record in zip(range(5), consumer, strict=False)]
@@ -130,35 +120,25 @@ def test_kafka_python_reports_sasl_authentication_failed(
 ) -> None:
     caplog.set_level(logging.WARNING, logger="kafka")
     with pytest.raises(kafka.errors.KafkaTimeoutError):
-        kafka.KafkaProducer(**kafka_python_config(sasl_broker, user, password), bootstrap_timeout_ms=3000)
+        kafka.KafkaProducer(**python_config(sasl_broker, user, password), bootstrap_timeout_ms=3000)
     failures = [r.getMessage() for r in caplog.records if "SaslAuthenticationFailedError" in r.getMessage()]
     assert failures, "kafka-python logged no SaslAuthenticationFailedError"
     assert "Authentication failed: Invalid username or password" in failures[0]
     assert_serves(sasl_broker)
 
 
-def aiokafka_config(broker: BrokerProcess, user: str = "alice", password: str = "alice-secret") -> dict[str, Any]:
-    return {
-        "bootstrap_servers": broker.bootstrap,
-        "security_protocol": "SASL_PLAINTEXT",
-        "sasl_mechanism": "PLAIN",
-        "sasl_plain_username": user,
-        "sasl_plain_password": password,
-    }
-
-
 def test_aiokafka_produces_and_consumes_over_sasl_plain(sasl_broker: BrokerProcess) -> None:
     topic = topic_name()
 
     async def run() -> list[bytes]:
-        producer = aiokafka.AIOKafkaProducer(**aiokafka_config(sasl_broker), acks="all")
+        producer = aiokafka.AIOKafkaProducer(**python_config(sasl_broker), acks="all")
         await producer.start()
         try:
             for i in range(5):
                 await producer.send_and_wait(topic, f"v{i}".encode(), partition=0)
         finally:
             await producer.stop()
-        consumer = aiokafka.AIOKafkaConsumer(**aiokafka_config(sasl_broker))
+        consumer = aiokafka.AIOKafkaConsumer(**python_config(sasl_broker))
         await consumer.start()
         try:
             partition = aiokafka.TopicPartition(topic, 0)
@@ -182,7 +162,7 @@ def test_aiokafka_reports_sasl_authentication_failed(
     caplog.set_level(logging.ERROR, logger="aiokafka")
 
     async def run() -> None:
-        producer = aiokafka.AIOKafkaProducer(**aiokafka_config(sasl_broker, user, password))
+        producer = aiokafka.AIOKafkaProducer(**python_config(sasl_broker, user, password))
         try:
             await producer.start()
         finally:

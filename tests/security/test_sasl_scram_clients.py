@@ -23,6 +23,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 from sasl_helpers import PLAIN_JAAS
+from tls_helpers import librdkafka_sasl, python_sasl
 
 from tierlog.testing.local_cluster import BrokerProcess
 
@@ -69,23 +70,12 @@ def scram_user(broker: BrokerProcess, mechanism: str) -> str:
 
 
 def confluent_config(broker: BrokerProcess, mechanism: str, user: str, password: str = PASSWORD) -> dict[str, Any]:
-    return {
-        "bootstrap.servers": broker.bootstrap,
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanism": mechanism,
-        "sasl.username": user,
-        "sasl.password": password,
-    }
+    return librdkafka_sasl(broker.bootstrap, "SASL_PLAINTEXT", mechanism, user, password)
 
 
 def python_config(broker: BrokerProcess, mechanism: str, user: str) -> dict[str, Any]:
-    return {
-        "bootstrap_servers": broker.bootstrap,
-        "security_protocol": "SASL_PLAINTEXT",
-        "sasl_mechanism": mechanism,
-        "sasl_plain_username": user,
-        "sasl_plain_password": PASSWORD,
-    }
+    """kafka-python's and aiokafka's settings."""
+    return python_sasl(broker.bootstrap, "SASL_PLAINTEXT", mechanism, user, PASSWORD)
 
 
 def produce_and_consume_confluent(broker: BrokerProcess, mechanism: str, user: str, topic: str) -> list[bytes]:

@@ -104,37 +104,41 @@ class ListenersBroker(BrokerProcess):
         return f"127.0.0.1:{self.listener_ports[listener]}"
 
 
-def librdkafka_sasl_ssl(bootstrap: str, files: TlsFiles, mechanism: str, user: str, password: str) -> dict[str, Any]:
-    """confluent-kafka's and kcat's settings (librdkafka's names)."""
+def librdkafka_sasl(bootstrap: str, protocol: str, mechanism: str, user: str, password: str) -> dict[str, Any]:
+    """confluent-kafka's and kcat's settings (librdkafka's names) of a SASL user on a SASL_PLAINTEXT or SASL_SSL
+    listener; for SASL_SSL, `librdkafka_sasl_ssl` adds the trust store."""
     return {
         "bootstrap.servers": bootstrap,
-        "security.protocol": "SASL_SSL",
-        "ssl.ca.location": str(files.ca_path),
+        "security.protocol": protocol,
         "sasl.mechanism": mechanism,
         "sasl.username": user,
         "sasl.password": password,
     }
 
 
-def kafka_python_sasl_ssl(bootstrap: str, files: TlsFiles, mechanism: str, user: str, password: str) -> dict[str, Any]:
+def python_sasl(bootstrap: str, protocol: str, mechanism: str, user: str, password: str) -> dict[str, Any]:
+    """kafka-python's and aiokafka's settings (they share these names) of a SASL user."""
     return {
         "bootstrap_servers": bootstrap,
-        "security_protocol": "SASL_SSL",
-        "ssl_cafile": str(files.ca_path),
+        "security_protocol": protocol,
         "sasl_mechanism": mechanism,
         "sasl_plain_username": user,
         "sasl_plain_password": password,
     }
 
 
+def librdkafka_sasl_ssl(bootstrap: str, files: TlsFiles, mechanism: str, user: str, password: str) -> dict[str, Any]:
+    return {**librdkafka_sasl(bootstrap, "SASL_SSL", mechanism, user, password), "ssl.ca.location": str(files.ca_path)}
+
+
+def kafka_python_sasl_ssl(bootstrap: str, files: TlsFiles, mechanism: str, user: str, password: str) -> dict[str, Any]:
+    return {**python_sasl(bootstrap, "SASL_SSL", mechanism, user, password), "ssl_cafile": str(files.ca_path)}
+
+
 def aiokafka_sasl_ssl(bootstrap: str, files: TlsFiles, mechanism: str, user: str, password: str) -> dict[str, Any]:
     return {
-        "bootstrap_servers": bootstrap,
-        "security_protocol": "SASL_SSL",
+        **python_sasl(bootstrap, "SASL_SSL", mechanism, user, password),
         "ssl_context": create_ssl_context(cafile=str(files.ca_path)),
-        "sasl_mechanism": mechanism,
-        "sasl_plain_username": user,
-        "sasl_plain_password": password,
     }
 
 
