@@ -14,7 +14,7 @@ from typing import Any
 import aiokafka
 import kafka
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     ScramCredentialInfo,
@@ -23,7 +23,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 from sasl_helpers import PLAIN_JAAS
-from tls_helpers import librdkafka_sasl, python_sasl
+from tls_helpers import first_librdkafka_error, librdkafka_sasl, python_sasl
 
 from tierlog.testing.local_cluster import BrokerProcess
 
@@ -178,15 +178,7 @@ def test_a_user_created_with_alter_user_scram_credentials_produces_and_consumes(
 
 
 def authentication_error(broker: BrokerProcess, mechanism: str, user: str, password: str) -> KafkaError:
-    errors: list[KafkaError] = []
-    client = AdminClient({**confluent_config(broker, mechanism, user, password), "error_cb": errors.append})
-    with pytest.raises(KafkaException):
-        client.list_topics(timeout=5)
-    deadline = time.monotonic() + TIMEOUT_S
-    while not errors and time.monotonic() < deadline:
-        client.poll(0.2)
-    assert errors, "librdkafka reported no error"
-    return errors[0]
+    return first_librdkafka_error(confluent_config(broker, mechanism, user, password), TIMEOUT_S)
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)

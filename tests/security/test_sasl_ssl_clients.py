@@ -18,13 +18,14 @@ import aiokafka.errors
 import kafka
 import kafka.errors
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 from sasl_helpers import PLAIN_JAAS, PLAIN_USERS
 from tls_helpers import (
     ListenersBroker,
     TlsFiles,
     aiokafka_sasl_ssl,
+    first_librdkafka_error,
     kafka_python_sasl_ssl,
     kcat_sasl_ssl,
     librdkafka_sasl_ssl,
@@ -171,18 +172,11 @@ def test_a_client_authenticates_over_sasl_ssl_produces_and_consumes(
 
 
 def confluent_refusal(endpoint: Endpoint, mechanism: str, caplog: pytest.LogCaptureFixture) -> str:
-    errors: list[KafkaError] = []
-    admin = AdminClient(
-        {**librdkafka_sasl_ssl(*endpoint.credentials(mechanism, wrong_password=True)), "error_cb": errors.append}
+    error = first_librdkafka_error(
+        librdkafka_sasl_ssl(*endpoint.credentials(mechanism, wrong_password=True)), TIMEOUT_S
     )
-    with pytest.raises(KafkaException):
-        admin.list_topics(timeout=5)
-    deadline = time.monotonic() + TIMEOUT_S
-    while not errors and time.monotonic() < deadline:
-        admin.poll(0.2)
-    assert errors, "librdkafka reported no error"
-    assert errors[0].code() == KafkaError._AUTHENTICATION, errors[0]
-    return errors[0].str()
+    assert error.code() == KafkaError._AUTHENTICATION, error
+    return error.str()
 
 
 def logged_sasl_failure(caplog: pytest.LogCaptureFixture) -> str:

@@ -3,13 +3,17 @@ settings that let confluent-kafka, kafka-python, aiokafka and kcat reach a SASL_
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trustme
 from aiokafka.helpers import create_ssl_context
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
 
 from tierlog.testing.local_cluster import BrokerProcess, free_ports
 
@@ -140,6 +144,20 @@ def aiokafka_sasl_ssl(bootstrap: str, files: TlsFiles, mechanism: str, user: str
         **python_sasl(bootstrap, "SASL_SSL", mechanism, user, password),
         "ssl_context": create_ssl_context(cafile=str(files.ca_path)),
     }
+
+
+def first_librdkafka_error(config: Mapping[str, Any], timeout_s: float) -> KafkaError:
+    """The first error librdkafka reports (through error_cb) for a client with `config` that cannot list topics:
+    the failed request alone does not say why, the error callback does, a little later."""
+    errors: list[KafkaError] = []
+    admin = AdminClient({**config, "error_cb": errors.append})
+    with pytest.raises(KafkaException):
+        admin.list_topics(timeout=5)
+    deadline = time.monotonic() + timeout_s
+    while not errors and time.monotonic() < deadline:
+        admin.poll(0.2)
+    assert errors, "librdkafka reported no error"
+    return errors[0]
 
 
 def kcat_sasl_ssl(bootstrap: str, files: TlsFiles, mechanism: str, user: str, password: str) -> list[str]:
