@@ -49,15 +49,7 @@ def scram_broker(module_broker_factory: Any) -> BrokerProcess:
 
 
 def admin(broker: BrokerProcess) -> AdminClient:
-    return AdminClient(
-        {
-            "bootstrap.servers": broker.bootstrap,
-            "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanism": "PLAIN",
-            "sasl.username": "admin",
-            "sasl.password": "admin-secret",
-        }
-    )
+    return AdminClient(librdkafka_sasl(broker.bootstrap, "SASL_PLAINTEXT", "PLAIN", "admin", "admin-secret"))
 
 
 def scram_user(broker: BrokerProcess, mechanism: str) -> str:
