@@ -25,17 +25,23 @@ class AuthHelper:
         self.authorizer = authorizer
         self._controller_listener_names = frozenset(controller_listener_names)
 
+    def _checking_authorizer(self) -> Authorizer | None:
+        """The authorizer when the request being served is checked at all (None: no authorizer, or the broker's own
+        request)."""
+        return self.authorizer if listener_name() else None
+
     def _ask(self, actions: list[Action]) -> list[bool]:
         """One verdict per action for the request being served (all True when nothing is checked)."""
-        listener = listener_name()
-        if self.authorizer is None or not listener or not actions:
+        authorizer = self._checking_authorizer()
+        if authorizer is None or not actions:
             return [True] * len(actions)
+        listener = listener_name()
         host = client_host().removeprefix("/")
         if listener in self._controller_listener_names:
             cluster_action = Action(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
-            (allowed,) = self.authorizer.authorize(principal(), host, [cluster_action])
+            (allowed,) = authorizer.authorize(principal(), host, [cluster_action])
             return [allowed] * len(actions)
-        return self.authorizer.authorize(principal(), host, actions)
+        return authorizer.authorize(principal(), host, actions)
 
     def authorize(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
         (allowed,) = self._ask([Action(operation, resource_type, name)])
@@ -46,6 +52,9 @@ class AuthHelper:
 
     def filter_authorized(self, operation: AclOperation, resource_type: ResourceType, names: Iterable[str]) -> set[str]:
         """The names among `names` the principal may do `operation` on (each asked once)."""
+        if self._checking_authorizer() is None:
+            # The common case, on the hot path (Produce, Fetch): no Action per name to build and throw away.
+            return set(names)
         distinct = list(dict.fromkeys(names))
         verdicts = self._ask([Action(operation, resource_type, name) for name in distinct])
         return {name for name, allowed in zip(distinct, verdicts, strict=True) if allowed}
@@ -61,12 +70,12 @@ class AuthHelper:
     def authorize_by_resource_type(self, operation: AclOperation, resource_type: ResourceType) -> bool:
         """Kafka's Authorizer.authorizeByResourceType: whether the principal may do `operation` on some resource of
         the type (an ALLOW no DENY overrides), e.g. WRITE on any topic for an idempotent producer (KIP-679)."""
-        listener = listener_name()
-        if self.authorizer is None or not listener:
+        authorizer = self._checking_authorizer()
+        if authorizer is None:
             return True
-        if listener in self._controller_listener_names:
+        if listener_name() in self._controller_listener_names:
             return self.authorize_cluster(AclOperation.CLUSTER_ACTION)
-        return self.authorizer.authorize_by_resource_type(
+        return authorizer.authorize_by_resource_type(
             principal(), client_host().removeprefix("/"), operation, resource_type
         )
 
