@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tierlog.metadata.records import AccessControlEntryRecord
 from tierlog.security.acl import (
@@ -160,4 +160,18 @@ def acl_binding_filter(
         AccessControlEntryFilter(
             principal, host, from_code(AclOperation, operation), from_code(AclPermissionType, permission_type)
         ),
+    )
+
+
+def acl_binding_filter_of(request_filter: Any) -> AclBindingFilter:
+    """The filter of a DescribeAcls request or of one of a DeleteAcls request's filters (their fields are named
+    alike)."""
+    return acl_binding_filter(
+        request_filter.resource_type_filter,
+        request_filter.resource_name_filter,
+        request_filter.pattern_type_filter,
+        request_filter.principal_filter,
+        request_filter.host_filter,
+        request_filter.operation,
+        request_filter.permission_type,
     )

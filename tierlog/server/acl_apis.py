@@ -12,7 +12,7 @@ from typing import Any
 from tierlog.protocol.codec import Request
 from tierlog.protocol.errors import error_code
 from tierlog.security.acl import AclBinding, AclOperation
-from tierlog.security.acl_filter import acl_binding_filter
+from tierlog.security.acl_filter import acl_binding_filter_of
 from tierlog.security.authorizer import StandardAuthorizer
 from tierlog.server.auth_helper import AuthHelper
 from tierlog.server.controller_apis import API_CREATE_ACLS, API_DELETE_ACLS
@@ -55,16 +55,7 @@ class AclApis:
                 error_message="No Authorizer is configured on the broker",
                 resources=(),
             )
-        body = request.body
-        acl_filter = acl_binding_filter(
-            body.resource_type_filter,
-            body.resource_name_filter,
-            body.pattern_type_filter,
-            body.principal_filter,
-            body.host_filter,
-            body.operation,
-            body.permission_type,
-        )
+        acl_filter = acl_binding_filter_of(request.body)
         by_resource: dict[tuple[int, str, int], list[AclBinding]] = {}
         for binding in self._authorizer.acls(acl_filter):
             pattern = binding.pattern

@@ -36,7 +36,7 @@ from tierlog.replication.replica_manager import error_name_of
 from tierlog.security.acl import (
     AclOperation,
 )
-from tierlog.security.acl_filter import acl_binding, acl_binding_filter
+from tierlog.security.acl_filter import acl_binding, acl_binding_filter_of
 from tierlog.server.auth_helper import AuthHelper
 from tierlog.server.clock import now_ms
 from tierlog.server.controller_server import ControllerServer
@@ -307,18 +307,7 @@ class ControllerApis:
 
     async def handle_delete_acls(self, request: Request) -> Any:
         s = self._schema(request)
-        filters = [
-            acl_binding_filter(
-                f.resource_type_filter,
-                f.resource_name_filter,
-                f.pattern_type_filter,
-                f.principal_filter,
-                f.host_filter,
-                f.operation,
-                f.permission_type,
-            )
-            for f in request.body.filters
-        ]
+        filters = [acl_binding_filter_of(f) for f in request.body.filters]
         filter_results = []
         for result in self.controller.delete_acls(filters):
             if isinstance(result, ControllerError):
