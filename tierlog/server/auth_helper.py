@@ -10,14 +10,11 @@ the cluster", which is what Kafka's controller asks of each of those requests an
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
-from typing import TypeVar
+from collections.abc import Collection, Iterable
 
 from tierlog.security.acl import CLUSTER_NAME, AclOperation, Action, Authorizer, ResourceType
 from tierlog.server.authorized_operations import SUPPORTED_OPERATIONS, to_32_bit_field
 from tierlog.server.request_context import client_host, listener_name, principal
-
-T = TypeVar("T")
 
 
 class AuthHelper:
@@ -58,14 +55,6 @@ class AuthHelper:
         distinct = list(dict.fromkeys(names))
         verdicts = self._ask([Action(operation, resource_type, name) for name in distinct])
         return {name for name, allowed in zip(distinct, verdicts, strict=True) if allowed}
-
-    def partition_authorized(
-        self, operation: AclOperation, resource_type: ResourceType, items: Iterable[T], name_of: Callable[[T], str]
-    ) -> tuple[list[T], list[T]]:
-        """(authorized, unauthorized) items, in their order."""
-        items = list(items)
-        allowed = self.filter_authorized(operation, resource_type, (name_of(item) for item in items))
-        return [i for i in items if name_of(i) in allowed], [i for i in items if name_of(i) not in allowed]
 
     def authorize_by_resource_type(self, operation: AclOperation, resource_type: ResourceType) -> bool:
         """Kafka's Authorizer.authorizeByResourceType: whether the principal may do `operation` on some resource of
