@@ -34,10 +34,10 @@ from tierlog.cli.clients import (
     results_or_errors,
 )
 from tierlog.cli.tables import plain_table
+from tierlog.security.acl import CLUSTER_NAME
+from tierlog.security.authorizer import STANDARD_AUTHORIZER
 from tierlog.security.principal import KafkaPrincipal
 
-CLUSTER_NAME = "kafka-cluster"
-_STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 _ANY = "*"
 
 # kafka-acls.sh's spellings (Read, DescribeConfigs, ...), matched without case or underscores.
@@ -292,7 +292,7 @@ def _refuse_without_authorizer(admin: AdminClient, client: ClientOptions) -> Non
         return
     entry = configs.get("authorizer.class.name")
     if entry is not None and not entry.value:
-        raise CliError(f"the broker has no authorizer: set authorizer.class.name={_STANDARD_AUTHORIZER} to use ACLs")
+        raise CliError(f"the broker has no authorizer: set authorizer.class.name={STANDARD_AUTHORIZER} to use ACLs")
 
 
 def _cells(binding: AclBinding) -> tuple[str, ...]:

@@ -36,6 +36,7 @@ from tierlog.client.probes import answers_api_versions
 from tierlog.client.security import ClientSecurity
 from tierlog.client.security_settings import SecuritySettingError, client_security
 from tierlog.config import parse_properties
+from tierlog.security.authorizer import STANDARD_AUTHORIZER
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 BOOTSTRAP_ENV = "TIERLOG_BOOTSTRAP"
@@ -529,10 +530,7 @@ def kafka_error_message(error: KafkaError, subject: str) -> str:
     if code == KafkaError.RESOURCE_NOT_FOUND:
         return f"{subject} does not exist"
     if code == KafkaError.SECURITY_DISABLED:
-        return (
-            f"{subject}: the broker has no authorizer (set "
-            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer to use ACLs)"
-        )
+        return f"{subject}: the broker has no authorizer (set authorizer.class.name={STANDARD_AUTHORIZER} to use ACLs)"
     if code in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._MSG_TIMED_OUT):
         refusal = broker_refusal()
         if refusal is not None:

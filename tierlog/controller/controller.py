@@ -10,12 +10,13 @@ says (auto.leader.rebalance.enable).
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import re
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+
+from scramp import ScramMechanism
 
 from tierlog.config_def import INT32_MAX, parse_config_value
 from tierlog.controller.errors import (
@@ -89,9 +90,10 @@ UNCLEAN_ELECTION = 1
 # other work in between) rather than a whole check interval later.
 MAX_ELECTIONS_PER_IMBALANCE = 1000
 _IMMEDIATE_BALANCE_DELAY_MS = 10
-# The hash of each SCRAM mechanism (by Kafka's ScramMechanism type id), and the iteration counts Kafka accepts
-# for both (ScramMechanism.minIterations, ScramControlManager.MAX_ITERATIONS).
-_SCRAM_HASHES = {1: hashlib.sha256, 2: hashlib.sha512}
+# The hash of each SCRAM mechanism (by Kafka's ScramMechanism type id; scramp's, which the SASL server verifies
+# with), and the iteration counts Kafka accepts for both (ScramMechanism.minIterations,
+# ScramControlManager.MAX_ITERATIONS).
+_SCRAM_HASHES = {mechanism: ScramMechanism(name).hf for mechanism, name in SCRAM_MECHANISM_NAMES.items()}
 MIN_SCRAM_ITERATIONS = 4096
 MAX_SCRAM_ITERATIONS = 16384
 

@@ -28,6 +28,7 @@ ADMIN_USER = "admin"
 PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 _VALIDITY = datetime.timedelta(days=365)
 _PRIVATE = 0o600
+_CLIENT_CONFIG_FILE_NAME = "client.properties"
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class LocalSecurity:
     @property
     def client_config_file(self) -> Path:
         """librdkafka's settings: `tierlog ... --command-config FILE`, `kcat -F FILE`."""
-        return self.directory / "client.properties"
+        return self.directory / _CLIENT_CONFIG_FILE_NAME
 
     @property
     def java_client_config_file(self) -> Path:
@@ -149,7 +150,7 @@ class LocalSecurity:
     @classmethod
     def load(cls, directory: Path) -> LocalSecurity:
         """The material `generate` wrote in `directory` (for a command that finds a running cluster)."""
-        settings = parse_properties((directory / "client.properties").read_text())
+        settings = parse_properties((directory / _CLIENT_CONFIG_FILE_NAME).read_text())
         return cls(directory, settings["sasl.username"], settings["sasl.password"])
 
 
