@@ -14,6 +14,7 @@ config table of `tierlog.storage.log_config`, which resolves a topic's effective
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import ssl
@@ -1179,12 +1180,18 @@ class KafkaConfig:
     def advertised_listener(self) -> Listener:
         return self.advertised_listeners[0]
 
+    @functools.cached_property
+    def _advertised_listener_names(self) -> tuple[str, ...]:
+        # Worked out once: Metadata and FindCoordinator ask on every request, and advertised.listeners is not a
+        # dynamic config (reconfigure cannot change it).
+        return tuple(listener.name for listener in self.advertised_listeners)
+
     def answering_listener_name(self, request_listener: str) -> str:
         """The listener whose endpoints Metadata and FindCoordinator answer with: as in Kafka, the one the
         request came in on (an SSL client is sent to SSL endpoints); the first advertised listener for a request
         made inside the broker or on a listener that is not advertised (the controller's)."""
-        advertised = {listener.name for listener in self.advertised_listeners}
-        return request_listener if request_listener in advertised else self.advertised_listener.name
+        names = self._advertised_listener_names
+        return request_listener if request_listener in names else names[0]
 
     @property
     def log_dirs(self) -> list[Path]:
