@@ -14,6 +14,7 @@ config table of `tierlog.storage.log_config`, which resolves a topic's effective
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import ssl
@@ -21,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tierlog.client.security import ClientSecurity
+from tierlog.client.security import SASL_PROTOCOLS, SECURITY_PROTOCOLS, TLS_PROTOCOLS, ClientSecurity
 from tierlog.config_def import ConfigDef, ConfigException, Validator, invalid, parse_config_value, parse_typed, render
 from tierlog.security.authorizer import STANDARD_AUTHORIZER, parse_super_users
 from tierlog.security.jaas import (
@@ -46,7 +47,6 @@ from tierlog.storage.offset_map import BYTES_PER_ENTRY
 
 log = logging.getLogger(__name__)
 
-SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 DEFAULT_SECURITY_PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
 FSSPEC_RSM_CLASS_NAME = "tierlog.tiered.fsspec_storage.FsspecRemoteStorageManager"
 
@@ -187,7 +187,6 @@ _SSL_CONFIGS: tuple[ConfigDef, ...] = (
     ),
 )
 _SSL_CONFIG_NAMES = frozenset(d.name for d in _SSL_CONFIGS)
-TLS_PROTOCOLS = ("SSL", "SASL_SSL")
 
 _BROKER_OWN_CONFIGS: tuple[ConfigDef, ...] = (
     _d("node.id", "1", "int", "The node id of this server.", at_least=0),
@@ -611,7 +610,6 @@ _UNSUPPORTED_SASL_PLUGINS = (
 _LISTENER_SASL_SETTING = re.compile(
     r"^listener\.name\.([^.]+)\.(sasl\.enabled\.mechanisms|(?:plain|scram-sha-256|scram-sha-512)\.sasl\.jaas\.config)$"
 )
-_SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
 
 
 def _jaas_key(listener_name: str, mechanism: str) -> str:
@@ -835,7 +833,7 @@ class KafkaConfig:
         and the controller. docs/security.md#sasl."""
         protocols = self.listener_security_protocols
         for listener in map(parse_listener, self.get_list("listeners")):
-            if protocols.get(listener.name) not in _SASL_PROTOCOLS:
+            if protocols.get(listener.name) not in SASL_PROTOCOLS:
                 continue
             for mechanism in self.sasl_enabled_mechanisms(listener.name):
                 module = self.sasl_jaas_config(listener.name, mechanism)
@@ -848,7 +846,7 @@ class KafkaConfig:
             ("inter-broker", self.inter_broker_listener_name, "sasl.mechanism.inter.broker.protocol"),
             ("controller", self.controller_listener_name, "sasl.mechanism.controller.protocol"),
         ):
-            if listener_name is None or protocols.get(listener_name) not in _SASL_PROTOCOLS:
+            if listener_name is None or protocols.get(listener_name) not in SASL_PROTOCOLS:
                 continue
             mechanism = self.get(mechanism_config)
             if mechanism not in SUPPORTED_MECHANISMS:
@@ -929,7 +927,7 @@ class KafkaConfig:
                 context = client_context(self.ssl_settings(listener_name))
             except SslConfigError as e:
                 raise ConfigException(f"listener {listener_name} (the broker's own connections): {e}") from None
-        if protocol not in _SASL_PROTOCOLS:
+        if protocol not in SASL_PROTOCOLS:
             return ClientSecurity(protocol, context)
         mechanism = self.get(mechanism_config)
         module = self.sasl_jaas_config(listener_name, mechanism)
@@ -1179,12 +1177,18 @@ class KafkaConfig:
     def advertised_listener(self) -> Listener:
         return self.advertised_listeners[0]
 
+    @functools.cached_property
+    def _advertised_listener_names(self) -> tuple[str, ...]:
+        # Worked out once: Metadata and FindCoordinator ask on every request, and advertised.listeners is not a
+        # dynamic config (reconfigure cannot change it).
+        return tuple(listener.name for listener in self.advertised_listeners)
+
     def answering_listener_name(self, request_listener: str) -> str:
         """The listener whose endpoints Metadata and FindCoordinator answer with: as in Kafka, the one the
         request came in on (an SSL client is sent to SSL endpoints); the first advertised listener for a request
         made inside the broker or on a listener that is not advertised (the controller's)."""
-        advertised = {listener.name for listener in self.advertised_listeners}
-        return request_listener if request_listener in advertised else self.advertised_listener.name
+        names = self._advertised_listener_names
+        return request_listener if request_listener in names else names[0]
 
     @property
     def log_dirs(self) -> list[Path]:

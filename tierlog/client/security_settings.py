@@ -14,14 +14,13 @@ import os
 import ssl
 from collections.abc import Callable, Mapping
 
-from tierlog.client.security import ClientSecurity
+from tierlog.client.security import SECURITY_PROTOCOLS, ClientSecurity
 from tierlog.security import jaas
 from tierlog.security.sasl import SUPPORTED_MECHANISMS
 from tierlog.security.ssl_context import load_inline_cert_chain
 
 __all__ = ["SECURITY_PROTOCOLS", "SecuritySettingError", "client_security", "to_librdkafka"]
 
-SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 # Store types Java reads and librdkafka cannot: their file names, for a store given without its type.
 _BINARY_STORE_SUFFIXES = {".jks": "JKS", ".p12": "PKCS12", ".pfx": "PKCS12"}
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from tierlog.client.security import SASL_PROTOCOLS
 from tierlog.config import KafkaConfig, Listener
 from tierlog.config_def import ConfigException
 from tierlog.metadata.image import ClusterMetadata, ScramCredential
@@ -352,9 +353,7 @@ class Broker:
         ssl_context = self._server_ssl_contexts[listener.name]
         protocol = self.config.listener_security_protocols[listener.name]
         sasl = (
-            sasl_server_settings(self.config, listener.name, scram_credential)
-            if protocol in ("SASL_PLAINTEXT", "SASL_SSL")
-            else None
+            sasl_server_settings(self.config, listener.name, scram_credential) if protocol in SASL_PROTOCOLS else None
         )
         try:
             server = await asyncio.start_server(

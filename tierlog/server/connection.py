@@ -20,6 +20,7 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 
+from tierlog.client.security import SASL_PROTOCOLS
 from tierlog.protocol.api_versions import ApiSupport, enabled_apis
 from tierlog.protocol.codec import (
     InvalidRequest,
@@ -67,7 +68,7 @@ async def serve_connection(
     served = enabled_apis(apis.handlers.keys())
     try:
         session: SaslSession | None = None
-        if security_protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+        if security_protocol in SASL_PROTOCOLS:
             if sasl is None:
                 raise ValueError(f"listener {listener_name} uses {security_protocol} but has no SASL settings")
             session = await _authenticate(reader, writer, apis, served, sasl, client_host)
