@@ -1,0 +1,167 @@
+"""The replicated log of the quorum: `__cluster_metadata-0` on a voter's disk, the storage engine's `Log`.
+
+Every batch carries the epoch of the leader that wrote it, and the leader-epoch cache (`leader-epoch-checkpoint`
+in the partition directory) maps epochs to offsets, which is all Raft needs: the log end and the epoch of its
+last record for votes, the end of an epoch for diverging-epoch truncation. Both roles append batches whose
+offsets and epoch are already stamped (the leader stamps its own), and every append is fsynced before the
+replica acts on it: a voter's log end counts towards the high watermark, so it must survive a power loss.
+
+A new leader's first batch is a LeaderChangeMessage control batch (Kafka's, control type 2): once it commits,
+every record before it is committed too (Raft commits only entries of the current term by counting replicas).
+docs/quorum.md#the-log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from crc32c import crc32c
+
+from tierlog.common import TopicPartition
+from tierlog.raft.messages import NO_EPOCH, OffsetAndEpoch
+from tierlog.records.codec import build_batch
+from tierlog.records.record_batch import (
+    ATTRIBUTES_OFFSET,
+    CONTROL_FLAG_MASK,
+    CRC_OFFSET,
+    complete_batches,
+    read_header,
+)
+from tierlog.storage.log import Log
+from tierlog.storage.log_config import LogConfig
+
+METADATA_TOPIC = "__cluster_metadata"
+METADATA_PARTITION = TopicPartition(METADATA_TOPIC, 0)
+# KRaft's largest batch (KafkaRaftClient.MAX_BATCH_SIZE_BYTES); one controller operation is one batch.
+MAX_BATCH_SIZE_BYTES = 8 * 1024 * 1024
+# ControlRecordType.LEADER_CHANGE, in the control record key (version int16 0, type int16).
+LEADER_CHANGE_KEY = b"\x00\x00\x00\x02"
+
+
+class RaftLog:
+    def __init__(self, log_dir: Path, now_ms: int) -> None:
+        config = LogConfig.from_props({"max.message.bytes": str(MAX_BATCH_SIZE_BYTES)}, {})
+        self._log = Log.open(
+            log_dir / str(METADATA_PARTITION),
+            config,
+            topic_partition=METADATA_PARTITION,
+            # No checkpoints are kept for this log: every open validates it from the start, which costs little
+            # for a log this small and truncates a tail torn by a crash.
+            recovery_point=0,
+            log_start_offset=0,
+            # Unused: the Raft client keeps the high watermark, which is not durable (a restarted voter learns
+            # it again from the leader).
+            high_watermark=0,
+            had_clean_shutdown=False,
+            now_ms=now_ms,
+        )
+
+    @property
+    def end_offset(self) -> int:
+        return self._log.log_end_offset
+
+    @property
+    def start_offset(self) -> int:
+        return self._log.log_start_offset
+
+    @property
+    def last_epoch(self) -> int:
+        """The epoch of the last record, 0 for an empty log."""
+        return self._log.latest_epoch or 0
+
+    def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch:
+        """The largest epoch <= `epoch` this log holds and the offset where it ends (the start of the next
+        epoch, or the log end): where a fetcher whose last record has `epoch` must truncate to."""
+        found_epoch, end_offset = self._log.leader_epoch_cache.end_offset_for(epoch, self.end_offset)
+        if found_epoch < 0:
+            return OffsetAndEpoch(0 if end_offset < 0 else end_offset, NO_EPOCH)
+        return OffsetAndEpoch(end_offset, found_epoch)
+
+    def epoch_of_offset_before(self, offset: int) -> int:
+        """The epoch of the record at `offset - 1`: a fetch's LastFetchedEpoch. 0 at the start of the log."""
+        if offset <= 0:
+            return 0
+        epoch = self._log.leader_epoch_cache.epoch_for_offset(offset - 1)
+        return 0 if epoch is None else epoch
+
+    def append_values(self, values: Sequence[bytes], epoch: int, now_ms: int) -> int:
+        """Append one batch of records with these values in `epoch` (the leader's append); returns the offset
+        of the first."""
+        first_offset = self.end_offset
+        batch = build_batch(
+            [(None, value, [], now_ms) for value in values], base_offset=first_offset, partition_leader_epoch=epoch
+        )
+        self._append(batch, now_ms)
+        return first_offset
+
+    def append_leader_change(
+        self, leader_id: int, voters: Sequence[int], granting: Sequence[int], epoch: int, now_ms: int
+    ) -> int:
+        """Append the LeaderChangeMessage control batch that opens `epoch`; returns its offset."""
+        first_offset = self.end_offset
+        value = _leader_change_message(leader_id, voters, granting)
+        batch = bytearray(
+            build_batch(
+                [(LEADER_CHANGE_KEY, value, [], now_ms)], base_offset=first_offset, partition_leader_epoch=epoch
+            )
+        )
+        attributes = int.from_bytes(batch[ATTRIBUTES_OFFSET : ATTRIBUTES_OFFSET + 2], "big") | CONTROL_FLAG_MASK
+        batch[ATTRIBUTES_OFFSET : ATTRIBUTES_OFFSET + 2] = attributes.to_bytes(2, "big")
+        batch[CRC_OFFSET : CRC_OFFSET + 4] = crc32c(bytes(batch[ATTRIBUTES_OFFSET:])).to_bytes(4, "big")
+        self._append(bytes(batch), now_ms)
+        return first_offset
+
+    def append_fetched(self, data: bytes, now_ms: int) -> None:
+        """Append the whole batches of a fetch response (a follower's append); a partial batch at the end is
+        left for the next fetch. Batches below the log end (a duplicate response) are skipped."""
+        end = self.end_offset
+        for position, size in complete_batches(data):
+            header = read_header(data, position)
+            if header.last_offset < end:
+                continue
+            if header.base_offset != end:
+                raise ValueError(f"fetched batch at offset {header.base_offset} does not follow the log end {end}")
+            self._append(data[position : position + size], now_ms)
+            end = self.end_offset
+
+    def _append(self, batch: bytes, now_ms: int) -> None:
+        self._log.append_as_follower(batch, now_ms)
+        self._log.flush()
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every record at or after `offset`: the uncommitted tail a deposed leader or a follower of
+        one wrote, which the new leader's log does not have."""
+        self._log.truncate_to(offset)
+        self._log.flush()
+
+    def read(self, start_offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
+        """Whole batches from the one holding `start_offset` (at least one, whatever `max_bytes`), none at or
+        past `max_offset`."""
+        if start_offset >= self.end_offset:
+            return b""
+        data = self._log.read(start_offset, max_bytes, max_offset=max_offset, min_one_message=True).records
+        return b"" if data is None else data.read_bytes()
+
+    def close(self) -> None:
+        self._log.close()
+
+
+def _leader_change_message(leader_id: int, voters: Sequence[int], granting: Sequence[int]) -> bytes:
+    """LeaderChangeMessage v0 (flexible): version, leaderId, voters, grantingVoters, no tagged fields."""
+    out = bytearray((0).to_bytes(2, "big", signed=True) + leader_id.to_bytes(4, "big", signed=True))
+    for ids in (voters, granting):
+        out += _uvarint(len(ids) + 1)
+        for voter in ids:
+            out += voter.to_bytes(4, "big", signed=True) + b"\x00"
+    out += b"\x00"
+    return bytes(out)
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
