@@ -269,7 +269,7 @@ class RemoteControllerChannel:
         partition = response.responses[0].partitions[0]
         if partition.error_code != error_code(None):
             raise ControllerUnavailableError(f"metadata fetch failed: {partition.error_code.name.upper()}")
-        records = decode_metadata_batches(bytes(partition.records or b""))
+        records = decode_metadata_batches(bytes(partition.records or b"")).records
         return [(o, r) for o, r in records if o >= offset], int(partition.high_watermark)
 
     async def forward(self, body: Any) -> Any:
