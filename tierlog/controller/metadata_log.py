@@ -18,7 +18,9 @@ from typing import Protocol
 
 from tierlog.common import TopicPartition
 from tierlog.controller.errors import NotControllerError
+from tierlog.metadata.loader import MetadataBatches
 from tierlog.metadata.records import MetadataRecord, decode_record, encode_record
+from tierlog.raft.messages import NO_EPOCH
 from tierlog.raft.raft_client import NotLeaderError, RaftClient
 from tierlog.records.codec import build_batch, decode_batches
 from tierlog.storage.file_records import FileSlice
@@ -197,28 +199,19 @@ class WakingMetadataLog:
             fetch.on_ready()
 
 
-@dataclass(frozen=True, slots=True)
-class MetadataBatches:
-    """The metadata records of some whole batches, and the offset after the last batch: where the next read
-    starts, past control batches, which hold no metadata record."""
-
-    records: list[tuple[int, MetadataRecord]]
-    next_offset: int
-
-
 def decode_metadata_batches(data: bytes, start_offset: int = 0) -> MetadataBatches:
     """(offset, record) for every record of the complete batches in `data` (a Fetch response may end in a
     partial batch, which is left for the next fetch) but control batches (the Raft leader's LeaderChangeMessage:
-    docs/quorum.md#the-log); ValueError for anything else that is not a metadata batch. `next_offset` is
-    `start_offset` when `data` holds no whole batch."""
+    docs/quorum.md#the-log); ValueError for anything else that is not a metadata batch. With no whole batch in
+    `data`, `next_offset` is `start_offset` and `last_epoch` NO_EPOCH."""
     decoded: list[tuple[int, MetadataRecord]] = []
-    next_offset = start_offset
+    next_offset, last_epoch = start_offset, NO_EPOCH
     for batch in decode_batches(data):
-        next_offset = batch.header.last_offset + 1
+        next_offset, last_epoch = batch.header.last_offset + 1, batch.header.partition_leader_epoch
         if batch.header.is_control:
             continue
         for record in batch.records:
             if record.value is None:
                 raise ValueError(f"metadata record at offset {record.offset} has no value")
             decoded.append((record.offset, decode_record(record.value)))
-    return MetadataBatches(decoded, next_offset)
+    return MetadataBatches(decoded, next_offset, last_epoch)

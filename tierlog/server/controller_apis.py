@@ -50,6 +50,7 @@ from tierlog.server.auth_helper import AuthHelper
 from tierlog.server.clock import now_ms
 from tierlog.server.controller_server import ControllerServer
 from tierlog.server.entities import NO_THROTTLE, ResponseSchema, response_schema
+from tierlog.server.request_context import listener_name
 
 logger = logging.getLogger(__name__)
 
@@ -117,6 +118,16 @@ class ControllerApis:
         if controller is None:
             raise NotControllerError("This controller is not the active controller of the quorum.")
         return controller
+
+    def is_active(self) -> bool:
+        """Whether this node's controller is the quorum's active one."""
+        return self._server.controller is not None
+
+    def reached_as_controller(self) -> bool:
+        """Whether the request being handled came in on a controller listener: another broker sent it to what it
+        took for the active controller, and it is answered here (NOT_CONTROLLER if this is not the active
+        one), never sent on again."""
+        return listener_name() in {listener.name for listener in self.config.controller_listeners}
 
     async def handle(self, request: Request) -> Any:
         """The answer once what the request wrote is committed; NOT_CONTROLLER if this controller is not, or

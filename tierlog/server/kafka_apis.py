@@ -134,7 +134,7 @@ class KafkaApis:
         # The ACL APIs forward CreateAcls and DeleteAcls only when there is an authorizer.
         self.handlers.update(acl_apis.handlers)
         if controller_apis is not None:
-            self.handlers.update({key: controller_apis.handlers[key] for key in BROKER_TO_CONTROLLER_APIS})
+            self.handlers.update(dict.fromkeys(BROKER_TO_CONTROLLER_APIS, controller_apis.handle))
             self.handlers[API_FETCH] = self._fetch_on_the_controllers_node
         self._producer_ids: Iterator[int] = iter(())
 
