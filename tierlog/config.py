@@ -1098,7 +1098,7 @@ class KafkaConfig:
 
     @property
     def controller_quorum_servers(self) -> list[tuple[int | None, str, int]]:
-        """Where a broker looks for the active controller (docs/quorum.md#finding-the-active-controller): every
+        """Where a broker looks for the active controller (docs/quorum.md#active-controller): every
         voter with its node id, or `controller.quorum.bootstrap.servers` (node ids unknown) when that is set."""
         servers = self.get_list("controller.quorum.bootstrap.servers")
         if servers:

@@ -75,6 +75,6 @@ class IneligibleReplicaError(ControllerError):
 
 class NotControllerError(ControllerError):
     """This node's controller is not (or no longer) the active one: the caller retries on the active controller
-    (docs/quorum.md#finding-the-active-controller)."""
+    (docs/quorum.md#active-controller)."""
 
     error_name = "NOT_CONTROLLER"

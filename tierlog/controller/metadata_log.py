@@ -101,7 +101,7 @@ class DiskMetadataLog:
 
 
 class QuorumMetadataLog:
-    """The active controller's view of the quorum's log (docs/quorum.md#the-controller): appends go through the
+    """The active controller's view of the quorum's log (docs/quorum.md#active-controller): appends go through the
     Raft client, which replicates them, and reads come from this voter's own log, which is all committed while
     it is the active leader (the only time a `Controller` exists). `on_append` wakes whatever drives the client
     (RaftManager.poke), so the new batch is sent to the followers at once."""

@@ -9,7 +9,7 @@ then (the registration of a new incarnation fences the old one).
 The world around it asks `poll(now_ms)` for the next fetch (long-polling: the controller answers when records are
 committed or the wait ends), hands the answer to `on_records`, which says whether to publish now, or reports with
 `on_fetch_failed` that none came. The asyncio shell (server/metadata_loader.py) does that over the controller
-channel, the simulator over its network. The broker is an observer of the quorum's log (docs/quorum.md#brokers):
+channel, the simulator over its network. The broker is an observer of the quorum's log (docs/quorum.md#observers):
 it gets committed batches only, so its image never has to be taken back, and it fetches from the end of the
 last batch it got with that batch's epoch (a Raft Fetch's LastFetchedEpoch), past control batches, which hold
 no metadata record.

@@ -9,7 +9,7 @@
 Each turns a request entity into a call on `tierlog.controller.controller.Controller`, where the rules live,
 and its answer into the response of the request's version. Only the active controller of the quorum decides:
 elsewhere every request is answered NOT_CONTROLLER, and the active one answers only once what the request
-wrote is committed, NOT_CONTROLLER if it lost leadership first (docs/quorum.md#the-controller). The metadata
+wrote is committed, NOT_CONTROLLER if it lost leadership first (docs/quorum.md#active-controller). The metadata
 Fetch of a broker is answered by the Raft core, which gives brokers (observers) committed records only. What
 brokers ask needs CLUSTER_ACTION on the cluster (docs/security.md#api-checks); the admin requests are checked
 where the client sent them (`tierlog.server.admin_authorization`).
@@ -520,7 +520,7 @@ class ControllerApis:
         return any(getattr(t, "topic", None) == METADATA_TOPIC for t in request.body.topics)
 
     async def handle_metadata_fetch(self, request: Request) -> Any:
-        """A broker (an observer: docs/quorum.md#brokers) following the metadata log: the Raft core answers,
+        """A broker (an observer: docs/quorum.md#observers) following the metadata log: the Raft core answers,
         committed records only, parked until some come or the wait ends; NOT_LEADER_OR_FOLLOWER with the
         leader it knows when this voter is not the leader."""
         s = self._schema(request)

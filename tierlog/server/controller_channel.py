@@ -1,4 +1,4 @@
-"""How a broker talks to the controller quorum (docs/quorum.md#finding-the-active-controller).
+"""How a broker talks to the controller quorum (docs/quorum.md#active-controller).
 
 Only the active controller decides; the broker knows the voters' controller listeners (controller.quorum.voters,
 or controller.quorum.bootstrap.servers) and keeps a guess of which one is active. A call goes to the guess; an
@@ -414,7 +414,7 @@ class QuorumControllerChannel:
         return int((await self._fetch_from_leader(replica_id, look)).high_watermark)
 
     async def _fetch_from_leader(self, replica_id: int, request: MetadataFetchRequest) -> Any:
-        """The observer's Fetch of the metadata log from the quorum's leader (docs/quorum.md#brokers): an answer
+        """The observer's Fetch of the metadata log from the quorum's leader (docs/quorum.md#observers): an answer
         naming another leader or epoch is followed at once; a voter that cannot be reached is left for the next
         one; either way within one fetch's timeout."""
         deadline = asyncio.get_running_loop().time() + self._try_timeout_s + request.max_wait_ms / 1000

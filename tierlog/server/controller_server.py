@@ -6,7 +6,7 @@ this node became the active leader (its epoch's LeaderChangeMessage committed: t
 committed), a `Controller` is built by replaying that log, and its timers start: fencing brokers whose session
 ran out, balancing leaders when a pass is due (auto.leader.rebalance.enable). When leadership is lost, both go
 and the Controller is thrown away; it is rebuilt from the log if this node leads again
-(docs/quorum.md#the-controller). The rules live in `tierlog.controller.controller.Controller`; the requests
+(docs/quorum.md#active-controller). The rules live in `tierlog.controller.controller.Controller`; the requests
 brokers and clients send the controller are answered by `ControllerApis` (server/controller_apis.py), each only
 once what it wrote is committed.
 """
@@ -126,7 +126,7 @@ class ControllerServer:
 
     async def wait_for_commit(self, controller: Controller) -> bool:
         """True once everything `controller` has written is committed; False if it stopped being the active
-        controller first (the answer is then NOT_CONTROLLER: docs/quorum.md#the-controller)."""
+        controller first (the answer is then NOT_CONTROLLER: docs/quorum.md#active-controller)."""
         if self.controller is not controller:
             return False
         committed = await self.raft.wait_for_commit(controller.metadata_log.end_offset - 1, COMMIT_TIMEOUT_S)
@@ -178,7 +178,7 @@ class ControllerServer:
     async def read_committed(self, offset: int, max_wait_ms: int) -> tuple[bytes, int]:
         """Whole committed batches from `offset`, waiting up to `max_wait_ms` for the high watermark to pass
         it, and the high watermark (0 while unknown). A follower's committed log is the leader's, so the broker
-        on any voter reads its own node's (docs/quorum.md#brokers)."""
+        on any voter reads its own node's (docs/quorum.md#observers)."""
         client = self.raft.client
         loop = asyncio.get_running_loop()
         ready: asyncio.Future[None] = loop.create_future()
