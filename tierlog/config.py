@@ -353,6 +353,49 @@ _BROKER_OWN_CONFIGS: tuple[ConfigDef, ...] = (
         validator=lambda value: _each(value, _host_port_problem),
     ),
     _d("controller.listener.names", "CONTROLLER", "list", "Listeners that serve only the controller."),
+    # The controller quorum's Raft timers (Kafka's QuorumConfig, same names and defaults; docs/quorum.md).
+    _d(
+        "controller.quorum.election.timeout.ms",
+        "1000",
+        "int",
+        "Time without a leader before a voter starts an election.",
+        at_least=1,
+    ),
+    _d(
+        "controller.quorum.fetch.timeout.ms",
+        "2000",
+        "int",
+        "Time without a fetch from the leader (or, for it, a majority) before an election.",
+        at_least=1,
+    ),
+    _d(
+        "controller.quorum.election.backoff.max.ms",
+        "1000",
+        "int",
+        "Longest pause before a lost election is tried again.",
+        at_least=1,
+    ),
+    _d(
+        "controller.quorum.append.linger.ms",
+        "25",
+        "int",
+        "Accepted for Kafka's sake: tierlog appends one batch per controller operation.",
+        at_least=0,
+    ),
+    _d(
+        "controller.quorum.request.timeout.ms",
+        "2000",
+        "int",
+        "Time a quorum request waits for its response.",
+        at_least=1,
+    ),
+    _d(
+        "controller.quorum.retry.backoff.ms",
+        "20",
+        "int",
+        "Pause before a failed quorum request is retried.",
+        at_least=0,
+    ),
     _d("inter.broker.listener.name", "", "string", "Listener brokers use to reach each other."),
     _d("metadata.log.dir", "", "string", "Directory of __cluster_metadata-0; default: first of log.dirs."),
     _d(
@@ -1108,6 +1151,15 @@ class KafkaConfig:
         if not servers:
             return None
         return parse_host_port("controller address", servers[0])
+
+    @property
+    def quorum_voters(self) -> dict[int, tuple[str, int]]:
+        """controller.quorum.voters as node id -> the host and port of that voter's controller listener."""
+        voters = {}
+        for voter in self.get_list("controller.quorum.voters"):
+            node_id, _, address = voter.partition("@")
+            voters[int(node_id)] = parse_host_port("controller.quorum.voters", address)
+        return voters
 
     @property
     def is_standalone(self) -> bool:
