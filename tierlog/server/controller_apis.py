@@ -5,6 +5,9 @@
   They reach it through the `ForwardingManager`, from this node's own KafkaApis or forwarded by another broker.
 - The controller APIs brokers call: BrokerRegistration, BrokerHeartbeat, AlterPartition, AllocateProducerIds,
   and the Fetch of `__cluster_metadata` (KRaft brokers follow the metadata log like any partition).
+- The controller quorum's APIs other voters call: Vote, BeginQuorumEpoch, EndQuorumEpoch, FetchSnapshot and the
+  Fetch of `__cluster_metadata` by a voter, answered by the Raft core through the `RaftManager`; and
+  DescribeQuorum (`kafka-metadata-quorum.sh`), answered by the leader (docs/quorum.md#the-wire).
 
 Each turns a request entity into a call on `tierlog.controller.controller.Controller`, where the rules live,
 and its answer into the response of the request's version. What brokers ask needs CLUSTER_ACTION on the cluster
@@ -19,6 +22,20 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from tierlog.client.raft_requests import (
+    API_BEGIN_QUORUM_EPOCH,
+    API_DESCRIBE_QUORUM,
+    API_END_QUORUM_EPOCH,
+    API_FETCH_SNAPSHOT,
+    API_VOTE,
+    InvalidRaftMessageError,
+    describe_quorum_response,
+    describe_quorum_unknown_partition_response,
+    fetch_replica_id,
+    raft_error_response,
+    raft_request_of,
+    raft_response,
+)
 from tierlog.config import KafkaConfig
 from tierlog.controller.controller import (
     PREFERRED_ELECTION,
@@ -32,6 +49,7 @@ from tierlog.controller.metadata_log import METADATA_TOPIC
 from tierlog.metadata.records import Endpoint
 from tierlog.protocol.codec import Request
 from tierlog.protocol.errors import error_code
+from tierlog.raft.raft_log import METADATA_TOPIC_ID
 from tierlog.replication.replica_manager import error_name_of
 from tierlog.security.acl import (
     AclOperation,
@@ -41,6 +59,7 @@ from tierlog.server.auth_helper import AuthHelper
 from tierlog.server.clock import now_ms
 from tierlog.server.controller_server import ControllerServer
 from tierlog.server.entities import NO_THROTTLE, ResponseSchema, response_schema
+from tierlog.server.raft_manager import RaftManager
 
 logger = logging.getLogger(__name__)
 
@@ -78,10 +97,13 @@ Handler = Callable[[Request], Awaitable[Any]]
 
 
 class ControllerApis:
-    def __init__(self, config: KafkaConfig, server: ControllerServer, auth: AuthHelper) -> None:
+    def __init__(
+        self, config: KafkaConfig, server: ControllerServer, auth: AuthHelper, raft_manager: RaftManager | None = None
+    ) -> None:
         self.config = config
         self._server = server
         self._auth = auth
+        self._raft_manager = raft_manager
         self.handlers: dict[int, Handler] = {
             API_CREATE_TOPICS: self.handle_create_topics,
             API_DELETE_TOPICS: self.handle_delete_topics,
@@ -95,6 +117,19 @@ class ControllerApis:
             API_ALTER_PARTITION: self.handle_alter_partition,
             API_ALLOCATE_PRODUCER_IDS: self.handle_allocate_producer_ids,
         }
+        # What the other voters and the quorum tools ask, on a node that runs the quorum.
+        self.quorum_handlers: dict[int, Handler] = (
+            {
+                API_VOTE: self.handle_raft_request,
+                API_BEGIN_QUORUM_EPOCH: self.handle_raft_request,
+                API_END_QUORUM_EPOCH: self.handle_raft_request,
+                API_FETCH_SNAPSHOT: self.handle_raft_request,
+                API_DESCRIBE_QUORUM: self.handle_describe_quorum,
+            }
+            if raft_manager is not None
+            else {}
+        )
+        self.handlers.update(self.quorum_handlers)
 
     @property
     def controller(self) -> Controller:
@@ -463,11 +498,16 @@ class ControllerApis:
 
     @staticmethod
     def is_metadata_fetch(request: Request) -> bool:
-        return any(getattr(t, "topic", None) == METADATA_TOPIC for t in request.body.topics)
+        return any(
+            getattr(t, "topic", None) == METADATA_TOPIC or getattr(t, "topic_id", None) == METADATA_TOPIC_ID
+            for t in request.body.topics
+        )
 
     async def handle_metadata_fetch(self, request: Request) -> Any:
         """A broker following the controller's metadata log, parked here until the log holds its offset or
         its wait ends."""
+        if self._raft_manager is not None and fetch_replica_id(request.body) in self._raft_manager.voters:
+            return await self.handle_raft_request(request)
         s = self._schema(request)
         if not self._is_broker():
             return s.FetchResponse(
@@ -500,4 +540,40 @@ class ControllerApis:
             responses=(
                 s.FetchableTopicResponse(topic=METADATA_TOPIC, topic_id=uuid.UUID(int=0), partitions=(partition,)),
             ),
+        )
+
+    # The controller quorum (docs/quorum.md#the-wire)
+
+    async def handle_raft_request(self, request: Request) -> Any:
+        """Vote, BeginQuorumEpoch, EndQuorumEpoch, FetchSnapshot, or a voter's Fetch of the metadata log: the Raft
+        core's answer. Only cluster members send these: CLUSTER_ACTION on the cluster, as Kafka's ControllerApis
+        asks."""
+        assert self._raft_manager is not None
+        if not self._is_broker():
+            return raft_error_response(request.api_key, request.api_version, "CLUSTER_AUTHORIZATION_FAILED")
+        try:
+            core_request = raft_request_of(request.body)
+        except InvalidRaftMessageError:
+            # Kafka's KafkaRaftClient: one Raft partition, anything else is INVALID_REQUEST.
+            return raft_error_response(request.api_key, request.api_version, "INVALID_REQUEST")
+        return raft_response(await self._raft_manager.handle(core_request), request.api_version)
+
+    async def handle_describe_quorum(self, request: Request) -> Any:
+        """DescribeQuorum (KIP-595; `kafka-metadata-quorum.sh describe`): the leader's view of the quorum,
+        NOT_LEADER_OR_FOLLOWER from any other voter. DESCRIBE on the cluster, as Kafka's ControllerApis asks."""
+        assert self._raft_manager is not None
+        if not self._auth.authorize_cluster(AclOperation.DESCRIBE):
+            return raft_error_response(request.api_key, request.api_version, "CLUSTER_AUTHORIZATION_FAILED")
+        unknown = describe_quorum_unknown_partition_response(request.body, request.api_version)
+        if unknown is not None:
+            return unknown
+        listener_name = self.config.controller_listener_name or ""
+        now = now_ms()
+        return describe_quorum_response(
+            self._raft_manager.client.describe_quorum(now),
+            request.api_version,
+            voter_listeners={
+                node_id: (listener_name, host, port) for node_id, (host, port) in self.config.quorum_voters.items()
+            },
+            now_ms=now,
         )
