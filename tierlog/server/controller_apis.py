@@ -5,6 +5,9 @@
   They reach it through the `ForwardingManager`, from this node's own KafkaApis or forwarded by another broker.
 - The controller APIs brokers call: BrokerRegistration, BrokerHeartbeat, AlterPartition, AllocateProducerIds,
   and the Fetch of `__cluster_metadata` (KRaft brokers follow the metadata log like any partition).
+- The controller quorum's APIs other voters call: Vote, BeginQuorumEpoch, EndQuorumEpoch, FetchSnapshot and the
+  Fetch of `__cluster_metadata` by a voter, answered by the Raft core through the `RaftManager`; and
+  DescribeQuorum (`kafka-metadata-quorum.sh`), answered by the leader (docs/quorum.md#the-wire).
 
 Each turns a request entity into a call on `tierlog.controller.controller.Controller`, where the rules live,
 and its answer into the response of the request's version. Only the active controller of the quorum decides:
@@ -23,6 +26,19 @@ from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any
 
+from tierlog.client.raft_requests import (
+    API_BEGIN_QUORUM_EPOCH,
+    API_DESCRIBE_QUORUM,
+    API_END_QUORUM_EPOCH,
+    API_FETCH_SNAPSHOT,
+    API_VOTE,
+    InvalidRaftMessageError,
+    describe_quorum_response,
+    describe_quorum_unknown_partition_response,
+    raft_error_response,
+    raft_request_of,
+    raft_response,
+)
 from tierlog.config import KafkaConfig
 from tierlog.controller.controller import (
     PREFERRED_ELECTION,
@@ -42,7 +58,7 @@ from tierlog.controller.metadata_log import METADATA_TOPIC
 from tierlog.metadata.records import Endpoint
 from tierlog.protocol.codec import Request
 from tierlog.protocol.errors import error_code
-from tierlog.raft.messages import RaftFetchRequest, RaftFetchResponse
+from tierlog.raft.raft_log import METADATA_TOPIC_ID
 from tierlog.replication.replica_manager import error_name_of
 from tierlog.security.acl import AclBinding, AclOperation
 from tierlog.security.acl_filter import acl_binding, acl_binding_filter_of
@@ -109,6 +125,15 @@ class ControllerApis:
             API_ALTER_PARTITION: self.handle_alter_partition,
             API_ALLOCATE_PRODUCER_IDS: self.handle_allocate_producer_ids,
         }
+        # What the other voters and the quorum tools ask.
+        self.quorum_handlers: dict[int, Handler] = {
+            API_VOTE: self.handle_raft_request,
+            API_BEGIN_QUORUM_EPOCH: self.handle_raft_request,
+            API_END_QUORUM_EPOCH: self.handle_raft_request,
+            API_FETCH_SNAPSHOT: self.handle_raft_request,
+            API_DESCRIBE_QUORUM: self.handle_describe_quorum,
+        }
+        self.handlers.update(self.quorum_handlers)
 
     @property
     def controller(self) -> Controller:
@@ -517,57 +542,47 @@ class ControllerApis:
 
     @staticmethod
     def is_metadata_fetch(request: Request) -> bool:
-        return any(getattr(t, "topic", None) == METADATA_TOPIC for t in request.body.topics)
+        return any(
+            getattr(t, "topic", None) == METADATA_TOPIC or getattr(t, "topic_id", None) == METADATA_TOPIC_ID
+            for t in request.body.topics
+        )
 
     async def handle_metadata_fetch(self, request: Request) -> Any:
-        """A broker (an observer: docs/quorum.md#observers) following the metadata log: the Raft core answers,
-        committed records only, parked until some come or the wait ends; NOT_LEADER_OR_FOLLOWER with the
-        leader it knows when this voter is not the leader."""
-        s = self._schema(request)
+        """A voter replicating the metadata log, or a broker following it (an observer: docs/quorum.md#observers),
+        which the Raft core gives committed records only; NOT_LEADER_OR_FOLLOWER with the leader it knows on a
+        voter that is not the leader."""
+        return await self.handle_raft_request(request)
+
+    # The controller quorum (docs/quorum.md#the-wire)
+
+    async def handle_raft_request(self, request: Request) -> Any:
+        """Vote, BeginQuorumEpoch, EndQuorumEpoch, FetchSnapshot, or a Fetch of the metadata log: the Raft core's
+        answer. Only cluster members send these: CLUSTER_ACTION on the cluster, as Kafka's ControllerApis asks."""
         if not self._is_broker():
-            return s.FetchResponse(
-                throttle_time=NO_THROTTLE,
-                error_code=error_code("CLUSTER_AUTHORIZATION_FAILED"),
-                session_id=0,
-                responses=(),
-            )
-        body = request.body
-        fetch_partition = body.topics[0].partitions[0]
-        answer = await self._server.raft.handle(
-            RaftFetchRequest(
-                replica_id=body.replica_id,
-                current_leader_epoch=fetch_partition.current_leader_epoch,
-                fetch_offset=fetch_partition.fetch_offset,
-                last_fetched_epoch=fetch_partition.last_fetched_epoch,
-                max_wait_ms=int(body.max_wait.total_seconds() * 1000),
-                max_bytes=min(fetch_partition.partition_max_bytes, body.max_bytes),
-            )
-        )
-        assert isinstance(answer, RaftFetchResponse)
-        diverging = answer.diverging_epoch
-        snapshot = answer.snapshot_id
-        partition = s.PartitionData(
-            partition_index=0,
-            error_code=error_code(answer.error),
-            high_watermark=answer.high_watermark,
-            last_stable_offset=answer.high_watermark,
-            log_start_offset=answer.log_start_offset,
-            diverging_epoch=s.EpochEndOffset(
-                epoch=diverging.epoch if diverging else -1, end_offset=diverging.offset if diverging else -1
-            ),
-            current_leader=s.LeaderIdAndEpoch(leader_id=answer.leader_id, leader_epoch=answer.leader_epoch),
-            snapshot_id=s.SnapshotId(
-                end_offset=snapshot.offset if snapshot else -1, epoch=snapshot.epoch if snapshot else -1
-            ),
-            aborted_transactions=None,
-            preferred_read_replica=-1,
-            records=answer.records,
-        )
-        return s.FetchResponse(
-            throttle_time=NO_THROTTLE,
-            error_code=error_code(None),
-            session_id=0,
-            responses=(
-                s.FetchableTopicResponse(topic=METADATA_TOPIC, topic_id=uuid.UUID(int=0), partitions=(partition,)),
-            ),
+            return raft_error_response(request.api_key, request.api_version, "CLUSTER_AUTHORIZATION_FAILED")
+        try:
+            core_request = raft_request_of(request.body)
+        except InvalidRaftMessageError:
+            # Kafka's KafkaRaftClient: one Raft partition, anything else is INVALID_REQUEST.
+            return raft_error_response(request.api_key, request.api_version, "INVALID_REQUEST")
+        return raft_response(await self._server.raft.handle(core_request), request.api_version)
+
+    async def handle_describe_quorum(self, request: Request) -> Any:
+        """DescribeQuorum (KIP-595; `kafka-metadata-quorum.sh describe`): the leader's view of the quorum,
+        NOT_LEADER_OR_FOLLOWER from any other voter. DESCRIBE on the cluster, as Kafka's ControllerApis asks."""
+        if not self._auth.authorize_cluster(AclOperation.DESCRIBE):
+            return raft_error_response(request.api_key, request.api_version, "CLUSTER_AUTHORIZATION_FAILED")
+        unknown = describe_quorum_unknown_partition_response(request.body, request.api_version)
+        if unknown is not None:
+            return unknown
+        controller_listener = self.config.controller_listener_name or ""
+        now = now_ms()
+        return describe_quorum_response(
+            self._server.raft.client.describe_quorum(now),
+            request.api_version,
+            voter_listeners={
+                node_id: (controller_listener, host, port)
+                for node_id, (host, port) in self.config.quorum_voters.items()
+            },
+            now_ms=now,
         )

@@ -135,6 +135,7 @@ class KafkaApis:
         self.handlers.update(acl_apis.handlers)
         if controller_apis is not None:
             self.handlers.update(dict.fromkeys(BROKER_TO_CONTROLLER_APIS, controller_apis.handle))
+            self.handlers.update(controller_apis.quorum_handlers)
             self.handlers[API_FETCH] = self._fetch_on_the_controllers_node
         self._producer_ids: Iterator[int] = iter(())
 
