@@ -436,6 +436,9 @@ class ControllerApis:
                 now_ms(),
             )
             error = None
+        except NotControllerError:
+            # Brokers look for the active controller this way: nothing to warn about.
+            broker_epoch, error = -1, NotControllerError.error_name
         except Exception as e:
             broker_epoch, error = -1, error_name_of(e)
             logger.warning(

@@ -2,9 +2,9 @@
 benchmarks.
 
 Each `BrokerProcess` is one `python -m tierlog broker` with its own node id, port and data directory; a
-`LocalCluster` is several of them side by side, node 1 being broker and controller and the others reaching
-it, as `tierlog cluster up` starts them. Every wait is bounded; a broker that does not come up raises
-`BrokerStartError` with the tail of its log, which is where the reason is.
+`LocalCluster` is several of them side by side, node 1 (or nodes 1..n, a controller quorum) being broker and
+controller and the others reaching it, as `tierlog cluster up` starts them. Every wait is bounded; a broker
+that does not come up raises `BrokerStartError` with the tail of its log, which is where the reason is.
 """
 
 from __future__ import annotations
@@ -282,8 +282,9 @@ class StartProgress(NamedTuple):
 
 
 class LocalCluster:
-    """`brokers` broker processes on 127.0.0.1 forming one cluster: node 1 is broker and controller (KRaft
-    combined mode), nodes 2..N are brokers that reach its CONTROLLER listener. Node i keeps its data in
+    """`brokers` broker processes on 127.0.0.1 forming one cluster: nodes 1..`controllers` (node 1 alone by
+    default) are broker and controller (KRaft combined mode), the voters of the controller quorum, each with a
+    CONTROLLER listener; the other nodes are brokers that reach the quorum there. Node i keeps its data in
     `base_dir/broker-i` and its log in `base_dir/broker-i.log`; every node serves HTTP (metrics, partitions,
     trace) at `http_address(i)`. `overrides` go to every node. Each name in `extra_listeners` (e.g. "SSL") is
     one more listener on every node, at `listener_address(name, i)`, its protocol and settings given by the
@@ -310,9 +311,14 @@ class LocalCluster:
         detached: bool = False,
         extra_listeners: Sequence[str] = (),
         security: LocalSecurity | None = None,
+        controllers: int = 1,
     ) -> None:
         if brokers < 1:
             raise ValueError(f"a cluster needs at least one broker, not {brokers}")
+        if not 1 <= controllers <= brokers:
+            raise ValueError(
+                f"the controllers are nodes 1 to {controllers}, so 1 to {brokers} of them, not {controllers}"
+            )
         per_node = _NODE_SETTINGS | (_SECURE_NODE_SETTINGS if security is not None else frozenset())
         clashing = sorted(per_node & set(overrides or {}))
         if clashing:
@@ -321,9 +327,12 @@ class LocalCluster:
         self.overrides = dict(overrides or {})
         self.security = security
         # Per node a client port, an HTTP port, one per extra listener and a secured cluster's inter-broker port;
-        # one controller port.
+        # a controller port per controller.
         per_node = 2 + len(extra_listeners) + (0 if security is None else 1)
-        ports = free_ports(per_node * brokers + 1)
+        ports = free_ports(per_node * brokers + controllers)
+        self.controller_ports = {1: ports[0]} | {
+            node_id: ports[per_node * brokers + node_id - 1] for node_id in range(2, controllers + 1)
+        }
         self.controller_port = ports[0]
         node_ids = range(1, brokers + 1)
         self._kafka_ports = {node_id: ports[node_id] for node_id in node_ids}
@@ -352,8 +361,7 @@ class LocalCluster:
         }
 
     def _node_settings(self, node_id: int) -> dict[str, str]:
-        controller = f"{_HOST}:{self.controller_port}"
-        is_controller = node_id == CONTROLLER_NODE_ID
+        is_controller = node_id in self.controller_ports
         listeners = [f"PLAINTEXT://{_HOST}:{self._kafka_ports[node_id]}"]
         secure: dict[str, str] = {}
         if self.security is not None:
@@ -370,13 +378,13 @@ class LocalCluster:
             }
         listeners += [f"{name}://{_HOST}:{port}" for (name, node), port in self._extra_ports.items() if node == node_id]
         if is_controller:
-            listeners.append(f"{CONTROLLER_LISTENER}://{controller}")
+            listeners.append(f"{CONTROLLER_LISTENER}://{_HOST}:{self.controller_ports[node_id]}")
         return {
             "process.roles": "broker,controller" if is_controller else "broker",
             "node.id": str(node_id),
             "listeners": ",".join(listeners),
             "controller.listener.names": CONTROLLER_LISTENER,
-            "controller.quorum.voters": f"{CONTROLLER_NODE_ID}@{controller}",
+            "controller.quorum.voters": self.quorum_voters,
             "tierlog.http.listener": self.http_address(node_id),
             **secure,
         }
@@ -396,7 +404,13 @@ class LocalCluster:
 
     @property
     def controller_address(self) -> str:
+        """Node 1's controller listener (the only one, unless the cluster has more controllers)."""
         return f"{_HOST}:{self.controller_port}"
+
+    @property
+    def quorum_voters(self) -> str:
+        """controller.quorum.voters: every controller node's id and controller listener."""
+        return ",".join(f"{node_id}@{_HOST}:{port}" for node_id, port in self.controller_ports.items())
 
     def broker(self, node_id: int) -> BrokerProcess:
         try:
@@ -520,10 +534,11 @@ class LocalCluster:
 
     def stop(self, timeout_s: float = 15.0) -> None:
         """Controlled shutdown of every broker, each SIGKILLed if it takes longer than `timeout_s`. The
-        brokers go first and together, the controller node last: their controlled shutdown asks it."""
-        controller = self._brokers[CONTROLLER_NODE_ID]
-        others = [broker for broker in self._brokers.values() if broker is not controller]
-        for group in (others, [controller]):
+        brokers go first and together, the controller nodes last and together: the brokers' controlled shutdown
+        asks the active controller, which needs a majority of them."""
+        controllers = [broker for node_id, broker in self._brokers.items() if node_id in self.controller_ports]
+        others = [broker for broker in self._brokers.values() if broker not in controllers]
+        for group in (others, controllers):
             for broker in group:
                 broker.terminate()
             for broker in group:
