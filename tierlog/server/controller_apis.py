@@ -568,12 +568,10 @@ class ControllerApis:
         if unknown is not None:
             return unknown
         listener_name = self.config.controller_listener_name or ""
-        now = now_ms()
         return describe_quorum_response(
-            self._raft_manager.client.describe_quorum(now),
+            self._raft_manager.client.describe_quorum(now_ms()),
             request.api_version,
             voter_listeners={
                 node_id: (listener_name, host, port) for node_id, (host, port) in self.config.quorum_voters.items()
             },
-            now_ms=now,
         )
