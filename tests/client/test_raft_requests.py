@@ -197,6 +197,11 @@ def test_kafka_3_7_requests_read_as_the_core_expects() -> None:
     assert raft_request_of(through_the_broker_parser(fetch)) == RaftFetchRequest(3, 4, 10, 3, 500, max_bytes=1000)
 
 
+def test_a_voter_fetch_without_last_fetched_epoch_is_invalid() -> None:
+    with pytest.raises(InvalidRaftMessageError, match="LastFetchedEpoch"):
+        raft_request_of(through_the_broker_parser(raft_request(REQUESTS[3], 11)))
+
+
 def test_end_quorum_epoch_v1_names_its_successors_as_candidates() -> None:
     s = request_schema(54, 1)
     request = s.EndQuorumEpochRequest(

@@ -305,7 +305,7 @@ def raft_request_of(body: RequestPayload) -> RaftRequest:
     `__cluster_metadata`, FetchSnapshot) of any served version; InvalidRaftMessageError when it names another
     partition."""
     api_key = body.__api_key__
-    cluster_id = body.cluster_id
+    cluster_id = getattr(body, "cluster_id", None)  # Fetch has it from v12
     if api_key == API_VOTE:
         p = _only_partition(body.topics)
         return VoteRequest(
@@ -337,6 +337,8 @@ def raft_request_of(body: RequestPayload) -> RaftRequest:
         )
     if api_key == API_FETCH:
         p = _only_partition(body.topics)
+        if not hasattr(p, "last_fetched_epoch"):
+            raise InvalidRaftMessageError("a fetch of the metadata log by a voter needs LastFetchedEpoch (Fetch v12+)")
         return RaftFetchRequest(
             replica_id=fetch_replica_id(body),
             current_leader_epoch=p.current_leader_epoch,
