@@ -197,6 +197,11 @@ def test_kafka_3_7_requests_read_as_the_core_expects() -> None:
     assert raft_request_of(through_the_broker_parser(fetch)) == RaftFetchRequest(3, 4, 10, 3, 500, max_bytes=1000)
 
 
+def test_a_voter_fetch_without_last_fetched_epoch_is_invalid() -> None:
+    with pytest.raises(InvalidRaftMessageError, match="LastFetchedEpoch"):
+        raft_request_of(through_the_broker_parser(raft_request(REQUESTS[3], 11)))
+
+
 def test_end_quorum_epoch_v1_names_its_successors_as_candidates() -> None:
     s = request_schema(54, 1)
     request = s.EndQuorumEpochRequest(
@@ -254,7 +259,7 @@ INFO = QuorumInfo(
     leader_epoch=7,
     high_watermark=120,
     current_voters=(
-        ReplicaState(1, 130, last_fetch_timestamp=-1, last_caught_up_timestamp=-1),
+        ReplicaState(1, 130, last_fetch_timestamp=5_000, last_caught_up_timestamp=5_000),
         ReplicaState(2, 120, last_fetch_timestamp=1_000, last_caught_up_timestamp=900),
         ReplicaState(3, -1),
     ),
@@ -273,16 +278,13 @@ def _describe_quorum_request(version: int, topic: str = METADATA_TOPIC, partitio
 @pytest.mark.parametrize("version", [0, 1, 2])
 def test_describe_quorum_answers_what_kafka_metadata_quorum_reads(version: int) -> None:
     request = _describe_quorum_request(version)
-    response = through_the_wire(
-        request, describe_quorum_response(INFO, version, voter_listeners=LISTENERS, now_ms=5_000)
-    )
+    response = through_the_wire(request, describe_quorum_response(INFO, version, voter_listeners=LISTENERS))
     (partition,) = response.topics[0].partitions
     assert (response.topics[0].topic_name, partition.error_code) == (METADATA_TOPIC, 0)
     assert (partition.leader_id, partition.leader_epoch, partition.high_watermark) == (1, 7, 120)
     assert [(r.replica_id, r.log_end_offset) for r in partition.current_voters] == [(1, 130), (2, 120), (3, -1)]
     assert [(r.replica_id, r.log_end_offset) for r in partition.observers] == [(4, 100)]
     if version >= 1:
-        # The leader reports itself as fetching and caught up now (Kafka's RaftUtil.toReplicaState).
         times = [(r.last_fetch_timestamp, r.last_caught_up_timestamp) for r in partition.current_voters]
         assert times == [(5_000, 5_000), (1_000, 900), (-1, -1)]
     if version >= 2:
@@ -294,7 +296,7 @@ def test_describe_quorum_answers_what_kafka_metadata_quorum_reads(version: int) 
 
 def test_describe_quorum_on_a_replica_that_is_not_the_leader() -> None:
     request = _describe_quorum_request(2)
-    response = through_the_wire(request, describe_quorum_response(None, 2, voter_listeners=LISTENERS, now_ms=1))
+    response = through_the_wire(request, describe_quorum_response(None, 2, voter_listeners=LISTENERS))
     (partition,) = response.topics[0].partitions
     assert partition.error_code.name == "not_leader_or_follower"
     assert response.error_code == 0

@@ -305,7 +305,7 @@ def raft_request_of(body: RequestPayload) -> RaftRequest:
     `__cluster_metadata`, FetchSnapshot) of any served version; InvalidRaftMessageError when it names another
     partition."""
     api_key = body.__api_key__
-    cluster_id = body.cluster_id
+    cluster_id = getattr(body, "cluster_id", None)  # Fetch has it from v12
     if api_key == API_VOTE:
         p = _only_partition(body.topics)
         return VoteRequest(
@@ -337,6 +337,8 @@ def raft_request_of(body: RequestPayload) -> RaftRequest:
         )
     if api_key == API_FETCH:
         p = _only_partition(body.topics)
+        if not hasattr(p, "last_fetched_epoch"):
+            raise InvalidRaftMessageError("a fetch of the metadata log by a voter needs LastFetchedEpoch (Fetch v12+)")
         return RaftFetchRequest(
             replica_id=fetch_replica_id(body),
             current_leader_epoch=p.current_leader_epoch,
@@ -466,12 +468,11 @@ def describe_quorum_response(
     version: int,
     *,
     voter_listeners: dict[int, tuple[str, str, int]],
-    now_ms: int,
 ) -> ResponsePayload:
     """DescribeQuorum's answer (Kafka's RaftUtil.singletonDescribeQuorumResponse): the leader's view of every
     replica, or NOT_LEADER_OR_FOLLOWER from a replica that is not the leader (`info` None). From v1 each
-    replica's last fetch and last caught-up times (the leader's own: now); from v2 the voters' listeners,
-    `voter_listeners` (node id -> listener name, host, port)."""
+    replica's last fetch and last caught-up times; from v2 the voters' listeners, `voter_listeners` (node id ->
+    listener name, host, port)."""
     s = _response_schema(API_DESCRIBE_QUORUM, version)
     if info is None:
         partition = s.PartitionData(
@@ -487,13 +488,12 @@ def describe_quorum_response(
     else:
 
         def replica(state: ReplicaState) -> Any:
-            own = state.replica_id == info.leader_id
             return s.ReplicaState(
                 replica_id=state.replica_id,
                 replica_directory_id=None,
                 log_end_offset=state.log_end_offset,
-                last_fetch_timestamp=now_ms if own else state.last_fetch_timestamp,
-                last_caught_up_timestamp=now_ms if own else state.last_caught_up_timestamp,
+                last_fetch_timestamp=state.last_fetch_timestamp,
+                last_caught_up_timestamp=state.last_caught_up_timestamp,
             )
 
         partition = s.PartitionData(

@@ -579,13 +579,11 @@ class ControllerApis:
         if unknown is not None:
             return unknown
         controller_listener = self.config.controller_listener_name or ""
-        now = now_ms()
         return describe_quorum_response(
-            self._server.raft.client.describe_quorum(now),
+            self._server.raft.client.describe_quorum(now_ms()),
             request.api_version,
             voter_listeners={
                 node_id: (controller_listener, host, port)
                 for node_id, (host, port) in self.config.quorum_voters.items()
             },
-            now_ms=now,
         )

@@ -221,12 +221,12 @@ class RaftManager:
                 # A failing core must not stop the quorum's clock: the next poll may succeed.
                 logger.exception("[RaftManager id=%d] polling the Raft client failed", self.node_id)
                 delay_ms = self.raft_config.retry_backoff_ms
-            # Only what happens from here on (nothing ran since the poll) needs another poll before the wakeup.
+            # Only what happens from here on (nothing ran since the poll) needs another poll before the wakeup. Even a
+            # wakeup that is already due waits for the loop once: the sends and the requests must run too.
             self._wakeup.clear()
-            if delay_ms > 0:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(delay_ms / 1000):
-                        await self._wakeup.wait()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(delay_ms, 0) / 1000):
+                    await self._wakeup.wait()
 
     def _poll(self) -> None:
         for out in self.client.poll(now_ms()):
