@@ -13,6 +13,7 @@ from confluent_kafka.admin import AdminClient
 from kio.schema.describe_quorum.v1 import request as describe_quorum
 
 from tierlog.client.requests import create_topics_request, metadata_request
+from tierlog.protocol.errors import error_code
 from tierlog.testing.local_cluster import LocalCluster, wait_until
 
 VOTERS = (1, 2, 3)
@@ -103,6 +104,11 @@ def test_three_voters_form_one_cluster_and_survive_the_active_controllers_crash(
     )
 
     active = wait_until(lambda: quorum_leader(cluster, VOTERS), FAILOVER_TIMEOUT_S, "a quorum leader")
+    # What reaches another voter's controller listener is not decided there, nor sent on: NOT_CONTROLLER.
+    follower = next(node for node in VOTERS if node != active)
+    request = create_topics_request("refused", 1, 1, {}, timeout_ms=int(REQUEST_TIMEOUT_S * 1000))
+    refused = send_request(f"127.0.0.1:{cluster.controller_ports[follower]}", request, timeout_s=REQUEST_TIMEOUT_S)
+    assert refused.topics[0].error_code == error_code("NOT_CONTROLLER")
     cluster.kill(active)
     survivors = [node for node in everyone if node != active]
     surviving_voters = tuple(node for node in VOTERS if node != active)
