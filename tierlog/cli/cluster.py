@@ -31,7 +31,6 @@ from rich.text import Text
 from tierlog.cli.clients import CliError, output_console, parse_key_values, progress_bar, timeout_option
 from tierlog.cli.tables import WIDE, add_column, include_internal_option, is_internal, output_option, plain_table
 from tierlog.testing.local_cluster import (
-    CONTROLLER_NODE_ID,
     BrokerProcess,
     BrokerStartError,
     LocalCluster,
@@ -94,7 +93,7 @@ class ClusterInfo:
                 NodeInfo(
                     node_id=node_id,
                     pid=broker.pid,
-                    roles="broker,controller" if node_id == CONTROLLER_NODE_ID else "broker",
+                    roles="broker,controller" if node_id in cluster.controller_ports else "broker",
                     kafka=broker.bootstrap,
                     http=cluster.http_address(node_id),
                     data_dir=str(broker.log_dir),
@@ -581,6 +580,13 @@ def node_command(command: F) -> click.Command:
 
 @cluster.command()
 @click.option("-n", "--brokers", type=click.IntRange(min=1), default=3, show_default=True, help="Number of brokers.")
+@click.option(
+    "--controllers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Nodes 1..N are also controllers, the voters of the controller quorum (3 survives the loss of one).",
+)
 @dir_option()
 @click.option(
     "--override",
@@ -597,8 +603,11 @@ def node_command(command: F) -> click.Command:
     "127.0.0.1 only.",
 )
 @timeout_option(60.0, "Seconds to wait for every broker to register.", minimum=1)
-def up(brokers: int, directory: Path, overrides: tuple[str, ...], secure: bool, timeout_s: float) -> None:
-    """Start BROKERS brokers in the background (node 1 is also the controller) and wait until all serve."""
+def up(
+    brokers: int, controllers: int, directory: Path, overrides: tuple[str, ...], secure: bool, timeout_s: float
+) -> None:
+    """Start BROKERS brokers in the background (node 1, or nodes 1..CONTROLLERS, also the controllers) and wait
+    until all serve."""
     path = cluster_file(directory)
     if path.exists():
         running = [node for node in read_cluster_info(directory).nodes if broker_alive(node.pid)]
@@ -608,9 +617,13 @@ def up(brokers: int, directory: Path, overrides: tuple[str, ...], secure: bool, 
                 f"stop it with `tierlog cluster down --dir {directory}`"
             )
     settings = dict(parse_key_values(overrides, "--override"))
+    if controllers > brokers:
+        raise click.BadParameter(
+            f"{controllers} controllers need as many brokers, not {brokers}", param_hint="--controllers"
+        )
     security = LocalSecurity.generate(directory / SECURITY_DIR) if secure else None
     try:
-        local = LocalCluster(directory, brokers, settings, detached=True, security=security)
+        local = LocalCluster(directory, brokers, settings, detached=True, security=security, controllers=controllers)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--override") from None
 
@@ -715,8 +728,8 @@ def down(directory: Path, purge: bool, timeout_s: float) -> None:
     `cluster start` started again; the data stays unless --purge."""
     info = read_cluster_info(directory)
     # Brokers first: their controlled shutdown asks the controller, which must still be there.
-    brokers = [n for n in info.nodes if n.node_id != CONTROLLER_NODE_ID]
-    controllers = [n for n in info.nodes if n.node_id == CONTROLLER_NODE_ID]
+    brokers = [n for n in info.nodes if "controller" not in n.roles.split(",")]
+    controllers = [n for n in info.nodes if "controller" in n.roles.split(",")]
     outcome = stop_processes([n.pid for n in brokers], timeout_s)
     outcome.update(stop_processes([n.pid for n in controllers], timeout_s))
     cluster_file(directory).unlink(missing_ok=True)

@@ -207,8 +207,12 @@ class KafkaApis:
         return tuple(entries)
 
     def _controller_id(self) -> int:
-        # Clients cannot reach a KRaft controller; like Kafka, name a live broker instead.
+        # Clients cannot reach a KRaft controller; like Kafka, name a live broker instead (Kafka: a random one).
+        # This broker first: it is certainly alive, while another may have died without being fenced yet, and
+        # clients send their admin requests to the broker named here.
         unfenced = sorted(self.image.unfenced_broker_ids())
+        if self.node_id in unfenced:
+            return self.node_id
         return unfenced[0] if unfenced else -1
 
     async def handle_metadata(self, request: Request) -> Any:
