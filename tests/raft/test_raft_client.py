@@ -22,6 +22,13 @@ def test_a_single_voter_leads_at_once_and_commits_each_append(tmp_path: Path) ->
     assert leader.high_watermark == 3
 
 
+def test_a_single_voter_stays_the_active_leader_with_nobody_to_hear_from(tmp_path: Path) -> None:
+    quorum = Quorum(tmp_path, [1])
+    leader = quorum.client(1)
+    quorum.run_for(10 * quorum.config.fetch_timeout_ms)
+    assert leader.is_active_leader() and leader.epoch == 1
+
+
 def test_three_voters_elect_one_leader_and_commit_on_a_majority(tmp_path: Path) -> None:
     quorum = Quorum(tmp_path, [1, 2, 3])
     quorum.run_until(lambda: quorum.active_leader() is not None)

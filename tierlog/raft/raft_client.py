@@ -299,7 +299,9 @@ class RaftClient:
         self._replicas = {voter: _Replica() for voter in self.voters}
         self._replicas[self.node_id].end_offset = self._log.end_offset
         self._to_notify = set(self.voters) - {self.node_id}
-        self._check_quorum_deadline_ms = now_ms + self._check_quorum_timeout_ms()
+        # A leader that is a majority alone (one voter) has nobody to hear from: check quorum never fails it.
+        alone = self._has_majority({self.node_id})
+        self._check_quorum_deadline_ms = _FOREVER if alone else now_ms + self._check_quorum_timeout_ms()
         self._update_leader_high_watermark(now_ms)
         self._state_changed()
 
