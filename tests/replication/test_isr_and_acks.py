@@ -89,7 +89,7 @@ def test_alter_partition_answer_over_the_wire_leaves_the_replica_set_alone(tmp_p
     cluster, proposal = proposed_expansion(tmp_path)
     leader = cluster.managers[1]
     partition = leader.get_partition(TP)
-    # The AlterPartition response carries ISR and epochs only (RemoteControllerChannel leaves replicas empty).
+    # The AlterPartition response carries ISR and epochs only (QuorumControllerChannel leaves replicas empty).
     r = cluster.registration
     answer = PartitionRegistration([], proposal.new_isr, r.leader, r.leader_epoch, r.partition_epoch + 1)
     leader.on_alter_partition_response(TP, answer, None, cluster.now)

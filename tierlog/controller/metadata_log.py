@@ -152,8 +152,9 @@ class _ParkedFetch:
 class WakingMetadataLog:
     """The metadata log with KRaft's fetch purgatory: a broker's fetch that finds no records at its offset is
     parked until an append brings some or its wait ends (long polling). Every controller operation appends
-    through here, so no caller has to remember to wake the fetches. The asyncio shell and the simulator both
-    serve brokers' metadata fetches from it, arming a timer for each parked fetch's deadline."""
+    through here, so no caller has to remember to wake the fetches. The simulator's single controller serves
+    brokers' metadata fetches from it, arming a timer for each parked fetch's deadline (on the quorum the Raft
+    core parks them)."""
 
     def __init__(self, log: DiskMetadataLog) -> None:
         self.log = log
