@@ -23,6 +23,7 @@ from tierlog.client.raft_requests import raft_request, raft_response_of
 from tierlog.client.requests import request_schema
 from tierlog.raft.messages import RaftFetchRequest, VoteRequest
 from tierlog.server.clock import now_ms
+from tierlog.server.raft_manager import RESIGN_WAIT_S
 
 
 @pytest.fixture
@@ -78,6 +79,54 @@ def test_a_stopped_leader_resigns_and_another_is_elected(tmp_path: Path, several
             assert new_leader.raft.client.epoch > old_epoch
             await append_and_commit(new_leader, [b"after"])
             assert committed_values(new_leader) == [b"before", b"after"]
+
+    run_bounded(scenario, 30)
+
+
+def test_a_resignation_reaches_a_voter_whose_connection_went_stale(
+    tmp_path: Path, several_voters_accepted: None
+) -> None:
+    async def scenario() -> None:
+        async with quorum(tmp_path, 3) as voters:
+            leader = await active_leader(voters)
+            for follower in voters:
+                if follower is not leader:
+                    # Its listener restarts: the leader's connection to it (from BeginQuorumEpoch) is dead.
+                    await follower.close_listener()
+                    await follower.serve()
+            started = asyncio.get_running_loop().time()
+            await leader.raft.stop()
+            # Both acknowledged (after one retry each on a new connection) long before the one-second bound.
+            assert asyncio.get_running_loop().time() - started < RESIGN_WAIT_S / 2
+
+    run_bounded(scenario, 30)
+
+
+def test_a_leader_stops_within_a_second_when_nobody_takes_its_resignation(
+    tmp_path: Path, several_voters_accepted: None
+) -> None:
+    async def scenario() -> None:
+        # Long enough that only the resignation's own bound can end the wait in time.
+        async with quorum(tmp_path, 3, {"controller.quorum.request.timeout.ms": "5000"}) as voters:
+            leader = await active_leader(voters)
+            silent_servers = []
+            held: list[asyncio.StreamWriter] = []
+
+            async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+                held.append(writer)  # a writer nobody holds closes its connection
+                await reader.read()
+
+            for follower in voters:
+                if follower is not leader:
+                    await follower.crash()
+                    # Its address accepts connections and never answers: the EndQuorumEpoch waits in vain.
+                    host, port = follower.config.quorum_voters[follower.node_id]
+                    silent_servers.append(await asyncio.start_server(never_answer, host, port))
+            started = asyncio.get_running_loop().time()
+            await leader.raft.stop()
+            assert asyncio.get_running_loop().time() - started < RESIGN_WAIT_S + 0.5
+            for server in silent_servers:
+                server.close()
 
     run_bounded(scenario, 30)
 

@@ -69,6 +69,10 @@ class RaftManager:
         self._driver: asyncio.Task[None] | None = None
         self._connections: dict[int, KafkaConnection] = {}
         self._sends: dict[asyncio.Task[None], Outbound] = {}
+        self._unreachable: set[int] = set()
+        # The voters that acknowledged this node's resignation, while it stops.
+        self._resignation_heard_by: set[int] = set()
+        self._resignation_heard = asyncio.Event()
         # Fetches the core parked, answered through their future when it responds (or at stop).
         self._parked_fetches: set[asyncio.Future[RaftFetchResponse]] = set()
         # wait_for_commit callers: the epoch they started in and their future, settled False if the epoch moves.
@@ -110,10 +114,15 @@ class RaftManager:
         client = self._client
         if client.is_leader:
             client.resign(now_ms())
-            self._poll()
-            resignations = [task for task, out in self._sends.items() if isinstance(out.request, EndQuorumEpochRequest)]
-            if resignations:
-                await asyncio.wait(resignations, timeout=RESIGN_WAIT_S)
+            self.poke()
+            # The driver sends the EndQuorumEpochs and retries those that fail (a connection to a voter that
+            # restarted fails once); every other voter acknowledging ends the wait early.
+            others = self.voters - {self.node_id}
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(RESIGN_WAIT_S):
+                    while not others <= self._resignation_heard_by:
+                        self._resignation_heard.clear()
+                        await self._resignation_heard.wait()
         tasks = [task for task in (self._driver, *self._sends) if task is not None]
         for task in tasks:
             task.cancel()
@@ -245,9 +254,25 @@ class RaftManager:
             response = raft_response_of(out.request, reply)
         except (KafkaConnectionError, TimeoutError, InvalidRaftMessageError) as e:
             await self._drop_connection(out.destination)
-            logger.debug("[RaftManager id=%d] %s to voter %d failed: %s", self.node_id, out.request, out.destination, e)
-        if self._stopping and not isinstance(out.request, EndQuorumEpochRequest):
-            return
+            # Once per outage, not once per retry (every controller.quorum.retry.backoff.ms).
+            if out.destination not in self._unreachable:
+                self._unreachable.add(out.destination)
+                logger.warning(
+                    "[RaftManager id=%d] voter %d does not answer (%s); retrying",
+                    self.node_id,
+                    out.destination,
+                    str(e) or "no response in time",
+                )
+        else:
+            if out.destination in self._unreachable:
+                self._unreachable.discard(out.destination)
+                logger.info("[RaftManager id=%d] voter %d answers again", self.node_id, out.destination)
+        if isinstance(out.request, EndQuorumEpochRequest):
+            if response is not None:
+                self._resignation_heard_by.add(out.destination)
+                self._resignation_heard.set()
+        elif self._stopping:
+            return  # only the resignation is still carried while stopping
         self.client.on_response(out.destination, out.request, response, now_ms())
         self._after_core_call()
 
