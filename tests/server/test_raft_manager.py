@@ -51,6 +51,27 @@ def test_three_voters_elect_one_leader_and_commit_on_a_majority(tmp_path: Path, 
     run_bounded(scenario, 30)
 
 
+def test_listeners_hear_of_the_leadership_and_of_commits(tmp_path: Path, several_voters_accepted: None) -> None:
+    async def scenario() -> None:
+        async with quorum(tmp_path, 3) as voters:
+            heard: dict[int, list[tuple[int, bool, int | None]]] = {v.node_id: [] for v in voters}
+            for voter in voters:
+                client = voter.raft.client
+                voter.raft.add_listener(
+                    lambda c=client, log=heard[voter.node_id]: log.append(
+                        (c.epoch, c.is_active_leader(), c.high_watermark)
+                    )
+                )
+            leader = await active_leader(voters)
+            last = await append_and_commit(leader, [b"heard"])
+            assert (leader.raft.client.epoch, True) in [(epoch, active) for epoch, active, _ in heard[leader.node_id]]
+            assert any(hw is not None and hw > last for _, _, hw in heard[leader.node_id])
+            for voter in voters:
+                await wait_for(lambda v=voter: any(hw is not None and hw > last for *_, hw in heard[v.node_id]), "HW")
+
+    run_bounded(scenario, 30)
+
+
 def test_a_majority_is_enough_to_commit(tmp_path: Path, several_voters_accepted: None) -> None:
     async def scenario() -> None:
         async with quorum(tmp_path, 3) as voters:

@@ -75,9 +75,9 @@ class RaftManager:
         self._resignation_heard = asyncio.Event()
         # Fetches the core parked, answered through their future when it responds (or at stop).
         self._parked_fetches: set[asyncio.Future[RaftFetchResponse]] = set()
-        # wait_for_commit callers: the epoch they started in and their future, settled False if the epoch moves.
-        self._commit_waiters: dict[asyncio.Future[bool], int] = {}
-        self._seen: tuple[int, int | None, bool, int | None] | None = None
+        # wait_for_commit callers, told False at stop.
+        self._commit_waiters: set[asyncio.Future[bool]] = set()
+        self._seen: tuple[int, int | None, str, bool, int | None] | None = None
         self._stopping = False
 
     @property
@@ -147,7 +147,8 @@ class RaftManager:
 
     def add_listener(self, on_change: Callable[[], None]) -> None:
         """`on_change` runs (on the event loop) after every poll or handled message that changed the epoch, the
-        leader, whether this node is the active leader, or the high watermark."""
+        leader, whether this node is the active leader, or the high watermark (also on any other change of the
+        Raft state: follower to prospective, say)."""
         self._listeners.append(on_change)
 
     async def handle(self, request: RaftRequest) -> RaftResponse:
@@ -200,13 +201,13 @@ class RaftManager:
             if not committed.done():
                 committed.set_result(self._committed(offset, epoch))
 
-        self._commit_waiters[committed] = epoch
+        self._commit_waiters.add(committed)
         try:
             client.wait_for_commit(offset, round(timeout_s * 1000), now_ms(), on_ready)
             self._after_core_call()
             return await committed
         finally:
-            del self._commit_waiters[committed]
+            self._commit_waiters.discard(committed)
 
     @staticmethod
     def _shutting_down(client: RaftClient) -> RaftFetchResponse:
@@ -301,30 +302,26 @@ class RaftManager:
 
     # Telling the others
 
-    def _state(self) -> tuple[int, int | None, bool, int | None]:
+    def _state(self) -> tuple[int, int | None, str, bool, int | None]:
         client = self.client
-        return client.epoch, client.leader_id, client.is_active_leader(), client.high_watermark
+        return client.epoch, client.leader_id, client.state_name, client.is_active_leader(), client.high_watermark
 
     def _after_core_call(self) -> None:
-        """After anything the core did: the driver recomputes its wakeup, and a change reaches the listeners
-        (and the commit waiters of an epoch that is over)."""
+        """After anything the core did: the driver recomputes its wakeup, and a change reaches the listeners."""
         self._wakeup.set()
         state = self._state()
         if state == self._seen:
             return
         previous, self._seen = self._seen, state
-        epoch = state[0]
-        if previous is None or previous[:3] != state[:3]:
+        epoch, leader_id, state_name, active, _ = state
+        if previous is None or previous[:4] != state[:4]:
             logger.info(
                 "[RaftManager id=%d] epoch %d, leader %s, %s",
                 self.node_id,
                 epoch,
-                state[1] if state[1] is not None else "unknown",
-                "active leader" if state[2] else self.client.state_name,
+                "unknown" if leader_id is None else leader_id,
+                "active leader" if active else state_name,
             )
-        for waiter, waiter_epoch in self._commit_waiters.items():
-            if waiter_epoch != epoch and not waiter.done():
-                waiter.set_result(False)
         for on_change in self._listeners:
             try:
                 on_change()
