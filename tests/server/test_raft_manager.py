@@ -193,11 +193,11 @@ def test_wait_for_commit_is_false_once_the_leadership_is_lost(tmp_path: Path, se
     run_bounded(scenario, 30)
 
 
-def test_voters_requests_pass_the_controller_listener_and_observers_stay_outside(
+def test_the_controller_listener_passes_the_quorum_requests_to_the_core(
     tmp_path: Path, several_voters_accepted: None
 ) -> None:
-    """A Vote and a voter's Fetch reach the core through ControllerApis; a broker's metadata Fetch (a replica id
-    that is not a voter) is not the Raft manager's (another branch routes it)."""
+    """A Vote, a voter's Fetch of the metadata log and DescribeQuorum reach the core through ControllerApis; a
+    request for another partition is INVALID_REQUEST."""
 
     async def scenario() -> None:
         async with quorum(tmp_path, 3) as voters:
@@ -217,6 +217,24 @@ def test_voters_requests_pass_the_controller_listener_and_observers_stay_outside
                 other_partition = request_schema(52, 2).VoteRequest(cluster_id=None, voter_id=1, topics=())
                 reply = await connection.send(other_partition, timeout_s=5)
                 assert reply.error_code.name == "invalid_request"
+            finally:
+                await connection.close()
+            follower = next(v for v in voters if v is not leader)
+            host, port = follower.config.quorum_voters[follower.node_id]
+            connection = await KafkaConnection.open(host, port, client_id="test", timeout_s=5)
+            try:
+                s = request_schema(55, 1)
+                described = await connection.send(
+                    s.DescribeQuorumRequest(
+                        topics=(
+                            s.TopicData(
+                                topic_name="__cluster_metadata", partitions=(s.PartitionData(partition_index=0),)
+                            ),
+                        )
+                    ),
+                    timeout_s=5,
+                )
+                assert described.topics[0].partitions[0].error_code.name == "not_leader_or_follower"
             finally:
                 await connection.close()
 
