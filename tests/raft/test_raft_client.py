@@ -9,7 +9,8 @@ import pytest
 from quorum_harness import Quorum
 
 from tierlog.raft.messages import VoteRequest
-from tierlog.raft.raft_client import NotLeaderError
+from tierlog.raft.quorum_state import FileQuorumStateStore
+from tierlog.raft.raft_client import NotLeaderError, RaftClient, RaftConfig
 from tierlog.raft.raft_log import RaftLog
 
 
@@ -237,9 +238,6 @@ def test_under_random_kills_cuts_and_disk_losses_committed_records_never_change(
 def test_next_wakeup_is_never_an_expired_retry_backoff(tmp_path: Path) -> None:
     """A request that failed is retried after controller.quorum.retry.backoff.ms; once it is sent again, its backoff
     no longer counts as a wakeup (it did, and a shell that polls whenever next_wakeup_ms is due spun)."""
-    from tierlog.raft.quorum_state import FileQuorumStateStore
-    from tierlog.raft.raft_client import RaftClient, RaftConfig
-
     config = RaftConfig()
     client = RaftClient(
         1,
