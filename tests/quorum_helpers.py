@@ -1,6 +1,6 @@
 """Voters of the controller quorum in one event loop, for tests: each a RaftManager serving its controller listener
 on a free 127.0.0.1 port with the controller's own request handling (serve_connection -> ControllerApis), over
-PLAINTEXT or SSL as the configuration says. Every wait is bounded."""
+PLAINTEXT, SSL or SASL as the configuration says. Every wait is bounded."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tierlog.client.raft_requests import API_FETCH
+from tierlog.client.security import SASL_PROTOCOLS
 from tierlog.config import KafkaConfig
 from tierlog.protocol.codec import Request
 from tierlog.records.codec import decode_batches
@@ -23,8 +24,9 @@ from tierlog.server.clock import now_ms
 from tierlog.server.connection import serve_connection
 from tierlog.server.controller_apis import ControllerApis
 from tierlog.server.controller_server import ControllerServer
-from tierlog.server.kafka_apis import API_API_VERSIONS
+from tierlog.server.kafka_apis import API_API_VERSIONS, API_SASL_AUTHENTICATE, API_SASL_HANDSHAKE
 from tierlog.server.raft_manager import RaftManager
+from tierlog.server.sasl_authenticator import sasl_server_settings
 from tierlog.testing.local_cluster import free_ports
 
 # Short timers, so an election takes well under a second; the test deadline bounds everything else.
@@ -45,12 +47,15 @@ class ControllerListenerApis:
         self.handlers: dict[int, Callable[[Request], Awaitable[Any]]] = {
             **controller_apis.quorum_handlers,
             API_FETCH: controller_apis.handle_metadata_fetch,
-            API_API_VERSIONS: self._api_versions,
+            # Served (a SASL listener's authenticator answers the SASL ones), never handled here.
+            API_API_VERSIONS: self._not_sent,
+            API_SASL_HANDSHAKE: self._not_sent,
+            API_SASL_AUTHENTICATE: self._not_sent,
         }
 
     @staticmethod
-    async def _api_versions(request: Request) -> Any:
-        raise AssertionError("the Raft manager does not negotiate versions")
+    async def _not_sent(request: Request) -> Any:
+        raise AssertionError(f"the Raft manager does not send API {request.api_key} outside SASL authentication")
 
     async def handle(self, request: Request) -> Any:
         return await self.handlers[request.api_key](request)
@@ -85,6 +90,12 @@ class Voter:
         host, port = config.quorum_voters[self.node_id]
         protocol = config.security_protocol_of("CONTROLLER")
         mapper = SslPrincipalMapper(config.ssl_settings("CONTROLLER").principal_mapping_rules)
+        # PLAIN users only: SCRAM credentials live in the metadata, which these tests' controllers do not run.
+        sasl = (
+            sasl_server_settings(config, "CONTROLLER", lambda user, mechanism: None)
+            if protocol in SASL_PROTOCOLS
+            else None
+        )
 
         async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             task = asyncio.current_task()
@@ -99,6 +110,7 @@ class Voter:
                     "CONTROLLER",
                     security_protocol=protocol,
                     ssl_principal_mapper=mapper,
+                    sasl=sasl,
                 )
             finally:
                 del self.connections[task]

@@ -9,7 +9,8 @@ import pytest
 from quorum_harness import Quorum
 
 from tierlog.raft.messages import VoteRequest
-from tierlog.raft.raft_client import NotLeaderError
+from tierlog.raft.quorum_state import FileQuorumStateStore
+from tierlog.raft.raft_client import NotLeaderError, RaftClient, RaftConfig
 from tierlog.raft.raft_log import RaftLog
 
 
@@ -239,3 +240,25 @@ def test_under_random_kills_cuts_and_disk_losses_committed_records_never_change(
     )
     assert leader.read_committed(0, 1 << 30).startswith(committed)
     assert len({quorum.committed_on(n) for n in (1, 2, 3)}) == 1
+
+
+def test_next_wakeup_is_never_an_expired_retry_backoff(tmp_path: Path) -> None:
+    """A request that failed is retried after controller.quorum.retry.backoff.ms; once it is sent again, its backoff
+    no longer counts as a wakeup (it did, and a shell that polls whenever next_wakeup_ms is due spun)."""
+    config = RaftConfig()
+    client = RaftClient(
+        1,
+        [1, 2, 3],
+        RaftLog(tmp_path, 0),
+        FileQuorumStateStore(tmp_path / "quorum-state", frozenset({1, 2, 3})),
+        config,
+        0,
+        random.Random(7),
+    )
+    now = client.next_wakeup_ms()
+    votes = {out.destination: out.request for out in client.poll(now)}
+    assert set(votes) == {2, 3}
+    client.on_response(2, votes[2], None, now)
+    now += config.retry_backoff_ms
+    assert [out.destination for out in client.poll(now)] == [2]
+    assert client.next_wakeup_ms() > now

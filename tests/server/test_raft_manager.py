@@ -21,6 +21,7 @@ from tierlog.client.raft_requests import raft_request, raft_response_of
 from tierlog.client.requests import request_schema
 from tierlog.raft.messages import RaftFetchRequest, VoteRequest
 from tierlog.server.clock import now_ms
+from tierlog.server.raft_manager import RESIGN_WAIT_S
 
 
 def test_three_voters_elect_one_leader_and_commit_on_a_majority(tmp_path: Path) -> None:
@@ -39,6 +40,27 @@ def test_three_voters_elect_one_leader_and_commit_on_a_majority(tmp_path: Path) 
             # The quorum-state file is Kafka's place: <metadata.log.dir>/__cluster_metadata-0/quorum-state.
             for voter in voters:
                 assert (voter.config.metadata_log_dir / "__cluster_metadata-0" / "quorum-state").is_file()
+
+    run_bounded(scenario, 30)
+
+
+def test_listeners_hear_of_the_leadership_and_of_commits(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with quorum(tmp_path, 3) as voters:
+            heard: dict[int, list[tuple[int, bool, int | None]]] = {v.node_id: [] for v in voters}
+            for voter in voters:
+                client = voter.raft.client
+                voter.raft.add_listener(
+                    lambda c=client, log=heard[voter.node_id]: log.append(
+                        (c.epoch, c.is_active_leader(), c.high_watermark)
+                    )
+                )
+            leader = await active_leader(voters)
+            last = await append_and_commit(leader, [b"heard"])
+            assert (leader.raft.client.epoch, True) in [(epoch, active) for epoch, active, _ in heard[leader.node_id]]
+            assert any(hw is not None and hw > last for _, _, hw in heard[leader.node_id])
+            for voter in voters:
+                await wait_for(lambda v=voter: any(hw is not None and hw > last for *_, hw in heard[v.node_id]), "HW")
 
     run_bounded(scenario, 30)
 
@@ -71,6 +93,50 @@ def test_a_stopped_leader_resigns_and_another_is_elected(tmp_path: Path) -> None
             assert new_leader.raft.client.epoch > old_epoch
             await append_and_commit(new_leader, [b"after"])
             assert committed_values(new_leader) == [b"before", b"after"]
+
+    run_bounded(scenario, 30)
+
+
+def test_a_resignation_reaches_a_voter_whose_connection_went_stale(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with quorum(tmp_path, 3) as voters:
+            leader = await active_leader(voters)
+            for follower in voters:
+                if follower is not leader:
+                    # Its listener restarts: the leader's connection to it (from BeginQuorumEpoch) is dead.
+                    await follower.close_listener()
+                    await follower.serve()
+            started = asyncio.get_running_loop().time()
+            await leader.raft.stop()
+            # Both acknowledged (after one retry each on a new connection) long before the one-second bound.
+            assert asyncio.get_running_loop().time() - started < RESIGN_WAIT_S / 2
+
+    run_bounded(scenario, 30)
+
+
+def test_a_leader_stops_within_a_second_when_nobody_takes_its_resignation(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        # Long enough that only the resignation's own bound can end the wait in time.
+        async with quorum(tmp_path, 3, {"controller.quorum.request.timeout.ms": "5000"}) as voters:
+            leader = await active_leader(voters)
+            silent_servers = []
+            held: list[asyncio.StreamWriter] = []
+
+            async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+                held.append(writer)  # a writer nobody holds closes its connection
+                await reader.read()
+
+            for follower in voters:
+                if follower is not leader:
+                    await follower.crash()
+                    # Its address accepts connections and never answers: the EndQuorumEpoch waits in vain.
+                    host, port = follower.config.quorum_voters[follower.node_id]
+                    silent_servers.append(await asyncio.start_server(never_answer, host, port))
+            started = asyncio.get_running_loop().time()
+            await leader.raft.stop()
+            assert asyncio.get_running_loop().time() - started < RESIGN_WAIT_S + 0.5
+            for server in silent_servers:
+                server.close()
 
     run_bounded(scenario, 30)
 
@@ -116,9 +182,9 @@ def test_wait_for_commit_is_false_once_the_leadership_is_lost(tmp_path: Path) ->
     run_bounded(scenario, 30)
 
 
-def test_voters_requests_pass_the_controller_listener_and_observers_stay_outside(tmp_path: Path) -> None:
-    """A Vote and a voter's Fetch reach the core through ControllerApis; a broker's metadata Fetch (a replica id
-    that is not a voter) is not the Raft manager's (another branch routes it)."""
+def test_the_controller_listener_passes_the_quorum_requests_to_the_core(tmp_path: Path) -> None:
+    """A Vote, a voter's Fetch of the metadata log and DescribeQuorum reach the core through ControllerApis; a
+    request for another partition is INVALID_REQUEST."""
 
     async def scenario() -> None:
         async with quorum(tmp_path, 3) as voters:
@@ -138,6 +204,24 @@ def test_voters_requests_pass_the_controller_listener_and_observers_stay_outside
                 other_partition = request_schema(52, 2).VoteRequest(cluster_id=None, voter_id=1, topics=())
                 reply = await connection.send(other_partition, timeout_s=5)
                 assert reply.error_code.name == "invalid_request"
+            finally:
+                await connection.close()
+            follower = next(v for v in voters if v is not leader)
+            host, port = follower.config.quorum_voters[follower.node_id]
+            connection = await KafkaConnection.open(host, port, client_id="test", timeout_s=5)
+            try:
+                s = request_schema(55, 1)
+                described = await connection.send(
+                    s.DescribeQuorumRequest(
+                        topics=(
+                            s.TopicData(
+                                topic_name="__cluster_metadata", partitions=(s.PartitionData(partition_index=0),)
+                            ),
+                        )
+                    ),
+                    timeout_s=5,
+                )
+                assert described.topics[0].partitions[0].error_code.name == "not_leader_or_follower"
             finally:
                 await connection.close()
 

@@ -50,7 +50,6 @@ from tierlog.raft.raft_log import METADATA_TOPIC, METADATA_TOPIC_ID
 
 API_FETCH, API_VOTE, API_BEGIN_QUORUM_EPOCH, API_END_QUORUM_EPOCH = 1, 52, 53, 54
 API_DESCRIBE_QUORUM, API_FETCH_SNAPSHOT = 55, 59
-RAFT_APIS = (API_VOTE, API_BEGIN_QUORUM_EPOCH, API_END_QUORUM_EPOCH, API_FETCH_SNAPSHOT)
 
 # The versions a tierlog voter sends. Vote v2 carries KIP-996's PreVote and BeginQuorumEpoch v1 the VoterId (both
 # with KIP-853's directory ids and endpoints left empty: the voters are static); v1 of EndQuorumEpoch and
@@ -64,8 +63,8 @@ FETCH_SNAPSHOT_VERSION = 0
 METADATA_PARTITION_INDEX = 0
 # Errors Kafka's KafkaRaftClient puts at the top level of a response (the request was not looked at further);
 # every other error is the partition's.
-TOP_LEVEL_ERRORS = frozenset({"INCONSISTENT_CLUSTER_ID", "INVALID_REQUEST", "CLUSTER_AUTHORIZATION_FAILED"})
-NO_THROTTLE = datetime.timedelta(0)
+_TOP_LEVEL_ERRORS = frozenset({"INCONSISTENT_CLUSTER_ID", "INVALID_REQUEST", "CLUSTER_AUTHORIZATION_FAILED"})
+_NO_THROTTLE = datetime.timedelta(0)
 # The core's response type of each API, and the name of kio's response class.
 _RESPONSES: dict[int, tuple[type, str]] = {
     API_VOTE: (VoteResponse, "VoteResponse"),
@@ -372,7 +371,7 @@ def fetch_replica_id(body: RequestPayload) -> int:
 def raft_response(response: RaftResponse, version: int) -> ResponsePayload:
     """The kio response of `version` for the core's answer `response`."""
     api_key = _API_KEY_OF_RESPONSE[type(response)]
-    if response.error in TOP_LEVEL_ERRORS:
+    if response.error in _TOP_LEVEL_ERRORS:
         return raft_error_response(api_key, version, response.error)
     s = _response_schema(api_key, version)
     error = error_code(response.error)
@@ -380,7 +379,7 @@ def raft_response(response: RaftResponse, version: int) -> ResponsePayload:
         diverging = response.diverging_epoch
         snapshot = response.snapshot_id
         return s.FetchResponse(
-            throttle_time=NO_THROTTLE,
+            throttle_time=_NO_THROTTLE,
             error_code=ErrorCode.none,
             session_id=0,
             responses=(
@@ -415,7 +414,7 @@ def raft_response(response: RaftResponse, version: int) -> ResponsePayload:
     if isinstance(response, FetchSnapshotResponse):
         snapshot = response.snapshot_id
         return s.FetchSnapshotResponse(
-            throttle_time=NO_THROTTLE,
+            throttle_time=_NO_THROTTLE,
             error_code=ErrorCode.none,
             topics=(
                 s.TopicSnapshot(
@@ -455,9 +454,9 @@ def raft_error_response(api_key: int, version: int, error: str) -> ResponsePaylo
     s = _response_schema(api_key, version)
     code = error_code(error)
     if api_key == API_FETCH:
-        return s.FetchResponse(throttle_time=NO_THROTTLE, error_code=code, session_id=0, responses=())
+        return s.FetchResponse(throttle_time=_NO_THROTTLE, error_code=code, session_id=0, responses=())
     if api_key == API_FETCH_SNAPSHOT:
-        return s.FetchSnapshotResponse(throttle_time=NO_THROTTLE, error_code=code, topics=())
+        return s.FetchSnapshotResponse(throttle_time=_NO_THROTTLE, error_code=code, topics=())
     if api_key == API_DESCRIBE_QUORUM:
         return s.DescribeQuorumResponse(error_code=code, error_message=None, topics=(), nodes=())
     return getattr(s, _RESPONSES[api_key][1])(error_code=code, topics=())

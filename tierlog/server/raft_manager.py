@@ -69,11 +69,15 @@ class RaftManager:
         self._driver: asyncio.Task[None] | None = None
         self._connections: dict[int, KafkaConnection] = {}
         self._sends: dict[asyncio.Task[None], Outbound] = {}
+        self._unreachable: set[int] = set()
+        # The voters that acknowledged this node's resignation, while it stops.
+        self._resignation_heard_by: set[int] = set()
+        self._resignation_heard = asyncio.Event()
         # Fetches the core parked, answered through their future when it responds (or at stop).
         self._parked_fetches: set[asyncio.Future[RaftFetchResponse]] = set()
-        # wait_for_commit callers: the epoch they started in and their future, settled False if the epoch moves.
-        self._commit_waiters: dict[asyncio.Future[bool], int] = {}
-        self._seen: tuple[int, int | None, bool, int | None] | None = None
+        # wait_for_commit callers, told False at stop.
+        self._commit_waiters: set[asyncio.Future[bool]] = set()
+        self._seen: tuple[int, int | None, str, bool, int | None] | None = None
         self._stopping = False
 
     @property
@@ -110,10 +114,15 @@ class RaftManager:
         client = self._client
         if client.is_leader:
             client.resign(now_ms())
-            self._poll()
-            resignations = [task for task, out in self._sends.items() if isinstance(out.request, EndQuorumEpochRequest)]
-            if resignations:
-                await asyncio.wait(resignations, timeout=RESIGN_WAIT_S)
+            self.poke()
+            # The driver sends the EndQuorumEpochs and retries those that fail (a connection to a voter that
+            # restarted fails once); every other voter acknowledging ends the wait early.
+            others = self.voters - {self.node_id}
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(RESIGN_WAIT_S):
+                    while not others <= self._resignation_heard_by:
+                        self._resignation_heard.clear()
+                        await self._resignation_heard.wait()
         tasks = [task for task in (self._driver, *self._sends) if task is not None]
         for task in tasks:
             task.cancel()
@@ -138,7 +147,8 @@ class RaftManager:
 
     def add_listener(self, on_change: Callable[[], None]) -> None:
         """`on_change` runs (on the event loop) after every poll or handled message that changed the epoch, the
-        leader, whether this node is the active leader, or the high watermark."""
+        leader, whether this node is the active leader, or the high watermark (also on any other change of the
+        Raft state: follower to prospective, say)."""
         self._listeners.append(on_change)
 
     async def handle(self, request: RaftRequest) -> RaftResponse:
@@ -191,13 +201,13 @@ class RaftManager:
             if not committed.done():
                 committed.set_result(self._committed(offset, epoch))
 
-        self._commit_waiters[committed] = epoch
+        self._commit_waiters.add(committed)
         try:
             client.wait_for_commit(offset, round(timeout_s * 1000), now_ms(), on_ready)
             self._after_core_call()
             return await committed
         finally:
-            del self._commit_waiters[committed]
+            self._commit_waiters.discard(committed)
 
     @staticmethod
     def _shutting_down(client: RaftClient) -> RaftFetchResponse:
@@ -245,9 +255,25 @@ class RaftManager:
             response = raft_response_of(out.request, reply)
         except (KafkaConnectionError, TimeoutError, InvalidRaftMessageError) as e:
             await self._drop_connection(out.destination)
-            logger.debug("[RaftManager id=%d] %s to voter %d failed: %s", self.node_id, out.request, out.destination, e)
-        if self._stopping and not isinstance(out.request, EndQuorumEpochRequest):
-            return
+            # Once per outage, not once per retry (every controller.quorum.retry.backoff.ms).
+            if out.destination not in self._unreachable:
+                self._unreachable.add(out.destination)
+                logger.warning(
+                    "[RaftManager id=%d] voter %d does not answer (%s); retrying",
+                    self.node_id,
+                    out.destination,
+                    str(e) or "no response in time",
+                )
+        else:
+            if out.destination in self._unreachable:
+                self._unreachable.discard(out.destination)
+                logger.info("[RaftManager id=%d] voter %d answers again", self.node_id, out.destination)
+        if isinstance(out.request, EndQuorumEpochRequest):
+            if response is not None:
+                self._resignation_heard_by.add(out.destination)
+                self._resignation_heard.set()
+        elif self._stopping:
+            return  # only the resignation is still carried while stopping
         self.client.on_response(out.destination, out.request, response, now_ms())
         self._after_core_call()
 
@@ -276,30 +302,26 @@ class RaftManager:
 
     # Telling the others
 
-    def _state(self) -> tuple[int, int | None, bool, int | None]:
+    def _state(self) -> tuple[int, int | None, str, bool, int | None]:
         client = self.client
-        return client.epoch, client.leader_id, client.is_active_leader(), client.high_watermark
+        return client.epoch, client.leader_id, client.state_name, client.is_active_leader(), client.high_watermark
 
     def _after_core_call(self) -> None:
-        """After anything the core did: the driver recomputes its wakeup, and a change reaches the listeners
-        (and the commit waiters of an epoch that is over)."""
+        """After anything the core did: the driver recomputes its wakeup, and a change reaches the listeners."""
         self._wakeup.set()
         state = self._state()
         if state == self._seen:
             return
         previous, self._seen = self._seen, state
-        epoch = state[0]
-        if previous is None or previous[:3] != state[:3]:
+        epoch, leader_id, state_name, active, _ = state
+        if previous is None or previous[:4] != state[:4]:
             logger.info(
                 "[RaftManager id=%d] epoch %d, leader %s, %s",
                 self.node_id,
                 epoch,
-                state[1] if state[1] is not None else "unknown",
-                "active leader" if state[2] else self.client.state_name,
+                "unknown" if leader_id is None else leader_id,
+                "active leader" if active else state_name,
             )
-        for waiter, waiter_epoch in self._commit_waiters.items():
-            if waiter_epoch != epoch and not waiter.done():
-                waiter.set_result(False)
         for on_change in self._listeners:
             try:
                 on_change()

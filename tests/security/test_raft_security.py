@@ -1,17 +1,19 @@
-"""The controller quorum over TLS with an authorizer: voters reach each other's SSL controller listener with the
-settings a broker reaches the controller with (the listener's ssl.* settings, the key store as client certificate),
-and only a principal holding CLUSTER_ACTION on the cluster takes part in the quorum or (DESCRIBE) describes it."""
+"""The controller quorum over TLS and SASL with an authorizer: voters reach each other's controller listener with the
+settings a broker reaches the controller with (the listener's ssl.* settings and key store as client certificate,
+sasl.mechanism.controller.protocol with the listener's JAAS credentials), and only a principal holding
+CLUSTER_ACTION on the cluster takes part in the quorum or (DESCRIBE) describes it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+import pytest
 from asyncio_helpers import run_bounded
 from quorum_helpers import active_leader, append_and_commit, committed_values, quorum
 from tls_helpers import CN_MAPPING_RULES, TlsFiles, issue_identity
 
-from tierlog.client.connection import KafkaConnection
+from tierlog.client.connection import KafkaConnection, KafkaConnectionError
 from tierlog.client.raft_requests import raft_request
 from tierlog.client.requests import request_schema
 from tierlog.client.security import ClientSecurity
@@ -62,6 +64,45 @@ def test_three_voters_form_a_quorum_over_tls(tls_files: TlsFiles, tmp_path: Path
             assert committed_values(leader) == [b"over TLS"]
 
     run_bounded(scenario, 30)
+
+
+PLAIN_LOGIN = "org.apache.kafka.common.security.plain.PlainLoginModule required"
+
+
+def sasl_quorum_settings(password: str) -> dict[str, str]:
+    """SASL_PLAINTEXT PLAIN controller listeners; `password` is what this voter sends, the users are the same."""
+    return {
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "sasl.mechanism.controller.protocol": "PLAIN",
+        "listener.name.controller.plain.sasl.jaas.config": (
+            f'{PLAIN_LOGIN} username="controller" password="{password}" user_controller="controller-secret";'
+        ),
+        "authorizer.class.name": STANDARD_AUTHORIZER,
+        "super.users": "User:controller",
+    }
+
+
+def test_three_voters_form_a_quorum_over_sasl(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with quorum(tmp_path, 3, sasl_quorum_settings("controller-secret")) as voters:
+            leader = await active_leader(voters)
+            await append_and_commit(leader, [b"over SASL"])
+            assert committed_values(leader) == [b"over SASL"]
+
+    run_bounded(scenario, 30)
+
+
+def test_a_voter_with_the_wrong_password_cannot_reach_the_others(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with quorum(tmp_path, 1, sasl_quorum_settings("wrong")) as (voter,):
+            host, port = voter.config.quorum_voters[voter.node_id]
+            with pytest.raises(KafkaConnectionError, match="SASL PLAIN authentication"):
+                await KafkaConnection.open(
+                    host, port, client_id="x", timeout_s=5, security=voter.config.controller_client_security()
+                )
+
+    run_bounded(scenario)
 
 
 def test_only_a_cluster_member_votes_or_describes_the_quorum(tls_files: TlsFiles, tmp_path: Path) -> None:
