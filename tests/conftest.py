@@ -100,12 +100,23 @@ class LocalBrokers:
         broker.wait_ready(BROKER_READY_TIMEOUT_S)
         return broker
 
-    def cluster(self, overrides: Mapping[str, str] | None = None, brokers: int = 3, **settings: object) -> LocalCluster:
-        """`brokers` started brokers, each registered and listed in every one's Metadata."""
+    def cluster(
+        self,
+        overrides: Mapping[str, str] | None = None,
+        brokers: int = 3,
+        *,
+        controllers: int = 0,
+        combined: bool = False,
+        **settings: object,
+    ) -> LocalCluster:
+        """`brokers` started brokers, each registered and listed in every one's Metadata; `controllers` and
+        `combined` choose the controller quorum as LocalCluster's do (0: node 1 is the controller)."""
         cluster = LocalCluster(
             self.base_dir / f"cluster-{len(self.clusters) + 1}",
             brokers=brokers,
             overrides=_test_settings(overrides, settings),
+            controllers=controllers,
+            combined=combined,
         )
         self.clusters.append(cluster)
         _LIVE_BROKERS.update(cluster.broker(node_id) for node_id in cluster.node_ids)

@@ -401,9 +401,9 @@ class LocalCluster:
 
     def roles(self, node_id: int) -> str:
         """process.roles of a node."""
-        if node_id in self._controllers:
-            return "controller"
-        return "broker,controller" if node_id in self.controller_ids else "broker"
+        if node_id not in self.controller_ids:
+            return "broker"
+        return "controller" if self._dedicated_controllers else "broker,controller"
 
     def _controller_settings(self, node_id: int) -> dict[str, str]:
         return {
