@@ -241,13 +241,15 @@ class CliCluster:
         self.pids: set[int] = set()
         self.log_files: set[Path] = set()
 
-    def up(self) -> subprocess.CompletedProcess[str]:
+    def up(self, *options: str) -> subprocess.CompletedProcess[str]:
+        """`tierlog cluster up --brokers 3` with the test overrides and `options` (e.g. `--controllers 3`)."""
         overrides = [arg for key, value in OVERRIDES.items() for arg in ("--override", f"{key}={value}")]
         return self.tierlog(
             "cluster",
             "up",
             "--brokers",
             "3",
+            *options,
             *overrides,
             "--timeout",
             str(CLUSTER_START_S),
