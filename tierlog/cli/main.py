@@ -18,6 +18,7 @@ from tierlog.cli.groups import groups
 from tierlog.cli.leaders import elect_leaders
 from tierlog.cli.pipeline import pipeline
 from tierlog.cli.produce import produce
+from tierlog.cli.quorum import quorum
 from tierlog.cli.sim import sim
 from tierlog.cli.topic import topic
 from tierlog.cli.trace import trace
@@ -96,6 +97,7 @@ cli.add_command(acl)
 cli.add_command(demo)
 cluster.add_command(elect_leaders)
 cli.add_command(cluster)
+cli.add_command(quorum)
 cli.add_command(trace)
 cli.add_command(pipeline)
 cli.add_command(sim)

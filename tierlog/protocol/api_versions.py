@@ -109,6 +109,9 @@ _TABLE: tuple[ApiSupport, ...] = (
     ApiSupport(62, "BrokerRegistration", 0, 4, 0),
     ApiSupport(63, "BrokerHeartbeat", 0, 1, 0),
     ApiSupport(67, "AllocateProducerIds", 0, 0, 0),
+    # KRaft's metadata quorum (KIP-595, KIP-836): a broker forwards it to the controller, which answers it.
+    # v1 adds the replicas' last fetch and caught-up times, v2 the voters' listeners (KIP-853); flexible from v0.
+    ApiSupport(55, "DescribeQuorum", 0, 2, 0),
 )
 
 SUPPORTED_APIS: Mapping[int, ApiSupport] = MappingProxyType({api.api_key: api for api in _TABLE})

@@ -65,6 +65,7 @@ API_OFFSET_FOR_LEADER_EPOCH = 23
 API_API_VERSIONS = 18
 API_DELETE_RECORDS = 21
 API_DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+API_DESCRIBE_QUORUM = 55
 API_DESCRIBE_CLUSTER = 60
 API_DESCRIBE_PRODUCERS = 61
 API_SASL_HANDSHAKE = 17
@@ -160,6 +161,7 @@ class KafkaApis:
             API_SASL_HANDSHAKE: handle_sasl_handshake,
             API_SASL_AUTHENTICATE: handle_sasl_authenticate,
             API_DESCRIBE_USER_SCRAM_CREDENTIALS: self.handle_describe_user_scram_credentials,
+            API_DESCRIBE_QUORUM: self.handle_describe_quorum,
         }
         self.handlers.update(group_apis.handlers)
         self.handlers.update(config_apis.handlers)
@@ -195,6 +197,20 @@ class KafkaApis:
     async def handle_admin(self, request: Request) -> Any:
         """An admin request only the controller decides: what the principal may do goes to the controller."""
         return await forward_authorized(self.auth, self.image, request, self._forwarding_manager.forward)
+
+    async def handle_describe_quorum(self, request: Request) -> Any:
+        """DescribeQuorum (kafka-metadata-quorum.sh --bootstrap-server): only the controller knows the quorum, so
+        the broker forwards it there, as Kafka's brokers do, once the principal may DESCRIBE the cluster (Kafka's
+        controller checks that on the forwarded request; tierlog forwards without an Envelope, so the broker
+        checks it: docs/security.md#api-checks)."""
+        if self.auth.authorize_cluster(AclOperation.DESCRIBE):
+            return await self._forwarding_manager.forward(request)
+        return self._schema(request).DescribeQuorumResponse(
+            error_code=error_code("CLUSTER_AUTHORIZATION_FAILED"),
+            error_message="Cluster authorization failed.",
+            topics=(),
+            nodes=(),
+        )
 
     # ApiVersions, Metadata, DescribeCluster
 
