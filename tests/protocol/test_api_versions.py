@@ -57,6 +57,7 @@ def test_table_is_the_agreed_one() -> None:
         "BrokerRegistration": (0, 4),
         "BrokerHeartbeat": (0, 1),
         "AllocateProducerIds": (0, 0),
+        "DescribeQuorum": (0, 2),
     }
 
 
