@@ -1127,8 +1127,8 @@ def test_write_on_some_topic_is_kafkas_authorize_by_resource_type(
 def test_describe_quorum_without_describe_on_the_cluster_is_refused_before_it_is_forwarded(
     broker: InProcessBroker,
 ) -> None:
-    # Allowed, the broker forwards it to the controller, whose DescribeQuorum answer comes with the Raft quorum
-    # (docs/quorum.md); refused, it never leaves the broker.
+    # Allowed, the broker forwards it to the controller (whose DescribeQuorum answer comes with the Raft quorum);
+    # refused, it never leaves the broker.
     outsider = KafkaPrincipal("User", "describe-quorum-without")
     response = broker.call(outsider, 55, 2, describe_quorum_request(METADATA_TOPIC))
     assert _top_level(response) == ErrorCode.cluster_authorization_failed
