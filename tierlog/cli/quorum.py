@@ -1,4 +1,4 @@
-"""`tierlog quorum status`: the controller quorum (KRaft's metadata quorum) as
+"""`tierlog quorum status`: the controller quorum (KRaft's metadata quorum, docs/quorum.md#tools) as
 `kafka-metadata-quorum.sh describe --status` and `--replication` show it.
 
 It sends DescribeQuorum (API 55) for `__cluster_metadata` partition 0, as the Admin client's
