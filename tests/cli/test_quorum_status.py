@@ -70,11 +70,12 @@ def quorum_answer(version: int, error: str | None = None) -> Any:
 
 
 class FakeNode:
-    """A listener on 127.0.0.1 answering ApiVersions, DescribeQuorum (the canned quorum, or `error` on the
-    partition) and DescribeCluster; `requests` records what came in, as (api key, version, body)."""
+    """A listener on 127.0.0.1 answering ApiVersions, DescribeQuorum (the canned quorum, `error` on the partition,
+    or with `stalled` never) and DescribeCluster; `requests` records what came in, as (api key, version, body)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, *, error: str | None = None) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, *, error: str | None = None, stalled: bool = False) -> None:
         self.error = error
+        self.stalled = stalled
         self.requests: list[tuple[int, int, Any]] = []
         self.handlers = {
             API_API_VERSIONS: self._api_versions,
@@ -100,6 +101,8 @@ class FakeNode:
         return api_versions_response(request, self.handlers.keys())
 
     async def _describe_quorum(self, request: Request) -> Any:
+        if self.stalled:
+            await asyncio.Event().wait()
         return quorum_answer(request.api_version, self.error)
 
     async def _describe_cluster(self, request: Request) -> Any:
@@ -124,8 +127,18 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
     try:
         yield event_loop
     finally:
+        asyncio.run_coroutine_threadsafe(_cancel_connections(), event_loop).result(10)
         event_loop.call_soon_threadsafe(event_loop.stop)
         thread.join(10)
+        event_loop.close()
+
+
+async def _cancel_connections() -> None:
+    """End the connections still served (a stalled one waits for ever) before the loop stops."""
+    tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def test_status_through_a_broker_prints_kafkas_status_and_replication(loop: asyncio.AbstractEventLoop) -> None:
@@ -215,6 +228,16 @@ def test_controllers_are_asked_in_turn_until_the_leader_answers(loop: asyncio.Ab
     assert [key for key, _, _ in follower.requests][-2:] == [18, 55]
     assert [key for key, _, _ in leader.requests][-2:] == [18, 55]
     assert API_DESCRIBE_CLUSTER not in {key for key, _, _ in follower.requests + leader.requests}
+
+
+def test_a_controller_that_does_not_answer_does_not_keep_the_leader_from_being_asked(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    stalled, leader = FakeNode(loop, stalled=True), FakeNode(loop)
+    ran = tierlog("quorum", "status", "--bootstrap-controller", f"{stalled.address},{leader.address}", "--timeout", "5")
+    assert ran.code == 0, ran.stderr
+    assert ran.first_line == "LeaderId:               3000"
+    assert ran.elapsed_s < 5
 
 
 def test_no_controller_that_leads_is_one_line_naming_each_answer(loop: asyncio.AbstractEventLoop) -> None:

@@ -228,23 +228,31 @@ async def describe_quorum(
     addresses: list[tuple[str, int]], security: ClientSecurity, *, ask_cluster_id: bool, timeout_s: float
 ) -> QuorumStatus:
     """The quorum as the first of `addresses` that can describe it answers (a broker forwards the request to the
-    controller; a controller that does not lead answers NOT_LEADER_OR_FOLLOWER, and the next is asked);
-    CliError naming what each said when none can. `ask_cluster_id`: also DescribeCluster (brokers only)."""
-    deadline = time.monotonic() + timeout_s
-    refusals = []
-    for host, port in addresses:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            refusals.append(f"{host}:{port}: not asked within --timeout")
-            continue
+    controller; a controller that does not lead answers NOT_LEADER_OR_FOLLOWER). All are asked at once, so one
+    that does not answer (a voter that just lost its leader, say) costs no more than --timeout; CliError naming
+    what each said when none can. `ask_cluster_id`: also DescribeCluster (brokers only)."""
+    said = dict.fromkeys((f"{host}:{port}" for host, port in addresses), "no answer within --timeout")
+
+    async def attempt(host: str, port: int) -> QuorumStatus | None:
         try:
-            async with asyncio.timeout(remaining):
-                return await _ask(host, port, security, ask_cluster_id, remaining)
-        except TimeoutError:
-            refusals.append(f"{host}:{port}: no answer within --timeout")
+            return await _ask(host, port, security, ask_cluster_id, timeout_s)
         except (KafkaConnectionError, QuorumError) as e:
-            refusals.append(f"{host}:{port}: {e}")
-    raise CliError(f"cannot describe the controller quorum: {'; '.join(refusals)}")
+            said[f"{host}:{port}"] = str(e)
+            return None
+
+    asks = [asyncio.create_task(attempt(host, port)) for host, port in addresses]
+    try:
+        for finished in asyncio.as_completed(asks, timeout=timeout_s):
+            status = await finished
+            if status is not None:
+                return status
+    except TimeoutError:
+        pass
+    finally:
+        for task in asks:
+            task.cancel()
+        await asyncio.gather(*asks, return_exceptions=True)
+    raise CliError(f"cannot describe the controller quorum: {'; '.join(f'{a}: {why}' for a, why in said.items())}")
 
 
 async def _ask(host: str, port: int, security: ClientSecurity, ask_cluster_id: bool, timeout_s: float) -> QuorumStatus:

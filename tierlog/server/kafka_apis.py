@@ -161,7 +161,6 @@ class KafkaApis:
             API_SASL_HANDSHAKE: handle_sasl_handshake,
             API_SASL_AUTHENTICATE: handle_sasl_authenticate,
             API_DESCRIBE_USER_SCRAM_CREDENTIALS: self.handle_describe_user_scram_credentials,
-            API_DESCRIBE_QUORUM: self.handle_describe_quorum,
         }
         self.handlers.update(group_apis.handlers)
         self.handlers.update(config_apis.handlers)
@@ -174,6 +173,9 @@ class KafkaApis:
         if controller_apis is not None:
             self.handlers.update({key: controller_apis.handlers[key] for key in BROKER_TO_CONTROLLER_APIS})
             self.handlers[API_FETCH] = self._fetch_on_the_controllers_node
+        # From any listener, DescribeQuorum goes to the controller through the forwarding manager (on a controller
+        # node, that decides whether this node's controller answers it).
+        self.handlers[API_DESCRIBE_QUORUM] = self.handle_describe_quorum
         self._producer_ids: Iterator[int] = iter(())
 
     @property
