@@ -3,8 +3,8 @@
 
 It sends DescribeQuorum (API 55) for `__cluster_metadata` partition 0, as the Admin client's
 describeMetadataQuorum does: to a broker (`-b/--bootstrap-server`), which forwards it to the controller, or
-straight to the controllers (`--bootstrap-controller`), asking each in turn until one that leads the quorum
-answers. The numbers are Kafka's: a replica's Lag is the leader's log end offset minus the replica's,
+straight to the controllers (`--bootstrap-controller`), all at once, taking the answer of the one that leads the
+quorum. The numbers are Kafka's: a replica's Lag is the leader's log end offset minus the replica's,
 MaxFollowerLag the largest of the voters', MaxFollowerLagTimeMs how far the most lagging voter's last caught-up
 time is behind the leader's (0 when that voter is the leader, -1 when a time is unknown).
 """
@@ -282,8 +282,8 @@ def quorum() -> None:
 @click.option(
     "--bootstrap-controller",
     metavar="HOST:PORT[,...]",
-    help="Ask the controllers (their controller listeners) instead of a broker; each is asked in turn until the "
-    "leader answers.",
+    help="Ask the controllers (their controller listeners) instead of a broker; all are asked at once and the "
+    "leader's answer is taken.",
 )
 @click.option("--human-readable", is_flag=True, help="Times as how long ago they were (`1500 ms ago`).")
 @click.option("--json", "as_json", is_flag=True, help="Print the quorum as JSON (every field).")
