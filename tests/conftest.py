@@ -173,8 +173,8 @@ def broker_factory(local_brokers: LocalBrokers) -> BrokerFactory:
 
 @pytest.fixture
 def cluster_factory(local_brokers: LocalBrokers) -> ClusterFactory:
-    """`cluster_factory({"min.insync.replicas": "2"}, brokers=3)`: a started LocalCluster with
-    `DEFAULT_TEST_OVERRIDES` plus the given settings, stopped when the test ends."""
+    """`cluster_factory({"min.insync.replicas": "2"}, brokers=3, controllers=3, combined=True)`: a started
+    LocalCluster with `DEFAULT_TEST_OVERRIDES` plus the given settings, stopped when the test ends."""
     return local_brokers.cluster
 
 

@@ -114,11 +114,6 @@ def test_a_log_retention_ms_of_zero_is_refused_as_kafka_refuses_it() -> None:
             {"sasl.server.callback.handler.class": "com.example.LdapCallbackHandler"},
             "sasl.server.callback.handler.class is set, but tierlog does not load SASL plugins",
         ),
-        (
-            {"controller.quorum.voters": "1@h1:9093,2@h2:9093,3@h3:9093"},
-            "controller.quorum.voters lists 3 voters (1@h1:9093, 2@h2:9093, 3@h3:9093), but tierlog runs a single",
-        ),
-        ({"controller.quorum.bootstrap.servers": "h1:9093,h2:9093"}, "lists 2 servers"),
         ({"zookeeper.connect": "localhost:2181"}, "tierlog runs in KRaft mode only"),
         (
             {
@@ -182,3 +177,28 @@ def test_internal_topics_of_a_cluster_member_keep_kafkas_default_of_three_replic
     assert explicit.internal_topic_replication_factor("offsets.topic.replication.factor") == 1
     with pytest.raises(ConfigException, match="Invalid value three for configuration x: Not a number of type SHORT"):
         member.internal_topic_replication_factor("x", {"x": "three"})
+
+
+def test_a_quorum_of_three_voters_is_accepted_and_each_voter_is_known_by_id() -> None:
+    voters = "1@h1:9093,2@h2:9094,3@[::1]:9095"
+    combined = KafkaConfig(
+        {
+            "node.id": "2",
+            "controller.quorum.voters": voters,
+            "listeners": "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9094",
+        }
+    )
+    assert combined.is_controller
+    assert combined.quorum_voters == {1: ("h1", 9093), 2: ("h2", 9094), 3: ("::1", 9095)}
+    assert combined.controller_quorum_servers == [(1, "h1", 9093), (2, "h2", 9094), (3, "::1", 9095)]
+    broker = KafkaConfig({"process.roles": "broker", "node.id": "4", "controller.quorum.voters": voters})
+    assert not broker.is_standalone
+    assert [node_id for node_id, _, _ in broker.controller_quorum_servers] == [1, 2, 3]
+
+
+def test_bootstrap_servers_name_the_controllers_without_their_ids() -> None:
+    broker = KafkaConfig(
+        {"process.roles": "broker", "node.id": "4", "controller.quorum.bootstrap.servers": "h1:9093,h2:9093"}
+    )
+    assert broker.controller_quorum_servers == [(None, "h1", 9093), (None, "h2", 9093)]
+    assert broker.quorum_voters == {}

@@ -3,8 +3,8 @@
 Every setting has an embedded default so `tierlog broker` alone starts a working broker on 127.0.0.1:9092.
 Every setting tierlog knows is typed and validated when the configuration is read, before the broker touches
 a disk or a socket, and a bad one is refused with Kafka's one-line message naming the key, the value and the
-rule. Settings of features tierlog does not have yet (TLS, SASL, authorizers other than StandardAuthorizer, a
-controller quorum of more than one voter, ZooKeeper mode) are refused the same way rather than ignored. Names
+rule. Settings of features tierlog does not have yet (SASL plugins, authorizers other than StandardAuthorizer,
+dedicated controllers, ZooKeeper mode) are refused the same way rather than ignored. Names
 tierlog does not know are logged once at start-up, as Kafka does, and otherwise left alone, so a real Kafka
 `server.properties` starts a tierlog broker. The rules are in docs/configuration.md.
 
@@ -353,6 +353,49 @@ _BROKER_OWN_CONFIGS: tuple[ConfigDef, ...] = (
         validator=lambda value: _each(value, _host_port_problem),
     ),
     _d("controller.listener.names", "CONTROLLER", "list", "Listeners that serve only the controller."),
+    # The controller quorum's Raft timers (Kafka's QuorumConfig, same names and defaults; docs/quorum.md).
+    _d(
+        "controller.quorum.election.timeout.ms",
+        "1000",
+        "int",
+        "Time without a leader before a voter starts an election.",
+        at_least=1,
+    ),
+    _d(
+        "controller.quorum.fetch.timeout.ms",
+        "2000",
+        "int",
+        "Time without a fetch from the leader (or, for it, a majority) before an election.",
+        at_least=1,
+    ),
+    _d(
+        "controller.quorum.election.backoff.max.ms",
+        "1000",
+        "int",
+        "Longest pause before a lost election is tried again.",
+        at_least=1,
+    ),
+    _d(
+        "controller.quorum.append.linger.ms",
+        "25",
+        "int",
+        "Accepted for Kafka's sake: tierlog appends one batch per controller operation.",
+        at_least=0,
+    ),
+    _d(
+        "controller.quorum.request.timeout.ms",
+        "2000",
+        "int",
+        "Time a quorum request waits for its response.",
+        at_least=1,
+    ),
+    _d(
+        "controller.quorum.retry.backoff.ms",
+        "20",
+        "int",
+        "Pause before a failed quorum request is retried.",
+        at_least=0,
+    ),
     _d("inter.broker.listener.name", "", "string", "Listener brokers use to reach each other."),
     _d("metadata.log.dir", "", "string", "Directory of __cluster_metadata-0; default: first of log.dirs."),
     _d(
@@ -939,18 +982,7 @@ class KafkaConfig:
 
     def _check_quorum(self) -> None:
         voters = self.get_list("controller.quorum.voters")
-        if len(voters) > 1:
-            raise ConfigException(
-                f"controller.quorum.voters lists {len(voters)} voters ({', '.join(voters)}), but tierlog runs a "
-                "single controller yet: give only the controller node, e.g. controller.quorum.voters=1@host:9093"
-            )
-        servers = self.get_list("controller.quorum.bootstrap.servers")
-        if len(servers) > 1:
-            raise ConfigException(
-                f"controller.quorum.bootstrap.servers lists {len(servers)} servers, but tierlog runs a single "
-                "controller yet: give only the controller's address"
-            )
-        voter_ids = {int(voter.partition("@")[0]) for voter in voters}
+        voter_ids = set(self.quorum_voters)
         if self.is_controller and voter_ids and self.node_id not in voter_ids:
             raise ConfigException(
                 f"If process.roles contains the 'controller' role, the node id {self.node_id} must be included in "
@@ -966,7 +998,7 @@ class KafkaConfig:
                 "process.roles=controller needs controller.quorum.voters listing this node, e.g. "
                 f"controller.quorum.voters={self.node_id}@host:9093"
             )
-        if not self.is_controller and self.controller_address is None:
+        if not self.is_controller and self.is_standalone:
             raise ConfigException(
                 "process.roles=broker needs controller.quorum.voters or controller.quorum.bootstrap.servers"
             )
@@ -1126,21 +1158,28 @@ class KafkaConfig:
         return set(self.get_list("process.roles"))
 
     @property
-    def controller_address(self) -> tuple[str, int] | None:
-        """Where the controller listens: `controller.quorum.bootstrap.servers`, else the first of
-        `controller.quorum.voters`; None when neither is set (this node is its own controller)."""
+    def quorum_voters(self) -> dict[int, tuple[str, int]]:
+        """controller.quorum.voters: each voter's node id and the address of its controller listener."""
+        voters: dict[int, tuple[str, int]] = {}
+        for voter in self.get_list("controller.quorum.voters"):
+            node_id, _, address = voter.partition("@")
+            voters[int(node_id)] = parse_host_port("controller.quorum.voters", address)
+        return voters
+
+    @property
+    def controller_quorum_servers(self) -> list[tuple[int | None, str, int]]:
+        """Where a broker looks for the active controller (docs/quorum.md#active-controller): every
+        voter with its node id, or `controller.quorum.bootstrap.servers` (node ids unknown) when that is set."""
         servers = self.get_list("controller.quorum.bootstrap.servers")
-        if not servers:
-            servers = [voter.partition("@")[2] for voter in self.get_list("controller.quorum.voters")]
-        if not servers:
-            return None
-        return parse_host_port("controller address", servers[0])
+        if servers:
+            return [(None, *parse_host_port("controller.quorum.bootstrap.servers", s)) for s in servers]
+        return [(node_id, host, port) for node_id, (host, port) in self.quorum_voters.items()]
 
     @property
     def is_standalone(self) -> bool:
         """No controller.quorum.voters nor bootstrap servers: this node is its own controller, the one-broker
         cluster `tierlog broker` starts on embedded defaults."""
-        return self.controller_address is None
+        return not self.controller_quorum_servers
 
     def internal_topic_replication_factor(self, name: str, configured: Mapping[str, str] | None = None) -> int:
         """The replication factor of an internal topic (`offsets.topic.replication.factor`, or an rlmm.config.

@@ -16,7 +16,10 @@ from tierlog.controller.metadata_log import (
     WakingMetadataLog,
     decode_metadata_batches,
 )
-from tierlog.metadata.records import ClusterIdRecord, ConfigRecord, ProducerIdsRecord, TopicRecord
+from tierlog.metadata.loader import MetadataBatches
+from tierlog.metadata.records import ClusterIdRecord, ConfigRecord, ProducerIdsRecord, TopicRecord, encode_record
+from tierlog.raft.messages import NO_EPOCH
+from tierlog.raft.raft_log import RaftLog
 from tierlog.records.codec import build_batch, decode_batches
 
 NOW = 1_700_000_000_000
@@ -69,14 +72,26 @@ def test_read_serves_raw_batches_that_brokers_decode(tmp_path: Path) -> None:
     assert log.read(5, 1000) is None
     first_only = log.read(0, 1)  # smaller than a batch: the first batch comes regardless
     assert first_only is not None
-    assert decode_metadata_batches(first_only.read_bytes()) == list(enumerate(FIRST))
+    assert decode_metadata_batches(first_only.read_bytes()) == MetadataBatches(
+        list(enumerate(FIRST)), 2, CONTROLLER_EPOCH
+    )
     whole = log.read(0, 1 << 20)
     assert whole is not None
     data = whole.read_bytes()
-    assert decode_metadata_batches(data) == list(enumerate([*FIRST, *SECOND]))
+    assert decode_metadata_batches(data) == MetadataBatches(list(enumerate([*FIRST, *SECOND])), 5, CONTROLLER_EPOCH)
     # A Fetch response may end in part of a batch: it waits for the next fetch.
-    assert decode_metadata_batches(data[:-3]) == list(enumerate(FIRST))
+    assert decode_metadata_batches(data[:-3]) == MetadataBatches(list(enumerate(FIRST)), 2, CONTROLLER_EPOCH)
+    assert decode_metadata_batches(data[:10], start_offset=7) == MetadataBatches([], 7, NO_EPOCH)
     log.close()
+
+
+def test_control_batches_are_skipped_but_counted_in_the_next_offset(tmp_path: Path) -> None:
+    raft_log = RaftLog(tmp_path, NOW)
+    raft_log.append_leader_change(1, [1, 2, 3], [1, 2], 1, NOW)
+    raft_log.append_values([encode_record(r) for r in FIRST], 1, NOW)
+    raft_log.append_leader_change(2, [1, 2, 3], [2, 3], 2, NOW)
+    assert decode_metadata_batches(raft_log.read(0, 1 << 20)) == MetadataBatches([(1, FIRST[0]), (2, FIRST[1])], 4, 2)
+    raft_log.close()
 
 
 def test_decode_metadata_batches_refuses_records_that_are_not_metadata() -> None:

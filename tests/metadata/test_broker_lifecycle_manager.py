@@ -14,7 +14,7 @@ from tierlog.metadata.lifecycle import (
     BrokerLifecycleManager,
     BrokerRegistrationRequest,
 )
-from tierlog.metadata.loader import MetadataLoader
+from tierlog.metadata.loader import MetadataBatches, MetadataLoader
 from tierlog.metadata.records import Endpoint, ProducerIdsRecord
 
 NOW = 1_700_000_000_000
@@ -42,7 +42,7 @@ def test_a_broker_registers_first_with_its_incarnation() -> None:
 
 def test_once_registered_it_heartbeats_at_once_with_its_metadata_offset() -> None:
     loader = MetadataLoader()
-    loader.on_records([(0, ProducerIdsRecord(1, 0)), (1, ProducerIdsRecord(1, 1000))], 2)
+    loader.on_records(MetadataBatches([(0, ProducerIdsRecord(1, 0)), (1, ProducerIdsRecord(1, 1000))], 2, 1), 2)
     manager = lifecycle(loader)
     manager.on_registration_response(10, NOW)
     assert manager.poll(NOW) == BrokerHeartbeatRequest(1, 10, 1)
@@ -89,7 +89,7 @@ def test_a_refused_registration_is_retried_after_a_longer_pause() -> None:
 
 def test_the_registration_lets_the_loader_publish_an_image_past_it() -> None:
     loader = MetadataLoader()
-    loader.on_records([(offset, ProducerIdsRecord(1, offset)) for offset in range(4)], 4)
+    loader.on_records(MetadataBatches([(offset, ProducerIdsRecord(1, offset)) for offset in range(4)], 4, 1), 4)
     assert not lifecycle(loader).on_registration_response(5, NOW)
     assert lifecycle(loader).on_registration_response(3, NOW)
 

@@ -57,7 +57,11 @@ def test_table_is_the_agreed_one() -> None:
         "BrokerRegistration": (0, 4),
         "BrokerHeartbeat": (0, 1),
         "AllocateProducerIds": (0, 0),
+        "Vote": (0, 2),
+        "BeginQuorumEpoch": (0, 1),
+        "EndQuorumEpoch": (0, 1),
         "DescribeQuorum": (0, 2),
+        "FetchSnapshot": (0, 1),
     }
 
 

@@ -132,29 +132,6 @@ def test_a_sasl_listener_with_a_mechanism_tierlog_lacks_is_refused_not_served_as
         assert probe.connect_ex(("127.0.0.1", port)) != 0, "nothing may listen on the SASL port"
 
 
-def test_three_voters_are_refused_instead_of_starting_three_clusters(tmp_path: Path) -> None:
-    log_dir = tmp_path / "data"
-    ports = [free_port() for _ in range(3)]
-    voters = ",".join(f"{i}@127.0.0.1:{port}" for i, port in enumerate(ports, start=1))
-    code, lines = run_broker(
-        log_dir,
-        {
-            "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": voters,
-            "listeners": f"PLAINTEXT://127.0.0.1:{free_port()},CONTROLLER://127.0.0.1:{ports[0]}",
-            "controller.listener.names": "CONTROLLER",
-        },
-    )
-    assert_refused(
-        code,
-        lines,
-        f"Error: controller.quorum.voters lists 3 voters ({voters.replace(',', ', ')}), but tierlog runs a single "
-        "controller yet: give only the controller node, e.g. controller.quorum.voters=1@host:9093",
-        log_dir,
-    )
-
-
 def test_a_port_in_use_ends_the_start_before_anything_is_written(tmp_path: Path) -> None:
     log_dir = tmp_path / "data"
     with socket.socket() as taken:

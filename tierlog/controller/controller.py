@@ -188,8 +188,10 @@ class Controller:
         self.metadata = ClusterMetadata()
         for offset, record in metadata_log.records_from(0):
             self.metadata.apply(offset, record)
-        if metadata_log.end_offset == 0:
-            # Kafka's cluster ids are random Uuids in their string form (base64url, 22 characters).
+        if not self.metadata.cluster_id:
+            # The first active controller of a cluster writes its id (docs/quorum.md#active-controller); the log is
+            # not empty then, as a Raft leader's first batch is its LeaderChangeMessage. Kafka's cluster ids are
+            # random Uuids in their string form (base64url, 22 characters).
             self._commit([ClusterIdRecord(cluster_id or kafka_uuid_to_str(new_uuid()))])
         elif cluster_id and cluster_id != self.metadata.cluster_id:
             raise InconsistentClusterIdError(

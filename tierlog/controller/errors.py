@@ -71,3 +71,10 @@ class InvalidUpdateVersionError(ControllerError):
 
 class IneligibleReplicaError(ControllerError):
     error_name = "INELIGIBLE_REPLICA"
+
+
+class NotControllerError(ControllerError):
+    """This node's controller is not (or no longer) the active one: the caller retries on the active controller
+    (docs/quorum.md#active-controller)."""
+
+    error_name = "NOT_CONTROLLER"

@@ -2,8 +2,10 @@
 
 It is an ordinary partition log (the storage engine's `Log`) holding RecordBatch v2 batches whose record
 values are `records.encode_record` JSON, so brokers read it with ordinary Fetch requests and `tierlog
-dump-log` can show it. Unlike data partitions it is fsynced on every append: with a single controller
-there is no replica to make an unflushed append durable.
+dump-log` can show it. On a controller node it is the Raft log of the quorum (`QuorumMetadataLog` over
+`tierlog.raft.raft_client.RaftClient`): the active controller appends one batch per operation, committed once
+a majority of the voters hold it (docs/quorum.md). `DiskMetadataLog` and `WakingMetadataLog` are the single
+controller's log with no quorum, which the simulator's controller still runs on.
 """
 
 from __future__ import annotations
@@ -15,7 +17,11 @@ from pathlib import Path
 from typing import Protocol
 
 from tierlog.common import TopicPartition
+from tierlog.controller.errors import NotControllerError
+from tierlog.metadata.loader import MetadataBatches
 from tierlog.metadata.records import MetadataRecord, decode_record, encode_record
+from tierlog.raft.messages import NO_EPOCH
+from tierlog.raft.raft_client import NotLeaderError, RaftClient
 from tierlog.records.codec import build_batch, decode_batches
 from tierlog.storage.file_records import FileSlice
 from tierlog.storage.log import Log
@@ -43,12 +49,6 @@ class MetadataLog(Protocol):
         ...
 
     def records_from(self, start_offset: int) -> list[tuple[int, MetadataRecord]]: ...
-
-    def read(self, start_offset: int, max_bytes: int) -> FileSlice | None:
-        """Whole batches from the one holding `start_offset` (the first regardless of `max_bytes`)."""
-        ...
-
-    def close(self) -> None: ...
 
 
 class DiskMetadataLog:
@@ -87,10 +87,10 @@ class DiskMetadataLog:
             chunk = self.read(offset, MAX_BATCH_SIZE_BYTES)
             if chunk is None:
                 break
-            records = decode_metadata_batches(chunk.read_bytes())
+            batches = decode_metadata_batches(chunk.read_bytes())
             # The batch holding `offset` comes whole, so it may start before it.
-            found.extend(r for r in records if r[0] >= offset)
-            offset = records[-1][0] + 1
+            found.extend(r for r in batches.records if r[0] >= offset)
+            offset = batches.next_offset
         return found
 
     def read(self, start_offset: int, max_bytes: int) -> FileSlice | None:
@@ -98,6 +98,48 @@ class DiskMetadataLog:
 
     def close(self) -> None:
         self._log.close()
+
+
+class QuorumMetadataLog:
+    """The active controller's view of the quorum's log (docs/quorum.md#active-controller): appends go through the
+    Raft client, which replicates them, and reads come from this voter's own log, which is all committed while
+    it is the active leader (the only time a `Controller` exists). `on_append` wakes whatever drives the client
+    (RaftManager.poke), so the new batch is sent to the followers at once."""
+
+    def __init__(self, client: RaftClient, on_append: Callable[[], None]) -> None:
+        self._client = client
+        self._on_append = on_append
+
+    @property
+    def end_offset(self) -> int:
+        return self._client.log.end_offset
+
+    def append(self, records: Sequence[MetadataRecord], now_ms: int) -> int:
+        """Append the records of one operation as one batch; NotControllerError once this node is not the active
+        leader (nothing is appended then)."""
+        if not records:
+            raise ValueError("a metadata batch needs at least one record")
+        try:
+            first_offset = self._client.append([encode_record(record) for record in records], now_ms)
+        except NotLeaderError as e:
+            raise NotControllerError(f"this controller is no longer the active one: {e}") from e
+        self._on_append()
+        return first_offset
+
+    def records_from(self, start_offset: int) -> list[tuple[int, MetadataRecord]]:
+        found: list[tuple[int, MetadataRecord]] = []
+        offset = start_offset
+        log = self._client.log
+        # A read stops at the end of a segment; keep reading until the end of the log.
+        while offset < log.end_offset:
+            data = log.read(offset, MAX_BATCH_SIZE_BYTES)
+            if not data:
+                break
+            batches = decode_metadata_batches(data)
+            # The batch holding `offset` comes whole, so it may start before it.
+            found.extend(r for r in batches.records if r[0] >= offset)
+            offset = batches.next_offset
+        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +155,7 @@ class WakingMetadataLog:
     through here, so no caller has to remember to wake the fetches. The asyncio shell and the simulator both
     serve brokers' metadata fetches from it, arming a timer for each parked fetch's deadline."""
 
-    def __init__(self, log: MetadataLog) -> None:
+    def __init__(self, log: DiskMetadataLog) -> None:
         self.log = log
         self._parked: list[_ParkedFetch] = []
 
@@ -128,9 +170,6 @@ class WakingMetadataLog:
 
     def records_from(self, start_offset: int) -> list[tuple[int, MetadataRecord]]:
         return self.log.records_from(start_offset)
-
-    def read(self, start_offset: int, max_bytes: int) -> FileSlice | None:
-        return self.log.read(start_offset, max_bytes)
 
     def close(self) -> None:
         self.log.close()
@@ -160,13 +199,19 @@ class WakingMetadataLog:
             fetch.on_ready()
 
 
-def decode_metadata_batches(data: bytes) -> list[tuple[int, MetadataRecord]]:
+def decode_metadata_batches(data: bytes, start_offset: int = 0) -> MetadataBatches:
     """(offset, record) for every record of the complete batches in `data` (a Fetch response may end in a
-    partial batch, which is left for the next fetch); ValueError for anything that is not a metadata batch."""
+    partial batch, which is left for the next fetch) but control batches (the Raft leader's LeaderChangeMessage:
+    docs/quorum.md#the-log); ValueError for anything else that is not a metadata batch. With no whole batch in
+    `data`, `next_offset` is `start_offset` and `last_epoch` NO_EPOCH."""
     decoded: list[tuple[int, MetadataRecord]] = []
+    next_offset, last_epoch = start_offset, NO_EPOCH
     for batch in decode_batches(data):
+        next_offset, last_epoch = batch.header.last_offset + 1, batch.header.partition_leader_epoch
+        if batch.header.is_control:
+            continue
         for record in batch.records:
             if record.value is None:
                 raise ValueError(f"metadata record at offset {record.offset} has no value")
             decoded.append((record.offset, decode_record(record.value)))
-    return decoded
+    return MetadataBatches(decoded, next_offset, last_epoch)

@@ -109,9 +109,15 @@ _TABLE: tuple[ApiSupport, ...] = (
     ApiSupport(62, "BrokerRegistration", 0, 4, 0),
     ApiSupport(63, "BrokerHeartbeat", 0, 1, 0),
     ApiSupport(67, "AllocateProducerIds", 0, 0, 0),
-    # KRaft's metadata quorum (KIP-595, KIP-836): a broker forwards it to the controller, which answers it.
-    # v1 adds the replicas' last fetch and caught-up times, v2 the voters' listeners (KIP-853); flexible from v0.
+    # The controller quorum's APIs (KIP-595), enabled only on a controller node: every version kio has, so Kafka
+    # 3.7 to 4.x controllers' requests parse. Vote v1, BeginQuorumEpoch v1, EndQuorumEpoch v1, FetchSnapshot v1
+    # and DescribeQuorum v2 add KIP-853's directory ids and endpoints (static voters have no use for them), Vote
+    # v2 KIP-996's PreVote, DescribeQuorum v1 the replicas' last fetch and caught-up times.
+    ApiSupport(52, "Vote", 0, 2, 0),
+    ApiSupport(53, "BeginQuorumEpoch", 0, 1, 1),
+    ApiSupport(54, "EndQuorumEpoch", 0, 1, 1),
     ApiSupport(55, "DescribeQuorum", 0, 2, 0),
+    ApiSupport(59, "FetchSnapshot", 0, 1, 0),
 )
 
 SUPPORTED_APIS: Mapping[int, ApiSupport] = MappingProxyType({api.api_key: api for api in _TABLE})

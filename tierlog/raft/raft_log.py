@@ -13,6 +13,7 @@ docs/quorum.md#the-log.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -32,6 +33,8 @@ from tierlog.storage.log import Log
 from tierlog.storage.log_config import LogConfig
 
 METADATA_TOPIC = "__cluster_metadata"
+# Kafka's fixed id of the metadata topic (Uuid.METADATA_TOPIC_ID), by which Fetch v13+ names it.
+METADATA_TOPIC_ID = uuid.UUID(int=1)
 METADATA_PARTITION = TopicPartition(METADATA_TOPIC, 0)
 # KRaft's largest batch (KafkaRaftClient.MAX_BATCH_SIZE_BYTES); one controller operation is one batch.
 MAX_BATCH_SIZE_BYTES = 8 * 1024 * 1024

@@ -33,12 +33,7 @@ from tierlog.server.broker_metrics import describe_partitions, wire_broker_metri
 from tierlog.server.clock import now_ms
 from tierlog.server.config_apis import ConfigApis
 from tierlog.server.controller_apis import ControllerApis
-from tierlog.server.controller_channel import (
-    ControllerChannel,
-    ControllerUnavailableError,
-    LocalControllerChannel,
-    RemoteControllerChannel,
-)
+from tierlog.server.controller_channel import ControllerChannel, ControllerUnavailableError, QuorumControllerChannel
 from tierlog.server.controller_node import ControllerNode
 from tierlog.server.controller_server import ControllerServer
 from tierlog.server.fetcher_thread import FetcherThread
@@ -103,22 +98,19 @@ class Broker:
         # every API asks it through `auth` (docs/security.md#api-checks).
         self.authorizer = configured_authorizer(config)
         auth = AuthHelper(self.authorizer, [listener.name for listener in config.controller_listeners])
-        self.channel: ControllerChannel
         controller_apis: ControllerApis | None = None
         if config.is_controller:
             self.controller_server = ControllerServer(config)
-            self.channel = LocalControllerChannel(self.controller_server)
             controller_apis = ControllerApis(config, self.controller_server, auth)
-        else:
-            address = config.controller_address
-            assert address is not None  # KafkaConfig refuses a broker without one
-            self.channel = RemoteControllerChannel(
-                address[0],
-                address[1],
-                client_id=f"broker-{config.node_id}-controller",
-                request_timeout_ms=config.get_int("replica.socket.timeout.ms"),
-                security=config.controller_client_security(),
-            )
+        self.channel: ControllerChannel = QuorumControllerChannel(
+            config.controller_quorum_servers,
+            local=self.controller_server,
+            client_id=f"broker-{config.node_id}-controller",
+            request_timeout_ms=config.get_int("replica.socket.timeout.ms"),
+            quorum_request_timeout_ms=config.get_int("controller.quorum.request.timeout.ms"),
+            retry_backoff_ms=config.get_int("controller.quorum.retry.backoff.ms"),
+            security=config.controller_client_security(),
+        )
         self.loader = MetadataLoaderTask(config.node_id, self.channel, self._publish)
         self.lifecycle = BrokerLifecycleTask(
             config.node_id,
@@ -203,7 +195,7 @@ class Broker:
             config_apis=ConfigApis(
                 config,
                 lambda: self.loader.image,
-                (lambda: self.controller_server.controller) if self.controller_server is not None else None,
+                self.controller_server,
                 self.channel,
                 self.forwarding_manager.sync_metadata,
                 auth,
@@ -259,7 +251,7 @@ class Broker:
         await self._start_http(self._metrics_registry)
         self._started = True
         if self.controller_server is not None:
-            self.controller_server.start()
+            await self.controller_server.start()
             # Other brokers register through this listener before this node's broker side is ready.
             for server in controller_servers:
                 await server.start_serving()
@@ -428,7 +420,10 @@ class Broker:
         """The controller's own listener reads the controller's metadata, which has every SCRAM user from the
         start, before this node's broker side has caught up (brokers register through it first)."""
         assert self.controller_server is not None  # only a controller node has controller listeners
-        return self.controller_server.controller.metadata.scram_credentials.get((user, mechanism))
+        controller = self.controller_server.controller
+        # A voter that is not the active controller knows the users its committed log holds.
+        metadata = controller.metadata if controller is not None else self.loader.image
+        return metadata.scram_credentials.get((user, mechanism))
 
     @property
     def bound_ports(self) -> list[int]:

@@ -28,6 +28,7 @@ from tierlog.protocol.errors import error_code
 from tierlog.security.acl import AclOperation, ResourceType
 from tierlog.server.auth_helper import AuthHelper
 from tierlog.server.controller_channel import ControllerChannel
+from tierlog.server.controller_server import ControllerServer
 from tierlog.server.entities import NO_THROTTLE, ResponseSchema, response_schema
 from tierlog.server.request_context import listener_name
 from tierlog.storage.log_config import ALL_TOPIC_CONFIGS
@@ -70,7 +71,7 @@ class ConfigApis:
         self,
         config: KafkaConfig,
         image: Callable[[], ClusterMetadata],
-        controller: Callable[[], Controller] | None,
+        controller_server: ControllerServer | None,
         channel: ControllerChannel,
         sync_metadata: Callable[[], Awaitable[None]],
         auth: AuthHelper,
@@ -78,8 +79,8 @@ class ConfigApis:
         self.config = config
         self.auth = auth
         self._image = image
-        # Set on the controller's own node, where requests are decided rather than forwarded.
-        self._controller = controller
+        # Set on a controller's node, where requests are decided while its controller is the active one.
+        self._controller_server = controller_server
         self._channel = channel
         self._sync_metadata = sync_metadata
         self.handlers: dict[int, Callable[[Request], Awaitable[Any]]] = {
@@ -165,9 +166,19 @@ class ConfigApis:
             if identities.count((resource.resource_type, resource.resource_name)) > 1:
                 outcomes[index] = ("INVALID_REQUEST", "Each resource must appear at most once.")
         decide = [index for index in range(len(body.resources)) if index not in outcomes]
-        if self._controller is not None:
+        server = self._controller_server
+        controller = server.controller if server is not None else None
+        if controller is not None:
             for index in decide:
-                outcomes[index] = self._decide(body.resources[index], compute, body.validate_only)
+                outcomes[index] = self._decide(controller, body.resources[index], compute, body.validate_only)
+            assert server is not None
+            if not await server.wait_for_commit(controller):
+                for index in decide:
+                    outcomes[index] = ("NOT_CONTROLLER", "The controller lost its leadership before committing.")
+        elif self._forwarded():
+            # Another broker sent this to what it took for the active controller; it tries another.
+            for index in decide:
+                outcomes[index] = ("NOT_CONTROLLER", "This controller is not the active controller of the quorum.")
         elif decide:
             checked = []
             for index in decide:
@@ -246,12 +257,11 @@ class ConfigApis:
 
     def _decide(
         self,
+        controller: Controller,
         resource: Any,
         compute: Callable[[Any, dict[str, str], Mapping[str, ConfigDef]], dict[str, str]],
         validate_only: bool,
     ) -> Outcome:
-        assert self._controller is not None
-        controller = self._controller()
         try:
             new_configs = self._check_resource(resource, compute)
             if resource.resource_type == RESOURCE_TOPIC:

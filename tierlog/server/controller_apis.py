@@ -5,11 +5,17 @@
   They reach it through the `ForwardingManager`, from this node's own KafkaApis or forwarded by another broker.
 - The controller APIs brokers call: BrokerRegistration, BrokerHeartbeat, AlterPartition, AllocateProducerIds,
   and the Fetch of `__cluster_metadata` (KRaft brokers follow the metadata log like any partition).
+- The controller quorum's APIs other voters call: Vote, BeginQuorumEpoch, EndQuorumEpoch, FetchSnapshot and the
+  Fetch of `__cluster_metadata` by a voter, answered by the Raft core through the `RaftManager`; and
+  DescribeQuorum (`kafka-metadata-quorum.sh`), answered by the leader (docs/quorum.md#the-wire).
 
 Each turns a request entity into a call on `tierlog.controller.controller.Controller`, where the rules live,
-and its answer into the response of the request's version. What brokers ask needs CLUSTER_ACTION on the cluster
-(docs/security.md#api-checks); the admin requests are checked where the client sent them
-(`tierlog.server.admin_authorization`).
+and its answer into the response of the request's version. Only the active controller of the quorum decides:
+elsewhere every request is answered NOT_CONTROLLER, and the active one answers only once what the request
+wrote is committed, NOT_CONTROLLER if it lost leadership first (docs/quorum.md#active-controller). The metadata
+Fetch of a broker is answered by the Raft core, which gives brokers (observers) committed records only. What
+brokers ask needs CLUSTER_ACTION on the cluster (docs/security.md#api-checks); the admin requests are checked
+where the client sent them (`tierlog.server.admin_authorization`).
 """
 
 from __future__ import annotations
@@ -17,30 +23,50 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any
 
+from tierlog.client.raft_requests import (
+    API_BEGIN_QUORUM_EPOCH,
+    API_DESCRIBE_QUORUM,
+    API_END_QUORUM_EPOCH,
+    API_FETCH_SNAPSHOT,
+    API_VOTE,
+    InvalidRaftMessageError,
+    describe_quorum_response,
+    describe_quorum_unknown_partition_response,
+    raft_error_response,
+    raft_request_of,
+    raft_response,
+)
 from tierlog.config import KafkaConfig
 from tierlog.controller.controller import (
     PREFERRED_ELECTION,
     Controller,
     PartitionElectionResult,
+    ScramAlterationResult,
     ScramCredentialDeletion,
     ScramCredentialUpsertion,
 )
-from tierlog.controller.errors import ControllerError, InvalidReplicaAssignmentError
+from tierlog.controller.errors import (
+    ControllerError,
+    InvalidReplicaAssignmentError,
+    NotControllerError,
+    UnknownTopicIdError,
+)
 from tierlog.controller.metadata_log import METADATA_TOPIC
 from tierlog.metadata.records import Endpoint
 from tierlog.protocol.codec import Request
 from tierlog.protocol.errors import error_code
+from tierlog.raft.raft_log import METADATA_TOPIC_ID
 from tierlog.replication.replica_manager import error_name_of
-from tierlog.security.acl import (
-    AclOperation,
-)
+from tierlog.security.acl import AclBinding, AclOperation
 from tierlog.security.acl_filter import acl_binding, acl_binding_filter_of
 from tierlog.server.auth_helper import AuthHelper
 from tierlog.server.clock import now_ms
 from tierlog.server.controller_server import ControllerServer
 from tierlog.server.entities import NO_THROTTLE, ResponseSchema, response_schema
+from tierlog.server.request_context import listener_name
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +102,10 @@ BROKER_TO_CONTROLLER_APIS = (
 
 Handler = Callable[[Request], Awaitable[Any]]
 
+# Set while a handler runs again to answer NOT_CONTROLLER for a request whose records did not commit: it then
+# sees no controller, as any request does on a controller that is not the active one.
+_answering_not_controller: ContextVar[bool] = ContextVar("answering_not_controller", default=False)
+
 
 class ControllerApis:
     def __init__(self, config: KafkaConfig, server: ControllerServer, auth: AuthHelper) -> None:
@@ -95,13 +125,49 @@ class ControllerApis:
             API_ALTER_PARTITION: self.handle_alter_partition,
             API_ALLOCATE_PRODUCER_IDS: self.handle_allocate_producer_ids,
         }
+        # What the other voters and the quorum tools ask.
+        self.quorum_handlers: dict[int, Handler] = {
+            API_VOTE: self.handle_raft_request,
+            API_BEGIN_QUORUM_EPOCH: self.handle_raft_request,
+            API_END_QUORUM_EPOCH: self.handle_raft_request,
+            API_FETCH_SNAPSHOT: self.handle_raft_request,
+            API_DESCRIBE_QUORUM: self.handle_describe_quorum,
+        }
+        self.handlers.update(self.quorum_handlers)
 
     @property
     def controller(self) -> Controller:
-        return self._server.controller
+        """The active controller; NotControllerError, which each handler answers as NOT_CONTROLLER, when this
+        node's controller is not the active one."""
+        controller = None if _answering_not_controller.get() else self._server.controller
+        if controller is None:
+            raise NotControllerError("This controller is not the active controller of the quorum.")
+        return controller
+
+    def is_active(self) -> bool:
+        """Whether this node's controller is the quorum's active one."""
+        return self._server.controller is not None
+
+    def reached_as_controller(self) -> bool:
+        """Whether the request being handled came in on a controller listener: another broker sent it to what it
+        took for the active controller, and it is answered here (NOT_CONTROLLER if this is not the active
+        one), never sent on again."""
+        return listener_name() in {listener.name for listener in self.config.controller_listeners}
 
     async def handle(self, request: Request) -> Any:
-        return await self.handlers[request.api_key](request)
+        """The answer once what the request wrote is committed; NOT_CONTROLLER if this controller is not, or
+        stopped being, the active one (Kafka answers a write only when committed, and so do reads, which may
+        have seen uncommitted records)."""
+        handler = self.handlers[request.api_key]
+        controller = self._server.controller
+        response = await handler(request)
+        if controller is None or await self._server.wait_for_commit(controller):
+            return response
+        token = _answering_not_controller.set(True)
+        try:
+            return await handler(request)
+        finally:
+            _answering_not_controller.reset(token)
 
     @staticmethod
     def _schema(request: Request) -> ResponseSchema:
@@ -173,26 +239,21 @@ class ControllerApis:
         s = self._schema(request)
         body = request.body
         if hasattr(body, "topics"):  # v6+ names a topic or gives its id
-            requested = [
-                (t.name if t.name is not None else self._topic_name(t.topic_id), t.topic_id) for t in body.topics
-            ]
+            requested = [(t.name, t.topic_id) for t in body.topics]
         else:
             requested = [(name, None) for name in body.topic_names]
         deletion_enabled = self.config.get_bool("delete.topic.enable")
         results = []
         for name, topic_id in requested:
-            if name is None:
-                results.append(
-                    s.DeletableTopicResult(
-                        name=None, topic_id=topic_id, error_code=error_code("UNKNOWN_TOPIC_ID"), error_message=None
-                    )
-                )
-                continue
             try:
+                if name is None:
+                    name = self._topic_name(topic_id)
                 topic = self.controller.delete_topic(name, deletion_enabled=deletion_enabled)
                 error, message, topic_id = None, None, topic.topic_id
             except ControllerError as e:
-                error, message, topic_id = e.error_name, str(e), uuid.UUID(int=0)
+                # An unknown id is answered without a message, as Kafka does.
+                error, message = e.error_name, None if isinstance(e, UnknownTopicIdError) else str(e)
+                topic_id = topic_id if name is None else uuid.UUID(int=0)
             results.append(
                 s.DeletableTopicResult(
                     name=name, topic_id=topic_id, error_code=error_code(error), error_message=message
@@ -200,9 +261,11 @@ class ControllerApis:
             )
         return s.DeleteTopicsResponse(throttle_time=NO_THROTTLE, responses=tuple(results))
 
-    def _topic_name(self, topic_id: uuid.UUID | None) -> str | None:
+    def _topic_name(self, topic_id: uuid.UUID | None) -> str:
         topic = self.controller.topic_by_id(topic_id) if topic_id is not None else None
-        return topic.name if topic is not None else None
+        if topic is None:
+            raise UnknownTopicIdError(f"Topic id {topic_id} does not exist")
+        return topic.name
 
     async def handle_create_partitions(self, request: Request) -> Any:
         s = self._schema(request)
@@ -261,13 +324,17 @@ class ControllerApis:
         AdminClient.alterUserScramCredentials): one result per user (docs/security.md#scram-credentials)."""
         s = self._schema(request)
         body = request.body
-        results = self.controller.alter_user_scram_credentials(
-            [
-                ScramCredentialUpsertion(u.name, u.mechanism, u.iterations, u.salt, u.salted_password)
-                for u in body.upsertions
-            ],
-            [ScramCredentialDeletion(d.name, d.mechanism) for d in body.deletions],
-        )
+        try:
+            results = self.controller.alter_user_scram_credentials(
+                [
+                    ScramCredentialUpsertion(u.name, u.mechanism, u.iterations, u.salt, u.salted_password)
+                    for u in body.upsertions
+                ],
+                [ScramCredentialDeletion(d.name, d.mechanism) for d in body.deletions],
+            )
+        except NotControllerError as e:
+            users = dict.fromkeys([*(u.name for u in body.upsertions), *(d.name for d in body.deletions)])
+            results = [ScramAlterationResult(user, e.error_name, str(e)) for user in users]
         return s.AlterUserScramCredentialsResponse(
             throttle_time=NO_THROTTLE,
             results=tuple(
@@ -293,7 +360,10 @@ class ControllerApis:
             )
             for c in request.body.creations
         ]
-        results = self.controller.create_acls(bindings)
+        try:
+            results: list[ControllerError | None] = list(self.controller.create_acls(bindings))
+        except NotControllerError as e:
+            results = [e] * len(bindings)
         return s.CreateAclsResponse(
             throttle_time=NO_THROTTLE,
             results=tuple(
@@ -308,8 +378,12 @@ class ControllerApis:
     async def handle_delete_acls(self, request: Request) -> Any:
         s = self._schema(request)
         filters = [acl_binding_filter_of(f) for f in request.body.filters]
+        try:
+            outcomes: list[list[AclBinding] | ControllerError] = list(self.controller.delete_acls(filters))
+        except NotControllerError as e:
+            outcomes = [e] * len(filters)
         filter_results = []
-        for result in self.controller.delete_acls(filters):
+        for result in outcomes:
             if isinstance(result, ControllerError):
                 filter_results.append(
                     s.DeleteAclsFilterResult(
@@ -362,6 +436,9 @@ class ControllerApis:
                 now_ms(),
             )
             error = None
+        except NotControllerError:
+            # Brokers look for the active controller this way: nothing to warn about.
+            broker_epoch, error = -1, NotControllerError.error_name
         except Exception as e:
             broker_epoch, error = -1, error_name_of(e)
             logger.warning(
@@ -451,7 +528,12 @@ class ControllerApis:
                 producer_id_start=0,
                 producer_id_len=0,
             )
-        block = self.controller.allocate_producer_id_block(request.body.broker_id)
+        try:
+            block = self.controller.allocate_producer_id_block(request.body.broker_id)
+        except NotControllerError as e:
+            return s.AllocateProducerIdsResponse(
+                throttle_time=NO_THROTTLE, error_code=error_code(e.error_name), producer_id_start=0, producer_id_len=0
+            )
         return s.AllocateProducerIdsResponse(
             throttle_time=NO_THROTTLE,
             error_code=error_code(None),
@@ -463,41 +545,45 @@ class ControllerApis:
 
     @staticmethod
     def is_metadata_fetch(request: Request) -> bool:
-        return any(getattr(t, "topic", None) == METADATA_TOPIC for t in request.body.topics)
+        return any(
+            getattr(t, "topic", None) == METADATA_TOPIC or getattr(t, "topic_id", None) == METADATA_TOPIC_ID
+            for t in request.body.topics
+        )
 
     async def handle_metadata_fetch(self, request: Request) -> Any:
-        """A broker following the controller's metadata log, parked here until the log holds its offset or
-        its wait ends."""
-        s = self._schema(request)
+        """A voter replicating the metadata log, or a broker following it (an observer: docs/quorum.md#observers),
+        which the Raft core gives committed records only; NOT_LEADER_OR_FOLLOWER with the leader it knows on a
+        voter that is not the leader."""
+        return await self.handle_raft_request(request)
+
+    # The controller quorum (docs/quorum.md#the-wire)
+
+    async def handle_raft_request(self, request: Request) -> Any:
+        """Vote, BeginQuorumEpoch, EndQuorumEpoch, FetchSnapshot, or a Fetch of the metadata log: the Raft core's
+        answer. Only cluster members send these: CLUSTER_ACTION on the cluster, as Kafka's ControllerApis asks."""
         if not self._is_broker():
-            return s.FetchResponse(
-                throttle_time=NO_THROTTLE,
-                error_code=error_code("CLUSTER_AUTHORIZATION_FAILED"),
-                session_id=0,
-                responses=(),
-            )
-        fetch_partition = request.body.topics[0].partitions[0]
-        data, end_offset = await self._server.read_metadata_log(
-            fetch_partition.fetch_offset,
-            fetch_partition.partition_max_bytes,
-            int(request.body.max_wait.total_seconds() * 1000),
-        )
-        partition = s.PartitionData(
-            partition_index=0,
-            error_code=error_code(None),
-            high_watermark=end_offset,
-            last_stable_offset=end_offset,
-            log_start_offset=0,
-            diverging_epoch=s.EpochEndOffset(epoch=-1, end_offset=-1),
-            aborted_transactions=None,
-            preferred_read_replica=-1,
-            records=data if data is not None else b"",
-        )
-        return s.FetchResponse(
-            throttle_time=NO_THROTTLE,
-            error_code=error_code(None),
-            session_id=0,
-            responses=(
-                s.FetchableTopicResponse(topic=METADATA_TOPIC, topic_id=uuid.UUID(int=0), partitions=(partition,)),
-            ),
+            return raft_error_response(request.api_key, request.api_version, "CLUSTER_AUTHORIZATION_FAILED")
+        try:
+            core_request = raft_request_of(request.body)
+        except InvalidRaftMessageError:
+            # Kafka's KafkaRaftClient: one Raft partition, anything else is INVALID_REQUEST.
+            return raft_error_response(request.api_key, request.api_version, "INVALID_REQUEST")
+        return raft_response(await self._server.raft.handle(core_request), request.api_version)
+
+    async def handle_describe_quorum(self, request: Request) -> Any:
+        """DescribeQuorum (KIP-595; `kafka-metadata-quorum.sh describe`): the leader's view of the quorum,
+        NOT_LEADER_OR_FOLLOWER from any other voter. DESCRIBE on the cluster, as Kafka's ControllerApis asks."""
+        if not self._auth.authorize_cluster(AclOperation.DESCRIBE):
+            return raft_error_response(request.api_key, request.api_version, "CLUSTER_AUTHORIZATION_FAILED")
+        unknown = describe_quorum_unknown_partition_response(request.body, request.api_version)
+        if unknown is not None:
+            return unknown
+        controller_listener = self.config.controller_listener_name or ""
+        return describe_quorum_response(
+            self._server.raft.client.describe_quorum(now_ms()),
+            request.api_version,
+            voter_listeners={
+                node_id: (controller_listener, host, port)
+                for node_id, (host, port) in self.config.quorum_voters.items()
+            },
         )

@@ -1,5 +1,16 @@
-"""How a broker talks to the controller: in-process on the controller's own node, over the Kafka protocol
-from every other node. Both offer the same calls, so the broker is written once.
+"""How a broker talks to the controller quorum (docs/quorum.md#active-controller).
+
+Only the active controller decides; the broker knows the voters' controller listeners (controller.quorum.voters,
+or controller.quorum.bootstrap.servers) and keeps a guess of which one is active. A call goes to the guess; an
+answer NOT_CONTROLLER or NOT_LEADER_OR_FOLLOWER, a connection that fails or a request that times out moves the
+guess to the leader the answer names, else to the next voter, and the call is tried again after
+controller.quorum.retry.backoff.ms, until the caller's timeout. On a voter's own node (broker,controller) a call
+is decided in this process while the local controller is the active one, and only then answered, once what it
+wrote is committed.
+
+The broker follows the metadata log as an observer of the quorum, receiving committed batches only: from the
+leader over the network, or on a voter's own node from its own log's committed part (a follower's high
+watermark is committed too), without the network.
 
 Remote calls use two connections, because a connection serves one request at a time and the metadata
 fetch long-polls: one for the metadata log, one for every other RPC.
@@ -8,13 +19,16 @@ fetch long-polls: one for the metadata log, one for every other RPC.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from tierlog.client.connection import KafkaConnection, KafkaConnectionError
 from tierlog.client.requests import (
+    CONSUMER_REPLICA_ID,
     PartitionFetch,
     allocate_producer_ids_request,
     alter_partition_request,
@@ -24,10 +38,12 @@ from tierlog.client.requests import (
 )
 from tierlog.client.security import PLAINTEXT, ClientSecurity
 from tierlog.common import TopicPartition
-from tierlog.controller.controller import HeartbeatResult
+from tierlog.controller.controller import Controller, HeartbeatResult
+from tierlog.controller.errors import NotControllerError
 from tierlog.controller.metadata_log import METADATA_TOPIC, decode_metadata_batches
 from tierlog.metadata.image import PartitionRegistration
-from tierlog.metadata.records import Endpoint, MetadataRecord
+from tierlog.metadata.loader import MetadataBatches, MetadataFetchRequest
+from tierlog.metadata.records import Endpoint
 from tierlog.protocol.errors import error_code
 from tierlog.replication.partition import AlterPartitionProposal
 from tierlog.replication.replica_manager import error_name_of
@@ -37,10 +53,19 @@ from tierlog.server.controller_server import ControllerServer
 logger = logging.getLogger(__name__)
 
 METADATA_FETCH_MAX_BYTES = 8 * 1024 * 1024
+# Kafka's NOT_CONTROLLER (41): the request reached a controller that is not the active one.
+NOT_CONTROLLER = error_code("NOT_CONTROLLER")
+# A metadata fetch sent to a voter that is not the leader, or with an epoch the leader does not have: the answer
+# names the leader and its epoch (the Fetch response's CurrentLeader).
+FETCH_LEADER_ERRORS = frozenset(
+    error_code(name) for name in ("NOT_LEADER_OR_FOLLOWER", "FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH")
+)
+
+T = TypeVar("T")
 
 
 class ControllerUnavailableError(Exception):
-    """The controller could not be reached or did not answer in time; the caller retries."""
+    """No active controller could be reached or answered in time; the caller retries."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,14 +89,19 @@ class ControllerChannel(Protocol):
 
     async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> range: ...
 
-    async def fetch_metadata(
-        self, broker_id: int, offset: int, max_wait_ms: int
-    ) -> tuple[list[tuple[int, MetadataRecord]], int]:
-        """Records from `offset` (waiting up to max_wait_ms for some) and the log's end offset."""
+    async def fetch_metadata(self, broker_id: int, request: MetadataFetchRequest) -> tuple[MetadataBatches, int]:
+        """Committed batches from the request's offset (waiting up to its max wait for some) and the high
+        watermark."""
+        ...
+
+    async def high_watermark(self, broker_id: int, position: MetadataFetchRequest) -> int:
+        """The end of the committed metadata log as the active controller knows it now; `position` is where the
+        broker's next fetch starts."""
         ...
 
     async def forward(self, body: Any) -> Any:
-        """An admin request (a kio request entity) this broker cannot decide, answered by the controller."""
+        """An admin request (a kio request entity) this broker cannot decide, answered by the active
+        controller."""
         ...
 
     async def close(self) -> None: ...
@@ -89,136 +119,241 @@ class HeartbeatRefusedError(Exception):
         self.error_name = error_name
 
 
-class LocalControllerChannel:
-    """The controller runs in this process: calls go straight to it."""
-
-    def __init__(self, server: ControllerServer) -> None:
-        self._server = server
-
-    async def register_broker(
-        self, broker_id: int, incarnation_id: uuid.UUID, cluster_id: str, endpoints: list[Endpoint], rack: str | None
-    ) -> int:
-        try:
-            return self._server.controller.register_broker(
-                broker_id, str(incarnation_id), cluster_id, endpoints, rack, now_ms()
-            )
-        except Exception as e:
-            raise RegistrationError(error_name_of(e)) from e
-
-    async def heartbeat(
-        self, broker_id: int, broker_epoch: int, current_metadata_offset: int, want_fence: bool, want_shut_down: bool
-    ) -> HeartbeatResult:
-        try:
-            return self._server.controller.heartbeat(
-                broker_id, broker_epoch, current_metadata_offset, want_fence, want_shut_down, now_ms()
-            )
-        except Exception as e:
-            raise HeartbeatRefusedError(error_name_of(e)) from e
-
-    async def alter_partition(
-        self, broker_id: int, broker_epoch: int, proposal: AlterPartitionProposal
-    ) -> AlterPartitionResult:
-        try:
-            registration = self._server.controller.alter_partition(
-                broker_id,
-                broker_epoch,
-                proposal.topic_id,
-                proposal.topic_partition.partition,
-                proposal.leader_epoch,
-                proposal.partition_epoch,
-                list(proposal.new_isr),
-            )
-        except Exception as e:
-            return AlterPartitionResult(None, error_name_of(e))
-        return AlterPartitionResult(registration, None)
-
-    async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> range:
-        return self._server.controller.allocate_producer_id_block(broker_id)
-
-    async def fetch_metadata(
-        self, broker_id: int, offset: int, max_wait_ms: int
-    ) -> tuple[list[tuple[int, MetadataRecord]], int]:
-        return await self._server.fetch_records(offset, max_wait_ms)
-
-    async def forward(self, body: Any) -> Any:
-        raise AssertionError("the controller's own node decides admin requests itself")
-
-    async def close(self) -> None:
-        return None
-
-
-class RemoteControllerChannel:
-    """The controller is another node, reached with Kafka's controller APIs."""
+class QuorumControllerChannel:
+    """The controller channel of a broker: to the active controller of the quorum, wherever it is."""
 
     def __init__(
         self,
-        host: str,
-        port: int,
+        servers: Sequence[tuple[int | None, str, int]],
         *,
+        local: ControllerServer | None,
         client_id: str,
         request_timeout_ms: int,
+        quorum_request_timeout_ms: int,
+        retry_backoff_ms: int,
         security: ClientSecurity = PLAINTEXT,
     ) -> None:
-        self._address = (host, port)
+        """`servers`: the voters' controller listeners, with their node ids when known (none on a standalone
+        node, the one voter of its own quorum). `local`: this node's own controller (a voter's node), None on a
+        broker-only node. `request_timeout_ms` bounds a call, over all
+        its tries; `quorum_request_timeout_ms` (controller.quorum.request.timeout.ms) one try."""
+        self._servers = list(servers)
+        self._local = local
         self._security = security
         self._client_id = client_id
         self._timeout_s = request_timeout_ms / 1000
+        self._try_timeout_s = quorum_request_timeout_ms / 1000
+        self._retry_backoff_s = retry_backoff_ms / 1000
+        # Index into `_servers` of the voter believed to be the active controller.
+        self._guess = 0
+        # The quorum's epoch as the last answer gave it: an observer's Fetch carries it (CurrentLeaderEpoch).
+        self._leader_epoch = -1
         self._rpc: KafkaConnection | None = None
         self._fetch: KafkaConnection | None = None
+        # The server each connection is open to.
+        self._rpc_server: int | None = None
+        self._fetch_server: int | None = None
         self._rpc_lock = asyncio.Lock()
 
+    # Which voter to ask
+
+    def _follow(self, leader_id: int | None) -> bool:
+        """Guess the voter with node id `leader_id`; False if it is none of the known ones."""
+        for index, (node_id, _, _) in enumerate(self._servers):
+            if node_id is not None and node_id == leader_id:
+                self._guess = index
+                return True
+        return False
+
+    def _move_on(self, leader_id: int | None = None) -> None:
+        """The guess was wrong: the leader an answer named, else the next voter."""
+        if not self._servers:
+            return
+        current = self._guess
+        if not self._follow(leader_id) or self._guess == current:
+            self._guess = (current + 1) % len(self._servers)
+
+    def _local_leader_hint(self) -> None:
+        """On a voter's node, its Raft client knows the leader of the current epoch."""
+        if self._local is not None:
+            self._follow(self._local.leader_id)
+
+    def _local_is_leader(self) -> bool:
+        """This node leads the quorum but is not active yet (its LeaderChangeMessage is not committed)."""
+        return self._local is not None and self._local.leader_id == self._local.config.node_id
+
+    async def _pause(self, deadline: float, what: str) -> None:
+        if asyncio.get_running_loop().time() + self._retry_backoff_s >= deadline:
+            raise ControllerUnavailableError(f"no active controller answered {what} in time")
+        await asyncio.sleep(self._retry_backoff_s)
+
+    # Controller operations: in-process on the active controller's node, else over the network
+
+    async def _decide(
+        self,
+        what: str,
+        local: Callable[[Controller], T],
+        request: Any,
+        answer: Callable[[Any], T],
+    ) -> T:
+        """`local` on this node's controller while it is the active one, else `request` to the active
+        controller, `answer` reading its response. Both raise NotControllerError for an answer from a controller
+        that is not (or no longer) active, which moves on to another and tries again, until the call's timeout."""
+        deadline = asyncio.get_running_loop().time() + self._timeout_s
+        while True:
+            controller = self._local.controller if self._local is not None else None
+            if controller is not None:
+                try:
+                    return await self._decide_here(controller, local)
+                except NotControllerError:
+                    pass
+            elif self._servers and not self._local_is_leader():
+                self._local_leader_hint()
+                try:
+                    return answer(await self._rpc_call(request, deadline))
+                except ControllerUnavailableError as e:
+                    logger.debug("%s: %s", what, e)
+                    self._move_on()
+                except NotControllerError:
+                    self._move_on()
+            await self._pause(deadline, what)
+
+    async def _decide_here(self, controller: Controller, operation: Callable[[Controller], T]) -> T:
+        """Run `operation` on the local active controller and answer once what it wrote is committed (a
+        refusal too: it may rest on records not committed yet)."""
+        assert self._local is not None
+        refusal: Exception | None = None
+        try:
+            result = operation(controller)
+        except NotControllerError:
+            raise
+        except Exception as e:
+            refusal = e
+        if not await self._local.wait_for_commit(controller):
+            raise NotControllerError("the local controller lost its leadership before its records committed")
+        if refusal is not None:
+            raise refusal
+        return result
+
+    async def _rpc_call(self, request: Any, deadline: float) -> Any:
+        remaining = deadline - asyncio.get_running_loop().time()
+        async with self._rpc_lock:
+            return await self._send("_rpc", request, min(self._try_timeout_s, max(remaining, 0.001)))
+
     async def _send(self, which: str, request: Any, timeout_s: float) -> Any:
-        connection = getattr(self, which)
+        """`request` on connection `which` (`_rpc` or `_fetch`) to the guessed voter, opened or moved there as
+        needed."""
+        if not self._servers:
+            raise ControllerUnavailableError("the local controller is not active yet")
+        target = self._guess
+        connection: KafkaConnection | None = getattr(self, which)
+        if connection is not None and getattr(self, f"{which}_server") != target:
+            setattr(self, which, None)
+            await connection.close()
+            connection = None
+        node_id, host, port = self._servers[target]
         try:
             if connection is None:
-                host, port = self._address
                 connection = await KafkaConnection.open(
-                    host, port, client_id=self._client_id, timeout_s=min(self._timeout_s, 5.0), security=self._security
+                    host, port, client_id=self._client_id, timeout_s=min(timeout_s, 5.0), security=self._security
                 )
                 setattr(self, which, connection)
+                setattr(self, f"{which}_server", target)
             return await connection.send(request, timeout_s=timeout_s)
         except KafkaConnectionError as e:
             setattr(self, which, None)
             if connection is not None:
                 await connection.close()
-            raise ControllerUnavailableError(f"controller {self._address[0]}:{self._address[1]}: {e}") from e
-
-    async def _rpc_call(self, request: Any) -> Any:
-        async with self._rpc_lock:
-            return await self._send("_rpc", request, self._timeout_s)
+            name = "controller" if node_id is None else f"controller {node_id}"
+            raise ControllerUnavailableError(f"{name} at {host}:{port}: {e}") from e
 
     async def register_broker(
         self, broker_id: int, incarnation_id: uuid.UUID, cluster_id: str, endpoints: list[Endpoint], rack: str | None
     ) -> int:
+        def local(controller: Controller) -> int:
+            try:
+                return controller.register_broker(broker_id, str(incarnation_id), cluster_id, endpoints, rack, now_ms())
+            except NotControllerError:
+                raise
+            except Exception as e:
+                raise RegistrationError(error_name_of(e)) from e
+
+        def answer(response: Any) -> int:
+            _raise_not_controller(response)
+            if response.error_code != error_code(None):
+                raise RegistrationError(response.error_code.name.upper())
+            return int(response.broker_epoch)
+
         request = broker_registration_request(broker_id, incarnation_id, cluster_id, endpoints, rack)
-        response = await self._rpc_call(request)
-        if response.error_code != error_code(None):
-            raise RegistrationError(response.error_code.name.upper())
-        return int(response.broker_epoch)
+        return await self._decide("the registration", local, request, answer)
 
     async def heartbeat(
         self, broker_id: int, broker_epoch: int, current_metadata_offset: int, want_fence: bool, want_shut_down: bool
     ) -> HeartbeatResult:
-        response = await self._rpc_call(
-            broker_heartbeat_request(
-                broker_id,
-                broker_epoch,
-                current_metadata_offset,
-                want_fence=want_fence,
-                want_shut_down=want_shut_down,
+        def local(controller: Controller) -> HeartbeatResult:
+            try:
+                return controller.heartbeat(
+                    broker_id, broker_epoch, current_metadata_offset, want_fence, want_shut_down, now_ms()
+                )
+            except NotControllerError:
+                raise
+            except Exception as e:
+                raise HeartbeatRefusedError(error_name_of(e)) from e
+
+        def answer(response: Any) -> HeartbeatResult:
+            _raise_not_controller(response)
+            if response.error_code != error_code(None):
+                raise HeartbeatRefusedError(response.error_code.name.upper())
+            return HeartbeatResult(
+                is_caught_up=response.is_caught_up,
+                is_fenced=response.is_fenced,
+                should_shut_down=response.should_shut_down,
             )
+
+        request = broker_heartbeat_request(
+            broker_id, broker_epoch, current_metadata_offset, want_fence=want_fence, want_shut_down=want_shut_down
         )
-        if response.error_code != error_code(None):
-            raise HeartbeatRefusedError(response.error_code.name.upper())
-        return HeartbeatResult(
-            is_caught_up=response.is_caught_up,
-            is_fenced=response.is_fenced,
-            should_shut_down=response.should_shut_down,
-        )
+        return await self._decide("the heartbeat", local, request, answer)
 
     async def alter_partition(
         self, broker_id: int, broker_epoch: int, proposal: AlterPartitionProposal
     ) -> AlterPartitionResult:
+        def local(controller: Controller) -> AlterPartitionResult:
+            try:
+                registration = controller.alter_partition(
+                    broker_id,
+                    broker_epoch,
+                    proposal.topic_id,
+                    proposal.topic_partition.partition,
+                    proposal.leader_epoch,
+                    proposal.partition_epoch,
+                    list(proposal.new_isr),
+                )
+            except NotControllerError:
+                raise
+            except Exception as e:
+                return AlterPartitionResult(None, error_name_of(e))
+            return AlterPartitionResult(registration, None)
+
+        def answer(response: Any) -> AlterPartitionResult:
+            _raise_not_controller(response)
+            if response.error_code != error_code(None):
+                return AlterPartitionResult(None, response.error_code.name.upper())
+            p = response.topics[0].partitions[0]
+            if p.error_code != error_code(None):
+                return AlterPartitionResult(None, p.error_code.name.upper())
+            # The response carries no replica list: the registration is only read for ISR and epochs.
+            return AlterPartitionResult(
+                PartitionRegistration(
+                    replicas=[],
+                    isr=list(p.isr),
+                    leader=p.leader_id,
+                    leader_epoch=p.leader_epoch,
+                    partition_epoch=p.partition_epoch,
+                ),
+                None,
+            )
+
         request = alter_partition_request(
             broker_id,
             broker_epoch,
@@ -228,52 +363,96 @@ class RemoteControllerChannel:
             partition_epoch=proposal.partition_epoch,
             new_isr=proposal.new_isr,
         )
-        response = await self._rpc_call(request)
-        if response.error_code != error_code(None):
-            return AlterPartitionResult(None, response.error_code.name.upper())
-        p = response.topics[0].partitions[0]
-        if p.error_code != error_code(None):
-            return AlterPartitionResult(None, p.error_code.name.upper())
-        # The response carries no replica list: the registration is only read for ISR and epochs.
-        return AlterPartitionResult(
-            PartitionRegistration(
-                replicas=[],
-                isr=list(p.isr),
-                leader=p.leader_id,
-                leader_epoch=p.leader_epoch,
-                partition_epoch=p.partition_epoch,
-            ),
-            None,
-        )
+        return await self._decide("AlterPartition", local, request, answer)
 
     async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> range:
-        response = await self._rpc_call(allocate_producer_ids_request(broker_id, broker_epoch))
-        if response.error_code != error_code(None):
-            raise ControllerUnavailableError(f"producer ids refused: {response.error_code.name.upper()}")
-        return range(response.producer_id_start, response.producer_id_start + response.producer_id_len)
+        def answer(response: Any) -> range:
+            _raise_not_controller(response)
+            if response.error_code != error_code(None):
+                raise ControllerUnavailableError(f"producer ids refused: {response.error_code.name.upper()}")
+            return range(response.producer_id_start, response.producer_id_start + response.producer_id_len)
 
-    async def fetch_metadata(
-        self, broker_id: int, offset: int, max_wait_ms: int
-    ) -> tuple[list[tuple[int, MetadataRecord]], int]:
-        request = fetch_request(
-            [PartitionFetch(TopicPartition(METADATA_TOPIC, 0), offset, METADATA_FETCH_MAX_BYTES)],
-            replica_id=broker_id,
-            max_wait_ms=max_wait_ms,
-            max_bytes=METADATA_FETCH_MAX_BYTES,
+        return await self._decide(
+            "AllocateProducerIds",
+            lambda controller: controller.allocate_producer_id_block(broker_id),
+            allocate_producer_ids_request(broker_id, broker_epoch),
+            answer,
         )
-        if max_wait_ms > 0:
-            response = await self._send("_fetch", request, self._timeout_s + max_wait_ms / 1000)
-        else:
-            # A quick look (how far has the controller written?) must not queue behind a parked long poll.
-            response = await self._rpc_call(request)
-        partition = response.responses[0].partitions[0]
-        if partition.error_code != error_code(None):
-            raise ControllerUnavailableError(f"metadata fetch failed: {partition.error_code.name.upper()}")
-        records = decode_metadata_batches(bytes(partition.records or b""))
-        return [(o, r) for o, r in records if o >= offset], int(partition.high_watermark)
 
     async def forward(self, body: Any) -> Any:
-        return await self._rpc_call(body)
+        """Sent to the active controller's listener, on this node too: ControllerApis decides it there."""
+        deadline = asyncio.get_running_loop().time() + self._timeout_s
+        while True:
+            self._local_leader_hint()
+            try:
+                response = await self._rpc_call(body, deadline)
+                _raise_not_controller(response)
+                return response
+            except ControllerUnavailableError as e:
+                logger.debug("forwarding %s: %s", type(body).__name__, e)
+                self._move_on()
+            except NotControllerError:
+                self._move_on()
+            await self._pause(deadline, type(body).__name__)
+
+    # The metadata log
+
+    async def fetch_metadata(self, broker_id: int, request: MetadataFetchRequest) -> tuple[MetadataBatches, int]:
+        if self._local is not None:
+            data, high_watermark = await self._local.read_committed(request.offset, request.max_wait_ms)
+            return _batches_from(data, request.offset), high_watermark
+        partition = await self._fetch_from_leader(broker_id, request)
+        return _batches_from(bytes(partition.records or b""), request.offset), int(partition.high_watermark)
+
+    async def high_watermark(self, broker_id: int, position: MetadataFetchRequest) -> int:
+        if self._local is not None and self._local.controller is not None:
+            _, high_watermark = await self._local.read_committed(position.offset, 0)
+            return high_watermark
+        # A voter's node asks as a consumer would: a fetch with a voter's id would be taken as its replication.
+        replica_id = CONSUMER_REPLICA_ID if self._local is not None else broker_id
+        look = dataclasses.replace(position, max_wait_ms=0)
+        return int((await self._fetch_from_leader(replica_id, look)).high_watermark)
+
+    async def _fetch_from_leader(self, replica_id: int, request: MetadataFetchRequest) -> Any:
+        """The observer's Fetch of the metadata log from the quorum's leader (docs/quorum.md#observers): an answer
+        naming another leader or epoch is followed at once; a voter that cannot be reached is left for the next
+        one; either way within one fetch's timeout."""
+        deadline = asyncio.get_running_loop().time() + self._try_timeout_s + request.max_wait_ms / 1000
+        while True:
+            fetch = fetch_request(
+                [
+                    PartitionFetch(
+                        TopicPartition(METADATA_TOPIC, 0),
+                        request.offset,
+                        METADATA_FETCH_MAX_BYTES,
+                        current_leader_epoch=self._leader_epoch,
+                        last_fetched_epoch=request.last_fetched_epoch,
+                    )
+                ],
+                replica_id=replica_id,
+                max_wait_ms=request.max_wait_ms,
+                max_bytes=METADATA_FETCH_MAX_BYTES,
+            )
+            try:
+                if request.max_wait_ms > 0:
+                    response = await self._send("_fetch", fetch, self._try_timeout_s + request.max_wait_ms / 1000)
+                else:
+                    # A quick look (how far is the log committed?) must not queue behind a parked long poll.
+                    response = await self._rpc_call(fetch, deadline)
+            except ControllerUnavailableError:
+                self._move_on()
+                raise
+            partition = response.responses[0].partitions[0]
+            leader = partition.current_leader
+            if leader.leader_epoch >= 0:
+                self._leader_epoch = leader.leader_epoch
+            if partition.error_code == error_code(None):
+                self._follow(leader.leader_id)
+                return partition
+            if partition.error_code not in FETCH_LEADER_ERRORS:
+                raise ControllerUnavailableError(f"metadata fetch failed: {partition.error_code.name.upper()}")
+            self._move_on(leader.leader_id if leader.leader_id >= 0 else None)
+            await self._pause(deadline, "the metadata fetch")
 
     async def close(self) -> None:
         for which in ("_rpc", "_fetch"):
@@ -281,3 +460,32 @@ class RemoteControllerChannel:
             setattr(self, which, None)
             if connection is not None:
                 await connection.close()
+
+
+def _batches_from(data: bytes, offset: int) -> MetadataBatches:
+    """The batches of a fetch from `offset`: the first may start before it (a batch comes whole)."""
+    batches = decode_metadata_batches(data, offset)
+    return dataclasses.replace(batches, records=[(o, r) for o, r in batches.records if o >= offset])
+
+
+def _raise_not_controller(response: Any) -> None:
+    """NotControllerError if any error code of `response` is NOT_CONTROLLER, as Kafka's broker-to-controller
+    channel checks a response's error counts: the request reached a controller that is not the active one."""
+    if NOT_CONTROLLER in error_codes(response):
+        raise NotControllerError("the controller that answered is not the active one")
+
+
+def error_codes(entity: Any) -> set[int]:
+    """Every error code in a response entity, at any depth."""
+    codes: set[int] = set()
+    if dataclasses.is_dataclass(entity):
+        for field in dataclasses.fields(entity):
+            value = getattr(entity, field.name)
+            if field.name == "error_code":
+                codes.add(value)
+            else:
+                codes |= error_codes(value)
+    elif isinstance(entity, tuple):
+        for item in entity:
+            codes |= error_codes(item)
+    return codes

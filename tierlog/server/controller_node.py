@@ -21,7 +21,7 @@ from tierlog.security.authorizer import StandardAuthorizer
 from tierlog.server.acl_apis import AclApis
 from tierlog.server.admin_authorization import CHECKED_ADMIN_APIS, forward_authorized
 from tierlog.server.auth_helper import AuthHelper, configured_authorizer
-from tierlog.server.controller_apis import ADMIN_APIS, ControllerApis
+from tierlog.server.controller_apis import ADMIN_APIS, BROKER_TO_CONTROLLER_APIS, ControllerApis
 from tierlog.server.controller_server import ControllerServer
 from tierlog.server.entities import NO_THROTTLE, response_schema
 from tierlog.server.kafka_apis import (
@@ -65,23 +65,30 @@ class ControllerNodeApis:
             API_SASL_AUTHENTICATE: handle_sasl_authenticate,
             API_FETCH: self.handle_fetch,
         }
-        self.handlers.update(controller_apis.handlers)
+        # The controller's decisions are answered once committed (ControllerApis.handle), the voters' requests and
+        # DescribeQuorum by the Raft core at once.
+        self.handlers.update(dict.fromkeys(BROKER_TO_CONTROLLER_APIS, controller_apis.handle))
+        self.handlers.update(dict.fromkeys(ADMIN_APIS, controller_apis.handle))
+        self.handlers.update(controller_apis.quorum_handlers)
         self.handlers.update(dict.fromkeys(CHECKED_ADMIN_APIS & set(ADMIN_APIS), self.handle_admin))
         self.handlers.update(AclApis(authorizer, auth, controller_apis.handle).handlers)
 
     async def handle(self, request: Request) -> Any:
-        if self._authorizer is not None:
-            # The controller's ACLs are its metadata's: take on what the last change made before checking.
-            self._authorizer.sync(self._server.controller.metadata.acls)
+        controller = self._server.controller
+        if self._authorizer is not None and controller is not None:
+            # The controller's ACLs are its metadata's: take on what the last change made before checking. A
+            # controller that is not the active one keeps those it last knew.
+            self._authorizer.sync(controller.metadata.acls)
         return await self.handlers[request.api_key](request)
 
     async def handle_api_versions(self, request: Request) -> Any:
         return api_versions_response(request, self.handlers.keys())
 
     async def handle_admin(self, request: Request) -> Any:
-        return await forward_authorized(
-            self._auth, self._server.controller.metadata, request, self._controller_apis.handle
-        )
+        controller = self._server.controller
+        if controller is None:
+            return await self._controller_apis.handle(request)  # NOT_CONTROLLER, before any check
+        return await forward_authorized(self._auth, controller.metadata, request, self._controller_apis.handle)
 
     async def handle_fetch(self, request: Request) -> Any:
         """The metadata log is the only partition a controller has: a Fetch of anything else is refused whole
@@ -104,6 +111,7 @@ class ControllerNode:
         for log_dir in self._log_dirs:
             prepare_log_dir(log_dir)
         self._started = False
+        self._cluster_id: str | None = None
         self._stopped = asyncio.Event()
         self.authorizer = configured_authorizer(config)
         auth = AuthHelper(self.authorizer, [listener.name for listener in config.controller_listeners])
@@ -121,22 +129,30 @@ class ControllerNode:
             for listener in config.controller_listeners
         ]
         self._started = True
-        self.controller_server.start()
-        cluster_id = self.controller_server.controller.metadata.cluster_id
-        for log_dir in self._log_dirs:
-            ensure_meta_properties(log_dir, config.node_id, cluster_id)
+        await self.controller_server.start()
+        self.controller_server.raft.add_listener(self._write_meta_properties)
+        self._write_meta_properties()
         for server in servers:
             await server.start_serving()
         logger.info(
-            "[ControllerNode id=%d] started, serving %s, cluster id %s, metadata log dir %s",
+            "[ControllerNode id=%d] started, serving %s, metadata log dir %s",
             config.node_id,
             ", ".join(f"{listener.name}://{listener.host}:{listener.port}" for listener in config.controller_listeners),
-            cluster_id,
             config.metadata_log_dir,
         )
 
+    def _write_meta_properties(self) -> None:
+        """meta.properties, once this node knows the cluster id: when its controller is (or was) the active one."""
+        controller = self.controller_server.controller
+        if self._cluster_id is not None or controller is None:
+            return
+        self._cluster_id = controller.metadata.cluster_id
+        for log_dir in self._log_dirs:
+            ensure_meta_properties(log_dir, self.config.node_id, self._cluster_id)
+
     def _scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
-        return self.controller_server.controller.metadata.scram_credentials.get((user, mechanism))
+        controller = self.controller_server.controller
+        return controller.metadata.scram_credentials.get((user, mechanism)) if controller is not None else None
 
     @property
     def bound_ports(self) -> list[int]:

@@ -171,7 +171,8 @@ class KafkaApis:
         # The ACL APIs forward CreateAcls and DeleteAcls only when there is an authorizer.
         self.handlers.update(acl_apis.handlers)
         if controller_apis is not None:
-            self.handlers.update({key: controller_apis.handlers[key] for key in BROKER_TO_CONTROLLER_APIS})
+            self.handlers.update(dict.fromkeys(BROKER_TO_CONTROLLER_APIS, controller_apis.handle))
+            self.handlers.update(controller_apis.quorum_handlers)
             self.handlers[API_FETCH] = self._fetch_on_the_controllers_node
         # From any listener, DescribeQuorum goes to the controller through the forwarding manager (on a controller
         # node, that decides whether this node's controller answers it).

@@ -33,14 +33,12 @@ class MetadataLoaderTask:
 
     async def _fetch(self, request: MetadataFetchRequest) -> None:
         try:
-            records, high_watermark = await self._channel.fetch_metadata(
-                self.broker_id, request.offset, request.max_wait_ms
-            )
+            batches, high_watermark = await self._channel.fetch_metadata(self.broker_id, request)
         except ControllerUnavailableError as e:
             logger.debug("[Broker id=%d] metadata fetch failed: %s", self.broker_id, e)
             self.loader.on_fetch_failed(now_ms())
             return
-        if self.loader.on_records(records, high_watermark):
+        if self.loader.on_records(batches, high_watermark):
             self.publish()
         async with self._changed:
             self._changed.notify_all()
@@ -54,12 +52,12 @@ class MetadataLoaderTask:
                 "[Broker id=%d] applying metadata at offset %d failed", self.broker_id, self.loader.image.offset
             )
 
-    async def wait_until_offset(self, offset: int, timeout_s: float) -> bool:
-        """Wait until the image holds `offset`; False on timeout."""
+    async def wait_until_fetched(self, offset: int, timeout_s: float) -> bool:
+        """Wait until the loader has fetched (and applied) the log up to `offset`, exclusive; False on timeout."""
         try:
             async with asyncio.timeout(timeout_s):
                 async with self._changed:
-                    await self._changed.wait_for(lambda: self.image.offset >= offset)
+                    await self._changed.wait_for(lambda: self.loader.fetch_offset >= offset)
         except TimeoutError:
             return False
         return True

@@ -268,8 +268,8 @@ class SimBroker(Node):
             return
 
         def on_reply(reply: object) -> None:
-            records, high_watermark = reply  # type: ignore[misc]
-            if self.loader.on_records(records, high_watermark):
+            batches, high_watermark = reply  # type: ignore[misc]
+            if self.loader.on_records(batches, high_watermark):
                 self._publish()
             self._follow_metadata()
 

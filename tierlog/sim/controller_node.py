@@ -14,9 +14,9 @@ from pathlib import Path
 
 from tierlog.controller.controller import Controller, ControllerConfig
 from tierlog.controller.errors import ControllerError
-from tierlog.controller.metadata_log import DiskMetadataLog, WakingMetadataLog
+from tierlog.controller.metadata_log import CONTROLLER_EPOCH, DiskMetadataLog, WakingMetadataLog
 from tierlog.metadata.lifecycle import BrokerHeartbeatRequest, BrokerRegistrationRequest
-from tierlog.metadata.loader import MetadataFetchRequest
+from tierlog.metadata.loader import MetadataBatches, MetadataFetchRequest
 from tierlog.metadata.records import MetadataRecord
 from tierlog.replication.alter_partition_manager import AlterPartitionRequest
 from tierlog.sim.world import Node, Respond, Simulation
@@ -161,13 +161,17 @@ class SimController(Node):
         self._arm_leader_balance()
 
     def fetch_metadata(self, request: MetadataFetchRequest, respond: Respond) -> None:
-        """Records from the offset asked for, with the log's end offset: at once if there are any, else when the
+        """Batches from the offset asked for, with the log's end offset: at once if there are any, else when the
         next commit comes or the wait ends (KRaft's long-polling Fetch)."""
         metadata_log = self._metadata_log
         assert metadata_log is not None
 
         def answer() -> None:
-            respond((self.records[request.offset :], len(self.records)))
+            # One controller, no control batches: a record's offset is its place in the log.
+            records = self.records[request.offset :]
+            respond(
+                (MetadataBatches(records, max(request.offset, len(self.records)), CONTROLLER_EPOCH), len(self.records))
+            )
 
         deadline = metadata_log.wait_for_records(request.offset, request.max_wait_ms, self.sim.now, answer)
         if deadline is not None:

@@ -353,7 +353,7 @@ class LocalCluster:
         # port; one controller port per voter.
         per_node = 2 + len(extra_listeners) + (0 if security is None else 1)
         ports = free_ports(len(self.controller_ids) + per_node * brokers)
-        self._controller_ports = dict(zip(self.controller_ids, ports, strict=False))
+        self.controller_ports = dict(zip(self.controller_ids, ports, strict=False))
         broker_ports = ports[len(self.controller_ids) :]
         self._kafka_ports = {node_id: broker_ports[node_id - 1] for node_id in node_ids}
         self._http_ports = {node_id: broker_ports[brokers + node_id - 1] for node_id in node_ids}
@@ -386,7 +386,7 @@ class LocalCluster:
             node_id: BrokerProcess(
                 base_dir / f"controller-{node_id}",
                 node_id=node_id,
-                port=self._controller_ports[node_id],
+                port=self.controller_ports[node_id],
                 overrides={**self.overrides, **self._controller_settings(node_id)},
                 log_file=base_dir / f"controller-{node_id}.log",
                 detached=detached,
@@ -397,7 +397,7 @@ class LocalCluster:
     @property
     def quorum_voters(self) -> str:
         """controller.quorum.voters of every node: id@host:port of each voter's controller listener."""
-        return ",".join(f"{node_id}@{_HOST}:{port}" for node_id, port in self._controller_ports.items())
+        return ",".join(f"{node_id}@{_HOST}:{port}" for node_id, port in self.controller_ports.items())
 
     def roles(self, node_id: int) -> str:
         """process.roles of a node."""
@@ -409,7 +409,7 @@ class LocalCluster:
         return {
             "process.roles": "controller",
             "node.id": str(node_id),
-            "listeners": f"{CONTROLLER_LISTENER}://{_HOST}:{self._controller_ports[node_id]}",
+            "listeners": f"{CONTROLLER_LISTENER}://{_HOST}:{self.controller_ports[node_id]}",
             "controller.listener.names": CONTROLLER_LISTENER,
             "controller.quorum.voters": self.quorum_voters,
         }
@@ -432,7 +432,7 @@ class LocalCluster:
             }
         listeners += [f"{name}://{_HOST}:{port}" for (name, node), port in self._extra_ports.items() if node == node_id]
         if is_controller:
-            listeners.append(f"{CONTROLLER_LISTENER}://{_HOST}:{self._controller_ports[node_id]}")
+            listeners.append(f"{CONTROLLER_LISTENER}://{_HOST}:{self.controller_ports[node_id]}")
         return {
             "process.roles": self.roles(node_id),
             "node.id": str(node_id),
@@ -469,7 +469,7 @@ class LocalCluster:
     @property
     def controller_addresses(self) -> list[str]:
         """Every voter's controller listener (host:port), as `--bootstrap-controller` takes them."""
-        return [f"{_HOST}:{port}" for port in self._controller_ports.values()]
+        return [f"{_HOST}:{port}" for port in self.controller_ports.values()]
 
     def broker(self, node_id: int) -> BrokerProcess:
         """The process of a node (a dedicated controller's too)."""
