@@ -101,15 +101,22 @@ class LocalBrokers:
         return broker
 
     def cluster(
-        self, overrides: Mapping[str, str] | None = None, brokers: int = 3, controllers: int = 1, **settings: object
+        self,
+        overrides: Mapping[str, str] | None = None,
+        brokers: int = 3,
+        *,
+        controllers: int = 0,
+        combined: bool = False,
+        **settings: object,
     ) -> LocalCluster:
-        """`brokers` started brokers, nodes 1..`controllers` also the controller quorum's voters, each registered
-        and listed in every one's Metadata."""
+        """`brokers` started brokers, each registered and listed in every one's Metadata; `controllers` and
+        `combined` choose the controller quorum as LocalCluster's do (0: node 1 is the controller)."""
         cluster = LocalCluster(
             self.base_dir / f"cluster-{len(self.clusters) + 1}",
             brokers=brokers,
             overrides=_test_settings(overrides, settings),
             controllers=controllers,
+            combined=combined,
         )
         self.clusters.append(cluster)
         _LIVE_BROKERS.update(cluster.broker(node_id) for node_id in cluster.node_ids)
@@ -166,8 +173,8 @@ def broker_factory(local_brokers: LocalBrokers) -> BrokerFactory:
 
 @pytest.fixture
 def cluster_factory(local_brokers: LocalBrokers) -> ClusterFactory:
-    """`cluster_factory({"min.insync.replicas": "2"}, brokers=3, controllers=1)`: a started LocalCluster with
-    `DEFAULT_TEST_OVERRIDES` plus the given settings, stopped when the test ends."""
+    """`cluster_factory({"min.insync.replicas": "2"}, brokers=3, controllers=3, combined=True)`: a started
+    LocalCluster with `DEFAULT_TEST_OVERRIDES` plus the given settings, stopped when the test ends."""
     return local_brokers.cluster
 
 

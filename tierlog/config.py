@@ -802,11 +802,6 @@ class KafkaConfig:
             raise invalid("process.roles", "", "give broker, controller or both")
         if len(set(roles)) != len(roles):
             raise ConfigException(f"Duplicate role names found in `process.roles`: {', '.join(roles)}")
-        if "broker" not in roles:
-            raise ConfigException(
-                "process.roles=controller (a dedicated controller) is not supported by tierlog yet: "
-                "use process.roles=broker,controller"
-            )
         self._check_unsupported_security()
         self._check_quorum()
         self._check_listeners()
@@ -885,8 +880,10 @@ class KafkaConfig:
                         f"listener {listener.name} enables SASL mechanism PLAIN but has no users: set "
                         f'{_jaas_key(listener.name, PLAIN)}={PLAIN_LOGIN_MODULE} required user_<name>="<password>" ...;'
                     )
+        # A dedicated controller has no inter-broker listener: it connects only to other controllers.
+        inter_broker = None if self.is_dedicated_controller else self.inter_broker_listener_name
         for purpose, listener_name, mechanism_config in (
-            ("inter-broker", self.inter_broker_listener_name, "sasl.mechanism.inter.broker.protocol"),
+            ("inter-broker", inter_broker, "sasl.mechanism.inter.broker.protocol"),
             ("controller", self.controller_listener_name, "sasl.mechanism.controller.protocol"),
         ):
             if listener_name is None or protocols.get(listener_name) not in SASL_PROTOCOLS:
@@ -996,6 +993,11 @@ class KafkaConfig:
                 f"If process.roles contains just the 'broker' role, the node id {self.node_id} must not be included "
                 f"in the set of voters controller.quorum.voters={','.join(voters)}"
             )
+        if self.is_dedicated_controller and not voter_ids:
+            raise ConfigException(
+                "process.roles=controller needs controller.quorum.voters listing this node, e.g. "
+                f"controller.quorum.voters={self.node_id}@host:9093"
+            )
         if not self.is_controller and self.is_standalone:
             raise ConfigException(
                 "process.roles=broker needs controller.quorum.voters or controller.quorum.bootstrap.servers"
@@ -1013,6 +1015,9 @@ class KafkaConfig:
                 )
             if protocol in TLS_PROTOCOLS:
                 self._check_tls_listener(listener, protocol)
+        if self.is_dedicated_controller:
+            self._check_dedicated_controller_listeners(all_listeners)
+            return
         if not self.listeners:
             raise ConfigException("listeners has no broker listener: set e.g. listeners=PLAINTEXT://127.0.0.1:9092")
         names = {listener.name for listener in all_listeners}
@@ -1036,6 +1041,23 @@ class KafkaConfig:
                     f"security.inter.broker.protocol={by_protocol} names the inter-broker listener {by_protocol}, "
                     f"which advertised.listeners does not have (listeners: {','.join(sorted(names))})"
                 )
+
+    def _check_dedicated_controller_listeners(self, all_listeners: list[Listener]) -> None:
+        """Kafka's KafkaConfig.validateValues for process.roles=controller: the node serves its controller
+        listeners only (docs/configuration.md#dedicated-controllers)."""
+        controller_names = {n.upper() for n in self.get_list("controller.listener.names")}
+        if not controller_names & {listener.name for listener in all_listeners}:
+            raise ConfigException(
+                "controller.listener.names must contain at least one value appearing in the 'listeners' "
+                "configuration when running the KRaft controller role"
+            )
+        if any(listener.name not in controller_names for listener in all_listeners):
+            raise ConfigException(
+                "The listeners config must only contain KRaft controller listeners from controller.listener.names "
+                "when process.roles=controller"
+            )
+        if self.get_list("advertised.listeners"):
+            raise ConfigException("The advertised.listeners config must be empty when process.roles=controller")
 
     def _check_tls_listener(self, listener: Listener, protocol: str) -> None:
         """A TLS listener needs a key store and usable ssl.* settings; files are read when the broker builds
@@ -1125,6 +1147,11 @@ class KafkaConfig:
     @property
     def is_controller(self) -> bool:
         return "controller" in self.process_roles
+
+    @property
+    def is_dedicated_controller(self) -> bool:
+        """process.roles=controller: the node runs the controller alone, on its controller listeners."""
+        return self.process_roles == {"controller"}
 
     @property
     def process_roles(self) -> set[str]:

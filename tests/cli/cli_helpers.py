@@ -242,7 +242,7 @@ class CliCluster:
         self.log_files: set[Path] = set()
 
     def up(self, *options: str) -> subprocess.CompletedProcess[str]:
-        """`tierlog cluster up --brokers 3` with the test overrides and `options`."""
+        """`tierlog cluster up --brokers 3` with the test overrides and `options` (e.g. `--controllers 3`)."""
         overrides = [arg for key, value in OVERRIDES.items() for arg in ("--override", f"{key}={value}")]
         return self.tierlog(
             "cluster",

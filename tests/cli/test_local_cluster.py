@@ -93,5 +93,50 @@ def test_cluster_nodes_are_configured_as_kraft_nodes(tmp_path: Path) -> None:
 def test_cluster_refuses_to_override_per_node_settings(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"listeners, node\.id is set per node"):
         LocalCluster(tmp_path, overrides={"node.id": "4", "listeners": "PLAINTEXT://:1"})
-    with pytest.raises(KeyError, match=r"no broker 4 in this cluster \(nodes \[1, 2, 3\]\)"):
+    with pytest.raises(KeyError, match=r"no node 4 in this cluster \(nodes \[1, 2, 3\]\)"):
         LocalCluster(tmp_path).broker(4)
+
+
+def test_dedicated_controllers_are_nodes_3000_and_up_and_every_node_lists_them_as_voters(tmp_path: Path) -> None:
+    cluster = LocalCluster(tmp_path, brokers=2, controllers=3)
+    assert cluster.node_ids == [1, 2, 3000, 3001, 3002]
+    assert cluster.broker_ids == [1, 2]
+    voters = ",".join(
+        f"{node_id}@{address}"
+        for node_id, address in zip((3000, 3001, 3002), cluster.controller_addresses, strict=True)
+    )
+    for node_id in (3000, 3001, 3002):
+        settings = _settings(cluster.broker(node_id))
+        assert settings["process.roles"] == "controller"
+        assert settings["listeners"] == f"CONTROLLER://{cluster.broker(node_id).bootstrap}"
+        assert settings["controller.quorum.voters"] == voters
+        assert settings["log.dirs"] == str(tmp_path / f"controller-{node_id}")
+        assert "tierlog.http.listener" not in settings
+        assert cluster.broker(node_id).log_file == tmp_path / f"controller-{node_id}.log"
+    for node_id in (1, 2):
+        settings = _settings(cluster.broker(node_id))
+        assert settings["process.roles"] == "broker"
+        assert settings["listeners"] == f"PLAINTEXT://{cluster.broker(node_id).bootstrap}"
+        assert settings["controller.quorum.voters"] == voters
+    assert cluster.bootstrap == ",".join(cluster.broker(n).bootstrap for n in (1, 2))
+    addresses = cluster.controller_addresses + [cluster.broker(n).bootstrap for n in (1, 2)]
+    addresses += [cluster.http_address(n) for n in (1, 2)]
+    assert len(set(addresses)) == 7
+
+
+def test_combined_voters_are_the_first_brokers(tmp_path: Path) -> None:
+    cluster = LocalCluster(tmp_path, brokers=4, controllers=3, combined=True)
+    assert cluster.node_ids == [1, 2, 3, 4]
+    voters = ",".join(
+        f"{node_id}@{address}" for node_id, address in zip((1, 2, 3), cluster.controller_addresses, strict=True)
+    )
+    for node_id in (1, 2, 3):
+        settings = _settings(cluster.broker(node_id))
+        assert settings["process.roles"] == "broker,controller"
+        assert settings["listeners"] == (
+            f"PLAINTEXT://{cluster.broker(node_id).bootstrap},CONTROLLER://{cluster.controller_addresses[node_id - 1]}"
+        )
+        assert settings["controller.quorum.voters"] == voters
+    assert _settings(cluster.broker(4))["process.roles"] == "broker"
+    with pytest.raises(ValueError, match="combined controllers are brokers too: 1 to 2 of them, not 3"):
+        LocalCluster(tmp_path, brokers=2, controllers=3, combined=True)

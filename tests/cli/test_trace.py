@@ -7,11 +7,13 @@ import json
 import re
 from collections.abc import Callable
 from datetime import UTC
+from pathlib import Path
 
 import pytest
 from cli_helpers import FakeBrokerHttp, event, tierlog
 from click.testing import CliRunner
 
+from tierlog.cli.cluster import CLUSTER_FILE, ClusterInfo, NodeInfo
 from tierlog.cli.main import cli
 from tierlog.cli.trace import EventMerger, TraceEvent, event_row, format_value, header_row, parse_event
 from tierlog.testing.local_cluster import BrokerProcess, free_port
@@ -180,6 +182,20 @@ def test_trace_fails_in_one_line_when_no_broker_answers() -> None:
     result = CliRunner().invoke(cli, ["trace", "orders", "0", "--http", address, "--no-follow", "--timeout", "2"])
     assert result.exit_code == 1
     assert result.stderr.splitlines()[-1].startswith(f"Error: no broker answered GET /v1/trace (cannot reach {address}")
+
+
+def test_trace_of_a_cluster_asks_its_brokers_not_its_dedicated_controller(tmp_path: Path) -> None:
+    with FakeBrokerHttp(trace_lines=[json.dumps(SEED_000_LEADER[0])]) as broker:
+        nodes = [
+            NodeInfo(1, 100, "broker", "127.0.0.1:9092", broker.address, "/d/broker-1", "/d/broker-1.log"),
+            NodeInfo(3000, 101, "controller", "127.0.0.1:9093", "", "/d/controller-3000", "/d/controller-3000.log"),
+        ]
+        info = ClusterInfo(bootstrap="127.0.0.1:9092", controller="127.0.0.1:9093", nodes=nodes)
+        (tmp_path / CLUSTER_FILE).write_text(info.to_json())
+        result = CliRunner().invoke(cli, ["trace", "orders", "0", "--dir", str(tmp_path), "--no-follow"])
+    assert result.exit_code == 0, result.output
+    assert result.stderr == ""
+    assert [cells(line)[2] for line in result.stdout.splitlines()] == ["attribute", "Leader LEO"]
 
 
 def test_trace_without_a_cluster_says_how_to_start_one(tmp_path: object) -> None:

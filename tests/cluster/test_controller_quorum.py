@@ -29,7 +29,7 @@ REQUEST_TIMEOUT_S = 10.0
 def cluster(cluster_factory: ClusterFactory) -> LocalCluster:
     # A lag time well below the session timeout: the leader's AlterPartition shrinks the ISR after the kill,
     # before the controller would fence the killed broker.
-    return cluster_factory({"replica.lag.time.max.ms": "3000"}, brokers=4, controllers=3)
+    return cluster_factory({"replica.lag.time.max.ms": "3000"}, brokers=4, controllers=3, combined=True)
 
 
 def cluster_id_of(cluster: LocalCluster, node_id: int) -> str | None:

@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode
 
 from tierlog.client.requests import (
     PartitionFetch,
+    describe_quorum_request,
     fetch_request,
     list_offsets_request,
     metadata_request,
@@ -33,6 +34,7 @@ from tierlog.client.requests import (
 )
 from tierlog.common import TopicPartition
 from tierlog.config import KafkaConfig
+from tierlog.controller.metadata_log import METADATA_TOPIC
 from tierlog.protocol.codec import Request
 from tierlog.records.codec import build_batch
 from tierlog.security.acl import (
@@ -1120,3 +1122,14 @@ def test_write_on_some_topic_is_kafkas_authorize_by_resource_type(
         )
     assert authorizer.authorize_by_resource_type(writer, "127.0.0.1", Op.WRITE, Type.TOPIC) is allowed
     assert StandardAuthorizer({str(writer)}).authorize_by_resource_type(writer, "127.0.0.1", Op.WRITE, Type.TOPIC)
+
+
+def test_describe_quorum_without_describe_on_the_cluster_is_refused_before_it_is_forwarded(
+    broker: InProcessBroker,
+) -> None:
+    # Allowed, the broker forwards it to the controller (whose DescribeQuorum answer comes with the Raft quorum);
+    # refused, it never leaves the broker.
+    outsider = KafkaPrincipal("User", "describe-quorum-without")
+    response = broker.call(outsider, 55, 2, describe_quorum_request(METADATA_TOPIC))
+    assert _top_level(response) == ErrorCode.cluster_authorization_failed
+    assert response.topics == ()

@@ -30,6 +30,7 @@ from rich.text import Text
 
 from tierlog.cli.clients import CliError, output_console, parse_key_values, progress_bar, timeout_option
 from tierlog.cli.tables import WIDE, add_column, include_internal_option, is_internal, output_option, plain_table
+from tierlog.client.probes import api_versions_answered
 from tierlog.testing.local_cluster import (
     BrokerProcess,
     BrokerStartError,
@@ -57,9 +58,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 class NodeInfo:
     node_id: int
     pid: int
-    roles: str
-    kafka: str  # host:port of the client listener (PLAINTEXT, or SASL_SSL in a secured cluster)
-    http: str
+    roles: str  # process.roles
+    # host:port of the client listener (PLAINTEXT, or SASL_SSL in a secured cluster); a dedicated controller's
+    # controller listener, its only one.
+    kafka: str
+    http: str  # "" for a dedicated controller, which serves no HTTP
     data_dir: str
     log_file: str
     # The broker's server.properties overrides, so `cluster start` runs it again as `up` did. None in a file
@@ -71,13 +74,21 @@ class NodeInfo:
     def describe(self) -> str:
         return f"pid {self.pid}, {self.kafka}"
 
+    @property
+    def is_broker(self) -> bool:
+        return "broker" in self.roles.split(",")
+
+    @property
+    def is_controller(self) -> bool:
+        return "controller" in self.roles.split(",")
+
 
 @dataclass(frozen=True)
 class ClusterInfo:
     """What `cluster up` started: everything `status`, `down` and `trace` need to find the brokers."""
 
     bootstrap: str
-    controller: str
+    controller: str  # every voter's controller listener, host:port,... (`quorum status --bootstrap-controller`)
     nodes: list[NodeInfo]
     # A secured cluster's client settings (librdkafka's names), for `--command-config`; None when PLAINTEXT.
     client_config: str | None = None
@@ -89,21 +100,22 @@ class ClusterInfo:
             broker = cluster.broker(node_id)
             if broker.pid is None:
                 raise RuntimeError(f"broker {node_id} was never started")
+            is_broker = node_id in cluster.broker_ids
             nodes.append(
                 NodeInfo(
                     node_id=node_id,
                     pid=broker.pid,
-                    roles="broker,controller" if node_id in cluster.controller_ports else "broker",
+                    roles=cluster.roles(node_id),
                     kafka=broker.bootstrap,
-                    http=cluster.http_address(node_id),
+                    http=cluster.http_address(node_id) if is_broker else "",
                     data_dir=str(broker.log_dir),
                     log_file=str(broker.log_file),
                     overrides=broker.overrides,
-                    internal=None if cluster.security is None else f"127.0.0.1:{broker.probe_port}",
+                    internal=f"127.0.0.1:{broker.probe_port}" if cluster.security is not None and is_broker else None,
                 )
             )
         client_config = None if cluster.security is None else str(cluster.security.client_config_file)
-        return cls(cluster.bootstrap, cluster.controller_address, nodes, client_config)
+        return cls(cluster.bootstrap, ",".join(cluster.controller_addresses), nodes, client_config)
 
     def to_json(self) -> str:
         return json.dumps({"version": _FILE_VERSION, **asdict(self)}, indent=2) + "\n"
@@ -348,13 +360,17 @@ def merge_partition_reports(reports: Sequence[BrokerReport]) -> list[PartitionSt
     return merged
 
 
-def status_document(reports: Sequence[BrokerReport], statuses: Sequence[PartitionStatus]) -> dict[str, Any]:
-    """What `cluster status --json` prints (JSON object keys are strings, so broker ids become "1", "2")."""
+def status_document(
+    reports: Sequence[BrokerReport], statuses: Sequence[PartitionStatus], controllers: Mapping[int, bool] | None = None
+) -> dict[str, Any]:
+    """What `cluster status --json` prints (JSON object keys are strings, so broker ids become "1", "2");
+    `controllers`: each dedicated controller, whether it is up."""
     return {
         "brokers": [
             {"node_id": r.node_id, "http": r.http, "up": r.up, "error": r.error}
             for r in sorted(reports, key=lambda r: r.node_id)
         ],
+        "controllers": [{"node_id": node_id, "up": up} for node_id, up in sorted((controllers or {}).items())],
         "partitions": [asdict(status) for status in statuses],
     }
 
@@ -488,14 +504,24 @@ async def gather_reports(addresses: Mapping[int, str], timeout_s: float) -> list
 
 
 def cluster_reports(info: ClusterInfo, alive: Mapping[int, bool], timeout_s: float) -> list[BrokerReport]:
-    """The reports of the nodes whose process runs; a node whose process is gone is down, whatever answers on
-    its HTTP port now (another program, or a stale reading)."""
-    running = {n.node_id: n.http for n in info.nodes if alive[n.node_id]}
+    """The reports of the brokers whose process runs; a broker whose process is gone is down, whatever answers on
+    its HTTP port now (another program, or a stale reading). Dedicated controllers have no partitions to report."""
+    brokers = [n for n in info.nodes if n.is_broker]
+    running = {n.node_id: n.http for n in brokers if alive[n.node_id]}
     reports = asyncio.run(gather_reports(running, timeout_s)) if running else []
-    gone = [
-        BrokerReport(n.node_id, n.http, None, f"process {n.pid} is gone") for n in info.nodes if not alive[n.node_id]
-    ]
+    gone = [BrokerReport(n.node_id, n.http, None, f"process {n.pid} is gone") for n in brokers if not alive[n.node_id]]
     return sorted(reports + gone, key=lambda r: r.node_id)
+
+
+def controller_state(node: NodeInfo, process_alive: bool, timeout_s: float) -> Text:
+    """A dedicated controller: up when it answers ApiVersions on its controller listener, down when its process
+    is gone, not answering otherwise."""
+    if not process_alive:
+        return Text("down (process gone)", style="red")
+    host, port = split_address(node.kafka)
+    if api_versions_answered(host, port, timeout_s):
+        return Text("up", style="green")
+    return Text("not answering", style="red")
 
 
 # --- stopping recorded processes ---------------------------------------------------------------------------
@@ -582,10 +608,14 @@ def node_command(command: F) -> click.Command:
 @click.option("-n", "--brokers", type=click.IntRange(min=1), default=3, show_default=True, help="Number of brokers.")
 @click.option(
     "--controllers",
-    type=click.IntRange(min=1),
-    default=1,
+    type=click.IntRange(min=0),
+    default=0,
     show_default=True,
-    help="Nodes 1..N are also controllers, the voters of the controller quorum (3 survives the loss of one).",
+    help="Number of controller quorum voters: dedicated controller processes (nodes 3000, 3001, ...), or with "
+    "--combined the first brokers; 0: node 1 is broker and controller.",
+)
+@click.option(
+    "--combined", is_flag=True, help="The --controllers voters are brokers too (process.roles=broker,controller)."
 )
 @dir_option()
 @click.option(
@@ -604,10 +634,21 @@ def node_command(command: F) -> click.Command:
 )
 @timeout_option(60.0, "Seconds to wait for every broker to register.", minimum=1)
 def up(
-    brokers: int, controllers: int, directory: Path, overrides: tuple[str, ...], secure: bool, timeout_s: float
+    brokers: int,
+    controllers: int,
+    combined: bool,
+    directory: Path,
+    overrides: tuple[str, ...],
+    secure: bool,
+    timeout_s: float,
 ) -> None:
-    """Start BROKERS brokers in the background (node 1, or nodes 1..CONTROLLERS, also the controllers) and wait
+    """Start BROKERS brokers in the background (node 1 is also the controller, unless --controllers) and wait
     until all serve."""
+    if combined and not 1 <= controllers <= brokers:
+        raise click.BadParameter(
+            f"--combined makes {controllers} of the {brokers} brokers voters: give 1 to {brokers}",
+            param_hint="--controllers",
+        )
     path = cluster_file(directory)
     if path.exists():
         running = [node for node in read_cluster_info(directory).nodes if broker_alive(node.pid)]
@@ -617,13 +658,11 @@ def up(
                 f"stop it with `tierlog cluster down --dir {directory}`"
             )
     settings = dict(parse_key_values(overrides, "--override"))
-    if controllers > brokers:
-        raise click.BadParameter(
-            f"{controllers} controllers need as many brokers, not {brokers}", param_hint="--controllers"
-        )
     security = LocalSecurity.generate(directory / SECURITY_DIR) if secure else None
     try:
-        local = LocalCluster(directory, brokers, settings, detached=True, security=security, controllers=controllers)
+        local = LocalCluster(
+            directory, brokers, settings, detached=True, security=security, controllers=controllers, combined=combined
+        )
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--override") from None
 
@@ -635,10 +674,14 @@ def up(
     progress = progress_bar(console)
     try:
         with progress:
+            dedicated = len(local.node_ids) - brokers
+            controllers_up = progress.add_task("controllers answering", total=dedicated) if dedicated else None
             answering = progress.add_task("brokers answering", total=brokers)
             registered = progress.add_task("brokers registered", total=brokers)
 
             def show(state: StartProgress) -> None:
+                if controllers_up is not None:
+                    progress.update(controllers_up, completed=state.controllers_answering)
                 progress.update(answering, completed=state.answering)
                 progress.update(registered, completed=state.registered)
 
@@ -653,8 +696,10 @@ def up(
 
     info = ClusterInfo.of(local)
     console.print(broker_table(info, {n.node_id: Text("up", style="green") for n in info.nodes}, wide=True))
-    console.print(f"\n{brokers} brokers are up; data and logs in {directory}")
+    voters = f"{len(local.controller_ids)} controller{'s' if len(local.controller_ids) > 1 else ''}"
+    console.print(f"\n{brokers} brokers and {voters} are up; data and logs in {directory}")
     console.print(f"bootstrap: [bold]{info.bootstrap}[/bold]")
+    console.print(f"controllers (controller.quorum.voters): {local.quorum_voters}", highlight=False)
     if local.security is None:
         console.print(
             f"next: tierlog topic create NAME -r {min(3, brokers)} -b {info.bootstrap}; "
@@ -697,13 +742,20 @@ def status(directory: Path, output: str, include_internal: bool, as_json: bool, 
     alive = {n.node_id: broker_alive(n.pid) for n in info.nodes}
     reports = cluster_reports(info, alive, timeout_s)
     statuses = merge_partition_reports(reports)
+    controllers = {n.node_id: controller_state(n, alive[n.node_id], timeout_s) for n in info.nodes if not n.is_broker}
     if as_json:
-        click.echo(json.dumps(status_document(reports, statuses), indent=2))
+        controllers_up = {node_id: state.plain == "up" for node_id, state in controllers.items()}
+        click.echo(json.dumps(status_document(reports, statuses, controllers_up), indent=2))
         return
     wide = output == WIDE
     console = output_console()
     by_id = {r.node_id: r for r in reports}
-    states = {n.node_id: broker_state(by_id[n.node_id], alive[n.node_id], wide=wide) for n in info.nodes}
+    states = {
+        n.node_id: broker_state(by_id[n.node_id], alive[n.node_id], wide=wide)
+        if n.is_broker
+        else controllers[n.node_id]
+        for n in info.nodes
+    }
     console.print(broker_table(info, states, wide=wide))
     console.print()
     if not any(r.up for r in reports):
@@ -728,8 +780,8 @@ def down(directory: Path, purge: bool, timeout_s: float) -> None:
     `cluster start` started again; the data stays unless --purge."""
     info = read_cluster_info(directory)
     # Brokers first: their controlled shutdown asks the controller, which must still be there.
-    brokers = [n for n in info.nodes if "controller" not in n.roles.split(",")]
-    controllers = [n for n in info.nodes if "controller" in n.roles.split(",")]
+    brokers = [n for n in info.nodes if not n.is_controller]
+    controllers = [n for n in info.nodes if n.is_controller]
     outcome = stop_processes([n.pid for n in brokers], timeout_s)
     outcome.update(stop_processes([n.pid for n in controllers], timeout_s))
     cluster_file(directory).unlink(missing_ok=True)
@@ -791,8 +843,9 @@ def stop_node(node: NodeInfo, timeout_s: float) -> tuple[str, float]:
 
 
 def start_node(directory: Path, node: NodeInfo, timeout_s: float) -> tuple[int, float]:
-    """Start `node`'s broker again as `up` did (same settings, ports, data and log file, detached), record
-    its pid, and wait until it is registered with the controller: (pid, seconds)."""
+    """Start `node`'s process again as `up` did (same settings, ports, data and log file, detached), record
+    its pid, and wait until it is registered with the controller (a dedicated controller: until it answers):
+    (pid, seconds)."""
     if node.overrides is None:
         raise CliError(
             f"{cluster_file(directory)} does not record the brokers' settings (an older tierlog wrote it): "
@@ -815,12 +868,18 @@ def start_node(directory: Path, node: NodeInfo, timeout_s: float) -> tuple[int, 
     record_pid(directory, node.node_id, broker.pid)
     try:
         broker.wait_ready(timeout_s)
-        broker.wait_registered(max(0.1, timeout_s - (time.monotonic() - started)))
+        if node.is_broker:
+            broker.wait_registered(max(0.1, timeout_s - (time.monotonic() - started)))
     except BrokerStartError as e:
         _print_log_tail(e)
         still = f"; it still runs (pid {broker.pid})" if broker.running else ""
         raise CliError(f"node {node.node_id}: {e.reason}{still} (its log: {e.log_file})") from None
     return broker.pid, time.monotonic() - started
+
+
+def _ready(node: NodeInfo) -> str:
+    """What `start` waited for: a broker to register, a dedicated controller to answer."""
+    return "registered" if node.is_broker else "answering"
 
 
 def _print_log_tail(error: BrokerStartError) -> None:
@@ -836,7 +895,7 @@ def start(node_id: int, directory: Path, timeout_s: float) -> None:
         click.echo(f"node {node_id} is already running: {node.describe()}")
         return
     pid, seconds = start_node(directory, node, timeout_s)
-    click.echo(f"node {node_id} started (registered in {seconds:.1f}s): {replace(node, pid=pid).describe()}")
+    click.echo(f"node {node_id} started ({_ready(node)} in {seconds:.1f}s): {replace(node, pid=pid).describe()}")
 
 
 @node_command
@@ -872,7 +931,7 @@ def restart(node_id: int, directory: Path, timeout_s: float) -> None:
     pid, start_seconds = start_node(directory, node, timeout_s)
     if outcome == ALREADY_DOWN:
         started = replace(node, pid=pid).describe()
-        click.echo(f"node {node_id} was down; started (registered in {start_seconds:.1f}s): {started}")
+        click.echo(f"node {node_id} was down; started ({_ready(node)} in {start_seconds:.1f}s): {started}")
     else:
         how = "" if outcome == STOPPED else f", SIGKILL after {timeout_s:g}s"
         where = f"pid {pid} (was {node.pid}), {node.kafka}"

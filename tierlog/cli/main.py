@@ -18,6 +18,7 @@ from tierlog.cli.groups import groups
 from tierlog.cli.leaders import elect_leaders
 from tierlog.cli.pipeline import pipeline
 from tierlog.cli.produce import produce
+from tierlog.cli.quorum import quorum
 from tierlog.cli.sim import sim
 from tierlog.cli.topic import topic
 from tierlog.cli.trace import trace
@@ -48,8 +49,10 @@ def cli() -> None:
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
 )
 def broker(config_file: Path | None, overrides: tuple[str, ...], log_level: str) -> None:
-    """Run a broker. Without CONFIG_FILE it serves 127.0.0.1:9092 with data in /tmp/tierlog-logs."""
-    from tierlog.server.broker import StartupError, run_broker
+    """Run a broker (or, with process.roles=controller, a dedicated controller). Without CONFIG_FILE it serves
+    127.0.0.1:9092 with data in /tmp/tierlog-logs."""
+    from tierlog.server.broker import run_node
+    from tierlog.server.startup import StartupError
 
     logging.basicConfig(
         level=log_level.upper(),
@@ -58,7 +61,7 @@ def broker(config_file: Path | None, overrides: tuple[str, ...], log_level: str)
     )
     try:
         config = KafkaConfig.from_file(config_file, dict(parse_key_values(overrides, "--override")))
-        run_broker(config)
+        run_node(config)
     except (ConfigException, StartupError) as e:
         raise click.ClickException(str(e)) from None
     except OSError as e:
@@ -94,6 +97,7 @@ cli.add_command(acl)
 cli.add_command(demo)
 cluster.add_command(elect_leaders)
 cli.add_command(cluster)
+cli.add_command(quorum)
 cli.add_command(trace)
 cli.add_command(pipeline)
 cli.add_command(sim)

@@ -364,7 +364,8 @@ def trace(
                 raise click.BadParameter(str(e), param_hint="--http") from None
         addresses = list(http_addresses)
     else:
-        addresses = [node.http for node in read_cluster_info(directory).nodes]
+        # Dedicated controllers have no partitions and no HTTP listener.
+        addresses = [node.http for node in read_cluster_info(directory).nodes if node.is_broker]
 
     asyncio.run(_require_replica(addresses, topic, partition, timeout_s))
     console = output_console()

@@ -26,6 +26,7 @@ API_PRODUCE, API_FETCH, API_LIST_OFFSETS, API_METADATA = 0, 1, 2, 3
 API_API_VERSIONS, API_CREATE_TOPICS, API_OFFSET_FOR_LEADER_EPOCH = 18, 19, 23
 API_ALTER_PARTITION, API_BROKER_REGISTRATION, API_BROKER_HEARTBEAT, API_ALLOCATE_PRODUCER_IDS = 56, 62, 63, 67
 API_SASL_HANDSHAKE, API_SASL_AUTHENTICATE = 17, 36
+API_DESCRIBE_QUORUM, API_DESCRIBE_CLUSTER = 55, 60
 
 # The versions tierlog sends, and why.
 PRODUCE_VERSION = 9
@@ -44,6 +45,10 @@ ALTER_PARTITION_VERSION = 3
 BROKER_REGISTRATION_VERSION = 4
 BROKER_HEARTBEAT_VERSION = 1
 ALLOCATE_PRODUCER_IDS_VERSION = 0
+# v2 adds the voters' listeners (Nodes, KIP-853); v1 the replicas' last fetch and caught-up times.
+DESCRIBE_QUORUM_VERSION = 2
+# v0 answers the cluster id, which is all `tierlog quorum status` asks of it.
+DESCRIBE_CLUSTER_VERSION = 0
 
 CONSUMER_REPLICA_ID = -1  # not a replica: the leader answers up to the high watermark only
 NO_EPOCH = -1  # "unknown" for every epoch field of a request
@@ -210,6 +215,20 @@ def sasl_authenticate_request(auth_bytes: bytes) -> Any:
     return request_schema(API_SASL_AUTHENTICATE, SASL_AUTHENTICATE_VERSION).SaslAuthenticateRequest(
         auth_bytes=auth_bytes
     )
+
+
+def describe_quorum_request(metadata_topic: str, *, version: int = DESCRIBE_QUORUM_VERSION) -> Any:
+    """DescribeQuorum of partition 0 of `metadata_topic` (KRaft's `__cluster_metadata`), as
+    kafka-metadata-quorum.sh's AdminClient.describeMetadataQuorum asks it."""
+    s = request_schema(API_DESCRIBE_QUORUM, version)
+    return s.DescribeQuorumRequest(
+        topics=(s.TopicData(topic_name=metadata_topic, partitions=(s.PartitionData(partition_index=0),)),)
+    )
+
+
+def describe_cluster_request(*, version: int = DESCRIBE_CLUSTER_VERSION) -> Any:
+    s = request_schema(API_DESCRIBE_CLUSTER, version)
+    return s.DescribeClusterRequest(include_cluster_authorized_operations=False)
 
 
 @functools.cache

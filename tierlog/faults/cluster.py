@@ -43,7 +43,7 @@ class ProxiedCluster(LocalCluster):
             f"PLAINTEXT:PLAINTEXT,{REPLICATION_LISTENER}:PLAINTEXT,{CONTROLLER_LISTENER}:PLAINTEXT"
         )
         if node_id != CONTROLLER_NODE_ID:
-            controller = FaultProxy(self.controller_port, f"controller-link-{node_id}")
+            controller = FaultProxy(self.controller_ports[CONTROLLER_NODE_ID], f"controller-link-{node_id}")
             self._controller_proxies[node_id] = controller
             settings["controller.quorum.voters"] = f"{CONTROLLER_NODE_ID}@{_HOST}:{controller.port}"
         return settings

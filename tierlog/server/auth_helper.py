@@ -12,9 +12,21 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 
+from tierlog.config import KafkaConfig
 from tierlog.security.acl import CLUSTER_NAME, AclOperation, Action, Authorizer, ResourceType
+from tierlog.security.authorizer import StandardAuthorizer, parse_super_users
 from tierlog.server.authorized_operations import SUPPORTED_OPERATIONS, to_32_bit_field
 from tierlog.server.request_context import client_host, listener_name, principal
+
+
+def configured_authorizer(config: KafkaConfig) -> StandardAuthorizer | None:
+    """Kafka's StandardAuthorizer when authorizer.class.name names it (config.py refuses any other), else None."""
+    if not config.get("authorizer.class.name"):
+        return None
+    return StandardAuthorizer(
+        parse_super_users(config.get("super.users")),
+        allow_everyone_if_no_acl_found=config.get_bool("allow.everyone.if.no.acl.found"),
+    )
 
 
 class AuthHelper:

@@ -11,18 +11,14 @@ open the client listeners.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
 import signal
 from collections.abc import Callable
-from pathlib import Path
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from tierlog.client.security import SASL_PROTOCOLS
-from tierlog.config import KafkaConfig, Listener
+from tierlog.config import KafkaConfig
 from tierlog.config_def import ConfigException
 from tierlog.metadata.image import ClusterMetadata, ScramCredential
 from tierlog.metadata.records import Endpoint
@@ -30,17 +26,15 @@ from tierlog.replication.alter_partition_manager import AlterPartitionManager
 from tierlog.replication.fetcher import FetcherConfig, ReplicaFetcher
 from tierlog.replication.metadata_publisher import BrokerMetadataPublisher
 from tierlog.replication.replica_manager import ReplicaManager
-from tierlog.security.authorizer import StandardAuthorizer, parse_super_users
-from tierlog.security.ssl_context import SslPrincipalMapper
 from tierlog.server.acl_apis import AclApis
-from tierlog.server.auth_helper import AuthHelper
+from tierlog.server.auth_helper import AuthHelper, configured_authorizer
 from tierlog.server.auto_topic_creation_manager import AutoTopicCreationManager
 from tierlog.server.broker_metrics import describe_partitions, wire_broker_metrics
 from tierlog.server.clock import now_ms
 from tierlog.server.config_apis import ConfigApis
-from tierlog.server.connection import serve_connection
 from tierlog.server.controller_apis import ControllerApis
 from tierlog.server.controller_channel import ControllerChannel, ControllerUnavailableError, QuorumControllerChannel
+from tierlog.server.controller_node import ControllerNode
 from tierlog.server.controller_server import ControllerServer
 from tierlog.server.fetcher_thread import FetcherThread
 from tierlog.server.forwarding_manager import ForwardingManager
@@ -58,7 +52,8 @@ from tierlog.server.remote_log_metadata_topic import (
 )
 from tierlog.server.remote_log_metadata_topic import TopicBasedRemoteLogMetadataManager
 from tierlog.server.remote_log_tasks import RemoteLogStats, RemoteLogTasks, RemoteStorageReaderThreadPool
-from tierlog.server.sasl_authenticator import SaslServerSettings, sasl_server_settings
+from tierlog.server.socket_server import SocketServer
+from tierlog.server.startup import StartupError, prepare_log_dir, reason_of
 from tierlog.server.trace_log import TraceLog, trace_stream_route
 from tierlog.storage.log_manager import LogManager
 from tierlog.storage.producer_state import ProducerStateManagerConfig
@@ -68,29 +63,7 @@ from tierlog.tiered.remote_storage_manager import RemoteStorageManager
 logger = logging.getLogger(__name__)
 
 POST_ROLL_FLUSH_INTERVAL_MS = 1000
-SHUTDOWN_DRAIN_S = 5.0
-SSL_HANDSHAKE_TIMEOUT_S = 10.0
 REMOTE_INDEX_CACHE_DIR = "remote-log-index-cache"
-
-
-class StartupError(Exception):
-    """The broker cannot start (a port in use, a log directory it cannot use); one line for a person."""
-
-
-def _prepare_log_dir(log_dir: Path) -> None:
-    """Create a missing log directory (as Kafka's LogManager does) and check that it can be written, before
-    anything is written into any of them."""
-    try:
-        log_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise StartupError(f"cannot use log directory {log_dir}: {_reason(e)}") from None
-    if not os.access(log_dir, os.W_OK | os.X_OK):
-        raise StartupError(f"cannot use log directory {log_dir}: it is not writable")
-
-
-def _reason(error: OSError) -> str:
-    """An OSError as a person reads it ("Address already in use"), without asyncio's restatement of the address."""
-    return os.strerror(error.errno) if error.errno else str(error)
 
 
 class Broker:
@@ -99,11 +72,9 @@ class Broker:
         # The one piece of I/O here: a log directory that cannot be used stops the broker before anything
         # reads or writes any of them.
         for log_dir in (*config.log_dirs, config.metadata_log_dir):
-            _prepare_log_dir(log_dir)
+            prepare_log_dir(log_dir)
         # Set once start() has bound its ports: only then is there anything to shut down.
         self._started = False
-        self._servers: list[asyncio.Server] = []
-        self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self._periodic: list[asyncio.Task[None]] = []
         self._background: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
@@ -113,18 +84,7 @@ class Broker:
         self._alter_partition_wakeup = asyncio.Event()
         self.controller_server: ControllerServer | None = None
         self.http_server: HttpServer | None = None
-        # TLS contexts are built (their files read) here, so a key store that cannot be used stops the start
-        # with one line before any port is bound (docs/security.md#tls).
-        self._server_ssl_contexts = {
-            listener.name: config.server_ssl_context(listener.name)
-            for listener in (*config.controller_listeners, *config.listeners)
-        }
-        # SSL listeners name a client by its certificate (SASL_SSL ones by its SASL identity).
-        self._ssl_principal_mappers = {
-            listener.name: SslPrincipalMapper(config.ssl_settings(listener.name).principal_mapping_rules)
-            for listener in (*config.controller_listeners, *config.listeners)
-            if config.security_protocol_of(listener.name) == "SSL"
-        }
+        self.socket_server = SocketServer(config, (*config.controller_listeners, *config.listeners))
         self.inter_broker_security = config.inter_broker_client_security()
         self.trace_log = TraceLog(config.node_id)
         # Everything is built here, without I/O, so stop() can clean up after a start that failed half-way.
@@ -136,12 +96,7 @@ class Broker:
         )
         # Kafka's StandardAuthorizer when authorizer.class.name names it, kept in step with the metadata image;
         # every API asks it through `auth` (docs/security.md#api-checks).
-        self.authorizer: StandardAuthorizer | None = None
-        if config.get("authorizer.class.name"):
-            self.authorizer = StandardAuthorizer(
-                parse_super_users(config.get("super.users")),
-                allow_everyone_if_no_acl_found=config.get_bool("allow.everyone.if.no.acl.found"),
-            )
+        self.authorizer = configured_authorizer(config)
         auth = AuthHelper(self.authorizer, [listener.name for listener in config.controller_listeners])
         controller_apis: ControllerApis | None = None
         if config.is_controller:
@@ -284,15 +239,14 @@ class Broker:
         when the broker was built), so a broker that cannot run leaves no cluster id behind and prints nothing
         that looks like a start (docs/configuration.md)."""
         config = self.config
-        max_request = config.get_int("socket.request.max.bytes")
         # Every port is bound now, as Kafka's SocketServer binds its acceptors when it is built; each serves
         # once its side is ready (the controller's at once, the clients' once the broker is unfenced).
         controller_servers = [
-            await self._bind(listener, max_request, self._controller_scram_credential)
+            await self.socket_server.bind(listener, self.apis, self._controller_scram_credential)
             for listener in config.controller_listeners
         ]
         client_servers = [
-            await self._bind(listener, max_request, self._scram_credential) for listener in config.listeners
+            await self.socket_server.bind(listener, self.apis, self._scram_credential) for listener in config.listeners
         ]
         await self._start_http(self._metrics_registry)
         self._started = True
@@ -337,36 +291,6 @@ class Broker:
     def _advertised_endpoints(self) -> list[Endpoint]:
         return [Endpoint(listener.name, listener.host, listener.port) for listener in self.config.advertised_listeners]
 
-    async def _bind(
-        self, listener: Listener, max_request: int, scram_credential: Callable[[str, str], ScramCredential | None]
-    ) -> asyncio.Server:
-        """The listener's socket, bound now and served later; a SASL listener looks SCRAM users up with
-        `scram_credential`."""
-        ssl_context = self._server_ssl_contexts[listener.name]
-        protocol = self.config.listener_security_protocols[listener.name]
-        sasl = (
-            sasl_server_settings(self.config, listener.name, scram_credential) if protocol in SASL_PROTOCOLS else None
-        )
-        try:
-            server = await asyncio.start_server(
-                lambda r, w: self._accept(r, w, max_request, listener.name, protocol, sasl),
-                listener.host or None,
-                listener.port,
-                reuse_address=True,
-                limit=2**20,
-                start_serving=False,
-                ssl=ssl_context,
-                # A client that never finishes the handshake is dropped by asyncio after this long; the
-                # connection's task only starts once the handshake is done, so nothing is left behind.
-                ssl_handshake_timeout=SSL_HANDSHAKE_TIMEOUT_S if ssl_context is not None else None,
-            )
-        except OSError as e:
-            raise StartupError(
-                f"cannot listen on {listener.name}://{listener.host}:{listener.port}: {_reason(e)}"
-            ) from None
-        self._servers.append(server)
-        return server
-
     async def _start_http(self, registry: CollectorRegistry) -> None:
         address = self.config.http_listener
         if address is None:
@@ -387,7 +311,7 @@ class Broker:
         try:
             bound = await self.http_server.start(host, port)
         except OSError as e:
-            raise StartupError(f"cannot listen on tierlog.http.listener {host}:{port}: {_reason(e)}") from None
+            raise StartupError(f"cannot listen on tierlog.http.listener {host}:{port}: {reason_of(e)}") from None
         logger.info("[Broker id=%d] HTTP (metrics, partitions, trace) on %s:%d", self.config.node_id, host, bound)
 
     # Metadata
@@ -501,35 +425,9 @@ class Broker:
         metadata = controller.metadata if controller is not None else self.loader.image
         return metadata.scram_credentials.get((user, mechanism))
 
-    async def _accept(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        max_request: int,
-        listener_name: str,
-        security_protocol: str,
-        sasl: SaslServerSettings | None,
-    ) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections[task] = writer
-        try:
-            await serve_connection(
-                reader,
-                writer,
-                self.apis,
-                max_request,
-                listener_name,
-                security_protocol=security_protocol,
-                ssl_principal_mapper=self._ssl_principal_mappers.get(listener_name),
-                sasl=sasl,
-            )
-        finally:
-            del self._connections[task]
-
     @property
     def bound_ports(self) -> list[int]:
-        return [sock.getsockname()[1] for server in self._servers for sock in server.sockets]
+        return self.socket_server.bound_ports
 
     def _every(self, interval_config: str, action: Callable[[], object]) -> None:
         self._every_ms(interval_config, self.config.get_int(interval_config), action)
@@ -569,13 +467,11 @@ class Broker:
         """Controlled shutdown: hand leaderships to other replicas, stop accepting, end connections, then
         flush and checkpoint everything and leave the clean-shutdown marker so the next start skips recovery."""
         if not self._started:
-            for server in self._servers:
-                server.close()
+            self.socket_server.stop_accepting()
             await self.channel.close()
             return
         await self.lifecycle.controlled_shutdown()
-        for server in self._servers:
-            server.close()
+        self.socket_server.stop_accepting()
         for task in self._periodic + self._background:
             task.cancel()
         await asyncio.gather(*self._periodic, *self._background, return_exceptions=True)
@@ -595,19 +491,10 @@ class Broker:
         if self.http_server is not None:
             await self.http_server.stop()
         self.group_coordinator.stop()
-        # Answer every parked request now, then end each connection by closing its socket: the connection's
-        # loop sees the end of its stream and returns, with no half-written response and no cancellation.
+        # Answer every parked request now, then end each connection.
         self._expire_delayed_operations(2**63 - 1)
         await asyncio.sleep(0)
-        for writer in self._connections.values():
-            writer.close()
-        if self._connections:
-            _, lingering = await asyncio.wait(list(self._connections), timeout=SHUTDOWN_DRAIN_S)
-            for task in lingering:
-                task.cancel()
-        for server in self._servers:
-            with contextlib.suppress(Exception):
-                await server.wait_closed()
+        await self.socket_server.close_connections()
         await self.channel.close()
         if self.metadata_publisher.logs_loaded:
             self.log_manager.shutdown()
@@ -618,12 +505,12 @@ class Broker:
 
 async def _run(config: KafkaConfig) -> None:
     config.log_unused()
-    broker = Broker(config)
+    node = ControllerNode(config) if config.is_dedicated_controller else Broker(config)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, broker.request_stop)
-    starting = asyncio.create_task(broker.start())
-    stopped = asyncio.create_task(broker.serve_until_stopped())
+        loop.add_signal_handler(sig, node.request_stop)
+    starting = asyncio.create_task(node.start())
+    stopped = asyncio.create_task(node.serve_until_stopped())
     try:
         await asyncio.wait({starting, stopped}, return_when=asyncio.FIRST_COMPLETED)
         if starting.done():
@@ -634,9 +521,10 @@ async def _run(config: KafkaConfig) -> None:
             await asyncio.gather(starting, return_exceptions=True)
     finally:
         stopped.cancel()
-        await broker.stop()
+        await node.stop()
 
 
-def run_broker(config: KafkaConfig) -> None:
-    """Run a broker in this process until SIGTERM or SIGINT."""
+def run_node(config: KafkaConfig) -> None:
+    """Run the node `config` describes (a broker, combined with the controller or not, or a dedicated controller:
+    process.roles) in this process until SIGTERM or SIGINT."""
     asyncio.run(_run(config))

@@ -18,12 +18,14 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 from tierlog.client.security import SASL_PROTOCOLS
 from tierlog.protocol.api_versions import ApiSupport, enabled_apis
 from tierlog.protocol.codec import (
     InvalidRequest,
+    Request,
     UnsupportedVersion,
     api_versions_fallback,
     encode_response,
@@ -31,7 +33,7 @@ from tierlog.protocol.codec import (
 )
 from tierlog.protocol.framing import FrameTooLarge, FramingError, read_frame
 from tierlog.security.ssl_context import NoMatchingRuleError, SslPrincipalMapper
-from tierlog.server.kafka_apis import API_API_VERSIONS, KafkaApis
+from tierlog.server.kafka_apis import API_API_VERSIONS
 from tierlog.server.request_context import authenticated_as, enter_connection
 from tierlog.server.sasl_authenticator import SASL_HANDSHAKE, SaslAuthenticator, SaslServerSettings, SaslSession
 from tierlog.storage.file_records import FileSlice
@@ -46,10 +48,19 @@ SENDFILE_MIN_BYTES = 64 * 1024
 TLS_READ_BYTES = 1024 * 1024
 
 
+class RequestHandler(Protocol):
+    """What serves a connection's requests: a broker's KafkaApis, a dedicated controller's ControllerNodeApis."""
+
+    @property
+    def handlers(self) -> Mapping[int, Callable[[Request], Awaitable[Any]]]: ...
+
+    async def handle(self, request: Request) -> Any: ...
+
+
 async def serve_connection(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
-    apis: KafkaApis,
+    apis: RequestHandler,
     max_request_bytes: int,
     listener_name: str = "",
     *,
@@ -141,7 +152,7 @@ def _authenticate_certificate(writer: asyncio.StreamWriter, mapper: SslPrincipal
 async def _authenticate(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
-    apis: KafkaApis,
+    apis: RequestHandler,
     served: Mapping[int, ApiSupport],
     sasl: SaslServerSettings,
     client_host: str,

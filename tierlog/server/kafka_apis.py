@@ -15,7 +15,7 @@ import asyncio
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any
 
 from tierlog.common import TopicPartition
@@ -65,12 +65,49 @@ API_OFFSET_FOR_LEADER_EPOCH = 23
 API_API_VERSIONS = 18
 API_DELETE_RECORDS = 21
 API_DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+API_DESCRIBE_QUORUM = 55
 API_DESCRIBE_CLUSTER = 60
 API_DESCRIBE_PRODUCERS = 61
 API_SASL_HANDSHAKE = 17
 API_SASL_AUTHENTICATE = 36
 
 Handler = Callable[[Request], Awaitable[Any]]
+
+
+def api_versions_response(request: Request, api_keys: Iterable[int]) -> Any:
+    """ApiVersions: the versions this node serves of `api_keys` (its handlers on every listener)."""
+    s = response_schema(request.api_key, request.api_version)
+    return s.ApiVersionsResponse(
+        error_code=error_code(None),
+        api_keys=tuple(
+            s.ApiVersion(api_key=key, min_version=low, max_version=high)
+            for key, low, high in supported_api_versions(api_keys)
+        ),
+        throttle_time=NO_THROTTLE,
+        supported_features=(),
+        finalized_features_epoch=-1,
+        finalized_features=(),
+        zk_migration_ready=False,
+    )
+
+
+# SaslHandshake and SaslAuthenticate reach the handlers only after the connection has authenticated, or on a
+# listener without SASL: as Kafka, the answer is ILLEGAL_SASL_STATE (docs/security.md#sasl).
+
+
+async def handle_sasl_handshake(request: Request) -> Any:
+    return response_schema(request.api_key, request.api_version).SaslHandshakeResponse(
+        error_code=error_code("ILLEGAL_SASL_STATE"), mechanisms=()
+    )
+
+
+async def handle_sasl_authenticate(request: Request) -> Any:
+    return response_schema(request.api_key, request.api_version).SaslAuthenticateResponse(
+        error_code=error_code("ILLEGAL_SASL_STATE"),
+        error_message="SaslAuthenticate request received after successful authentication",
+        auth_bytes=b"",
+        session_lifetime=NO_THROTTLE,
+    )
 
 
 class KafkaApis:
@@ -121,8 +158,8 @@ class KafkaApis:
             API_DESCRIBE_CLUSTER: self.handle_describe_cluster,
             API_INIT_PRODUCER_ID: self.handle_init_producer_id,
             API_DESCRIBE_PRODUCERS: self.handle_describe_producers,
-            API_SASL_HANDSHAKE: self.handle_sasl_handshake,
-            API_SASL_AUTHENTICATE: self.handle_sasl_authenticate,
+            API_SASL_HANDSHAKE: handle_sasl_handshake,
+            API_SASL_AUTHENTICATE: handle_sasl_authenticate,
             API_DESCRIBE_USER_SCRAM_CREDENTIALS: self.handle_describe_user_scram_credentials,
         }
         self.handlers.update(group_apis.handlers)
@@ -137,6 +174,9 @@ class KafkaApis:
             self.handlers.update(dict.fromkeys(BROKER_TO_CONTROLLER_APIS, controller_apis.handle))
             self.handlers.update(controller_apis.quorum_handlers)
             self.handlers[API_FETCH] = self._fetch_on_the_controllers_node
+        # From any listener, DescribeQuorum goes to the controller through the forwarding manager (on a controller
+        # node, that decides whether this node's controller answers it).
+        self.handlers[API_DESCRIBE_QUORUM] = self.handle_describe_quorum
         self._producer_ids: Iterator[int] = iter(())
 
     @property
@@ -161,36 +201,24 @@ class KafkaApis:
         """An admin request only the controller decides: what the principal may do goes to the controller."""
         return await forward_authorized(self.auth, self.image, request, self._forwarding_manager.forward)
 
+    async def handle_describe_quorum(self, request: Request) -> Any:
+        """DescribeQuorum (kafka-metadata-quorum.sh --bootstrap-server): only the controller knows the quorum, so
+        the broker forwards it there, as Kafka's brokers do, once the principal may DESCRIBE the cluster (Kafka's
+        controller checks that on the forwarded request; tierlog forwards without an Envelope, so the broker
+        checks it: docs/security.md#api-checks)."""
+        if self.auth.authorize_cluster(AclOperation.DESCRIBE):
+            return await self._forwarding_manager.forward(request)
+        return self._schema(request).DescribeQuorumResponse(
+            error_code=error_code("CLUSTER_AUTHORIZATION_FAILED"),
+            error_message="Cluster authorization failed.",
+            topics=(),
+            nodes=(),
+        )
+
     # ApiVersions, Metadata, DescribeCluster
 
     async def handle_api_versions(self, request: Request) -> Any:
-        s = self._schema(request)
-        return s.ApiVersionsResponse(
-            error_code=error_code(None),
-            api_keys=tuple(
-                s.ApiVersion(api_key=key, min_version=low, max_version=high)
-                for key, low, high in supported_api_versions(self.handlers.keys())
-            ),
-            throttle_time=NO_THROTTLE,
-            supported_features=(),
-            finalized_features_epoch=-1,
-            finalized_features=(),
-            zk_migration_ready=False,
-        )
-
-    # SaslHandshake and SaslAuthenticate reach the handlers only after the connection has authenticated, or on a
-    # listener without SASL: as Kafka, the answer is ILLEGAL_SASL_STATE (docs/security.md#sasl).
-
-    async def handle_sasl_handshake(self, request: Request) -> Any:
-        return self._schema(request).SaslHandshakeResponse(error_code=error_code("ILLEGAL_SASL_STATE"), mechanisms=())
-
-    async def handle_sasl_authenticate(self, request: Request) -> Any:
-        return self._schema(request).SaslAuthenticateResponse(
-            error_code=error_code("ILLEGAL_SASL_STATE"),
-            error_message="SaslAuthenticate request received after successful authentication",
-            auth_bytes=b"",
-            session_lifetime=NO_THROTTLE,
-        )
+        return api_versions_response(request, self.handlers.keys())
 
     def _broker_entries(self, s: ResponseSchema, builder: str) -> tuple[Any, ...]:
         """Every unfenced broker, at its endpoint for the listener the request came in on, as Kafka answers."""

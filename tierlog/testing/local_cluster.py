@@ -1,10 +1,12 @@
 """Brokers run as local processes on 127.0.0.1: for `tierlog demo`, `tierlog cluster`, the tests and the
 benchmarks.
 
-Each `BrokerProcess` is one `python -m tierlog broker` with its own node id, port and data directory; a
-`LocalCluster` is several of them side by side, node 1 (or nodes 1..n, a controller quorum) being broker and
-controller and the others reaching it, as `tierlog cluster up` starts them. Every wait is bounded; a broker
-that does not come up raises `BrokerStartError` with the tail of its log, which is where the reason is.
+Each `BrokerProcess` is one `python -m tierlog broker` with its own node id, port and data directory (a broker,
+or with process.roles=controller a dedicated controller); a `LocalCluster` is several of them side by side, as
+`tierlog cluster up` starts them: node 1 broker and controller and the others reaching it, or N dedicated
+controllers (node ids 3000, 3001, ...) and brokers 1..M, or the first N brokers combined with the controller.
+Every wait is bounded; a node that does not come up raises `BrokerStartError` with the tail of its log, which
+is where the reason is.
 """
 
 from __future__ import annotations
@@ -272,23 +274,33 @@ _NODE_SETTINGS = frozenset(
 _SECURE_NODE_SETTINGS = frozenset({"listener.security.protocol.map", "inter.broker.listener.name"})
 
 
+# Dedicated controllers are nodes 3000, 3001, ... (as in Kafka's examples), so brokers keep ids 1..M.
+FIRST_DEDICATED_CONTROLLER_ID = 3000
+
+
 class StartProgress(NamedTuple):
     """How far `LocalCluster.start` is: brokers answering ApiVersions, brokers every answering broker's
-    Metadata lists (registered and unfenced), out of `total`."""
+    Metadata lists (registered and unfenced), out of `total`; dedicated controllers answering ApiVersions, out
+    of `controllers` (0 when the controllers are brokers too)."""
 
     answering: int
     registered: int
     total: int
+    controllers_answering: int = 0
+    controllers: int = 0
 
 
 class LocalCluster:
-    """`brokers` broker processes on 127.0.0.1 forming one cluster: nodes 1..`controllers` (node 1 alone by
-    default) are broker and controller (KRaft combined mode), the voters of the controller quorum, each with a
-    CONTROLLER listener; the other nodes are brokers that reach the quorum there. Node i keeps its data in
-    `base_dir/broker-i` and its log in `base_dir/broker-i.log`; every node serves HTTP (metrics, partitions,
-    trace) at `http_address(i)`. `overrides` go to every node. Each name in `extra_listeners` (e.g. "SSL") is
-    one more listener on every node, at `listener_address(name, i)`, its protocol and settings given by the
-    overrides (a cluster whose brokers talk over TLS: tests/security/test_tls_cluster.py).
+    """`brokers` broker processes on 127.0.0.1 forming one cluster. The controller quorum
+    (`controller.quorum.voters`) is, with `controllers=0`, node 1 alone, broker and controller (KRaft combined
+    mode), the other brokers reaching its CONTROLLER listener; with `controllers=N`, N dedicated controller
+    processes (process.roles=controller, nodes 3000..3000+N-1, data in `base_dir/controller-<id>`) and brokers
+    1..M with process.roles=broker; with `controllers=N, combined=True`, brokers 1..N, each broker and
+    controller. Broker i keeps its data in `base_dir/broker-i` and its log in `base_dir/broker-i.log`; every
+    broker serves HTTP (metrics, partitions, trace) at `http_address(i)`. `overrides` go to every node. Each name
+    in `extra_listeners` (e.g. "SSL") is one more listener on every broker, at `listener_address(name, i)`, its
+    protocol and settings given by the overrides (a cluster whose brokers talk over TLS:
+    tests/security/test_tls_cluster.py).
 
     With `security` (`LocalSecurity.generate(...)`), clients are served on a SASL_SSL listener (PLAIN, the
     generated admin user, the generated broker certificate) and the brokers talk to each other on a PLAINTEXT
@@ -311,14 +323,15 @@ class LocalCluster:
         detached: bool = False,
         extra_listeners: Sequence[str] = (),
         security: LocalSecurity | None = None,
-        controllers: int = 1,
+        controllers: int = 0,
+        combined: bool = False,
     ) -> None:
         if brokers < 1:
             raise ValueError(f"a cluster needs at least one broker, not {brokers}")
-        if not 1 <= controllers <= brokers:
-            raise ValueError(
-                f"the controllers are nodes 1 to {controllers}, so 1 to {brokers} of them, not {controllers}"
-            )
+        if controllers < 0:
+            raise ValueError(f"controllers must be 0 (node 1 is the controller) or more, not {controllers}")
+        if combined and not 1 <= controllers <= brokers:
+            raise ValueError(f"combined controllers are brokers too: 1 to {brokers} of them, not {controllers}")
         per_node = _NODE_SETTINGS | (_SECURE_NODE_SETTINGS if security is not None else frozenset())
         clashing = sorted(per_node & set(overrides or {}))
         if clashing:
@@ -326,26 +339,35 @@ class LocalCluster:
         self.base_dir = base_dir
         self.overrides = dict(overrides or {})
         self.security = security
-        # Per node a client port, an HTTP port, one per extra listener and a secured cluster's inter-broker port;
-        # a controller port per controller.
-        per_node = 2 + len(extra_listeners) + (0 if security is None else 1)
-        ports = free_ports(per_node * brokers + controllers)
-        self.controller_ports = {1: ports[0]} | {
-            node_id: ports[per_node * brokers + node_id - 1] for node_id in range(2, controllers + 1)
-        }
-        self.controller_port = ports[0]
         node_ids = range(1, brokers + 1)
-        self._kafka_ports = {node_id: ports[node_id] for node_id in node_ids}
-        self._http_ports = {node_id: ports[brokers + node_id] for node_id in node_ids}
+        if combined:
+            self.controller_ids = list(range(1, controllers + 1))
+        elif controllers:
+            self.controller_ids = list(
+                range(FIRST_DEDICATED_CONTROLLER_ID, FIRST_DEDICATED_CONTROLLER_ID + controllers)
+            )
+        else:
+            self.controller_ids = [CONTROLLER_NODE_ID]
+        self._dedicated_controllers = not combined and controllers > 0
+        # Per broker a client port, an HTTP port, one per extra listener and a secured cluster's inter-broker
+        # port; one controller port per voter.
+        per_node = 2 + len(extra_listeners) + (0 if security is None else 1)
+        ports = free_ports(len(self.controller_ids) + per_node * brokers)
+        self.controller_ports = dict(zip(self.controller_ids, ports, strict=False))
+        broker_ports = ports[len(self.controller_ids) :]
+        self._kafka_ports = {node_id: broker_ports[node_id - 1] for node_id in node_ids}
+        self._http_ports = {node_id: broker_ports[brokers + node_id - 1] for node_id in node_ids}
         # Listeners besides PLAINTEXT (e.g. SSL, for an inter-broker listener over TLS), each node on a port
         # of its own; their protocols and settings come from the overrides.
         self._extra_ports = {
-            (name.upper(), node_id): ports[(2 + i) * brokers + node_id]
+            (name.upper(), node_id): broker_ports[(2 + i) * brokers + node_id - 1]
             for i, name in enumerate(extra_listeners)
             for node_id in node_ids
         }
         self._internal_ports = (
-            {node_id: ports[(per_node - 1) * brokers + node_id] for node_id in node_ids} if security is not None else {}
+            {node_id: broker_ports[(per_node - 1) * brokers + node_id - 1] for node_id in node_ids}
+            if security is not None
+            else {}
         )
         self._brokers = {
             node_id: BrokerProcess(
@@ -359,9 +381,41 @@ class LocalCluster:
             )
             for node_id in node_ids
         }
+        # Dedicated controllers are processes too; their one listener is the controller's, where they are probed.
+        self._controllers = {
+            node_id: BrokerProcess(
+                base_dir / f"controller-{node_id}",
+                node_id=node_id,
+                port=self.controller_ports[node_id],
+                overrides={**self.overrides, **self._controller_settings(node_id)},
+                log_file=base_dir / f"controller-{node_id}.log",
+                detached=detached,
+            )
+            for node_id in (self.controller_ids if self._dedicated_controllers else ())
+        }
+
+    @property
+    def quorum_voters(self) -> str:
+        """controller.quorum.voters of every node: id@host:port of each voter's controller listener."""
+        return ",".join(f"{node_id}@{_HOST}:{port}" for node_id, port in self.controller_ports.items())
+
+    def roles(self, node_id: int) -> str:
+        """process.roles of a node."""
+        if node_id not in self.controller_ids:
+            return "broker"
+        return "controller" if self._dedicated_controllers else "broker,controller"
+
+    def _controller_settings(self, node_id: int) -> dict[str, str]:
+        return {
+            "process.roles": "controller",
+            "node.id": str(node_id),
+            "listeners": f"{CONTROLLER_LISTENER}://{_HOST}:{self.controller_ports[node_id]}",
+            "controller.listener.names": CONTROLLER_LISTENER,
+            "controller.quorum.voters": self.quorum_voters,
+        }
 
     def _node_settings(self, node_id: int) -> dict[str, str]:
-        is_controller = node_id in self.controller_ports
+        is_controller = node_id in self.controller_ids
         listeners = [f"PLAINTEXT://{_HOST}:{self._kafka_ports[node_id]}"]
         secure: dict[str, str] = {}
         if self.security is not None:
@@ -380,7 +434,7 @@ class LocalCluster:
         if is_controller:
             listeners.append(f"{CONTROLLER_LISTENER}://{_HOST}:{self.controller_ports[node_id]}")
         return {
-            "process.roles": "broker,controller" if is_controller else "broker",
+            "process.roles": self.roles(node_id),
             "node.id": str(node_id),
             "listeners": ",".join(listeners),
             "controller.listener.names": CONTROLLER_LISTENER,
@@ -391,6 +445,11 @@ class LocalCluster:
 
     @property
     def node_ids(self) -> list[int]:
+        """Every node: the brokers, then the dedicated controllers."""
+        return [*self._brokers, *self._controllers]
+
+    @property
+    def broker_ids(self) -> list[int]:
         return list(self._brokers)
 
     @property
@@ -404,19 +463,20 @@ class LocalCluster:
 
     @property
     def controller_address(self) -> str:
-        """Node 1's controller listener (the only one, unless the cluster has more controllers)."""
-        return f"{_HOST}:{self.controller_port}"
+        """The first voter's controller listener."""
+        return self.controller_addresses[0]
 
     @property
-    def quorum_voters(self) -> str:
-        """controller.quorum.voters: every controller node's id and controller listener."""
-        return ",".join(f"{node_id}@{_HOST}:{port}" for node_id, port in self.controller_ports.items())
+    def controller_addresses(self) -> list[str]:
+        """Every voter's controller listener (host:port), as `--bootstrap-controller` takes them."""
+        return [f"{_HOST}:{port}" for port in self.controller_ports.values()]
 
     def broker(self, node_id: int) -> BrokerProcess:
+        """The process of a node (a dedicated controller's too)."""
         try:
-            return self._brokers[node_id]
+            return self._brokers[node_id] if node_id in self._brokers else self._controllers[node_id]
         except KeyError:
-            raise KeyError(f"no broker {node_id} in this cluster (nodes {self.node_ids})") from None
+            raise KeyError(f"no node {node_id} in this cluster (nodes {self.node_ids})") from None
 
     def listener_address(self, name: str, node_id: int) -> str:
         """host:port of one of the `extra_listeners` on a node."""
@@ -437,36 +497,47 @@ class LocalCluster:
             raise
 
     def launch(self) -> None:
-        """Spawn every broker that is not running, without waiting (`start` waits): the pids are known at
-        once, for a caller that must record them before it waits."""
-        for broker in self._brokers.values():
-            if not broker.running:
-                broker.start()
+        """Spawn every node that is not running, controllers first, without waiting (`start` waits): the pids
+        are known at once, for a caller that must record them before it waits."""
+        for process in (*self._controllers.values(), *self._brokers.values()):
+            if not process.running:
+                process.start()
 
     def _wait_started(self, timeout_s: float, progress: Callable[[StartProgress], None] | None) -> None:
         everyone = set(self._brokers)
         deadline = time.monotonic() + timeout_s
         answering: set[int] = set()
         while True:
-            for broker in self._brokers.values():
-                broker.check_alive()
-            for node_id in sorted(everyone - answering):
+            for process in (*self._controllers.values(), *self._brokers.values()):
+                process.check_alive()
+            for node_id in sorted(set(self.node_ids) - answering):
                 probe_s = min(_PROBE_TIMEOUT_S, max(0.01, deadline - time.monotonic()))
-                if api_versions_answered(_HOST, self._brokers[node_id].probe_port, probe_s):
+                if api_versions_answered(_HOST, self.broker(node_id).probe_port, probe_s):
                     answering.add(node_id)
-            registered = self._listed_by_all(answering)
+            registered = self._listed_by_all(answering & everyone)
+            controllers_answering = len(answering & set(self._controllers))
             if progress is not None:
-                progress(StartProgress(len(answering), len(registered & everyone), len(everyone)))
-            if answering == everyone and registered >= everyone:
+                progress(
+                    StartProgress(
+                        len(answering & everyone),
+                        len(registered & everyone),
+                        len(everyone),
+                        controllers_answering,
+                        len(self._controllers),
+                    )
+                )
+            if answering >= set(self.node_ids) and registered >= everyone:
                 return
             if time.monotonic() >= deadline:
-                missing = min(everyone - answering or everyone - registered)
-                broker = self._brokers[missing]
-                if missing not in answering:
-                    reason = f"did not answer ApiVersions on {broker.bootstrap}"
+                silent = set(self.node_ids) - answering
+                missing = min(silent or everyone - registered)
+                process = self.broker(missing)
+                kind = "controller" if missing in self._controllers else "broker"
+                if missing in silent:
+                    reason = f"did not answer ApiVersions on {process.bootstrap}"
                 else:
                     reason = "is not in the cluster's metadata (not registered, or still fenced)"
-                raise broker.start_error(f"broker {missing} {reason} within {timeout_s:.0f}s")
+                raise process.start_error(f"{kind} {missing} {reason} within {timeout_s:.0f}s")
             time.sleep(_POLL_INTERVAL_S)
 
     def _listed_by_all(self, node_ids: set[int]) -> set[int]:
@@ -519,12 +590,14 @@ class LocalCluster:
 
     def restart(self, node_id: int, timeout_s: float = 60.0) -> None:
         """Controlled shutdown (if running), start on the same addresses and data, and wait until it answers
-        and every running broker's Metadata lists it again."""
+        and (a broker) every running broker's Metadata lists it again."""
         broker = self.broker(node_id)
         deadline = time.monotonic() + timeout_s
         broker.stop(timeout_s)
         broker.start()
         broker.wait_ready(max(0.1, deadline - time.monotonic()))
+        if node_id in self._controllers:
+            return
         try:
             self._wait_for_metadata(
                 lambda ids: node_id in ids, f"broker {node_id}", max(0.1, deadline - time.monotonic())
@@ -533,11 +606,11 @@ class LocalCluster:
             raise broker.start_error(str(e)) from None
 
     def stop(self, timeout_s: float = 15.0) -> None:
-        """Controlled shutdown of every broker, each SIGKILLed if it takes longer than `timeout_s`. The
-        brokers go first and together, the controller nodes last and together: the brokers' controlled shutdown
-        asks the active controller, which needs a majority of them."""
-        controllers = [broker for node_id, broker in self._brokers.items() if node_id in self.controller_ports]
-        others = [broker for broker in self._brokers.values() if broker not in controllers]
+        """Controlled shutdown of every node, each SIGKILLed if it takes longer than `timeout_s`. The brokers
+        that are not controllers go first and together, the controller nodes last: a broker's controlled
+        shutdown asks the controller."""
+        controllers = [self.broker(node_id) for node_id in self.node_ids if "controller" in self.roles(node_id)]
+        others = [self.broker(node_id) for node_id in self.node_ids if "controller" not in self.roles(node_id)]
         for group in (others, controllers):
             for broker in group:
                 broker.terminate()
