@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from quorum_harness import Quorum
 
+from tierlog.controller.metadata_snapshots import MetadataSnapshotter, SnapshotConfig
+from tierlog.metadata.records import ProducerIdsRecord, encode_record
 from tierlog.raft.messages import FetchSnapshotRequest, OffsetAndEpoch, RaftFetchRequest, RaftFetchResponse
 from tierlog.raft.raft_client import RaftClient
 from tierlog.raft.raft_log import RaftLog
@@ -205,3 +207,30 @@ def test_a_log_behind_its_latest_snapshot_is_truncated_to_start_there_at_open(tm
     assert reopened.epoch_of_offset_before(10) == 2
     latest = reopened.latest_snapshot()
     assert latest is not None and latest.values == [b"state"]
+
+
+def test_a_voter_that_installed_the_leaders_snapshot_folds_its_metadata_from_there(tmp_path: Path) -> None:
+    """Each voter snapshots its own committed metadata (MetadataSnapshotter); one that was too far behind takes
+    the leader's snapshot instead and carries on from it."""
+    quorum = Quorum(tmp_path, [1, 2, 3])
+    quorum.run_until(lambda: quorum.active_leader() is not None)
+    leader = quorum.active_leader()
+    assert leader is not None
+    lagging = next(n for n in (1, 2, 3) if n != leader.node_id)
+    quorum.kill(lagging)
+    leader_snapshotter = MetadataSnapshotter(leader, SnapshotConfig(max_bytes_between_snapshots=1), quorum.now)
+    for n in range(1, 6):
+        quorum.append(encode_record(ProducerIdsRecord(1, 1000 * n)))
+    quorum.run_for(10)
+    snapshot_id = leader_snapshotter.poll(quorum.now)
+    assert snapshot_id is not None
+    quorum.append(encode_record(ProducerIdsRecord(1, 6000)))
+
+    restarted = quorum.start(lagging)
+    snapshotter = MetadataSnapshotter(restarted, SnapshotConfig(), quorum.now)
+    quorum.run_until(lambda: _caught_up(quorum, lagging, leader))
+    snapshotter.poll(quorum.now)
+    leader_snapshotter.poll(quorum.now)
+    assert restarted.log.start_offset == snapshot_id.offset
+    assert snapshotter.image.next_producer_id == 6000
+    assert snapshotter.image == leader_snapshotter.image

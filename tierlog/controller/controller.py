@@ -185,8 +185,14 @@ class Controller:
         # When the next leader balancing pass is due (QuorumController's deferred maybeBalancePartitionLeaders):
         # set by the first change that leaves some partition led by another than its preferred replica.
         self._leader_balance_due_ms: int | None = None
-        self.metadata = ClusterMetadata()
-        for offset, record in metadata_log.records_from(0):
+        # The latest snapshot, then the log after it (docs/quorum.md#snapshots).
+        snapshot = metadata_log.latest_snapshot()
+        self.metadata = (
+            ClusterMetadata()
+            if snapshot is None
+            else ClusterMetadata.from_snapshot(snapshot.records, snapshot.end_offset)
+        )
+        for offset, record in metadata_log.records_from(self.metadata.offset + 1):
             self.metadata.apply(offset, record)
         if metadata_log.end_offset == 0:
             # Kafka's cluster ids are random Uuids in their string form (base64url, 22 characters).

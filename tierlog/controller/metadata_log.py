@@ -16,6 +16,7 @@ from typing import Protocol
 
 from tierlog.common import TopicPartition
 from tierlog.metadata.records import MetadataRecord, decode_record, encode_record
+from tierlog.raft.raft_log import RaftLog
 from tierlog.records.codec import build_batch, decode_batches
 from tierlog.storage.file_records import FileSlice
 from tierlog.storage.log import Log
@@ -32,10 +33,23 @@ CONTROLLER_EPOCH = 1
 MAX_BATCH_SIZE_BYTES = 8 * 1024 * 1024
 
 
+@dataclass(frozen=True, slots=True)
+class MetadataSnapshot:
+    """A snapshot of the metadata log: the records that rebuild the image of the log below `end_offset`
+    (`ClusterMetadata.from_snapshot`). docs/quorum.md#snapshots."""
+
+    records: list[MetadataRecord]
+    end_offset: int
+
+
 class MetadataLog(Protocol):
     @property
     def end_offset(self) -> int:
         """The offset the next record gets."""
+        ...
+
+    def latest_snapshot(self) -> MetadataSnapshot | None:
+        """The snapshot the log starts at, if any: the image is that snapshot's, then `records_from` its end."""
         ...
 
     def append(self, records: Sequence[MetadataRecord], now_ms: int) -> int:
@@ -72,6 +86,10 @@ class DiskMetadataLog:
     @property
     def end_offset(self) -> int:
         return self._log.log_end_offset
+
+    def latest_snapshot(self) -> MetadataSnapshot | None:
+        # A lone controller's log is kept whole.
+        return None
 
     def append(self, records: Sequence[MetadataRecord], now_ms: int) -> int:
         batch = bytearray(build_batch([(None, encode_record(record), [], now_ms) for record in records]))
@@ -121,6 +139,9 @@ class WakingMetadataLog:
     def end_offset(self) -> int:
         return self.log.end_offset
 
+    def latest_snapshot(self) -> MetadataSnapshot | None:
+        return self.log.latest_snapshot()
+
     def append(self, records: Sequence[MetadataRecord], now_ms: int) -> int:
         first_offset = self.log.append(records, now_ms)
         self._complete(lambda fetch: fetch.offset < self.log.end_offset)
@@ -162,11 +183,23 @@ class WakingMetadataLog:
 
 def decode_metadata_batches(data: bytes) -> list[tuple[int, MetadataRecord]]:
     """(offset, record) for every record of the complete batches in `data` (a Fetch response may end in a
-    partial batch, which is left for the next fetch); ValueError for anything that is not a metadata batch."""
+    partial batch, which is left for the next fetch); ValueError for anything that is not a metadata batch.
+    Control batches (the quorum's LeaderChangeMessages) hold no metadata and are skipped."""
     decoded: list[tuple[int, MetadataRecord]] = []
     for batch in decode_batches(data):
+        if batch.header.is_control:
+            continue
         for record in batch.records:
             if record.value is None:
                 raise ValueError(f"metadata record at offset {record.offset} has no value")
             decoded.append((record.offset, decode_record(record.value)))
     return decoded
+
+
+def read_metadata_snapshot(log: RaftLog) -> MetadataSnapshot | None:
+    """The latest snapshot of a quorum's metadata log, decoded: what a node loads before replaying the log after
+    it (the controller when it becomes active, a broker on a controller node, a restarted node)."""
+    snapshot = log.latest_snapshot()
+    if snapshot is None:
+        return None
+    return MetadataSnapshot([decode_record(value) for value in snapshot.values], snapshot.snapshot_id.offset)
