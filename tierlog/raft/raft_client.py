@@ -876,7 +876,8 @@ class RaftClient:
             fetch.respond(response)
 
     def read_committed(self, offset: int, max_bytes: int) -> bytes:
-        """Whole batches from `offset`, none at or past the high watermark."""
+        """Whole batches from `offset`, none at or past the high watermark. Below the log start the records are
+        only in the latest snapshot (`log.latest_snapshot()`): OffsetOutOfRangeError."""
         if self._high_watermark is None or offset >= self._high_watermark:
             return b""
         return self._log.read(offset, max_bytes, self._high_watermark)

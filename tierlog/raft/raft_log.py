@@ -16,19 +16,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from crc32c import crc32c
-
 from tierlog.common import TopicPartition
 from tierlog.raft.messages import NO_EPOCH, OffsetAndEpoch
 from tierlog.raft.snapshot import Snapshot, SnapshotStore, SnapshotWriter
 from tierlog.records.codec import build_batch
-from tierlog.records.record_batch import (
-    ATTRIBUTES_OFFSET,
-    CONTROL_FLAG_MASK,
-    CRC_OFFSET,
-    complete_batches,
-    read_header,
-)
+from tierlog.records.record_batch import complete_batches, read_header
 from tierlog.storage.log import Log
 from tierlog.storage.log_config import LogConfig
 
@@ -114,15 +106,13 @@ class RaftLog:
         """Append the LeaderChangeMessage control batch that opens `epoch`; returns its offset."""
         first_offset = self.end_offset
         value = _leader_change_message(leader_id, voters, granting)
-        batch = bytearray(
-            build_batch(
-                [(LEADER_CHANGE_KEY, value, [], now_ms)], base_offset=first_offset, partition_leader_epoch=epoch
-            )
+        batch = build_batch(
+            [(LEADER_CHANGE_KEY, value, [], now_ms)],
+            base_offset=first_offset,
+            partition_leader_epoch=epoch,
+            control=True,
         )
-        attributes = int.from_bytes(batch[ATTRIBUTES_OFFSET : ATTRIBUTES_OFFSET + 2], "big") | CONTROL_FLAG_MASK
-        batch[ATTRIBUTES_OFFSET : ATTRIBUTES_OFFSET + 2] = attributes.to_bytes(2, "big")
-        batch[CRC_OFFSET : CRC_OFFSET + 4] = crc32c(bytes(batch[ATTRIBUTES_OFFSET:])).to_bytes(4, "big")
-        self._append(bytes(batch), now_ms)
+        self._append(batch, now_ms)
         return first_offset
 
     def append_fetched(self, data: bytes, now_ms: int) -> None:
