@@ -11,7 +11,13 @@ from quorum_harness import Quorum
 
 from tierlog.controller.metadata_snapshots import MetadataSnapshotter, SnapshotConfig
 from tierlog.metadata.records import ProducerIdsRecord, encode_record
-from tierlog.raft.messages import FetchSnapshotRequest, OffsetAndEpoch, RaftFetchRequest, RaftFetchResponse
+from tierlog.raft.messages import (
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
+    OffsetAndEpoch,
+    RaftFetchRequest,
+    RaftFetchResponse,
+)
 from tierlog.raft.raft_client import RaftClient
 from tierlog.raft.raft_log import RaftLog
 from tierlog.raft.snapshot import SnapshotStore, parse_snapshot
@@ -234,3 +240,41 @@ def test_a_voter_that_installed_the_leaders_snapshot_folds_its_metadata_from_the
     assert restarted.log.start_offset == snapshot_id.offset
     assert snapshotter.image.next_producer_id == 6000
     assert snapshotter.image == leader_snapshotter.image
+
+
+def test_a_download_whose_snapshot_the_leader_replaced_starts_over_with_the_new_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The leader snapshots again while a follower is between two chunks of its previous snapshot: the next chunk
+    is answered SNAPSHOT_NOT_FOUND, the follower gives up the `.part` and fetches, which names the new one."""
+    quorum = Quorum(tmp_path, [1, 2, 3])
+    quorum.run_until(lambda: quorum.active_leader() is not None)
+    leader = quorum.active_leader()
+    assert leader is not None
+    lagging = next(n for n in (1, 2, 3) if n != leader.node_id)
+    quorum.kill(lagging)
+    # More than one FetchSnapshot chunk (8 MiB each).
+    for n in range(9):
+        quorum.append(bytes([n]) * (1024 * 1024))
+    quorum.run_for(10)
+    first = _snapshot(leader, quorum.now)
+    quorum.append(b"one more")
+    quorum.run_until(lambda: (leader.high_watermark or 0) == leader.log.end_offset)
+    replaced: list[OffsetAndEpoch] = []
+    serve = leader.handle_fetch_snapshot
+
+    def snapshot_again_before_the_second_chunk(request: FetchSnapshotRequest, now_ms: int) -> FetchSnapshotResponse:
+        if request.position > 0 and not replaced:
+            replaced.append(_snapshot(leader, now_ms))
+        return serve(request, now_ms)
+
+    monkeypatch.setattr(leader, "handle_fetch_snapshot", snapshot_again_before_the_second_chunk)
+    restarted = quorum.start(lagging)
+    took = quorum.run_until(lambda: _caught_up(quorum, lagging, leader))
+    # At once, not after a fetch timeout and an election round.
+    assert took < quorum.config.fetch_timeout_ms
+    assert restarted.state_name == "follower" and restarted.epoch == leader.epoch
+    assert replaced and replaced[0] != first
+    assert restarted.log.snapshots.ids == replaced == leader.log.snapshots.ids
+    assert not any(p.name.endswith(".part") for p in restarted.log.snapshots.directory.iterdir())
+    assert _state(restarted) == _state(leader)
