@@ -13,11 +13,12 @@ the core's events. docs/quorum.md#snapshots.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from tierlog.controller.metadata_log import MAX_BATCH_SIZE_BYTES, read_metadata_snapshot
 from tierlog.metadata.image import ClusterMetadata
-from tierlog.metadata.records import decode_record, encode_record
+from tierlog.metadata.records import MetadataRecord, decode_record, encode_record
 from tierlog.raft.messages import OffsetAndEpoch
 from tierlog.raft.raft_client import RaftClient
 from tierlog.records.codec import decode_batches
@@ -89,9 +90,15 @@ class MetadataSnapshotter:
     def _snapshot(self, now_ms: int) -> OffsetAndEpoch | None:
         log = self._client.log
         snapshot_id = OffsetAndEpoch(self._next_offset, log.epoch_of_offset_before(self._next_offset))
-        values = [encode_record(record) for record in self.image.snapshot_records()]
+        # A generator: the image is written out only if the snapshot is taken.
+        values = (encode_record(record) for record in _records_of(self.image))
         if not self._client.create_snapshot(snapshot_id, values, self._last_batch_timestamp, now_ms):
             return None
         self._bytes_since_snapshot = 0
         self._last_snapshot_ms = now_ms
         return snapshot_id
+
+
+def _records_of(image: ClusterMetadata) -> Iterator[MetadataRecord]:
+    # A generator function, so the image's records are listed when iterated, not when the generator is made.
+    yield from image.snapshot_records()

@@ -14,7 +14,7 @@ below name the section each piece implements.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from tierlog.raft.messages import (
@@ -565,11 +565,12 @@ class RaftClient:
             self._snapshot_download = None
 
     def create_snapshot(
-        self, snapshot_id: OffsetAndEpoch, values: Sequence[bytes], last_contained_log_timestamp: int, now_ms: int
+        self, snapshot_id: OffsetAndEpoch, values: Iterable[bytes], last_contained_log_timestamp: int, now_ms: int
     ) -> bool:
         """Snapshot the committed state the records below `snapshot_id.offset` build (their values, e.g. a
         metadata image's records) and start the log there; any voter may, for its own log. False if the high
-        watermark is not known yet or the log starts there already."""
+        watermark is not known yet, a snapshot is being fetched or the log starts there already (`values`, which
+        may be a generator, is then not iterated)."""
         if self._high_watermark is None or self._snapshot_download is not None:
             return False
         return self._log.create_snapshot(

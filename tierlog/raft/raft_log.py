@@ -13,7 +13,7 @@ docs/quorum.md#the-log.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from tierlog.common import TopicPartition
@@ -160,14 +160,15 @@ class RaftLog:
     def create_snapshot(
         self,
         snapshot_id: OffsetAndEpoch,
-        values: Sequence[bytes],
+        values: Iterable[bytes],
         last_contained_log_timestamp: int,
         high_watermark: int,
         now_ms: int,
     ) -> bool:
         """Write the snapshot of the state the records below `snapshot_id.offset` build, then start the log
         there. Only committed state is snapshotted (the offset is at most `high_watermark`), at a batch boundary,
-        with the epoch of the record before it. False if the log starts there already."""
+        with the epoch of the record before it. False if the log starts there already; `values` is then not
+        iterated."""
         if snapshot_id.offset <= self.start_offset:
             return False
         if snapshot_id.offset > high_watermark:
