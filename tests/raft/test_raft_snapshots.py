@@ -278,3 +278,32 @@ def test_a_download_whose_snapshot_the_leader_replaced_starts_over_with_the_new_
     assert restarted.log.snapshots.ids == replaced == leader.log.snapshots.ids
     assert not any(p.name.endswith(".part") for p in restarted.log.snapshots.directory.iterdir())
     assert _state(restarted) == _state(leader)
+
+
+def test_a_snapshot_inside_a_batch_is_refused(tmp_path: Path) -> None:
+    """The log would then start inside a batch, and a fetch from its start would get records before it."""
+    log = RaftLog(tmp_path, 0)
+    log.append_values([b"a", b"b", b"c"], epoch=1, now_ms=0)
+    with pytest.raises(ValueError, match=r"ends inside a batch"):
+        log.create_snapshot(OffsetAndEpoch(2, 1), [b"state"], 0, high_watermark=3, now_ms=0)
+    assert log.create_snapshot(OffsetAndEpoch(3, 1), [b"state"], 0, high_watermark=3, now_ms=0)
+    assert log.start_offset == 3
+
+
+def test_segments_wholly_below_the_snapshot_are_deleted_and_the_one_holding_its_offset_is_kept(
+    tmp_path: Path,
+) -> None:
+    log = RaftLog(tmp_path, 0)
+    for values in ([b"a"] * 5, [b"b"] * 5, [b"c"] * 5):
+        log.append_values(values, epoch=1, now_ms=0)
+        # Segments roll at 1 GiB; roll the storage log by hand to get three.
+        log._log.roll(0)
+    log.append_values([b"d"], epoch=1, now_ms=0)
+    directory = log.snapshots.directory
+    assert sorted(p.name for p in directory.glob("*.log")) == [f"{n:020d}.log" for n in (0, 5, 10, 15)]
+    assert log.create_snapshot(OffsetAndEpoch(10, 1), [b"state"], 0, high_watermark=16, now_ms=0)
+    assert sorted(p.name for p in directory.glob("*.log")) == [f"{n:020d}.log" for n in (10, 15)]
+    log.close()
+    reopened = RaftLog(tmp_path, 0)
+    assert (reopened.start_offset, reopened.end_offset) == (10, 16)
+    assert _values(reopened.read(10, 1 << 20)) == [b"c"] * 5  # a read stops at the end of a segment

@@ -173,6 +173,9 @@ class RaftLog:
             return False
         if snapshot_id.offset > high_watermark:
             raise ValueError(f"snapshot {snapshot_id} is past the high watermark {high_watermark}")
+        if not self._starts_a_batch(snapshot_id.offset):
+            # A fetch from the log start must get whole batches that start there.
+            raise ValueError(f"snapshot {snapshot_id} ends inside a batch")
         if snapshot_id.epoch != self.epoch_of_offset_before(snapshot_id.offset):
             raise ValueError(
                 f"snapshot {snapshot_id}: the record before offset {snapshot_id.offset} has epoch "
@@ -181,6 +184,11 @@ class RaftLog:
         self.snapshots.write(snapshot_id, values, last_contained_log_timestamp, now_ms)
         self._start_at_snapshot(snapshot_id, now_ms)
         return True
+
+    def _starts_a_batch(self, offset: int) -> bool:
+        if offset >= self.end_offset:
+            return offset == self.end_offset
+        return read_header(self.read(offset, 1)).base_offset == offset
 
     def snapshot_to_fetch(self, fetch_offset: int, last_fetched_epoch: int) -> OffsetAndEpoch | None:
         """The snapshot a fetcher must load before it can fetch on: its fetch offset is below the log start, or at
