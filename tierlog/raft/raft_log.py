@@ -215,9 +215,7 @@ class RaftLog:
         """A snapshot fetched from the leader (frozen, checked whole) replaces the log below its end offset:
         the log is truncated fully and starts there, as its records may differ from the leader's."""
         self.snapshots.read(snapshot_id)
-        self._log.truncate_fully_and_start_at(snapshot_id.offset)
-        self._log.flush()
-        self.snapshots.delete_before(snapshot_id)
+        self._start_empty_at_snapshot(snapshot_id, now_ms)
 
     def _start_at_latest_snapshot(self, now_ms: int) -> None:
         """At open: the log starts at the latest snapshot. A log that ends before it or holds a later epoch's
@@ -227,11 +225,15 @@ class RaftLog:
         if snapshot_id is None:
             return
         if snapshot_id.offset > self.end_offset or snapshot_id.epoch > (self._log.latest_epoch or 0):
-            self._log.truncate_fully_and_start_at(snapshot_id.offset)
-            self._log.flush()
-            self.snapshots.delete_before(snapshot_id)
+            self._start_empty_at_snapshot(snapshot_id, now_ms)
         else:
             self._start_at_snapshot(snapshot_id, now_ms)
+
+    def _start_empty_at_snapshot(self, snapshot_id: OffsetAndEpoch, now_ms: int) -> None:
+        self._log.truncate_fully_and_start_at(snapshot_id.offset)
+        self._log.flush()
+        self._log.remove_deleted_segments(now_ms)
+        self.snapshots.delete_before(snapshot_id)
 
     def _start_at_snapshot(self, snapshot_id: OffsetAndEpoch, now_ms: int) -> None:
         """Move the log start to the snapshot's end offset and delete the segments and older snapshots below it.
