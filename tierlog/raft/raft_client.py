@@ -703,11 +703,15 @@ class RaftClient:
         if request.fetch_offset >= self._log.end_offset:
             replica.last_caught_up_ms = now_ms
         self._to_notify.discard(request.replica_id)
-        self._heard_since_check.add(request.replica_id)
+        self._heard_from(request.replica_id, now_ms)
+        self._update_leader_high_watermark(now_ms)
+
+    def _heard_from(self, voter: int, now_ms: int) -> None:
+        """Check quorum (docs/quorum.md#check-quorum): a majority heard from puts off the leader's resignation."""
+        self._heard_since_check.add(voter)
         if self._has_majority(self._heard_since_check | {self.node_id}):
             self._heard_since_check.clear()
             self._check_quorum_deadline_ms = now_ms + self._check_quorum_timeout_ms()
-        self._update_leader_high_watermark(now_ms)
 
     def _diverges(self, request: RaftFetchRequest) -> bool:
         return self._diverging_epoch(request) is not None
@@ -790,7 +794,7 @@ class RaftClient:
             return FetchSnapshotResponse(POSITION_OUT_OF_RANGE, self.node_id, self._epoch)
         if request.replica_id in self.voters:
             # A voter busy fetching a snapshot is heard from, as Kafka's check quorum counts it.
-            self._heard_since_check.add(request.replica_id)
+            self._heard_from(request.replica_id, now_ms)
         data = snapshots.read_chunk(request.snapshot_id, request.position, max(request.max_bytes, 1))
         return FetchSnapshotResponse(None, self.node_id, self._epoch, request.snapshot_id, size, request.position, data)
 
