@@ -398,6 +398,21 @@ _BROKER_OWN_CONFIGS: tuple[ConfigDef, ...] = (
     ),
     _d("inter.broker.listener.name", "", "string", "Listener brokers use to reach each other."),
     _d("metadata.log.dir", "", "string", "Directory of __cluster_metadata-0; default: first of log.dirs."),
+    # When a node snapshots its metadata image (docs/quorum.md#snapshots): whichever limit is reached first.
+    _d(
+        "metadata.log.max.record.bytes.between.snapshots",
+        "20971520",
+        "long",
+        "Bytes of committed metadata records after the latest snapshot that make a new one.",
+        at_least=1,
+    ),
+    _d(
+        "metadata.log.max.snapshot.interval.ms",
+        "3600000",
+        "long",
+        "Longest time committed metadata records wait for a snapshot; 0: no time-based snapshots.",
+        at_least=0,
+    ),
     _d(
         "broker.session.timeout.ms",
         "9000",

@@ -11,9 +11,12 @@ import struct
 from pathlib import Path
 
 import pytest
+from cli_helpers import tierlog
 from crc32c import crc32c
 
 from tierlog.cli.dump_log import dump_log
+from tierlog.raft.messages import OffsetAndEpoch
+from tierlog.raft.snapshot import SnapshotStore
 from tierlog.records.codec import RecordSpec, build_batch
 from tierlog.records.record_batch import (
     ATTRIBUTES_OFFSET,
@@ -336,3 +339,31 @@ def test_segment_not_named_after_an_offset_is_an_error(tmp_path: Path) -> None:
     path = write_segment(tmp_path, build_batch(THREE), name="segment.log")
     with pytest.raises(ValueError, match="base offset"):
         dump(path)
+
+
+def test_a_metadata_snapshot_is_dumped_with_its_id_header_and_footer_as_kafka_does(tmp_path: Path) -> None:
+    snapshot_id = OffsetAndEpoch(42, 3)
+    path = SnapshotStore(tmp_path).write(snapshot_id, [b'{"type":"ClusterIdRecord"}'], 1234, T0)
+    lines = dump(path)
+    assert lines[:2] == [f"Dumping {path}", "Snapshot end offset: 42, epoch: 3"]
+    assert lines[2].startswith("baseOffset: 0 lastOffset: 0 count: 1 ") and "isControl: true" in lines[2]
+    assert lines[3].endswith(' SnapshotHeader {"version":0,"lastContainedLogTimestamp":1234}')
+    assert lines[5].endswith(' payload: {"type":"ClusterIdRecord"}')
+    assert lines[7].endswith(' SnapshotFooter {"version":0}')
+    assert len(lines) == 8
+
+
+def test_dump_log_command_prints_a_metadata_snapshot(tmp_path: Path) -> None:
+    path = SnapshotStore(tmp_path).write(OffsetAndEpoch(7, 1), [b"v"], 0, T0)
+    ran = tierlog("dump-log", "--files", str(path))
+    assert ran.code == 0, ran.stderr
+    assert ran.first_line == f"Dumping {path}"
+    assert "Snapshot end offset: 7, epoch: 1" in ran.stdout
+
+
+def test_a_checkpoint_not_named_like_a_snapshot_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "latest.checkpoint"
+    path.write_bytes(b"")
+    ran = tierlog("dump-log", "--files", str(path))
+    assert ran.code != 0
+    assert ran.first_error_line.startswith(f"Error: cannot dump {path}: latest.checkpoint is not named like a snapshot")

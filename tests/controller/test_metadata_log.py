@@ -101,6 +101,13 @@ def test_decode_metadata_batches_refuses_records_that_are_not_metadata() -> None
         decode_metadata_batches(build_batch([(None, b"hello", [], NOW)]))
 
 
+def test_decode_metadata_batches_skips_the_quorums_control_batches() -> None:
+    """The replicated log interleaves LeaderChangeMessage control batches, which hold no metadata."""
+    leader_change = build_batch([(b"\x00\x00\x00\x02", b"\x00\x00", [], NOW)], base_offset=0, control=True)
+    records = build_batch([(None, encode_record(record), [], NOW) for record in FIRST], base_offset=1)
+    assert decode_metadata_batches(leader_change + records).records == [(1, FIRST[0]), (2, FIRST[1])]
+
+
 def test_records_survive_reopening(tmp_path: Path) -> None:
     log = DiskMetadataLog(tmp_path)
     log.append(FIRST, NOW)

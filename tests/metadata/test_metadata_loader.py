@@ -81,3 +81,22 @@ def test_a_failed_fetch_is_retried_after_a_pause() -> None:
     loader.on_fetch_failed(NOW)
     assert loader.poll(NOW) == Idle(NOW + RETRY_BACKOFF_MS)
     assert loader.poll(NOW + RETRY_BACKOFF_MS) == MetadataFetchRequest(0, 0, METADATA_FETCH_WAIT_MS)
+
+
+def test_a_snapshot_replaces_the_image_and_the_next_fetch_starts_at_its_end() -> None:
+    """A new broker whose fetch offset is gone from the controller's log loads the latest snapshot, then the
+    records after it."""
+    loader = MetadataLoader()
+    loader.allow_publishing_from(40)
+    assert loader.on_snapshot([ProducerIdsRecord(-1, 7000)], 50, 50)
+    assert loader.image.offset == 49 and loader.image.next_producer_id == 7000
+    assert loader.poll(NOW) == MetadataFetchRequest(50, -1, METADATA_FETCH_WAIT_MS)
+    assert loader.on_records(batches(50, 51), 52)
+    assert loader.image.next_producer_id == 51000
+
+
+def test_a_snapshot_behind_the_log_end_is_not_published_until_caught_up() -> None:
+    loader = MetadataLoader()
+    loader.allow_publishing_from(0)
+    assert not loader.on_snapshot([ProducerIdsRecord(-1, 7000)], 50, 60)
+    assert loader.on_records(batches(50, 59), 60)

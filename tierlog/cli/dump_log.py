@@ -24,6 +24,7 @@ from typing import BinaryIO, TextIO
 
 from crc32c import crc32c
 
+from tierlog.raft.snapshot import SNAPSHOT_SUFFIX, parse_snapshot_file_name
 from tierlog.records.codec import Record, decode_records
 from tierlog.records.record_batch import (
     ATTRIBUTES_OFFSET,
@@ -75,11 +76,20 @@ _TIMESTAMP_TYPE_NAMES = {TimestampType.CREATE_TIME: "CreateTime", TimestampType.
 
 
 def dump_log(path: Path, *, print_data_log: bool, out: TextIO) -> None:
-    """Print one .log, .index, .timeindex or .snapshot file as `kafka-dump-log.sh --files path` would, or a
-    leader-epoch checkpoint."""
+    """Print one .log, .index, .timeindex, .snapshot or metadata .checkpoint file as `kafka-dump-log.sh --files
+    path` would, or a leader-epoch checkpoint."""
     out.write(f"Dumping {path}\n")
     if path.suffix == LOG_FILE_SUFFIX:
-        _dump_segment(path, print_data_log, out)
+        out.write(f"Log starting offset: {_base_offset(path)}\n")
+        _dump_batches(path, print_data_log, out)
+    elif path.suffix == SNAPSHOT_SUFFIX:
+        snapshot_id = parse_snapshot_file_name(path.name)
+        if snapshot_id is None:
+            raise ValueError(
+                f"{path.name} is not named like a snapshot, <end offset, 20 digits>-<epoch, 10 digits>.checkpoint"
+            )
+        out.write(f"Snapshot end offset: {snapshot_id.offset}, epoch: {snapshot_id.epoch}\n")
+        _dump_batches(path, print_data_log, out)
     elif path.suffix == INDEX_FILE_SUFFIX:
         _dump_offset_index(path, out)
     elif path.suffix == TIME_INDEX_FILE_SUFFIX:
@@ -103,8 +113,7 @@ def _base_offset(path: Path) -> int:
     return int(match.group(1))
 
 
-def _dump_segment(path: Path, print_data_log: bool, out: TextIO) -> None:
-    out.write(f"Log starting offset: {_base_offset(path)}\n")
+def _dump_batches(path: Path, print_data_log: bool, out: TextIO) -> None:
     with open(path, "rb") as f:
         valid_bytes = 0
         for header, batch in _file_batches(f):
@@ -194,6 +203,12 @@ def _control_record_text(record: Record) -> str:
     value = record.value or b""
     if name in ("ABORT", "COMMIT") and len(value) >= 6:
         return f" endTxnMarker: {name} coordinatorEpoch: {_INT32.unpack_from(value, 2)[0]}"
+    # SnapshotHeaderRecord/SnapshotFooterRecord v0, in Kafka's JSON converters' form.
+    if name == "SNAPSHOT_HEADER" and len(value) >= 10:
+        version, timestamp = struct.unpack_from(">hq", value)
+        return f' SnapshotHeader {{"version":{version},"lastContainedLogTimestamp":{timestamp}}}'
+    if name == "SNAPSHOT_FOOTER" and len(value) >= 2:
+        return f' SnapshotFooter {{"version":{_INT16.unpack_from(value)[0]}}}'
     return f" controlType: {name}({type_id})"
 
 

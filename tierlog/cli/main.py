@@ -75,13 +75,13 @@ def broker(config_file: Path | None, overrides: tuple[str, ...], log_level: str)
     multiple=True,
     required=True,
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="A .log, .index, .timeindex, .snapshot or leader-epoch checkpoint file, by its local name or by its "
-    "remote-tier object name (repeatable).",
+    help="A .log, .index, .timeindex, .snapshot, metadata snapshot (.checkpoint) or leader-epoch checkpoint "
+    "file, by its local name or by its remote-tier object name (repeatable).",
 )
 @click.option("--print-data-log", is_flag=True, help="Also print every record (key, payload, headers).")
 def dump_log_command(files: tuple[Path, ...], print_data_log: bool) -> None:
-    """Print segment, index and producer snapshot files as kafka-dump-log.sh does, from a broker's disk or
-    from the remote tier (its object names), and leader-epoch checkpoints."""
+    """Print segment, index, producer snapshot and metadata snapshot files as kafka-dump-log.sh does, from a
+    broker's disk or from the remote tier (its object names), and leader-epoch checkpoints."""
     for path in files:
         try:
             dump_log(path, print_data_log=print_data_log, out=sys.stdout)

@@ -185,8 +185,14 @@ class Controller:
         # When the next leader balancing pass is due (QuorumController's deferred maybeBalancePartitionLeaders):
         # set by the first change that leaves some partition led by another than its preferred replica.
         self._leader_balance_due_ms: int | None = None
-        self.metadata = ClusterMetadata()
-        for offset, record in metadata_log.records_from(0):
+        # The latest snapshot, then the log after it (docs/quorum.md#snapshots).
+        snapshot = metadata_log.latest_snapshot()
+        self.metadata = (
+            ClusterMetadata()
+            if snapshot is None
+            else ClusterMetadata.from_snapshot(snapshot.records, snapshot.end_offset)
+        )
+        for offset, record in metadata_log.records_from(self.metadata.offset + 1):
             self.metadata.apply(offset, record)
         if not self.metadata.cluster_id:
             # The first active controller of a cluster writes its id (docs/quorum.md#active-controller); the log is

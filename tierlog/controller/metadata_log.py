@@ -22,6 +22,7 @@ from tierlog.metadata.loader import MetadataBatches
 from tierlog.metadata.records import MetadataRecord, decode_record, encode_record
 from tierlog.raft.messages import NO_EPOCH
 from tierlog.raft.raft_client import NotLeaderError, RaftClient
+from tierlog.raft.raft_log import RaftLog
 from tierlog.records.codec import build_batch, decode_batches
 from tierlog.storage.file_records import FileSlice
 from tierlog.storage.log import Log
@@ -38,10 +39,23 @@ CONTROLLER_EPOCH = 1
 MAX_BATCH_SIZE_BYTES = 8 * 1024 * 1024
 
 
+@dataclass(frozen=True, slots=True)
+class MetadataSnapshot:
+    """A snapshot of the metadata log: the records that rebuild the image of the log below `end_offset`
+    (`ClusterMetadata.from_snapshot`). docs/quorum.md#snapshots."""
+
+    records: list[MetadataRecord]
+    end_offset: int
+
+
 class MetadataLog(Protocol):
     @property
     def end_offset(self) -> int:
         """The offset the next record gets."""
+        ...
+
+    def latest_snapshot(self) -> MetadataSnapshot | None:
+        """The snapshot the log starts at, if any: the image is that snapshot's, then `records_from` its end."""
         ...
 
     def append(self, records: Sequence[MetadataRecord], now_ms: int) -> int:
@@ -72,6 +86,10 @@ class DiskMetadataLog:
     @property
     def end_offset(self) -> int:
         return self._log.log_end_offset
+
+    def latest_snapshot(self) -> MetadataSnapshot | None:
+        # A lone controller's log is kept whole.
+        return None
 
     def append(self, records: Sequence[MetadataRecord], now_ms: int) -> int:
         batch = bytearray(build_batch([(None, encode_record(record), [], now_ms) for record in records]))
@@ -126,6 +144,9 @@ class QuorumMetadataLog:
         self._on_append()
         return first_offset
 
+    def latest_snapshot(self) -> MetadataSnapshot | None:
+        return read_metadata_snapshot(self._client.log)
+
     def records_from(self, start_offset: int) -> list[tuple[int, MetadataRecord]]:
         found: list[tuple[int, MetadataRecord]] = []
         offset = start_offset
@@ -163,6 +184,9 @@ class WakingMetadataLog:
     @property
     def end_offset(self) -> int:
         return self.log.end_offset
+
+    def latest_snapshot(self) -> MetadataSnapshot | None:
+        return self.log.latest_snapshot()
 
     def append(self, records: Sequence[MetadataRecord], now_ms: int) -> int:
         first_offset = self.log.append(records, now_ms)
@@ -216,3 +240,12 @@ def decode_metadata_batches(data: bytes, start_offset: int = 0) -> MetadataBatch
                 raise ValueError(f"metadata record at offset {record.offset} has no value")
             decoded.append((record.offset, decode_record(record.value)))
     return MetadataBatches(decoded, next_offset, last_epoch)
+
+
+def read_metadata_snapshot(log: RaftLog) -> MetadataSnapshot | None:
+    """The latest snapshot of a quorum's metadata log, decoded: what a node loads before replaying the log after
+    it (the controller when it becomes active, a broker on a controller node, a restarted node)."""
+    snapshot = log.latest_snapshot()
+    if snapshot is None:
+        return None
+    return MetadataSnapshot([decode_record(value) for value in snapshot.values], snapshot.snapshot_id.offset)

@@ -10,6 +10,7 @@ leader change and its partition epoch on every change, so AlterPartition can com
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from tierlog.metadata.records import (
@@ -33,6 +34,7 @@ from tierlog.metadata.records import (
 )
 
 NO_LEADER = -1
+_SCRAM_MECHANISMS = {name: mechanism for mechanism, name in SCRAM_MECHANISM_NAMES.items()}
 
 
 @dataclass(slots=True)
@@ -113,6 +115,77 @@ class ClusterMetadata:
         topic or broker) means the log and the image have diverged: ValueError, and the image is unchanged."""
         if offset <= self.offset:
             raise ValueError(f"metadata record at offset {offset} applied after offset {self.offset}")
+        self._fold(record, f"at offset {offset}")
+        self.offset = offset
+
+    @classmethod
+    def from_snapshot(cls, records: Iterable[MetadataRecord], end_offset: int) -> ClusterMetadata:
+        """The image a snapshot's records rebuild: that of the log up to `end_offset` (exclusive), the snapshot's
+        end. ValueError if a record does not fit, as in `apply`. docs/quorum.md#snapshots."""
+        image = cls()
+        for position, record in enumerate(records):
+            image._fold(record, f"{position} of the snapshot at offset {end_offset}")
+        image.offset = end_offset - 1
+        return image
+
+    def snapshot_records(self) -> list[MetadataRecord]:
+        """The records whose replay into an empty image (`from_snapshot`) rebuilds this one exactly: what a
+        snapshot of the metadata log holds (Kafka's MetadataImage.write). docs/quorum.md#snapshots."""
+        records: list[MetadataRecord] = []
+        if self.cluster_id:
+            records.append(ClusterIdRecord(self.cluster_id))
+        for broker in sorted(self.brokers.values(), key=lambda b: b.broker_id):
+            records.append(
+                RegisterBrokerRecord(
+                    broker_id=broker.broker_id,
+                    incarnation_id=broker.incarnation_id,
+                    broker_epoch=broker.broker_epoch,
+                    endpoints=tuple(broker.endpoints),
+                    rack=broker.rack,
+                    fenced=broker.fenced,
+                )
+            )
+            if broker.in_controlled_shutdown:
+                records.append(BrokerRegistrationChangeRecord(broker.broker_id, broker.broker_epoch, None, True))
+        for resource_name, configs in sorted(self.broker_configs.items()):
+            records.extend(
+                ConfigRecord(resource_name, name, value, RESOURCE_BROKER) for name, value in sorted(configs.items())
+            )
+        for topic in sorted(self.topics.values(), key=lambda t: t.name):
+            records.append(TopicRecord(topic.name, topic.topic_id))
+            records.extend(
+                PartitionRecord(
+                    topic_id=topic.topic_id,
+                    partition_id=partition_id,
+                    replicas=tuple(partition.replicas),
+                    isr=tuple(partition.isr),
+                    leader=partition.leader,
+                    leader_epoch=partition.leader_epoch,
+                    partition_epoch=partition.partition_epoch,
+                )
+                for partition_id, partition in enumerate(topic.partitions)
+            )
+            records.extend(
+                ConfigRecord(topic.name, name, value, RESOURCE_TOPIC) for name, value in sorted(topic.configs.items())
+            )
+        if self.next_producer_id:
+            # No broker took this block in the snapshot: Kafka's ProducerIdsImage writes broker id -1 too.
+            records.append(ProducerIdsRecord(broker_id=-1, next_producer_id=self.next_producer_id))
+        for (user, mechanism_name), credential in sorted(self.scram_credentials.items()):
+            records.append(
+                UserScramCredentialRecord(
+                    name=user,
+                    mechanism=_SCRAM_MECHANISMS[mechanism_name],
+                    salt=credential.salt,
+                    stored_key=credential.stored_key,
+                    server_key=credential.server_key,
+                    iterations=credential.iterations,
+                )
+            )
+        records.extend(self.acls[acl_id] for acl_id in sorted(self.acls))
+        return records
+
+    def _fold(self, record: MetadataRecord, where: str) -> None:
         if isinstance(record, ClusterIdRecord):
             self.cluster_id = record.cluster_id
         elif isinstance(record, RegisterBrokerRecord):
@@ -128,53 +201,52 @@ class ClusterMetadata:
             self._apply_broker_change(record)
         elif isinstance(record, TopicRecord):
             if record.name in self.topics or record.topic_id in self._topics_by_id:
-                raise ValueError(f"TopicRecord at offset {offset}: topic {record.name} or id {record.topic_id} exists")
+                raise ValueError(f"TopicRecord {where}: topic {record.name} or id {record.topic_id} exists")
             topic = TopicMetadata(name=record.name, topic_id=record.topic_id, partitions=[])
             self.topics[record.name] = topic
             self._topics_by_id[record.topic_id] = topic
         elif isinstance(record, PartitionRecord):
             self._apply_partition(record)
         elif isinstance(record, ConfigRecord):
-            self._apply_config(offset, record)
+            self._apply_config(where, record)
         elif isinstance(record, RemoveTopicRecord):
             removed = self._topics_by_id.pop(record.topic_id, None)
             if removed is None:
-                raise ValueError(f"RemoveTopicRecord at offset {offset} for unknown topic id {record.topic_id}")
+                raise ValueError(f"RemoveTopicRecord {where} for unknown topic id {record.topic_id}")
             del self.topics[removed.name]
         elif isinstance(record, ProducerIdsRecord):
             self.next_producer_id = record.next_producer_id
         elif isinstance(record, UserScramCredentialRecord):
-            self.scram_credentials[(record.name, _scram_mechanism(offset, record))] = ScramCredential(
+            self.scram_credentials[(record.name, _scram_mechanism(where, record))] = ScramCredential(
                 salt=record.salt,
                 stored_key=record.stored_key,
                 server_key=record.server_key,
                 iterations=record.iterations,
             )
         elif isinstance(record, RemoveUserScramCredentialRecord):
-            key = (record.name, _scram_mechanism(offset, record))
+            key = (record.name, _scram_mechanism(where, record))
             if self.scram_credentials.pop(key, None) is None:
-                raise ValueError(f"RemoveUserScramCredentialRecord at offset {offset} for unknown credential {key}")
+                raise ValueError(f"RemoveUserScramCredentialRecord {where} for unknown credential {key}")
         elif isinstance(record, AccessControlEntryRecord):
             if record.id in self.acls:
-                raise ValueError(f"AccessControlEntryRecord at offset {offset}: ACL id {record.id} exists")
+                raise ValueError(f"AccessControlEntryRecord {where}: ACL id {record.id} exists")
             self.acls[record.id] = record
         elif isinstance(record, RemoveAccessControlEntryRecord):
             if self.acls.pop(record.id, None) is None:
-                raise ValueError(f"RemoveAccessControlEntryRecord at offset {offset} for unknown ACL id {record.id}")
+                raise ValueError(f"RemoveAccessControlEntryRecord {where} for unknown ACL id {record.id}")
         else:
-            raise ValueError(f"unknown metadata record at offset {offset}: {record!r}")
-        self.offset = offset
+            raise ValueError(f"unknown metadata record {where}: {record!r}")
 
-    def _apply_config(self, offset: int, record: ConfigRecord) -> None:
+    def _apply_config(self, where: str, record: ConfigRecord) -> None:
         if record.resource_type == RESOURCE_BROKER:
             configs = self.broker_configs.setdefault(record.resource_name, {})
         elif record.resource_type == RESOURCE_TOPIC:
             topic = self.topics.get(record.resource_name)
             if topic is None:
-                raise ValueError(f"ConfigRecord at offset {offset} for unknown topic {record.resource_name}")
+                raise ValueError(f"ConfigRecord {where} for unknown topic {record.resource_name}")
             configs = topic.configs
         else:
-            raise ValueError(f"ConfigRecord at offset {offset} for resource type {record.resource_type}")
+            raise ValueError(f"ConfigRecord {where} for resource type {record.resource_type}")
         if record.value is None:
             configs.pop(record.name, None)
         else:
@@ -221,8 +293,8 @@ class ClusterMetadata:
             )
 
 
-def _scram_mechanism(offset: int, record: UserScramCredentialRecord | RemoveUserScramCredentialRecord) -> str:
+def _scram_mechanism(where: str, record: UserScramCredentialRecord | RemoveUserScramCredentialRecord) -> str:
     name = SCRAM_MECHANISM_NAMES.get(record.mechanism)
     if name is None:
-        raise ValueError(f"{type(record).__name__} at offset {offset} for unknown SCRAM mechanism {record.mechanism}")
+        raise ValueError(f"{type(record).__name__} {where} for unknown SCRAM mechanism {record.mechanism}")
     return name

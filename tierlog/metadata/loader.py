@@ -86,6 +86,18 @@ class MetadataLoader:
         self.high_watermark = high_watermark
         return advanced and self._may_publish()
 
+    def on_snapshot(self, records: Sequence[MetadataRecord], end_offset: int, high_watermark: int) -> bool:
+        """The answer to a fetch whose offset is gone from the controller's log: the records of its latest snapshot,
+        which end at `end_offset`. The image becomes the snapshot's, and the next fetch starts at its end (Kafka's
+        MetadataLoader loads a snapshot the same way). True if the image is to be published now.
+        docs/quorum.md#snapshots."""
+        self.image = ClusterMetadata.from_snapshot(records, end_offset)
+        self.fetch_offset = end_offset
+        # No epoch: the leader judges a fetch from a snapshot's end by its offset alone.
+        self.last_fetched_epoch = -1
+        self.high_watermark = high_watermark
+        return self._may_publish()
+
     def on_fetch_failed(self, now_ms: int) -> None:
         """No answer came (the controller is unreachable or did not answer in time): fetch again after a pause."""
         self._retry_at_ms = now_ms + self._retry_backoff_ms

@@ -14,7 +14,7 @@ below name the section each piece implements.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from tierlog.raft.messages import (
@@ -38,6 +38,7 @@ from tierlog.raft.messages import (
 )
 from tierlog.raft.quorum_state import ElectionState, QuorumStateStore
 from tierlog.raft.raft_log import RaftLog
+from tierlog.raft.snapshot import SnapshotWriter
 
 UNATTACHED = "unattached"
 PROSPECTIVE = "prospective"
@@ -50,6 +51,8 @@ NOT_LEADER_OR_FOLLOWER = "NOT_LEADER_OR_FOLLOWER"
 FENCED_LEADER_EPOCH = "FENCED_LEADER_EPOCH"
 UNKNOWN_LEADER_EPOCH = "UNKNOWN_LEADER_EPOCH"
 INCONSISTENT_VOTER_SET = "INCONSISTENT_VOTER_SET"
+SNAPSHOT_NOT_FOUND = "SNAPSHOT_NOT_FOUND"
+POSITION_OUT_OF_RANGE = "POSITION_OUT_OF_RANGE"
 # A leader that has not heard from a majority for this many fetch timeouts resigns (Kafka's check quorum).
 CHECK_QUORUM_TIMEOUT_FACTOR = 1.5
 _FOREVER = 2**63 - 1
@@ -160,6 +163,9 @@ class RaftClient:
         self._retry_at_ms: dict[int, int] = {}
         self._parked: list[_ParkedFetch] = []
         self._commit_waiters: list[_CommitWaiter] = []
+        # Follower only: the leader's snapshot being fetched, when the leader's log no longer reaches back to this
+        # log's end (docs/quorum.md#snapshots).
+        self._snapshot_download: SnapshotWriter | None = None
         self._restore(now_ms)
 
     def _restore(self, now_ms: int) -> None:
@@ -238,6 +244,7 @@ class RaftClient:
         self._election_deadline_ms = self._fetch_deadline_ms = self._check_quorum_deadline_ms = _FOREVER
         self._leader_resigned = False
         self._to_notify = set()
+        self._abort_snapshot_download()
         # Requests of the old state stay in flight (one per destination, always) until answered or failed; their
         # answers no longer count.
         self._retry_at_ms.clear()
@@ -385,7 +392,8 @@ class RaftClient:
         if self._state in (FOLLOWER, PROSPECTIVE) and self._leader_id is not None and may_send(self._leader_id):
             # A prospective voter keeps fetching from the leader it knew: if that leader answers, the outage was
             # on this side and it follows again.
-            due.append((self._leader_id, self._fetch_request()))
+            download = self._snapshot_download
+            due.append((self._leader_id, self._fetch_request() if download is None else self._fetch_snapshot_request()))
         if self._state in (PROSPECTIVE, CANDIDATE):
             pre_vote = self._state == PROSPECTIVE
             answered = self._election.granted | self._election.rejected
@@ -444,6 +452,8 @@ class RaftClient:
             self._on_vote_response(source, request, response, now_ms)
         elif isinstance(request, RaftFetchRequest) and isinstance(response, RaftFetchResponse):
             self._on_fetch_response(source, request, response, now_ms)
+        elif isinstance(request, FetchSnapshotRequest) and isinstance(response, FetchSnapshotResponse):
+            self._on_fetch_snapshot_response(source, request, response, now_ms)
         elif isinstance(request, BeginQuorumEpochRequest | EndQuorumEpochRequest) and isinstance(
             response, BeginQuorumEpochResponse | EndQuorumEpochResponse
         ):
@@ -498,6 +508,10 @@ class RaftClient:
         self._leader_resigned = False
         if request.fetch_offset != self._log.end_offset:
             return  # the log changed since this fetch was sent; the next one starts from its end
+        if response.snapshot_id is not None:
+            # The leader's log starts past this one's end: fetch its snapshot first (docs/quorum.md#snapshots).
+            self._snapshot_download = self._log.begin_snapshot_download(response.snapshot_id)
+            return
         if response.diverging_epoch is not None:
             # The leader's log differs from here on (docs/quorum.md#divergence): drop the tail and fetch again.
             self._log.truncate_to(min(response.diverging_epoch.offset, self._log.end_offset))
@@ -506,6 +520,66 @@ class RaftClient:
             self._log.append_fetched(response.records, now_ms)
         if response.high_watermark >= 0:
             self._advance_high_watermark(min(response.high_watermark, self._log.end_offset))
+
+    # Snapshots (docs/quorum.md#snapshots)
+
+    def _fetch_snapshot_request(self) -> FetchSnapshotRequest:
+        download = self._snapshot_download
+        assert download is not None
+        return FetchSnapshotRequest(
+            replica_id=self.node_id,
+            current_leader_epoch=self._epoch,
+            snapshot_id=download.snapshot_id,
+            position=download.size,
+        )
+
+    def _on_fetch_snapshot_response(
+        self, source: int, request: FetchSnapshotRequest, response: FetchSnapshotResponse, now_ms: int
+    ) -> None:
+        if self._observe(response.leader_epoch, response.leader_id, now_ms):
+            return
+        download = self._snapshot_download
+        if self._state != FOLLOWER or self._leader_id != source or download is None:
+            return
+        if download.snapshot_id != request.snapshot_id or download.size != request.position:
+            return  # an answer for a download given up since
+        if response.error in (SNAPSHOT_NOT_FOUND, POSITION_OUT_OF_RANGE) or (
+            response.error is None
+            and (response.snapshot_id != request.snapshot_id or response.position != download.size)
+        ):
+            # The leader moved on to a newer snapshot: fetch again, which names it.
+            self._abort_snapshot_download()
+            return
+        if response.error is not None:
+            self._retry_at_ms[source] = now_ms + self._config.retry_backoff_ms
+            return
+        self._fetch_deadline_ms = now_ms + self._config.fetch_timeout_ms
+        download.append(response.data)
+        if download.size < response.size:
+            return
+        download.freeze()
+        self._snapshot_download = None
+        self._log.install_snapshot(download.snapshot_id, now_ms)
+        # The leader snapshots committed state only.
+        self._advance_high_watermark(download.snapshot_id.offset)
+
+    def _abort_snapshot_download(self) -> None:
+        if self._snapshot_download is not None:
+            self._snapshot_download.abort()
+            self._snapshot_download = None
+
+    def create_snapshot(
+        self, snapshot_id: OffsetAndEpoch, values: Iterable[bytes], last_contained_log_timestamp: int, now_ms: int
+    ) -> bool:
+        """Snapshot the committed state the records below `snapshot_id.offset` build (their values, e.g. a
+        metadata image's records) and start the log there; any voter may, for its own log. False if the high
+        watermark is not known yet, a snapshot is being fetched or the log starts there already (`values`, which
+        may be a generator, is then not iterated)."""
+        if self._high_watermark is None or self._snapshot_download is not None:
+            return False
+        return self._log.create_snapshot(
+            snapshot_id, values, last_contained_log_timestamp, self._high_watermark, now_ms
+        )
 
     # Requests from other replicas
 
@@ -625,17 +699,23 @@ class RaftClient:
     def _record_voter_fetch(self, request: RaftFetchRequest, now_ms: int) -> None:
         replica = self._replicas[request.replica_id]
         # A fetch offset is durable on the voter (it fsyncs before fetching on), unless its log diverges here.
-        if not self._diverges(request):
+        if self._log.snapshot_to_fetch(request.fetch_offset, request.last_fetched_epoch) is None and not self._diverges(
+            request
+        ):
             replica.end_offset = request.fetch_offset
         replica.last_fetch_ms = now_ms
         if request.fetch_offset >= self._log.end_offset:
             replica.last_caught_up_ms = now_ms
         self._to_notify.discard(request.replica_id)
-        self._heard_since_check.add(request.replica_id)
+        self._heard_from(request.replica_id, now_ms)
+        self._update_leader_high_watermark(now_ms)
+
+    def _heard_from(self, voter: int, now_ms: int) -> None:
+        """Check quorum (docs/quorum.md#check-quorum): a majority heard from puts off the leader's resignation."""
+        self._heard_since_check.add(voter)
         if self._has_majority(self._heard_since_check | {self.node_id}):
             self._heard_since_check.clear()
             self._check_quorum_deadline_ms = now_ms + self._check_quorum_timeout_ms()
-        self._update_leader_high_watermark(now_ms)
 
     def _diverges(self, request: RaftFetchRequest) -> bool:
         return self._diverging_epoch(request) is not None
@@ -650,6 +730,16 @@ class RaftClient:
 
     def _fetch_answer(self, request: RaftFetchRequest) -> RaftFetchResponse | None:
         """The answer to give now, or None when there is nothing new yet (the fetch may wait)."""
+        snapshot_id = self._log.snapshot_to_fetch(request.fetch_offset, request.last_fetched_epoch)
+        if snapshot_id is not None:
+            return RaftFetchResponse(
+                None,
+                self.node_id,
+                self._epoch,
+                high_watermark=self._wire_high_watermark(),
+                log_start_offset=self._log.start_offset,
+                snapshot_id=snapshot_id,
+            )
         diverging = self._diverging_epoch(request)
         if diverging is not None:
             return RaftFetchResponse(
@@ -696,9 +786,21 @@ class RaftClient:
         return -1 if self._high_watermark is None else self._high_watermark
 
     def handle_fetch_snapshot(self, request: FetchSnapshotRequest, now_ms: int) -> FetchSnapshotResponse:
+        """A chunk of the leader's snapshot, from the requested position (docs/quorum.md#snapshots)."""
         error = self._leader_only_error(request.current_leader_epoch)
-        # No snapshots are kept yet: the log always starts at 0 (docs/quorum.md#snapshots).
-        return FetchSnapshotResponse(error or "SNAPSHOT_NOT_FOUND", self._leader_id_or_none(), self._epoch)
+        if error is not None:
+            return FetchSnapshotResponse(error, self._leader_id_or_none(), self._epoch)
+        snapshots = self._log.snapshots
+        if not snapshots.contains(request.snapshot_id):
+            return FetchSnapshotResponse(SNAPSHOT_NOT_FOUND, self.node_id, self._epoch)
+        size = snapshots.size(request.snapshot_id)
+        if not 0 <= request.position < size:
+            return FetchSnapshotResponse(POSITION_OUT_OF_RANGE, self.node_id, self._epoch)
+        if request.replica_id in self.voters:
+            # A voter busy fetching a snapshot is heard from, as Kafka's check quorum counts it.
+            self._heard_from(request.replica_id, now_ms)
+        data = snapshots.read_chunk(request.snapshot_id, request.position, max(request.max_bytes, 1))
+        return FetchSnapshotResponse(None, self.node_id, self._epoch, request.snapshot_id, size, request.position, data)
 
     def describe_quorum(self, now_ms: int) -> QuorumInfo | None:
         """DescribeQuorum's answer; None when this replica is not the leader (NOT_LEADER_OR_FOLLOWER)."""
@@ -783,7 +885,8 @@ class RaftClient:
             fetch.respond(response)
 
     def read_committed(self, offset: int, max_bytes: int) -> bytes:
-        """Whole batches from `offset`, none at or past the high watermark."""
+        """Whole batches from `offset`, none at or past the high watermark. Below the log start the records are
+        only in the latest snapshot (`log.latest_snapshot()`): OffsetOutOfRangeError."""
         if self._high_watermark is None or offset >= self._high_watermark:
             return b""
         return self._log.read(offset, max_bytes, self._high_watermark)

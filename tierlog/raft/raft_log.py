@@ -14,21 +14,14 @@ docs/quorum.md#the-log.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-
-from crc32c import crc32c
 
 from tierlog.common import TopicPartition
 from tierlog.raft.messages import NO_EPOCH, OffsetAndEpoch
+from tierlog.raft.snapshot import Snapshot, SnapshotStore, SnapshotWriter
 from tierlog.records.codec import build_batch
-from tierlog.records.record_batch import (
-    ATTRIBUTES_OFFSET,
-    CONTROL_FLAG_MASK,
-    CRC_OFFSET,
-    complete_batches,
-    read_header,
-)
+from tierlog.records.record_batch import complete_batches, read_header
 from tierlog.storage.log import Log
 from tierlog.storage.log_config import LogConfig
 
@@ -44,7 +37,8 @@ LEADER_CHANGE_KEY = b"\x00\x00\x00\x02"
 
 class RaftLog:
     def __init__(self, log_dir: Path, now_ms: int) -> None:
-        config = LogConfig.from_props({"max.message.bytes": str(MAX_BATCH_SIZE_BYTES)}, {})
+        # Segments below a snapshot are deleted at once: every read hands out bytes, never an open file.
+        config = LogConfig.from_props({"max.message.bytes": str(MAX_BATCH_SIZE_BYTES), "file.delete.delay.ms": "0"}, {})
         self._log = Log.open(
             log_dir / str(METADATA_PARTITION),
             config,
@@ -59,6 +53,8 @@ class RaftLog:
             had_clean_shutdown=False,
             now_ms=now_ms,
         )
+        self.snapshots = SnapshotStore(self._log.dir)
+        self._start_at_latest_snapshot(now_ms)
 
     @property
     def end_offset(self) -> int:
@@ -70,8 +66,13 @@ class RaftLog:
 
     @property
     def last_epoch(self) -> int:
-        """The epoch of the last record, 0 for an empty log."""
-        return self._log.latest_epoch or 0
+        """The epoch of the last record, 0 for an empty log; that of the snapshot it starts at for a log emptied
+        down to its latest snapshot (Kafka's lastFetchedEpoch)."""
+        latest = self._log.latest_epoch
+        if latest is not None:
+            return latest
+        snapshot_id = self.snapshots.latest_id()
+        return 0 if snapshot_id is None else snapshot_id.epoch
 
     def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch:
         """The largest epoch <= `epoch` this log holds and the offset where it ends (the start of the next
@@ -85,6 +86,10 @@ class RaftLog:
         """The epoch of the record at `offset - 1`: a fetch's LastFetchedEpoch. 0 at the start of the log."""
         if offset <= 0:
             return 0
+        snapshot_id = self.snapshots.latest_id()
+        if snapshot_id is not None and offset == snapshot_id.offset:
+            # The record before the log start is in the snapshot, whose id carries its epoch.
+            return snapshot_id.epoch
         epoch = self._log.leader_epoch_cache.epoch_for_offset(offset - 1)
         return 0 if epoch is None else epoch
 
@@ -104,15 +109,13 @@ class RaftLog:
         """Append the LeaderChangeMessage control batch that opens `epoch`; returns its offset."""
         first_offset = self.end_offset
         value = _leader_change_message(leader_id, voters, granting)
-        batch = bytearray(
-            build_batch(
-                [(LEADER_CHANGE_KEY, value, [], now_ms)], base_offset=first_offset, partition_leader_epoch=epoch
-            )
+        batch = build_batch(
+            [(LEADER_CHANGE_KEY, value, [], now_ms)],
+            base_offset=first_offset,
+            partition_leader_epoch=epoch,
+            control=True,
         )
-        attributes = int.from_bytes(batch[ATTRIBUTES_OFFSET : ATTRIBUTES_OFFSET + 2], "big") | CONTROL_FLAG_MASK
-        batch[ATTRIBUTES_OFFSET : ATTRIBUTES_OFFSET + 2] = attributes.to_bytes(2, "big")
-        batch[CRC_OFFSET : CRC_OFFSET + 4] = crc32c(bytes(batch[ATTRIBUTES_OFFSET:])).to_bytes(4, "big")
-        self._append(bytes(batch), now_ms)
+        self._append(batch, now_ms)
         return first_offset
 
     def append_fetched(self, data: bytes, now_ms: int) -> None:
@@ -148,6 +151,102 @@ class RaftLog:
 
     def close(self) -> None:
         self._log.close()
+
+    # Snapshots (KIP-630): docs/quorum.md#snapshots. Whenever a snapshot exists the log starts at the latest one:
+    # the records below it are only in the snapshot.
+
+    def latest_snapshot(self) -> Snapshot | None:
+        """The latest snapshot's records: with the log from its end offset on, the whole committed state."""
+        snapshot_id = self.snapshots.latest_id()
+        return None if snapshot_id is None else self.snapshots.read(snapshot_id)
+
+    def create_snapshot(
+        self,
+        snapshot_id: OffsetAndEpoch,
+        values: Iterable[bytes],
+        last_contained_log_timestamp: int,
+        high_watermark: int,
+        now_ms: int,
+    ) -> bool:
+        """Write the snapshot of the state the records below `snapshot_id.offset` build, then start the log
+        there. Only committed state is snapshotted (the offset is at most `high_watermark`), at a batch boundary,
+        with the epoch of the record before it. False if the log starts there already; `values` is then not
+        iterated."""
+        if snapshot_id.offset <= self.start_offset:
+            return False
+        if snapshot_id.offset > high_watermark:
+            raise ValueError(f"snapshot {snapshot_id} is past the high watermark {high_watermark}")
+        if not self._starts_a_batch(snapshot_id.offset):
+            # A fetch from the log start must get whole batches that start there.
+            raise ValueError(f"snapshot {snapshot_id} ends inside a batch")
+        if snapshot_id.epoch != self.epoch_of_offset_before(snapshot_id.offset):
+            raise ValueError(
+                f"snapshot {snapshot_id}: the record before offset {snapshot_id.offset} has epoch "
+                f"{self.epoch_of_offset_before(snapshot_id.offset)}"
+            )
+        self.snapshots.write(snapshot_id, values, last_contained_log_timestamp, now_ms)
+        self._start_at_snapshot(snapshot_id, now_ms)
+        return True
+
+    def _starts_a_batch(self, offset: int) -> bool:
+        if offset >= self.end_offset:
+            return offset == self.end_offset
+        return read_header(self.read(offset, 1)).base_offset == offset
+
+    def snapshot_to_fetch(self, fetch_offset: int, last_fetched_epoch: int) -> OffsetAndEpoch | None:
+        """The snapshot a fetcher must load before it can fetch on: its fetch offset is below the log start, or at
+        it with another epoch than the snapshot's, or its last epoch is older than the snapshot's (Kafka's
+        ReplicatedLog.validateOffsetAndEpoch). None when the log can answer. A fetcher that sends no epoch (-1)
+        is judged by its offset alone."""
+        snapshot_id = self.snapshots.latest_id()
+        if snapshot_id is None or (fetch_offset == 0 and self.start_offset == 0):
+            return None
+        if fetch_offset < self.start_offset:
+            return snapshot_id
+        if last_fetched_epoch >= 0 and (
+            (fetch_offset == self.start_offset and last_fetched_epoch != snapshot_id.epoch)
+            or last_fetched_epoch < snapshot_id.epoch
+        ):
+            return snapshot_id
+        return None
+
+    def begin_snapshot_download(self, snapshot_id: OffsetAndEpoch) -> SnapshotWriter:
+        """A `.part` file the leader's snapshot is fetched into; `install_snapshot` once it is frozen."""
+        return self.snapshots.writer(snapshot_id)
+
+    def install_snapshot(self, snapshot_id: OffsetAndEpoch, now_ms: int) -> None:
+        """A snapshot fetched from the leader (frozen, checked whole) replaces the log below its end offset:
+        the log is truncated fully and starts there, as its records may differ from the leader's."""
+        self.snapshots.read(snapshot_id)
+        self._start_empty_at_snapshot(snapshot_id, now_ms)
+
+    def _start_at_latest_snapshot(self, now_ms: int) -> None:
+        """At open: the log starts at the latest snapshot. A log that ends before it or holds a later epoch's
+        records below its end (a follower that crashed after fetching a snapshot but before truncating: Kafka's
+        truncateToLatestSnapshot) is truncated fully to start there."""
+        snapshot_id = self.snapshots.latest_id()
+        if snapshot_id is None:
+            return
+        if snapshot_id.offset > self.end_offset or snapshot_id.epoch > (self._log.latest_epoch or 0):
+            self._start_empty_at_snapshot(snapshot_id, now_ms)
+        else:
+            self._start_at_snapshot(snapshot_id, now_ms)
+
+    def _start_empty_at_snapshot(self, snapshot_id: OffsetAndEpoch, now_ms: int) -> None:
+        self._log.truncate_fully_and_start_at(snapshot_id.offset)
+        self._log.flush()
+        self._log.remove_deleted_segments(now_ms)
+        self.snapshots.delete_before(snapshot_id)
+
+    def _start_at_snapshot(self, snapshot_id: OffsetAndEpoch, now_ms: int) -> None:
+        """Move the log start to the snapshot's end offset and delete the segments and older snapshots below it.
+        The storage log's high watermark (otherwise unused here) is raised to the snapshot, as its log start may
+        not pass it."""
+        self._log.update_high_watermark(max(self._log.high_watermark, snapshot_id.offset))
+        self._log.maybe_increment_log_start_offset(snapshot_id.offset)
+        self._log.delete_old_segments(now_ms)
+        self._log.remove_deleted_segments(now_ms)
+        self.snapshots.delete_before(snapshot_id)
 
 
 def _leader_change_message(leader_id: int, voters: Sequence[int], granting: Sequence[int]) -> bytes:

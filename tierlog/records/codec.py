@@ -23,6 +23,7 @@ from crc32c import crc32c
 from tierlog.records.record_batch import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_CODEC_MASK,
+    CONTROL_FLAG_MASK,
     CRC_OFFSET,
     CURRENT_MAGIC,
     DELETE_HORIZON_FLAG_MASK,
@@ -159,8 +160,10 @@ def build_batch(
     producer_epoch: int = NO_PRODUCER_EPOCH,
     base_sequence: int = NO_SEQUENCE,
     partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    control: bool = False,
 ) -> bytes:
-    """One RecordBatch v2 as a producer would send it, with the given offsets and epoch already stamped.
+    """One RecordBatch v2 as a producer would send it, with the given offsets and epoch already stamped;
+    with `control`, a control batch (each record's key is then a control record key: version, type).
 
     Unlike aiokafka's producer, the requested codec is always applied, even when it does not shrink the
     records, so tests of compressed batches get compressed batches.
@@ -180,6 +183,11 @@ def build_batch(
     for offset_delta, (key, value, headers, timestamp_ms) in enumerate(records):
         builder.append(offset_delta, timestamp_ms, key, value, list(headers))
     buffer = builder.build()
+    if control:
+        # aiokafka's builder writes no control batches: set the flag and sign the batch again.
+        attributes = int.from_bytes(buffer[ATTRIBUTES_OFFSET : ATTRIBUTES_OFFSET + 2], "big") | CONTROL_FLAG_MASK
+        buffer[ATTRIBUTES_OFFSET : ATTRIBUTES_OFFSET + 2] = attributes.to_bytes(2, "big")
+        buffer[CRC_OFFSET : CRC_OFFSET + 4] = crc32c(buffer[ATTRIBUTES_OFFSET:]).to_bytes(4, "big")
     if compression != CompressionType.NONE:
         buffer = _compress(buffer, compression)
     set_base_offset(buffer, 0, base_offset)
