@@ -16,7 +16,8 @@ from tierlog.controller.metadata_log import (
     WakingMetadataLog,
     decode_metadata_batches,
 )
-from tierlog.metadata.records import ClusterIdRecord, ConfigRecord, ProducerIdsRecord, TopicRecord
+from tierlog.metadata.records import ClusterIdRecord, ConfigRecord, ProducerIdsRecord, TopicRecord, encode_record
+from tierlog.raft.raft_log import RaftLog
 from tierlog.records.codec import build_batch, decode_batches
 
 NOW = 1_700_000_000_000
@@ -84,6 +85,17 @@ def test_decode_metadata_batches_refuses_records_that_are_not_metadata() -> None
         decode_metadata_batches(build_batch([(b"k", None, [], NOW)]))
     with pytest.raises(ValueError, match="not JSON"):
         decode_metadata_batches(build_batch([(None, b"hello", [], NOW)]))
+
+
+def test_decode_metadata_batches_skips_the_quorums_control_batches(tmp_path: Path) -> None:
+    """A quorum's log opens each epoch with a LeaderChangeMessage control batch, which holds no metadata."""
+    log = RaftLog(tmp_path, NOW)
+    log.append_leader_change(1, [1, 2, 3], [1, 2], epoch=1, now_ms=NOW)
+    log.append_values([encode_record(r) for r in FIRST], epoch=1, now_ms=NOW)
+    log.append_leader_change(2, [1, 2, 3], [2, 3], epoch=2, now_ms=NOW)
+    log.append_values([encode_record(SECOND[0])], epoch=2, now_ms=NOW)
+    assert decode_metadata_batches(log.read(0, 1 << 20)) == [(1, FIRST[0]), (2, FIRST[1]), (4, SECOND[0])]
+    log.close()
 
 
 def test_records_survive_reopening(tmp_path: Path) -> None:

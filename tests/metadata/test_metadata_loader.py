@@ -58,3 +58,15 @@ def test_a_failed_fetch_is_retried_after_a_pause() -> None:
     loader.on_fetch_failed(NOW)
     assert loader.poll(NOW) == Idle(NOW + RETRY_BACKOFF_MS)
     assert loader.poll(NOW + RETRY_BACKOFF_MS) == MetadataFetchRequest(0, METADATA_FETCH_WAIT_MS)
+
+
+def test_control_batches_after_the_last_record_move_the_fetch_on_and_count_towards_catching_up() -> None:
+    """A quorum's log holds LeaderChangeMessage control batches, which carry no metadata record: an answer ending
+    in one moves the next fetch past it, and the image is caught up once the fetch offset reaches the HW."""
+    loader = MetadataLoader()
+    loader.allow_publishing_from(1)
+    assert not loader.on_records(records(1, 2), 4, end_offset=3)
+    assert loader.poll(NOW) == MetadataFetchRequest(3, METADATA_FETCH_WAIT_MS)
+    assert loader.on_records([], 4, end_offset=4)
+    assert loader.poll(NOW) == MetadataFetchRequest(4, METADATA_FETCH_WAIT_MS)
+    assert loader.image.offset == 2

@@ -188,7 +188,8 @@ class Controller:
         self.metadata = ClusterMetadata()
         for offset, record in metadata_log.records_from(0):
             self.metadata.apply(offset, record)
-        if metadata_log.end_offset == 0:
+        # Not `end_offset == 0`: a quorum's log opens with its first leader's LeaderChangeMessage.
+        if not self.metadata.cluster_id:
             # Kafka's cluster ids are random Uuids in their string form (base64url, 22 characters).
             self._commit([ClusterIdRecord(cluster_id or kafka_uuid_to_str(new_uuid()))])
         elif cluster_id and cluster_id != self.metadata.cluster_id:

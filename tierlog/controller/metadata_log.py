@@ -162,9 +162,12 @@ class WakingMetadataLog:
 
 def decode_metadata_batches(data: bytes) -> list[tuple[int, MetadataRecord]]:
     """(offset, record) for every record of the complete batches in `data` (a Fetch response may end in a
-    partial batch, which is left for the next fetch); ValueError for anything that is not a metadata batch."""
+    partial batch, which is left for the next fetch); ValueError for anything that is not a metadata batch.
+    Control batches (the Raft quorum's LeaderChangeMessage) hold no metadata and are skipped."""
     decoded: list[tuple[int, MetadataRecord]] = []
     for batch in decode_batches(data):
+        if batch.header.is_control:
+            continue
         for record in batch.records:
             if record.value is None:
                 raise ValueError(f"metadata record at offset {record.offset} has no value")

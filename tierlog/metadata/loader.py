@@ -41,6 +41,9 @@ class MetadataLoader:
         self.image = ClusterMetadata()
         # The end of the metadata log as of the last answer.
         self.high_watermark = 0
+        # Where the next fetch starts: past the last batch received, which may be a Raft control batch (a
+        # LeaderChangeMessage) holding no metadata record, so the image's offset may lag behind it.
+        self.fetch_offset = 0
         self._fetch_wait_ms = fetch_wait_ms
         self._retry_backoff_ms = retry_backoff_ms
         self._retry_at_ms = 0
@@ -52,17 +55,22 @@ class MetadataLoader:
         """The next fetch, or how long to wait first after a failed one. One fetch at a time."""
         if now_ms < self._retry_at_ms:
             return Idle(self._retry_at_ms)
-        return MetadataFetchRequest(self.image.offset + 1, self._fetch_wait_ms)
+        return MetadataFetchRequest(self.fetch_offset, self._fetch_wait_ms)
 
-    def on_records(self, records: Sequence[tuple[int, MetadataRecord]], high_watermark: int) -> bool:
-        """The answer to a fetch: (offset, record) pairs from the offset asked for, and the log's end offset.
+    def on_records(
+        self, records: Sequence[tuple[int, MetadataRecord]], high_watermark: int, end_offset: int | None = None
+    ) -> bool:
+        """The answer to a fetch: (offset, record) pairs from the offset asked for, the log's end offset (its high
+        watermark) and, when the answer's batches end past its last record (control batches), where they end.
         True if the image is to be published now."""
         for offset, record in records:
             # A record the image already holds (an answer to an older fetch) is not applied twice.
             if offset > self.image.offset:
                 self.image.apply(offset, record)
+        previous_fetch_offset = self.fetch_offset
+        self.fetch_offset = max(self.fetch_offset, self.image.offset + 1, end_offset or 0)
         self.high_watermark = high_watermark
-        return bool(records) and self._may_publish()
+        return (bool(records) or self.fetch_offset > previous_fetch_offset) and self._may_publish()
 
     def on_fetch_failed(self, now_ms: int) -> None:
         """No answer came (the controller is unreachable or did not answer in time): fetch again after a pause."""
@@ -75,6 +83,6 @@ class MetadataLoader:
         return self._may_publish()
 
     def _may_publish(self) -> bool:
-        caught_up = self.image.offset + 1 >= self.high_watermark
+        caught_up = self.fetch_offset >= self.high_watermark
         registered = self._publish_from_offset is not None and self.image.offset >= self._publish_from_offset
         return caught_up and registered
