@@ -315,9 +315,11 @@ class SimBroker(Node):
 
         def on_reply(reply: object) -> None:
             assert isinstance(reply, RaftFetchResponse)
-            guess.hint(reply.leader_id, reply.leader_epoch)
+            named_leader = guess.hint(reply.leader_id, reply.leader_epoch)
             if reply.error is not None:
-                guess.failed(tried)
+                # FENCED_LEADER_EPOCH from the leader names itself: ask it again, with its epoch.
+                if not named_leader:
+                    guess.failed(tried)
                 self.loader.on_fetch_failed(self.sim.now)
             elif self._take_metadata(request, reply):
                 self._publish()

@@ -361,9 +361,12 @@ class ControllerGuess:
         self.current = self._voter_ids[0]
         self.leader_epoch = -1
 
-    def hint(self, leader_id: int, leader_epoch: int) -> None:
-        if leader_id in self._voter_ids and leader_epoch >= self.leader_epoch:
-            self.current, self.leader_epoch = leader_id, leader_epoch
+    def hint(self, leader_id: int, leader_epoch: int) -> bool:
+        """A voter's answer named `leader_id` the leader of `leader_epoch`: True if taken (not older than known)."""
+        if leader_id not in self._voter_ids or leader_epoch < self.leader_epoch:
+            return False
+        self.current, self.leader_epoch = leader_id, leader_epoch
+        return True
 
     def failed(self, tried: int) -> None:
         """`tried` did not answer as the active controller; another guess unless one was taken meanwhile."""
