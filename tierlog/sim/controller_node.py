@@ -96,7 +96,7 @@ class SimController(Node):
         self.node_id = node_id
         self._network = network
         self._voters = voters
-        self._data_dir = data_dir
+        self.data_dir = data_dir
         self._config = config
         self.raft_config = raft_config
         self._cluster_id = cluster_id
@@ -119,8 +119,8 @@ class SimController(Node):
         self.raft = RaftClient(
             self.node_id,
             sorted(self._voters),
-            RaftLog(self._data_dir, self.sim.now),
-            FileQuorumStateStore(self._data_dir / QUORUM_STATE_FILE, frozenset(self._voters)),
+            RaftLog(self.data_dir, self.sim.now),
+            FileQuorumStateStore(self.data_dir / QUORUM_STATE_FILE, frozenset(self._voters)),
             self.raft_config,
             self.sim.now,
             self._rng,
