@@ -370,7 +370,10 @@ class RaftClient:
             self._become_resigned(now_ms)
         self._complete_parked(now_ms=now_ms)
         self._complete_commit_waiters(now_ms=now_ms)
-        return [Outbound(destination, request) for destination, request in self._requests_due(now_ms)]
+        due = [Outbound(destination, request) for destination, request in self._requests_due(now_ms)]
+        # A backoff that has run out blocks nothing; kept, it would hold next_wakeup_ms in the past for good.
+        self._retry_at_ms = {destination: at for destination, at in self._retry_at_ms.items() if at > now_ms}
+        return due
 
     def _requests_due(self, now_ms: int) -> list[tuple[int, RaftRequest]]:
         due: list[tuple[int, RaftRequest]] = []

@@ -153,14 +153,15 @@ class SimController(Node):
         for outbound in raft.poll(self.sim.now):
             self._send(raft, outbound)
         self._follow_leadership(raft)
-        wakeup = raft.next_wakeup_ms()
-        if self._armed_wakeup_ms is None or wakeup < self._armed_wakeup_ms or self._armed_wakeup_ms <= self.sim.now:
+        wakeup = max(raft.next_wakeup_ms(), self.sim.now + 1)
+        if self._armed_wakeup_ms is None or wakeup < self._armed_wakeup_ms:
             self._armed_wakeup_ms = wakeup
-            self.after(max(1, wakeup - self.sim.now), lambda: self._wake(wakeup))
+            self.after(wakeup - self.sim.now, lambda: self._wake(wakeup))
 
     def _wake(self, armed_for: int) -> None:
-        if self._armed_wakeup_ms == armed_for:
-            self._armed_wakeup_ms = None
+        if self._armed_wakeup_ms != armed_for:
+            return  # superseded by an earlier wakeup, which armed the next one
+        self._armed_wakeup_ms = None
         self._step()
 
     def _send(self, raft: RaftClient, outbound: Outbound) -> None:
