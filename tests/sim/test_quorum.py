@@ -4,17 +4,22 @@ on purpose is caught by the invariants within CI's seeds."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from tierlog.raft.messages import VoteRequest, VoteResponse
 from tierlog.raft.quorum_state import QUORUM_STATE_FILE
+from tierlog.raft.raft_client import LEADER, RaftClient
 from tierlog.sim.controller_node import SimController, active_controller
-from tierlog.sim.run import TOPIC, Cluster, SimConfig, liveness_bound_ms, simulate
+from tierlog.sim.run import TOPIC, Cluster, RunResult, SimConfig, liveness_bound_ms, simulate
 
 SHORT = replace(SimConfig(), workload_ms=15_000)
+# CI's seeds, as tests/sim/test_simulator.py runs them: a rule broken on purpose must be caught within them.
+SEEDS = int(os.environ.get("TIERLOG_SIM_SEEDS", "300"))
 
 
 @pytest.fixture
@@ -97,3 +102,47 @@ def test_one_and_five_voters_hold_every_invariant(controllers: int) -> None:
         result = simulate(seed, replace(SHORT, controllers=controllers))
         assert result.ok, result.report()
         assert result.stats["controller epochs"] >= 1
+
+
+# Raft rules broken on purpose (docs/quorum.md#elections, #high-watermark): the invariants must notice.
+
+
+def first_failing_run(mutation: str) -> tuple[int, RunResult]:
+    """The first of CI's seeds whose run breaks an invariant; the test fails if none does."""
+    for seed in range(1, SEEDS + 1):
+        result = simulate(seed)
+        if not result.ok:
+            return seed, result
+    pytest.fail(f"{SEEDS} seeds ran with {mutation} and no invariant noticed")
+
+
+@pytest.mark.timeout(900)
+def test_a_voter_granting_a_second_vote_in_one_epoch_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The voter forgets whom it voted for when another candidate of the same epoch asks: two candidates can
+    each win a majority of one epoch."""
+    handle_vote = RaftClient.handle_vote
+
+    def forgetful(self: RaftClient, request: VoteRequest, now_ms: int) -> VoteResponse:
+        if not request.pre_vote and request.candidate_epoch == self.epoch and self.voted_id != request.candidate_id:
+            self._voted_id = None
+        return handle_vote(self, request, now_ms)
+
+    monkeypatch.setattr(RaftClient, "handle_vote", forgetful)
+    seed, result = first_failing_run("a second vote in one epoch")
+    assert any("two leaders in one epoch" in v for v in result.violations), result.report()
+    print(f"caught at seed {seed}:\n{result.report()}")
+
+
+@pytest.mark.timeout(900)
+def test_a_leader_committing_on_a_minority_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The leader takes its own log end for the high watermark, without counting the voters that have it."""
+
+    def commit_alone(self: RaftClient, now_ms: int) -> None:
+        if self.state_name == LEADER and self.log.end_offset > self._epoch_start_offset:
+            self._advance_high_watermark(self.log.end_offset)
+
+    monkeypatch.setattr(RaftClient, "_update_leader_high_watermark", commit_alone)
+    seed, result = first_failing_run("a high watermark from the leader's log end")
+    committed_rules = ("committed metadata changed", "committed metadata lost", "not the committed log's")
+    assert any(rule in v for v in result.violations for rule in committed_rules), result.report()
+    print(f"caught at seed {seed}:\n{result.report()}")
