@@ -83,10 +83,11 @@ def sim(
     faults = sum(len(r.faults) for r in results)
     acknowledged = sum(r.acknowledged for r in results)
     balanced = sum(r.stats["leaders balanced"] for r in results)
+    epochs = sum(r.stats["controller epochs"] for r in results)
     click.echo(
         f"{len(results)} runs in {time.monotonic() - started:.0f} s: {len(results) - len(failed)} ok, {len(failed)} "
         f"failed; {faults} faults, {acknowledged} acknowledged writes, {sum(r.reads for r in results)} reads checked, "
-        f"{balanced} leaders moved back to their preferred replicas"
+        f"{balanced} leaders moved back to their preferred replicas, {epochs} controller epochs led"
     )
     for result in failed:
         controllers_option = "" if controllers == "3" else f" --controllers {controllers}"
@@ -103,7 +104,8 @@ def _run_seed(args: tuple[int, SimConfig]) -> RunResult:
 def _summary(result: RunResult) -> str:
     return (
         f"{len(result.faults)} faults, {result.acknowledged} acked, {result.reads} read, "
-        f"{result.stats['leaders balanced']} leaders balanced, {result.scenario}"
+        f"{result.stats['leaders balanced']} leaders balanced, {result.stats['controller epochs']} controller epochs, "
+        f"{result.scenario}"
     )
 
 

@@ -345,10 +345,12 @@ class SimController(Node):
 
 
 def active_controller(voters: dict[int, SimController]) -> SimController | None:
-    """The simulator's truth: the voter running the controller of the newest epoch (a deposed leader may still
-    run one until it notices), None while there is none."""
-    active = [v for v in voters.values() if v.is_active and v.raft is not None]
-    return max(active, key=lambda v: v.raft.epoch, default=None)  # type: ignore[union-attr]
+    """The simulator's truth: the voter running the controller in the newest epoch any running voter knows, None
+    while there is none (a deposed leader may run one until it notices: it is not the truth once another voter
+    has moved on)."""
+    running = [v.raft for v in voters.values() if v.up and v.raft is not None]
+    newest = max((raft.epoch for raft in running), default=-1)
+    return next((v for v in voters.values() if v.is_active and v.raft is not None and v.raft.epoch == newest), None)
 
 
 class ControllerGuess:

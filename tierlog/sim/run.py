@@ -200,9 +200,16 @@ class Cluster:
                     voter.node_id, voter.incarnation, raft.epoch, raft.is_leader, raft.high_watermark
                 )
         node = active_controller(self.controllers)
-        # Only a wholly committed image: a record the controller applied at once may be lost with its leadership,
-        # and no broker ever sees it.
-        if node is not None and node.controller is not None and node.raft.high_watermark == node.raft.log.end_offset:  # type: ignore[union-attr]
+        # Only a wholly committed image (a record the controller applied at once may be lost with its leadership,
+        # and no broker ever sees it) of the newest epoch ever led (a deposed leader that has not noticed yet
+        # shows a stale one).
+        if (
+            node is not None
+            and node.controller is not None
+            and node.raft is not None
+            and node.raft.high_watermark == node.raft.log.end_offset
+            and node.raft.epoch == max(self.quorum_checker.leaders, default=node.raft.epoch)
+        ):
             topic = node.controller.metadata.topics.get(TOPIC)
             if topic is not None:
                 for index, registration in enumerate(topic.partitions):
@@ -221,22 +228,23 @@ class Cluster:
                 self.quorum_checker.check_voter_log(
                     voter.node_id, voter.incarnation, voter.raft.log, voter.raft.high_watermark
                 )
-        majority = self.connected_majority()
+        majorities = self.connected_majorities()
         self.quorum_checker.check_liveness(
             self.sim.now,
-            majority is not None,
-            majority is not None and any(v.raft is not None and v.raft.is_active_leader() for v in majority),
+            bool(majorities),
+            any(v.raft is not None and v.raft.is_active_leader() for group in majorities for v in group),
         )
         self.sim.after(COMMITTED_CHECK_INTERVAL_MS, self.check_committed)
 
-    def connected_majority(self) -> list[SimController] | None:
-        """The largest set of voters up, running and linked both ways to each other, if it is a majority."""
+    def connected_majorities(self) -> list[tuple[SimController, ...]]:
+        """Every majority of voters that are up, running and linked both ways to one another (a one-way cut may
+        leave two overlapping ones; the leader may be in either)."""
         running = [v for v in self.controllers.values() if v.up and not v.paused]
-        for size in range(len(running), len(self.controllers) // 2, -1):
-            for group in itertools.combinations(running, size):
-                if not any((a.name, b.name) in self.network.cut for a in group for b in group if a is not b):
-                    return list(group)
-        return None
+        return [
+            group
+            for group in itertools.combinations(running, len(self.controllers) // 2 + 1)
+            if not any((a.name, b.name) in self.network.cut for a in group for b in group if a is not b)
+        ]
 
     def quorum_converged(self) -> bool:
         """Every voter up, with the active leader's log and high watermark."""
