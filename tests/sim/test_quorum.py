@@ -5,6 +5,8 @@ on purpose is caught by the invariants within CI's seeds."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -146,3 +148,22 @@ def test_a_leader_committing_on_a_minority_is_caught(monkeypatch: pytest.MonkeyP
     committed_rules = ("committed metadata changed", "committed metadata lost", "not the committed log's")
     assert any(rule in v for v in result.violations for rule in committed_rules), result.report()
     print(f"caught at seed {seed}:\n{result.report()}")
+
+
+def test_tierlog_sim_runs_a_five_voter_quorum_and_refuses_an_even_one() -> None:
+    five = subprocess.run(
+        [sys.executable, "-m", "tierlog", "sim", "--seed", "2", "--seconds", "10", "--controllers", "5"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert five.returncode == 0, five.stdout + five.stderr
+    assert five.stdout.startswith("seed 2: ok - ")
+    two = subprocess.run(
+        [sys.executable, "-m", "tierlog", "sim", "--seed", "2", "--controllers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert two.returncode == 2
+    assert "Error: Invalid value for '--controllers': '2' is not one of '1', '3', '5'." in two.stderr
