@@ -104,14 +104,14 @@ class SimController(Node):
         self._rng = random.Random(f"{sim.seed}/raft/{node_id}")
         self.raft: RaftClient | None = None
         self.controller: Controller | None = None
+        # The epoch the controller leads in: it must not outlive it, even across a quick loss and regain.
+        self._controller_epoch = -1
         # When the earliest timer armed for the core's next wakeup fires.
         self._armed_wakeup_ms: int | None = None
         # The due time of the balancing pass a timer is armed for, so each pass gets one timer.
         self._armed_balance_ms: int | None = None
         # Leaders the balancing passes moved back to their preferred replicas, over every incarnation.
         self.leaders_balanced = 0
-        # Times this voter became the active controller, over every incarnation.
-        self.activations = 0
 
     # Life cycle
 
@@ -204,10 +204,10 @@ class SimController(Node):
 
     def _follow_leadership(self, raft: RaftClient) -> None:
         """The Controller lives exactly as long as this voter is the active leader of one epoch."""
-        if self.controller is not None and not raft.is_active_leader():
+        if self.controller is not None and not (raft.is_active_leader() and raft.epoch == self._controller_epoch):
             self._drop_controller()
         if self.controller is None and raft.is_active_leader():
-            self.activations += 1
+            self._controller_epoch = raft.epoch
             self.controller = Controller(
                 RaftMetadataLog(raft), self._config, self.sim.now, self._cluster_id, new_uuid=self.sim.new_uuid
             )
