@@ -45,4 +45,3 @@ def test_three_controllers_survive_the_active_ones_crash(cli_cluster: CliCluster
     down = cli_cluster.run("cluster", "down")
     assert down.exit_code == 0, down.output
     assert down.stdout.splitlines()[-2].endswith("already down"), down.stdout
-

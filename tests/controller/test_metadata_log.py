@@ -101,11 +101,15 @@ def test_decode_metadata_batches_refuses_records_that_are_not_metadata() -> None
         decode_metadata_batches(build_batch([(None, b"hello", [], NOW)]))
 
 
-def test_decode_metadata_batches_skips_the_quorums_control_batches() -> None:
-    """The replicated log interleaves LeaderChangeMessage control batches, which hold no metadata."""
-    leader_change = build_batch([(b"\x00\x00\x00\x02", b"\x00\x00", [], NOW)], base_offset=0, control=True)
-    records = build_batch([(None, encode_record(record), [], NOW) for record in FIRST], base_offset=1)
-    assert decode_metadata_batches(leader_change + records).records == [(1, FIRST[0]), (2, FIRST[1])]
+def test_decode_metadata_batches_skips_the_quorums_control_batches(tmp_path: Path) -> None:
+    """A quorum's log opens each epoch with a LeaderChangeMessage control batch, which holds no metadata."""
+    log = RaftLog(tmp_path, NOW)
+    log.append_leader_change(1, [1, 2, 3], [1, 2], epoch=1, now_ms=NOW)
+    log.append_values([encode_record(r) for r in FIRST], epoch=1, now_ms=NOW)
+    log.append_leader_change(2, [1, 2, 3], [2, 3], epoch=2, now_ms=NOW)
+    log.append_values([encode_record(SECOND[0])], epoch=2, now_ms=NOW)
+    assert decode_metadata_batches(log.read(0, 1 << 20)).records == [(1, FIRST[0]), (2, FIRST[1]), (4, SECOND[0])]
+    log.close()
 
 
 def test_records_survive_reopening(tmp_path: Path) -> None:

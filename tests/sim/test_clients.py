@@ -17,6 +17,7 @@ from tierlog.replication.fetcher import FetchRequestData, FetchRequestPartition,
 from tierlog.replication.partition import Partition
 from tierlog.sim.broker_node import PartitionLeader, SimBroker
 from tierlog.sim.clients import SimClient
+from tierlog.sim.controller_node import active_controller
 from tierlog.sim.run import TOPIC, Cluster, SimConfig
 from tierlog.sim.world import Network, Respond, Simulation
 
@@ -48,11 +49,12 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     cluster = Cluster(5, replace(SimConfig(), faults=False), tmp_path)
     # The scenarios are built by hand: a message lost at random would stall a client for its 30 s timeout.
     cluster.network.conditions.drop = cluster.network.conditions.duplicate = 0.0
-    cluster.controller.start()
-    for broker in cluster.brokers.values():
-        broker.start()
+    for node in [*cluster.controllers.values(), *cluster.brokers.values()]:
+        node.start()
     run_until(cluster, lambda: all(not b.fenced for b in cluster.brokers.values()), 30_000)
-    cluster.controller.create_topic(TOPIC, 2, 3, {"min.insync.replicas": "2", "segment.bytes": "2048"})
+    active = active_controller(cluster.controllers)
+    assert active is not None
+    active.create_topic(TOPIC, 2, 3, {"min.insync.replicas": "2", "segment.bytes": "2048"})
     for client in [*cluster.producers, *cluster.consumers]:
         client.start()
     cluster.sim.run_until(cluster.sim.now + 3000, cluster.after_step)
@@ -70,8 +72,8 @@ def run_until(cluster: Cluster, condition: Callable[[], bool], limit_ms: int) ->
 
 
 def controller_leader(cluster: Cluster) -> PartitionLeader:
-    assert cluster.controller.controller is not None
-    registration = cluster.controller.controller.metadata.topics[TOPIC].partitions[TP.partition]
+    assert cluster.controller is not None
+    registration = cluster.controller.metadata.topics[TOPIC].partitions[TP.partition]
     return PartitionLeader(registration.leader, registration.leader_epoch)
 
 
@@ -86,7 +88,8 @@ def depose_leader_silently(cluster: Cluster) -> tuple[SimBroker, SimBroker]:
     the new leader by a broker that knows it, and the consumer reads past the deposed leader's log end.
     Returns (deposed, new leader)."""
     deposed = cluster.brokers[controller_leader(cluster).leader_id]
-    links = [(deposed.name, cluster.controller.name), (cluster.controller.name, deposed.name)]
+    voters = [v.name for v in cluster.controllers.values()]
+    links = [(deposed.name, v) for v in voters] + [(v, deposed.name) for v in voters]
     cluster.network.cut_links(links)
     run_until(cluster, lambda: controller_leader(cluster).leader_id not in (deposed.broker_id, -1), 30_000)
     successor = cluster.brokers[controller_leader(cluster).leader_id]

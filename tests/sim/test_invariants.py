@@ -7,8 +7,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tierlog.common import TopicPartition
+from tierlog.metadata.image import ClusterMetadata
+from tierlog.metadata.records import ClusterIdRecord, ProducerIdsRecord
+from tierlog.raft.messages import OffsetAndEpoch, RaftFetchResponse
+from tierlog.raft.raft_log import RaftLog
 from tierlog.records.codec import build_batch
-from tierlog.sim.invariants import ClusterChecker, History
+from tierlog.records.record_batch import complete_batches, read_header
+from tierlog.sim.invariants import ClusterChecker, History, QuorumChecker, raft_log_batches
 from tierlog.storage.log import Log
 from tierlog.storage.log_config import LogConfig
 
@@ -145,3 +150,121 @@ def test_after_convergence_a_follower_differing_from_the_leader_is_reported(tmp_
     follower = replica_with(tmp_path, 2, ["a", "x"], epoch=1)
     ClusterChecker(history).check_converged(TP, leader, [follower])  # type: ignore[arg-type]
     assert rules(history) == ["replicas differ after convergence", "leader-epoch caches differ"]
+
+
+# The controller quorum's rules
+
+
+def voter_log(tmp_path: Path, voter_id: int, values: list[str], epoch: int = 1) -> RaftLog:
+    """A voter's Raft log: its epoch's LeaderChangeMessage, then one batch per value."""
+    log = RaftLog(tmp_path / f"voter-{voter_id}", 0)
+    log.append_leader_change(1, [1, 2, 3], [1, 2], epoch, 0)
+    for value in values:
+        log.append_values([value.encode()], epoch, 0)
+    return log
+
+
+def quorum_checker() -> QuorumChecker:
+    return QuorumChecker(History(), liveness_bound_ms=10_000)
+
+
+def test_two_leaders_in_one_epoch_are_reported_whenever_they_lead() -> None:
+    checker = quorum_checker()
+    checker.check_voter_step(1, 1, epoch=3, is_leader=True, high_watermark=None)
+    checker.check_voter_step(1, 2, epoch=4, is_leader=True, high_watermark=None)
+    assert checker.history.violations == []
+    checker.check_voter_step(2, 1, epoch=3, is_leader=True, high_watermark=None)
+    assert rules(checker.history) == ["two leaders in one epoch"]
+
+
+def test_a_voters_high_watermark_moving_back_within_an_incarnation_is_reported() -> None:
+    checker = quorum_checker()
+    checker.check_voter_step(1, 1, epoch=3, is_leader=False, high_watermark=5)
+    checker.check_voter_step(1, 2, epoch=3, is_leader=False, high_watermark=2)  # restarted: learns it again
+    assert checker.history.violations == []
+    checker.check_voter_step(1, 2, epoch=3, is_leader=False, high_watermark=1)
+    assert rules(checker.history) == ["quorum HW moved backwards"]
+
+
+def test_voters_holding_different_batches_below_their_high_watermarks_are_reported(tmp_path: Path) -> None:
+    checker = quorum_checker()
+    checker.check_voter_log(1, 1, voter_log(tmp_path, 1, ["a", "b"]), high_watermark=3)
+    # Voter 2's second batch differs, but only its first is committed in its view: not yet a breach.
+    changed = voter_log(tmp_path, 2, ["a", "B"])
+    checker.check_voter_log(2, 1, changed, high_watermark=2)
+    assert checker.history.violations == []
+    checker.check_voter_log(2, 1, changed, high_watermark=3)
+    assert rules(checker.history) == ["committed metadata changed"]
+
+
+def observer_fetch(log: RaftLog, start: int, high_watermark: int, **changes: object) -> RaftFetchResponse:
+    data = log.read(start, 1 << 20)
+    return RaftFetchResponse(None, 1, 1, high_watermark=high_watermark, records=data, **changes)  # type: ignore[arg-type]
+
+
+def headers_of(response: RaftFetchResponse) -> list:  # type: ignore[type-arg]
+    return [read_header(response.records, position) for position, _ in complete_batches(response.records)]
+
+
+def test_a_broker_sent_uncommitted_or_gapped_metadata_or_told_to_truncate_is_reported(tmp_path: Path) -> None:
+    log = voter_log(tmp_path, 1, ["a", "b"])
+    checker = quorum_checker()
+    committed = observer_fetch(log, 0, high_watermark=3)
+    checker.check_observer_fetch("broker-1", 0, committed, headers_of(committed))
+    assert checker.history.violations == []
+    uncommitted = observer_fetch(log, 0, high_watermark=2)
+    checker.check_observer_fetch("broker-1", 0, uncommitted, headers_of(uncommitted))
+    assert rules(checker.history) == ["broker got uncommitted metadata"]
+    gapped = observer_fetch(log, 2, high_watermark=3)
+    checker.check_observer_fetch("broker-2", 1, gapped, headers_of(gapped))
+    truncate = observer_fetch(log, 3, high_watermark=3, diverging_epoch=OffsetAndEpoch(1, 1))
+    checker.check_observer_fetch("broker-3", 3, truncate, headers_of(truncate))
+    assert rules(checker.history)[1:] == ["broker metadata has a gap", "broker told to truncate its metadata"]
+
+
+def test_metadata_a_broker_was_sent_must_be_what_the_voters_commit(tmp_path: Path) -> None:
+    """A leader that commits on a minority sends a broker records the majority never had."""
+    checker = quorum_checker()
+    minority = voter_log(tmp_path, 1, ["a", "b"])
+    sent = observer_fetch(minority, 0, high_watermark=3)
+    checker.check_observer_fetch("broker-1", 0, sent, headers_of(sent))
+    checker.check_voter_log(2, 1, voter_log(tmp_path, 2, ["a", "c"], epoch=1), high_watermark=3)
+    assert rules(checker.history) == ["committed metadata changed"]
+
+
+def test_a_connected_majority_without_an_active_leader_beyond_the_bound_is_reported() -> None:
+    checker = quorum_checker()
+    checker.check_liveness(0, majority_connected=True, active_leader=False)
+    checker.check_liveness(10_000, majority_connected=True, active_leader=False)
+    checker.check_liveness(11_000, majority_connected=False, active_leader=False)  # a fault: the clock restarts
+    checker.check_liveness(12_000, majority_connected=True, active_leader=False)
+    checker.check_liveness(22_000, majority_connected=True, active_leader=True)
+    assert checker.history.violations == []
+    checker.check_liveness(23_000, majority_connected=True, active_leader=False)
+    checker.check_liveness(33_001, majority_connected=True, active_leader=False)
+    assert rules(checker.history) == ["no active controller"]
+
+
+def test_after_convergence_differing_voters_and_lost_committed_metadata_are_reported(tmp_path: Path) -> None:
+    checker = quorum_checker()
+    old = voter_log(tmp_path, 9, ["a", "b"])
+    checker.check_voter_log(9, 1, old, high_watermark=3)
+    logs = {1: voter_log(tmp_path, 1, ["a"]), 2: voter_log(tmp_path, 2, ["a"]), 3: voter_log(tmp_path, 3, ["a", "x"])}
+    checker.check_converged(1, logs)
+    assert rules(checker.history) == ["voters' logs differ after convergence", "committed metadata lost"]
+    assert [h.base_offset for h in raft_log_batches(logs[3], 0, logs[3].end_offset)] == [0, 1, 2]
+
+
+def test_a_broker_image_that_is_not_the_committed_records_replayed_is_reported() -> None:
+    committed = [(1, ClusterIdRecord("c")), (2, ProducerIdsRecord(1, 1000)), (4, ProducerIdsRecord(2, 2000))]
+    checker = quorum_checker()
+    prefix = ClusterMetadata()
+    for offset, record in committed[:2]:
+        prefix.apply(offset, record)
+    checker.check_broker_image("broker-1", prefix, committed)
+    assert checker.history.violations == []
+    other = ClusterMetadata()
+    other.apply(1, ClusterIdRecord("c"))
+    other.apply(2, ProducerIdsRecord(1, 5000))
+    checker.check_broker_image("broker-2", other, committed)
+    assert rules(checker.history) == ["broker metadata is not the committed log's"]

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tierlog.replication.fetcher import FETCHING, PartitionFetchState, ReplicaFetcher
+from tierlog.sim.controller_node import active_controller
 from tierlog.sim.run import Cluster, RunResult, SimConfig, simulate
 from tierlog.storage.producer_state import ProducerStateEntry
 
@@ -38,7 +39,10 @@ def test_every_seed_holds_every_invariant(tmp_path: Path) -> None:
     assert len(runs) == SEEDS
     # The runs really were under fire, and the clients really worked.
     assert sum(len(run["faults"]) for run in runs) > 5 * SEEDS
-    assert sum("power loss" in fault for run in runs for fault in run["faults"]) > 0
+    assert sum("power loss broker" in fault for run in runs for fault in run["faults"]) > 0
+    assert sum("power loss controller" in fault for run in runs for fault in run["faults"]) > 0
+    # The quorum really changed leaders: controller kills, pauses and cuts forced elections.
+    assert sum(run["stats"]["controller epochs"] for run in runs) > 1.5 * SEEDS
     # A run whose first produce or fetch reply is lost waits out a 30 s timeout, so a few runs may see
     # nothing acknowledged; the sweep as a whole must see plenty.
     assert sum(run["acknowledged"] for run in runs) > 100 * SEEDS
@@ -74,11 +78,12 @@ def test_a_seed_replays_exactly_in_another_process_with_another_hash_seed() -> N
 
 def test_a_power_loss_cuts_the_unflushed_tail_and_the_cluster_recovers_it(tmp_path: Path) -> None:
     cluster = Cluster(3, replace(SHORT, faults=False), tmp_path)
-    cluster.controller.start()
-    for broker in cluster.brokers.values():
-        broker.start()
-    cluster.sim.run_until(cluster.sim.now + 2000)
-    cluster.controller.create_topic("sim", 2, 3, {"min.insync.replicas": "2", "segment.bytes": "2048"})
+    for node in [*cluster.controllers.values(), *cluster.brokers.values()]:
+        node.start()
+    cluster.sim.run_until(cluster.sim.now + 5000)
+    active = active_controller(cluster.controllers)
+    assert active is not None
+    active.create_topic("sim", 2, 3, {"min.insync.replicas": "2", "segment.bytes": "2048"})
     for producer in cluster.producers:
         producer.start()
     cluster.sim.run_until(cluster.sim.now + 5000)

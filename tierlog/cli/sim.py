@@ -25,6 +25,13 @@ from tierlog.sim.run import RunResult, SimConfig, simulate
     show_default=True,
     help="Virtual seconds of workload and faults per run (healing and the checks follow).",
 )
+@click.option(
+    "--controllers",
+    type=click.Choice(["1", "3", "5"]),
+    default="3",
+    show_default=True,
+    help="Voters of the controller quorum (controller.quorum.voters).",
+)
 @click.option("--brokers", type=click.IntRange(min=3), default=3, show_default=True)
 @click.option("--partitions", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option("--no-faults", is_flag=True, help="Run the workload without faults.")
@@ -36,6 +43,7 @@ def sim(
     runs: int,
     first_seed: int,
     seconds: int,
+    controllers: str,
     brokers: int,
     partitions: int,
     no_faults: bool,
@@ -43,11 +51,17 @@ def sim(
     json_path: Path | None,
     keep: Path | None,
 ) -> None:
-    """Run brokers, the controller and clients in one process under a virtual clock, with a seeded schedule of
-    crashes, power losses, pauses, network cuts, drops and duplicates, and check the replication invariants
-    (docs/simulation.md). Exits 1 if any run breaks one; `--seed N` replays that run event for event."""
+    """Run brokers, a quorum of controllers and clients in one process under a virtual clock, with a seeded
+    schedule of crashes, power losses, pauses, network cuts, drops and duplicates, and check the replication and
+    quorum invariants (docs/simulation.md). Exits 1 if any run breaks one; `--seed N` replays that run event for
+    event."""
     config = replace(
-        SimConfig(), workload_ms=seconds * 1000, brokers=brokers, partitions=partitions, faults=not no_faults
+        SimConfig(),
+        workload_ms=seconds * 1000,
+        controllers=int(controllers),
+        brokers=brokers,
+        partitions=partitions,
+        faults=not no_faults,
     )
     if seed is not None:
         result = simulate(seed, config, keep_dir=keep)
@@ -69,13 +83,15 @@ def sim(
     faults = sum(len(r.faults) for r in results)
     acknowledged = sum(r.acknowledged for r in results)
     balanced = sum(r.stats["leaders balanced"] for r in results)
+    epochs = sum(r.stats["controller epochs"] for r in results)
     click.echo(
         f"{len(results)} runs in {time.monotonic() - started:.0f} s: {len(results) - len(failed)} ok, {len(failed)} "
         f"failed; {faults} faults, {acknowledged} acknowledged writes, {sum(r.reads for r in results)} reads checked, "
-        f"{balanced} leaders moved back to their preferred replicas"
+        f"{balanced} leaders moved back to their preferred replicas, {epochs} controller epochs led"
     )
     for result in failed:
-        click.echo(f"replay: tierlog sim --seed {result.seed} --seconds {seconds}", err=True)
+        controllers_option = "" if controllers == "3" else f" --controllers {controllers}"
+        click.echo(f"replay: tierlog sim --seed {result.seed} --seconds {seconds}{controllers_option}", err=True)
     _write_json(json_path, results)
     sys.exit(1 if failed else 0)
 
@@ -88,7 +104,8 @@ def _run_seed(args: tuple[int, SimConfig]) -> RunResult:
 def _summary(result: RunResult) -> str:
     return (
         f"{len(result.faults)} faults, {result.acknowledged} acked, {result.reads} read, "
-        f"{result.stats['leaders balanced']} leaders balanced, {result.scenario}"
+        f"{result.stats['leaders balanced']} leaders balanced, {result.stats['controller epochs']} controller epochs, "
+        f"{result.scenario}"
     )
 
 

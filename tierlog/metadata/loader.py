@@ -59,6 +59,9 @@ class MetadataLoader:
         self.last_fetched_epoch = 0
         # The end of the committed metadata log as of the last answer.
         self.high_watermark = 0
+        # Where the next fetch starts: past the last batch received, which may be a Raft control batch (a
+        # LeaderChangeMessage) holding no metadata record, so the image's offset may lag behind it.
+        self.fetch_offset = 0
         self._fetch_wait_ms = fetch_wait_ms
         self._retry_backoff_ms = retry_backoff_ms
         self._retry_at_ms = 0

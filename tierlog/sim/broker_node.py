@@ -6,8 +6,11 @@ exactly as the shell does: it asks each for its next request (`poll`), carries t
 the answer back. `BrokerLifecycleManager` registers and heartbeats, `MetadataLoader` follows the metadata log and
 says when to publish, `BrokerMetadataPublisher` loads the logs and applies the image, each `ReplicaFetcher`
 fetches from its leader, `AlterPartitionManager` sends ISR changes, and the leader answers fetches through
-`fetch_messages_for_request`. What is this node's own is the world: the timers (purgatory deadlines, ISR
-expiration, checkpoints, flushes), the messages, and what a crash or a power loss does to the files.
+`fetch_messages_for_request`. Requests for the controller go to the voter the broker takes for the active one
+(`ControllerGuess`), and to another after NOT_CONTROLLER or a timeout; the metadata comes from Raft Fetch
+requests as an observer (replica id = broker id), which the leader answers with committed records only. What
+is this node's own is the world: the timers (purgatory deadlines, ISR expiration, checkpoints, flushes), the
+messages, and what a crash or a power loss does to the files.
 
 A process crash (SIGKILL) closes the files without writing anything; a power loss also cuts every log back
 to its recovery point, the last offset Kafka's flush made durable, keeping a torn part of the next write
@@ -22,15 +25,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tierlog.common import Idle, TopicPartition
+from tierlog.controller.metadata_log import decode_metadata_batches
 from tierlog.metadata.lifecycle import BrokerLifecycleManager, BrokerRegistrationRequest
-from tierlog.metadata.loader import MetadataLoader
+from tierlog.metadata.loader import MetadataBatches, MetadataLoader
 from tierlog.metadata.records import Endpoint
+from tierlog.raft.messages import RaftFetchRequest, RaftFetchResponse
+from tierlog.records.record_batch import complete_batches, read_header
 from tierlog.replication.alter_partition_manager import AlterPartitionManager
 from tierlog.replication.fetch_request import fetch_messages_for_request
 from tierlog.replication.fetcher import FetcherConfig, FetchRequestData, FetchResponsePartition, ListOffsetsRequest
 from tierlog.replication.metadata_publisher import BrokerMetadataPublisher
 from tierlog.replication.replica_manager import AppendResult, FetchPartitionResult, ReplicaManager, error_name_of
-from tierlog.sim.controller_node import SimController
+from tierlog.sim.controller_node import NOT_CONTROLLER, ControllerGuess, SimController
+from tierlog.sim.invariants import QuorumChecker
 from tierlog.sim.world import Network, Node, Respond, Simulation
 from tierlog.storage.log_manager import LogManager
 
@@ -80,16 +87,20 @@ class SimBroker(Node):
         network: Network,
         broker_id: int,
         data_dir: Path,
-        controller: SimController,
+        controllers: dict[int, SimController],
         peers: dict[int, SimBroker],
         settings: BrokerSettings,
         log_defaults: dict[str, str],
+        quorum_checker: QuorumChecker,
     ) -> None:
         super().__init__(sim, f"broker-{broker_id}")
         self.broker_id = broker_id
         self.data_dir = data_dir
         self._network = network
-        self._controller = controller
+        self._controllers = controllers
+        self._controller_guess = ControllerGuess(list(controllers))
+        self._quorum_checker = quorum_checker
+        # The epoch of the last metadata batch received: the next fetch's LastFetchedEpoch.
         self._peers = peers
         self.settings = settings
         self._log_defaults = log_defaults
@@ -105,6 +116,7 @@ class SimBroker(Node):
 
     def on_start(self) -> None:
         self.loader = MetadataLoader()
+        self._controller_guess = ControllerGuess(list(self._controllers))
         self.lifecycle = self._lifecycle_manager()
         self.log_manager = LogManager([self.data_dir], self._log_defaults, new_uuid=self.sim.new_uuid)
         t = self.settings
@@ -209,6 +221,31 @@ class SimBroker(Node):
     def fenced(self) -> bool:
         return self.lifecycle is None or self.lifecycle.fenced
 
+    def _call_controller(
+        self,
+        handle: Callable[[SimController, Respond], None],
+        on_answer: Callable[[object], None],
+        on_failure: Callable[[], None],
+        timeout_ms: int,
+    ) -> None:
+        """A request to the voter taken for the active controller. NOT_CONTROLLER or no answer in time: the next
+        request goes to another voter, and this one fails as an unanswered request does (the caller retries),
+        as Kafka's controller channel does."""
+        tried = self._controller_guess.current
+        controller = self._controllers[tried]
+
+        def on_reply(reply: object) -> None:
+            if reply == NOT_CONTROLLER:
+                failed()
+            else:
+                on_answer(reply)
+
+        def failed() -> None:
+            self._controller_guess.failed(tried)
+            on_failure()
+
+        self._network.call(self, controller, lambda respond: handle(controller, respond), on_reply, failed, timeout_ms)
+
     def _drive_lifecycle(self) -> None:
         """Carry the lifecycle manager's registration and heartbeats (`BrokerLifecycleManager.poll`) to the
         controller and the answers back."""
@@ -233,10 +270,8 @@ class SimBroker(Node):
                     self._publish()
                 self._drive_lifecycle()
 
-            self._network.call(
-                self,
-                self._controller,
-                lambda respond: self._controller.register(registration, respond),
+            self._call_controller(
+                lambda controller, respond: controller.register(registration, respond),
                 on_registration,
                 on_failure,
                 self.settings.controller_request_timeout_ms,
@@ -251,39 +286,67 @@ class SimBroker(Node):
                     lifecycle.on_heartbeat_response(reply.is_fenced, self.sim.now)  # type: ignore[attr-defined]
                 self._drive_lifecycle()
 
-            self._network.call(
-                self,
-                self._controller,
-                lambda respond: self._controller.heartbeat(heartbeat, respond),
+            self._call_controller(
+                lambda controller, respond: controller.heartbeat(heartbeat, respond),
                 on_heartbeat,
                 on_failure,
                 self.settings.controller_request_timeout_ms,
             )
 
     def _follow_metadata(self) -> None:
-        """Carry the metadata loader's fetches (`MetadataLoader.poll`) to the controller and its answers back."""
+        """Carry the metadata loader's fetches (`MetadataLoader.poll`) to the active controller as an observer's
+        Raft Fetch, and its answers back."""
         action = self.loader.poll(self.sim.now)
         if isinstance(action, Idle):
             self.after(action.until_ms - self.sim.now, self._follow_metadata)
             return
+        guess = self._controller_guess
+        tried = guess.current
+        controller = self._controllers[tried]
+        request = RaftFetchRequest(
+            replica_id=self.broker_id,
+            current_leader_epoch=guess.leader_epoch,
+            fetch_offset=action.offset,
+            last_fetched_epoch=action.last_fetched_epoch,
+            max_wait_ms=action.max_wait_ms,
+        )
 
         def on_reply(reply: object) -> None:
-            batches, high_watermark = reply  # type: ignore[misc]
-            if self.loader.on_records(batches, high_watermark):
+            assert isinstance(reply, RaftFetchResponse)
+            named_leader = guess.hint(reply.leader_id, reply.leader_epoch)
+            if reply.error is not None:
+                # FENCED_LEADER_EPOCH from the leader names itself: ask it again, with its epoch.
+                if not named_leader:
+                    guess.failed(tried)
+                self.loader.on_fetch_failed(self.sim.now)
+            elif self._take_metadata(request, reply):
                 self._publish()
             self._follow_metadata()
 
         def on_failure() -> None:
+            guess.failed(tried)
             self.loader.on_fetch_failed(self.sim.now)
             self._follow_metadata()
 
         self._network.call(
             self,
-            self._controller,
-            lambda respond: self._controller.fetch_metadata(action, respond),
+            controller,
+            lambda respond: controller.handle_raft(request, respond),
             on_reply,
             on_failure,
-            self.settings.controller_request_timeout_ms,
+            self.settings.controller_request_timeout_ms + request.max_wait_ms,
+        )
+
+    def _take_metadata(self, request: RaftFetchRequest, response: RaftFetchResponse) -> bool:
+        """Fold the committed records of a Fetch response into the loader's image; True if it is to be published
+        now."""
+        data = response.records
+        headers = [read_header(data, position) for position, _ in complete_batches(data)]
+        self._quorum_checker.check_observer_fetch(self.name, request.fetch_offset, response, headers)
+        batches = decode_metadata_batches(data, request.fetch_offset)
+        records = [r for r in batches.records if r[0] >= request.fetch_offset]
+        return self.loader.on_records(
+            MetadataBatches(records, batches.next_offset, batches.last_epoch), response.high_watermark
         )
 
     def _publish(self) -> None:
@@ -455,10 +518,8 @@ class SimBroker(Node):
             manager.on_request_failed("no answer in time", self.sim.now)
             self._send_alter_partitions()
 
-        self._network.call(
-            self,
-            self._controller,
-            lambda respond: self._controller.alter_partition(request, respond),
+        self._call_controller(
+            lambda controller, respond: controller.alter_partition(request, respond),
             on_reply,
             on_failure,
             self.settings.controller_request_timeout_ms,

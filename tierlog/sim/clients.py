@@ -7,7 +7,8 @@ with the leader epoch it knows, so a broker that is not the leader of that epoch
 refresh metadata; UNKNOWN_LEADER_EPOCH: the broker has not heard yet, try again), and after a leader change
 it validates its position with OffsetsForLeaderEpoch before fetching on.
 
-An idempotent producer (enable.idempotence) takes a producer id from the controller, numbers its batches per
+An idempotent producer (enable.idempotence) takes a producer id from the active controller (the voter it takes
+for it, another after NOT_CONTROLLER or a timeout), numbers its batches per
 partition and sends the very same batch again until it is acknowledged, so every value must end up in the
 log exactly once; a plain producer gives a value up after `DELIVERY_ATTEMPTS` and may write it twice.
 
@@ -26,7 +27,7 @@ from tierlog.records.codec import build_batch, decode_batches
 from tierlog.replication.fetcher import FetchRequestData, FetchRequestPartition, FetchResponsePartition
 from tierlog.replication.replica_manager import AppendResult
 from tierlog.sim.broker_node import PartitionLeader, SimBroker
-from tierlog.sim.controller_node import SimController
+from tierlog.sim.controller_node import NOT_CONTROLLER, ControllerGuess, SimController, active_controller
 from tierlog.sim.invariants import History
 from tierlog.sim.world import Network, Node, Respond, Simulation
 
@@ -83,20 +84,21 @@ class SimProducer(SimClient):
         brokers: dict[int, SimBroker],
         partitions: list[TopicPartition],
         history: History,
-        controller: SimController | None = None,
+        controllers: dict[int, SimController] | None = None,
     ) -> None:
-        """With `controller`, the producer is idempotent: it asks the controller for its producer id."""
+        """With `controllers`, the producer is idempotent: it asks the active controller for its producer id."""
         super().__init__(sim, network, name, brokers)
         self._partitions = partitions
         self._history = history
-        self._controller = controller
+        self._controllers = controllers
+        self._controller_guess = ControllerGuess(list(controllers)) if controllers is not None else None
         self._sequence = 0
         self.producer_id = -1
         self._next_sequence = dict.fromkeys(partitions, 0)
 
     @property
     def idempotent(self) -> bool:
-        return self._controller is not None
+        return self._controllers is not None
 
     def on_start(self) -> None:
         self.refresh_metadata()
@@ -106,21 +108,23 @@ class SimProducer(SimClient):
             self.after(50, self._send_next)
 
     def _init_producer_id(self) -> None:
-        controller = self._controller
-        assert controller is not None
+        assert self._controllers is not None and self._controller_guess is not None
+        guess = self._controller_guess
+        tried = guess.current
+        controller = self._controllers[tried]
 
         def on_reply(reply: object) -> None:
+            if reply == NOT_CONTROLLER:
+                retry()
+                return
             self.producer_id = int(reply)  # type: ignore[call-overload]
             self._send_next()
 
-        self._network.call(
-            self,
-            controller,
-            controller.allocate_producer_id,
-            on_reply,
-            lambda: self.after(RETRY_BACKOFF_MS, self._init_producer_id),
-            REQUEST_TIMEOUT_MS,
-        )
+        def retry() -> None:
+            guess.failed(tried)
+            self.after(RETRY_BACKOFF_MS, self._init_producer_id)
+
+        self._network.call(self, controller, controller.allocate_producer_id, on_reply, retry, REQUEST_TIMEOUT_MS)
 
     def _send_next(self) -> None:
         if not self.running:
@@ -174,11 +178,11 @@ class SimProducer(SimClient):
 
     def _is_current_leader(self, broker: SimBroker, tp: TopicPartition) -> bool:
         """The simulator's truth, not the client's view: whether `broker` leads `tp` in the controller's image,
-        in the epoch it holds itself. Unknown (controller down) counts as no."""
-        controller = self._controller.controller if self._controller is not None else None
-        if controller is None or not self._controller.up:  # type: ignore[union-attr]
+        in the epoch it holds itself. Unknown (no active controller) counts as no."""
+        node = active_controller(self._controllers) if self._controllers is not None else None
+        if node is None or node.controller is None:
             return False
-        topic = controller.metadata.topics.get(tp.topic)
+        topic = node.controller.metadata.topics.get(tp.topic)
         rm = broker.replica_manager
         partition = rm.partitions.get(tp) if rm is not None else None
         if topic is None or partition is None:

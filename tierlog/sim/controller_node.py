@@ -1,111 +1,269 @@
-"""The controller as a simulated node: the real `Controller` over a real metadata log on the simulated disk.
+"""A controller as a simulated node: one voter of the KRaft quorum (docs/quorum.md), the real `RaftClient` over a
+real `RaftLog` and quorum-state file on the simulated disk, and the real `Controller` while this voter is the
+active leader.
 
-It serves what brokers ask over the network (registration, heartbeats, AlterPartition, long-polling metadata
-fetches, which wait on the core's `WakingMetadataLog` as the asyncio shell's do), fences brokers whose session
-expired and runs the core's leader balancing passes when they are due (auto.leader.rebalance.enable). A crash
-loses the session deadlines, the parked fetches and the pending balancing pass; the metadata log is fsynced on
-every append, so a restart replays everything committed.
+The node is the Raft core's world: it carries the core's requests (`poll`) to the other voters over the
+simulated network and their responses back (`on_response`, None when none came within
+controller.quorum.request.timeout.ms), hands the requests it receives to the core's `handle_*` (a Fetch is
+answered through its callback, at once or when records come), and polls the core when it asks to be woken
+(`next_wakeup_ms`) and after every message.
+
+The `Controller` exists only while the core says this voter is the active leader (its epoch's
+LeaderChangeMessage committed): it is built by replaying the committed log and appends through
+`RaftClient.append`; it is thrown away the moment leadership is lost. A broker's request is answered only once
+every record the answer may rest on is committed, NOT_CONTROLLER otherwise (docs/quorum.md). A crash loses the
+session deadlines, the pending answers and the balancing pass; the Raft log and the quorum-state file are
+fsynced on every write, so a restart, even after a power loss, finds everything the voter acted on.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tierlog.controller.controller import Controller, ControllerConfig
-from tierlog.controller.errors import ControllerError
-from tierlog.controller.metadata_log import CONTROLLER_EPOCH, DiskMetadataLog, WakingMetadataLog
+from tierlog.controller.errors import ControllerError, NotControllerError
+from tierlog.controller.metadata_log import QuorumMetadataLog
 from tierlog.metadata.lifecycle import BrokerHeartbeatRequest, BrokerRegistrationRequest
-from tierlog.metadata.loader import MetadataBatches, MetadataFetchRequest
-from tierlog.metadata.records import MetadataRecord
+from tierlog.raft.messages import (
+    BeginQuorumEpochRequest,
+    EndQuorumEpochRequest,
+    FetchSnapshotRequest,
+    Outbound,
+    RaftFetchRequest,
+    RaftRequest,
+    VoteRequest,
+)
+from tierlog.raft.quorum_state import QUORUM_STATE_FILE, FileQuorumStateStore
+from tierlog.raft.raft_client import RaftClient, RaftConfig
+from tierlog.raft.raft_log import RaftLog
 from tierlog.replication.alter_partition_manager import AlterPartitionRequest
-from tierlog.sim.world import Node, Respond, Simulation
+from tierlog.sim.world import Network, Node, Respond, Simulation
 
 FENCE_CHECK_INTERVAL_MS = 100
-
-
-class RecordingMetadataLog(DiskMetadataLog):
-    """The metadata log, with every record also kept in memory so fetches need not read the disk."""
-
-    def __init__(self, log_dir: Path) -> None:
-        super().__init__(log_dir)
-        self.records: list[tuple[int, MetadataRecord]] = super().records_from(0)
-
-    def append(self, records: Sequence[MetadataRecord], now_ms: int) -> int:
-        first = super().append(records, now_ms)
-        self.records.extend((first + i, record) for i, record in enumerate(records))
-        return first
+# Node ids of the simulated voters are CONTROLLER_ID_BASE + 1, + 2, ...: apart from the brokers' 1, 2, 3, whose
+# ids are their replica ids when they fetch the metadata as observers.
+CONTROLLER_ID_BASE = 3000
+NOT_CONTROLLER = "NOT_CONTROLLER"
+# How long an answer waits for its records to commit; the broker gives up on it at its own request timeout.
+COMMIT_WAIT_MS = 5000
 
 
 class SimController(Node):
-    def __init__(self, sim: Simulation, data_dir: Path, config: ControllerConfig, cluster_id: str) -> None:
-        super().__init__(sim, "controller")
-        self._data_dir = data_dir
+    def __init__(
+        self,
+        sim: Simulation,
+        network: Network,
+        node_id: int,
+        voters: dict[int, SimController],
+        data_dir: Path,
+        config: ControllerConfig,
+        raft_config: RaftConfig,
+        cluster_id: str,
+    ) -> None:
+        super().__init__(sim, f"controller-{node_id}")
+        self.node_id = node_id
+        self._network = network
+        self._voters = voters
+        self.data_dir = data_dir
         self._config = config
+        self.raft_config = raft_config
         self._cluster_id = cluster_id
+        # The core's own stream (election timeouts, backoffs), so its draws never shift the fault schedule.
+        self._rng = random.Random(f"{sim.seed}/raft/{node_id}")
+        self.raft: RaftClient | None = None
         self.controller: Controller | None = None
-        self._metadata_log: WakingMetadataLog | None = None
-        self._recording_log: RecordingMetadataLog | None = None
+        # The epoch the controller leads in: it must not outlive it, even across a quick loss and regain.
+        self._controller_epoch = -1
+        # When the earliest timer armed for the core's next wakeup fires.
+        self._armed_wakeup_ms: int | None = None
         # The due time of the balancing pass a timer is armed for, so each pass gets one timer.
         self._armed_balance_ms: int | None = None
         # Leaders the balancing passes moved back to their preferred replicas, over every incarnation.
         self.leaders_balanced = 0
 
+    # Life cycle
+
     def on_start(self) -> None:
-        self._recording_log = RecordingMetadataLog(self._data_dir)
-        self._metadata_log = WakingMetadataLog(self._recording_log)
-        self.controller = Controller(
-            self._metadata_log, self._config, self.sim.now, self._cluster_id, new_uuid=self.sim.new_uuid
+        self.raft = RaftClient(
+            self.node_id,
+            sorted(self._voters),
+            RaftLog(self.data_dir, self.sim.now),
+            FileQuorumStateStore(self.data_dir / QUORUM_STATE_FILE, frozenset(self._voters)),
+            self.raft_config,
+            self.sim.now,
+            self._rng,
         )
-        self._armed_balance_ms = None
+        self._armed_wakeup_ms = None
         self.every(FENCE_CHECK_INTERVAL_MS, self._fence_stale_brokers)
-        self._arm_leader_balance()
+        self._step()
 
     def on_crash(self) -> None:
-        if self._metadata_log is not None:
-            self._metadata_log.close()
-        self._metadata_log = None
-        self._recording_log = None
+        """SIGKILL or power loss: every write of the Raft log and of the quorum-state file was fsynced before the
+        voter acted on it, so the disk keeps all of it; only the process's memory is gone."""
+        if self.raft is not None:
+            self.raft.log.close()
+        self.raft = None
         self.controller = None
+        self._armed_balance_ms = None
 
     @property
-    def records(self) -> list[tuple[int, MetadataRecord]]:
-        assert self._recording_log is not None
-        return self._recording_log.records
+    def is_active(self) -> bool:
+        """Whether this voter is up and runs the active controller (in its own view: a deposed leader that has not
+        heard of its successor still thinks so until its check-quorum timeout)."""
+        return self.up and self.controller is not None
+
+    # Driving the Raft core
+
+    def _step(self) -> None:
+        """Poll the core: send what it asks to send, follow its leadership, arm a timer for its next wakeup."""
+        raft = self.raft
+        assert raft is not None
+        for outbound in raft.poll(self.sim.now):
+            self._send(raft, outbound)
+        self._follow_leadership(raft)
+        wakeup = max(raft.next_wakeup_ms(), self.sim.now + 1)
+        if self._armed_wakeup_ms is None or wakeup < self._armed_wakeup_ms:
+            self._armed_wakeup_ms = wakeup
+            self.after(wakeup - self.sim.now, lambda: self._wake(wakeup))
+
+    def _wake(self, armed_for: int) -> None:
+        if self._armed_wakeup_ms != armed_for:
+            return  # superseded by an earlier wakeup, which armed the next one
+        self._armed_wakeup_ms = None
+        self._step()
+
+    def _send(self, raft: RaftClient, outbound: Outbound) -> None:
+        peer = self._voters[outbound.destination]
+        request = outbound.request
+
+        def on_reply(response: object) -> None:
+            raft.on_response(outbound.destination, request, response, self.sim.now)  # type: ignore[arg-type]
+            self._step()
+
+        def on_failure() -> None:
+            raft.on_response(outbound.destination, request, None, self.sim.now)
+            self._step()
+
+        self._network.call(
+            self,
+            peer,
+            lambda respond: peer.handle_raft(request, respond),
+            on_reply,
+            on_failure,
+            self.raft_config.request_timeout_ms,
+        )
+
+    def handle_raft(self, request: RaftRequest, respond: Respond) -> None:
+        """A Raft request from another voter, or a broker's metadata Fetch (an observer's)."""
+        raft = self.raft
+        assert raft is not None
+        now = self.sim.now
+        if isinstance(request, RaftFetchRequest):
+            raft.handle_fetch(request, now, respond)
+        elif isinstance(request, VoteRequest):
+            respond(raft.handle_vote(request, now))
+        elif isinstance(request, BeginQuorumEpochRequest):
+            respond(raft.handle_begin_quorum_epoch(request, now))
+        elif isinstance(request, EndQuorumEpochRequest):
+            respond(raft.handle_end_quorum_epoch(request, now))
+        elif isinstance(request, FetchSnapshotRequest):
+            respond(raft.handle_fetch_snapshot(request, now))
+        self._step()
+
+    def _follow_leadership(self, raft: RaftClient) -> None:
+        """The Controller lives exactly as long as this voter is the active leader of one epoch."""
+        if self.controller is not None and not (raft.is_active_leader() and raft.epoch == self._controller_epoch):
+            self._drop_controller()
+        if self.controller is None and raft.is_active_leader():
+            self._controller_epoch = raft.epoch
+            self.controller = Controller(
+                QuorumMetadataLog(raft, on_append=lambda: None),
+                self._config,
+                self.sim.now,
+                self._cluster_id,
+                new_uuid=self.sim.new_uuid,
+            )
+            self._armed_balance_ms = None
+            self._arm_leader_balance()
+
+    def _drop_controller(self) -> None:
+        self.controller = None
+        self._armed_balance_ms = None
+
+    # The active controller's timers
 
     def _fence_stale_brokers(self) -> None:
-        assert self.controller is not None
-        self.controller.fence_stale_brokers(self.sim.now)
-        self._arm_leader_balance()
+        if self.controller is not None:
+            self._operate(lambda c: c.fence_stale_brokers(self.sim.now))
 
     def _arm_leader_balance(self) -> None:
         """After anything that may have changed the metadata: a timer for the controller's next balancing pass,
         if one is due and no timer waits for it yet (a due pass stays due until it runs)."""
-        assert self.controller is not None
-        due = self.controller.next_leader_balance_ms()
+        controller = self.controller
+        if controller is None:
+            return
+        due = controller.next_leader_balance_ms()
         if due is None or due == self._armed_balance_ms:
             return
         self._armed_balance_ms = due
-        self.after(due - self.sim.now, self._balance_leaders)
+        self.after(due - self.sim.now, lambda: self._balance_leaders(controller))
 
-    def _balance_leaders(self) -> None:
-        assert self.controller is not None
+    def _balance_leaders(self, controller: Controller) -> None:
+        if self.controller is not controller:
+            return  # the pass of a controller thrown away since
         self._armed_balance_ms = None
-        self.leaders_balanced += self.controller.balance_partition_leaders(self.sim.now)
-        self._arm_leader_balance()
+        self.leaders_balanced += self._operate(lambda c: c.balance_partition_leaders(self.sim.now)) or 0
 
-    # Requests (each runs on this node when the message arrives)
-
-    def _decide(self, respond: Respond, decision: Callable[[Controller], object]) -> None:
-        """Answer with the controller's decision, or with the name of the error it refused the request with."""
+    def _operate(self, operation: Callable[[Controller], int | list[int]]) -> int | None:
+        """Run an operation nobody waits for on the active controller; None if it is no longer active."""
         assert self.controller is not None
         try:
-            result = decision(self.controller)
-        except ControllerError as error:
-            respond(error.error_name)
-            return
+            result = operation(self.controller)
+        except NotControllerError:
+            self._drop_controller()
+            return None
         self._arm_leader_balance()
-        respond(result)
+        self._step()
+        return result if isinstance(result, int) else len(result)
+
+    # Requests from brokers (each runs on this node when the message arrives)
+
+    def _decide(self, respond: Respond, decision: Callable[[Controller], object]) -> None:
+        """Answer with the controller's decision, or with the name of the error it refused the request with,
+        once every record written so far is committed (the answer may rest on any of them); NOT_CONTROLLER if
+        this voter is not, or stops being, the active controller before that."""
+        controller = self.controller
+        if controller is None:
+            respond(NOT_CONTROLLER)
+            return
+        try:
+            answer = decision(controller)
+        except NotControllerError:
+            self._drop_controller()
+            respond(NOT_CONTROLLER)
+            return
+        except ControllerError as error:
+            answer = error.error_name
+        self._arm_leader_balance()
+        self._answer_once_committed(respond, answer)
+
+    def _answer_once_committed(self, respond: Respond, answer: object) -> None:
+        raft = self.raft
+        assert raft is not None
+        epoch, last_offset = raft.epoch, raft.log.end_offset - 1
+
+        def ready() -> None:
+            high_watermark = raft.high_watermark
+            committed = high_watermark is not None and high_watermark > last_offset
+            if self.raft is raft and raft.is_leader and raft.epoch == epoch and committed:
+                respond(answer)
+            else:
+                respond(NOT_CONTROLLER)
+
+        raft.wait_for_commit(last_offset, COMMIT_WAIT_MS, self.sim.now, ready)
+        self._step()
 
     def register(self, request: BrokerRegistrationRequest, respond: Respond) -> None:
         self._decide(
@@ -148,31 +306,46 @@ class SimController(Node):
             ),
         )
 
+    def allocate_producer_id(self, respond: Respond) -> None:
+        """InitProducerId, as a broker would answer it from a block the controller handed out."""
+        self._decide(respond, lambda c: c.allocate_producer_id_block().start)
+
     def create_topic(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]) -> None:
-        """An admin's CreateTopics, handed straight to the controller (the run's set-up, not under test)."""
+        """An admin's CreateTopics, handed straight to the active controller (the run's set-up, not under test)."""
         assert self.controller is not None
         self.controller.create_topic(name, partitions, replication_factor, configs)
         self._arm_leader_balance()
+        self._step()
 
-    def allocate_producer_id(self, respond: Respond) -> None:
-        """InitProducerId, as a broker would answer it from a block the controller handed out."""
-        assert self.controller is not None
-        respond(self.controller.allocate_producer_id_block().start)
-        self._arm_leader_balance()
 
-    def fetch_metadata(self, request: MetadataFetchRequest, respond: Respond) -> None:
-        """Batches from the offset asked for, with the log's end offset: at once if there are any, else when the
-        next commit comes or the wait ends (KRaft's long-polling Fetch)."""
-        metadata_log = self._metadata_log
-        assert metadata_log is not None
+def active_controller(voters: dict[int, SimController]) -> SimController | None:
+    """The simulator's truth: the voter running the controller in the newest epoch any running voter knows, None
+    while there is none (a deposed leader may run one until it notices: it is not the truth once another voter
+    has moved on)."""
+    running = [v.raft for v in voters.values() if v.up and v.raft is not None]
+    newest = max((raft.epoch for raft in running), default=-1)
+    return next((v for v in voters.values() if v.is_active and v.raft is not None and v.raft.epoch == newest), None)
 
-        def answer() -> None:
-            # One controller, no control batches: a record's offset is its place in the log.
-            records = self.records[request.offset :]
-            respond(
-                (MetadataBatches(records, max(request.offset, len(self.records)), CONTROLLER_EPOCH), len(self.records))
-            )
 
-        deadline = metadata_log.wait_for_records(request.offset, request.max_wait_ms, self.sim.now, answer)
-        if deadline is not None:
-            self.after(deadline - self.sim.now, lambda: metadata_log.expire(self.sim.now))
+class ControllerGuess:
+    """Which voter a broker (or a client) takes for the active controller, as Kafka's controller channel does: a
+    leader named by a voter's answer (a Fetch response's leader id and epoch, Kafka's CurrentLeader) if newer
+    than the one known, else, after a NOT_CONTROLLER or NOT_LEADER_OR_FOLLOWER answer or a timeout, the next
+    voter in turn."""
+
+    def __init__(self, voter_ids: Sequence[int]) -> None:
+        self._voter_ids = sorted(voter_ids)
+        self.current = self._voter_ids[0]
+        self.leader_epoch = -1
+
+    def hint(self, leader_id: int, leader_epoch: int) -> bool:
+        """A voter's answer named `leader_id` the leader of `leader_epoch`: True if taken (not older than known)."""
+        if leader_id not in self._voter_ids or leader_epoch < self.leader_epoch:
+            return False
+        self.current, self.leader_epoch = leader_id, leader_epoch
+        return True
+
+    def failed(self, tried: int) -> None:
+        """`tried` did not answer as the active controller; another guess unless one was taken meanwhile."""
+        if tried == self.current:
+            self.current = self._voter_ids[(self._voter_ids.index(tried) + 1) % len(self._voter_ids)]

@@ -16,6 +16,12 @@ After the faults stop and every broker is back, once every ISR is whole and ever
   acknowledged with;
 - every record a consumer read is still there, at the offset it was read at;
 - no value of an idempotent producer is in the log twice (it resends the same batch until acknowledged).
+
+The controller quorum (`QuorumChecker`, docs/quorum.md): at most one leader per epoch over the whole run; a
+record once committed (below some voter's high watermark, or sent to a broker, which gets committed records only)
+is never lost or changed on any voter below its high watermark nor in the converged log; every broker's metadata
+is the committed log's, from its start, without gaps; and once a majority of voters is up and connected, an
+active leader is among them within `liveness_bound_ms`.
 """
 
 from __future__ import annotations
@@ -25,8 +31,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from tierlog.common import TopicPartition
+from tierlog.metadata.image import ClusterMetadata
+from tierlog.metadata.records import MetadataRecord
+from tierlog.raft.messages import RaftFetchResponse
+from tierlog.raft.raft_log import RaftLog
 from tierlog.records.codec import decode_batches
-from tierlog.records.record_batch import RecordBatchHeader, read_header
+from tierlog.records.record_batch import RecordBatchHeader, complete_batches, read_header
 from tierlog.replication.partition import Partition
 from tierlog.storage.log import Log
 
@@ -254,3 +264,152 @@ def _not_in_log(
     for (told_tp, offset), value in sorted(told.items()):
         if told_tp == tp and values.get(offset) != value:
             yield offset, value, values.get(offset)
+
+
+def raft_log_batches(log: RaftLog, start: int, end: int) -> Iterator[RecordBatchHeader]:
+    """Headers of the batches of a Raft log wholly below `end`, from the one holding `start`."""
+    offset = start
+    while offset < end:
+        data = log.read(offset, 1 << 20, max_offset=end)
+        headers = [read_header(data, position) for position, _ in complete_batches(data)]
+        if not headers:
+            return
+        for header in headers:
+            if header.last_offset >= end:
+                return
+            yield header
+            offset = header.next_offset
+
+
+@dataclass(slots=True)
+class QuorumChecker:
+    """The controller quorum's rules (docs/quorum.md), fed by the simulator with what each voter and each broker
+    holds."""
+
+    history: History
+    # controller.quorum.*: within this much of a majority of voters being up and connected, one must lead.
+    liveness_bound_ms: int
+    # The voter that led each epoch.
+    leaders: dict[int, int] = field(default_factory=dict)
+    # Base offset -> the batch committed there: below some voter's high watermark, or sent to a broker.
+    committed: dict[int, BatchIdentity] = field(default_factory=dict)
+    # Per (voter, incarnation): how far its log below its high watermark was compared with `committed`.
+    verified: dict[tuple[int, int], int] = field(default_factory=dict)
+    # Per (voter, incarnation): the highest high watermark seen.
+    high_watermarks: dict[tuple[int, int], int] = field(default_factory=dict)
+    # Since when a majority of voters has been up and connected with none of them the active leader.
+    leaderless_since_ms: int | None = None
+
+    def check_voter_step(
+        self, voter_id: int, incarnation: int, epoch: int, is_leader: bool, high_watermark: int | None
+    ) -> None:
+        """Cheap rules for one voter, after every event."""
+        if is_leader:
+            leader = self.leaders.setdefault(epoch, voter_id)
+            if leader != voter_id:
+                self.history.violation("two leaders in one epoch", f"voters {leader} and {voter_id} led epoch {epoch}")
+        if high_watermark is not None:
+            key = (voter_id, incarnation)
+            highest = self.high_watermarks.get(key, -1)
+            if high_watermark < highest:
+                self.history.violation(
+                    "quorum HW moved backwards", f"voter {voter_id}: high watermark {highest} -> {high_watermark}"
+                )
+            else:
+                self.high_watermarks[key] = high_watermark
+
+    def check_voter_log(self, voter_id: int, incarnation: int, log: RaftLog, high_watermark: int | None) -> None:
+        """Record the batches below the voter's high watermark as committed; each must be the one committed there
+        before."""
+        if high_watermark is None:
+            return
+        key = (voter_id, incarnation)
+        start = max(self.verified.get(key, 0), log.start_offset)
+        end = start
+        for header in raft_log_batches(log, start, high_watermark):
+            self._committed(f"voter {voter_id} (HW {high_watermark})", identity(header))
+            end = header.next_offset
+        self.verified[key] = max(end, start)
+
+    def check_observer_fetch(
+        self, observer: str, fetch_offset: int, response: RaftFetchResponse, headers: list[RecordBatchHeader]
+    ) -> None:
+        """A broker's metadata: committed records only (below the leader's high watermark), from the offset it
+        asked for without a gap, never an order to truncate (docs/quorum.md: observers read committed records)."""
+        if response.diverging_epoch is not None:
+            self.history.violation(
+                "broker told to truncate its metadata", f"{observer} at {fetch_offset}: {response.diverging_epoch}"
+            )
+        expected = fetch_offset
+        for header in headers:
+            if not header.base_offset <= expected <= header.last_offset:
+                self.history.violation(
+                    "broker metadata has a gap",
+                    f"{observer} fetched at {fetch_offset} and got a batch {header.base_offset}..{header.last_offset} "
+                    f"where {expected} was next",
+                )
+            if header.last_offset >= response.high_watermark:
+                self.history.violation(
+                    "broker got uncommitted metadata",
+                    f"{observer}: batch {header.base_offset}..{header.last_offset} with the leader's HW "
+                    f"{response.high_watermark}",
+                )
+            self._committed(f"{observer} (from voter {response.leader_id})", identity(header))
+            expected = header.next_offset
+
+    def _committed(self, holder: str, batch: BatchIdentity) -> None:
+        known = self.committed.setdefault(batch[0], batch)
+        if known != batch:
+            self.history.violation(
+                "committed metadata changed", f"{holder} holds batch {batch} where {known} was committed"
+            )
+
+    def check_liveness(self, now_ms: int, majority_connected: bool, active_leader: bool) -> None:
+        """Called regularly with whether a majority of voters is up and connected and whether one of them is the
+        active leader."""
+        if not majority_connected or active_leader:
+            self.leaderless_since_ms = None
+        elif self.leaderless_since_ms is None:
+            self.leaderless_since_ms = now_ms
+        elif now_ms - self.leaderless_since_ms > self.liveness_bound_ms:
+            self.history.violation(
+                "no active controller",
+                f"a majority of voters up and connected for {now_ms - self.leaderless_since_ms} ms and none leads "
+                f"(bound {self.liveness_bound_ms} ms)",
+            )
+            self.leaderless_since_ms = now_ms
+
+    def check_converged(self, leader_id: int, logs: Mapping[int, RaftLog]) -> None:
+        """After convergence: every voter's log is the leader's batch for batch, and it holds every batch ever
+        committed."""
+        leader_log = logs[leader_id]
+        expected = [identity(h) for h in raft_log_batches(leader_log, leader_log.start_offset, leader_log.end_offset)]
+        for voter_id, log in logs.items():
+            found = [identity(h) for h in raft_log_batches(log, leader_log.start_offset, log.end_offset)]
+            if found != expected:
+                self.history.violation(
+                    "voters' logs differ after convergence",
+                    f"voter {voter_id}: {len(found)} batches vs the leader's ({leader_id}) {len(expected)}",
+                )
+        held = {batch[0]: batch for batch in expected}
+        for base_offset, batch in sorted(self.committed.items()):
+            if base_offset >= leader_log.start_offset and held.get(base_offset) != batch:
+                self.history.violation(
+                    "committed metadata lost",
+                    f"batch {batch} was committed; the converged log holds {held.get(base_offset)}",
+                )
+
+    def check_broker_image(
+        self, broker: str, image: ClusterMetadata, committed_records: list[tuple[int, MetadataRecord]]
+    ) -> None:
+        """A broker's image is the committed log's records applied from the start up to its offset."""
+        replayed = ClusterMetadata()
+        for offset, record in committed_records:
+            if offset > image.offset:
+                break
+            replayed.apply(offset, record)
+        if replayed != image:
+            self.history.violation(
+                "broker metadata is not the committed log's",
+                f"{broker}'s image at offset {image.offset} differs from the committed records replayed to there",
+            )

@@ -10,6 +10,7 @@ Everything random (network conditions, fault times and targets, client choices) 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import shutil
 import tempfile
@@ -18,11 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tierlog.common import TopicPartition
-from tierlog.controller.controller import ControllerConfig
+from tierlog.controller.controller import Controller, ControllerConfig
+from tierlog.controller.metadata_log import QuorumMetadataLog
+from tierlog.raft.raft_client import RaftConfig
 from tierlog.sim.broker_node import BrokerSettings, SimBroker
 from tierlog.sim.clients import SimConsumer, SimProducer
-from tierlog.sim.controller_node import SimController
-from tierlog.sim.invariants import COMMITTED_CHECK_INTERVAL_MS, ClusterChecker, History
+from tierlog.sim.controller_node import CONTROLLER_ID_BASE, SimController, active_controller
+from tierlog.sim.invariants import COMMITTED_CHECK_INTERVAL_MS, ClusterChecker, History, QuorumChecker
 from tierlog.sim.world import Network, NetworkConditions, Node, Simulation
 
 START_MS = 1_700_000_000_000
@@ -33,6 +36,8 @@ CONVERGENCE_CHECK_INTERVAL_MS = 500
 
 @dataclass(frozen=True, slots=True)
 class SimConfig:
+    # Voters of the controller quorum (controller.quorum.voters): 1, 3 or 5.
+    controllers: int = 3
     brokers: int = 3
     partitions: int = 2
     producers: int = 3
@@ -110,14 +115,23 @@ class Cluster:
         )
         self.history = History()
         self.checker = ClusterChecker(self.history)
-        self.controller = SimController(
-            self.sim,
-            root / "controller",
-            ControllerConfig(
-                session_timeout_ms=9000, leader_imbalance_check_interval_ms=config.leader_imbalance_check_interval_ms
-            ),
-            CLUSTER_ID,
-        )
+        raft_config = RaftConfig()
+        self.quorum_checker = QuorumChecker(self.history, liveness_bound_ms(raft_config))
+        self.controllers: dict[int, SimController] = {}
+        for node_id in range(CONTROLLER_ID_BASE + 1, CONTROLLER_ID_BASE + config.controllers + 1):
+            self.controllers[node_id] = SimController(
+                self.sim,
+                self.network,
+                node_id,
+                self.controllers,
+                root / f"controller-{node_id}",
+                ControllerConfig(
+                    session_timeout_ms=9000,
+                    leader_imbalance_check_interval_ms=config.leader_imbalance_check_interval_ms,
+                ),
+                raft_config,
+                CLUSTER_ID,
+            )
         self.brokers: dict[int, SimBroker] = {}
         for broker_id in range(1, config.brokers + 1):
             self.brokers[broker_id] = SimBroker(
@@ -125,10 +139,11 @@ class Cluster:
                 self.network,
                 broker_id,
                 root / f"broker-{broker_id}",
-                self.controller,
+                self.controllers,
                 self.brokers,
                 BrokerSettings(),
                 {},
+                self.quorum_checker,
             )
         self.partitions = [TopicPartition(TOPIC, p) for p in range(config.partitions)]
         # Every other producer is idempotent, the first one of them included.
@@ -140,7 +155,7 @@ class Cluster:
                 self.brokers,
                 self.partitions,
                 self.history,
-                self.controller if i % 2 else None,
+                self.controllers if i % 2 else None,
             )
             for i in range(1, config.producers + 1)
         ]
@@ -159,7 +174,13 @@ class Cluster:
 
     @property
     def nodes(self) -> list[Node]:
-        return [self.controller, *self.brokers.values(), *self.producers, *self.consumers]
+        return [*self.controllers.values(), *self.brokers.values(), *self.producers, *self.consumers]
+
+    @property
+    def controller(self) -> Controller | None:
+        """The active controller (of the newest epoch), None while there is none."""
+        node = active_controller(self.controllers)
+        return node.controller if node is not None else None
 
     def note(self, what: str) -> None:
         self.faults.append(f"t={(self.sim.now - START_MS) / 1000:7.3f}s {what}")
@@ -173,9 +194,24 @@ class Cluster:
             if broker.up and rm is not None:
                 for partition in rm.partitions.values():
                     self.checker.check_partition_step(broker.broker_id, broker.incarnation, partition)
-        controller = self.controller.controller
-        if self.controller.up and controller is not None:
-            topic = controller.metadata.topics.get(TOPIC)
+        for voter in self.controllers.values():
+            raft = voter.raft
+            if voter.up and raft is not None:
+                self.quorum_checker.check_voter_step(
+                    voter.node_id, voter.incarnation, raft.epoch, raft.is_leader, raft.high_watermark
+                )
+        node = active_controller(self.controllers)
+        # Only a wholly committed image (a record the controller applied at once may be lost with its leadership,
+        # and no broker ever sees it) of the newest epoch ever led (a deposed leader that has not noticed yet
+        # shows a stale one).
+        if (
+            node is not None
+            and node.controller is not None
+            and node.raft is not None
+            and node.raft.high_watermark == node.raft.log.end_offset
+            and node.raft.epoch == max(self.quorum_checker.leaders, default=node.raft.epoch)
+        ):
+            topic = node.controller.metadata.topics.get(TOPIC)
             if topic is not None:
                 for index, registration in enumerate(topic.partitions):
                     self.checker.check_controller_step(
@@ -188,11 +224,43 @@ class Cluster:
             if broker.up and rm is not None:
                 for partition in rm.partitions.values():
                     self.checker.check_committed(broker.broker_id, broker.incarnation, partition)
+        for voter in self.controllers.values():
+            if voter.up and voter.raft is not None:
+                self.quorum_checker.check_voter_log(
+                    voter.node_id, voter.incarnation, voter.raft.log, voter.raft.high_watermark
+                )
+        majorities = self.connected_majorities()
+        self.quorum_checker.check_liveness(
+            self.sim.now,
+            bool(majorities),
+            any(v.raft is not None and v.raft.is_active_leader() for group in majorities for v in group),
+        )
         self.sim.after(COMMITTED_CHECK_INTERVAL_MS, self.check_committed)
 
+    def connected_majorities(self) -> list[tuple[SimController, ...]]:
+        """Every majority of voters that are up, running and linked both ways to one another (a one-way cut may
+        leave two overlapping ones; the leader may be in either)."""
+        running = [v for v in self.controllers.values() if v.up and not v.paused]
+        return [
+            group
+            for group in itertools.combinations(running, len(self.controllers) // 2 + 1)
+            if not any((a.name, b.name) in self.network.cut for a in group for b in group if a is not b)
+        ]
+
+    def quorum_converged(self) -> bool:
+        """Every voter up, with the active leader's log and high watermark."""
+        node = active_controller(self.controllers)
+        if node is None or node.raft is None:
+            return False
+        end = node.raft.log.end_offset
+        return node.raft.high_watermark == end and all(
+            v.up and v.raft is not None and v.raft.log.end_offset == end and v.raft.high_watermark == end
+            for v in self.controllers.values()
+        )
+
     def converged(self) -> bool:
-        controller = self.controller.controller
-        if not self.controller.up or controller is None:
+        controller = self.controller
+        if controller is None or not self.quorum_converged():
             return False
         topic = controller.metadata.topics.get(TOPIC)
         if topic is None:
@@ -216,10 +284,8 @@ class Cluster:
     def balanced(self) -> bool:
         """Every partition led by its preferred replica, as the controller's balancing passes leave a healed
         cluster (auto.leader.rebalance.enable)."""
-        controller = self.controller.controller
-        if not self.controller.up or controller is None:
-            return False
-        return not controller.partition_leaders_imbalanced()
+        controller = self.controller
+        return controller is not None and not controller.partition_leaders_imbalanced()
 
     def _replica(self, broker_id: int, tp: TopicPartition):  # type: ignore[no-untyped-def]
         broker = self.brokers.get(broker_id)
@@ -229,8 +295,13 @@ class Cluster:
 
     def describe(self) -> str:
         """Each partition as the controller and each replica see it, for a run that did not converge."""
-        lines = []
-        controller = self.controller.controller
+        lines = [
+            f"{v.name}: {v.raft.state_name} epoch {v.raft.epoch} leader {v.raft.leader_id} "
+            f"LEO {v.raft.log.end_offset} HW {v.raft.high_watermark}"
+            for v in self.controllers.values()
+            if v.up and v.raft is not None
+        ]
+        controller = self.controller
         if controller is not None and TOPIC in controller.metadata.topics:
             for index, r in enumerate(controller.metadata.topics[TOPIC].partitions):
                 lines.append(f"{TOPIC}-{index}: leader {r.leader} epoch {r.leader_epoch} isr {r.isr}")
@@ -247,8 +318,16 @@ class Cluster:
         return "; ".join(lines)
 
     def final_checks(self) -> None:
-        controller = self.controller.controller
-        assert controller is not None
+        node = active_controller(self.controllers)
+        assert node is not None and node.controller is not None and node.raft is not None
+        controller = node.controller
+        self.quorum_checker.check_converged(
+            node.node_id, {v.node_id: v.raft.log for v in self.controllers.values() if v.raft is not None}
+        )
+        # After convergence every voter's log is committed to its end.
+        committed_records = QuorumMetadataLog(node.raft, on_append=lambda: None).records_from(0)
+        for broker in self.brokers.values():
+            self.quorum_checker.check_broker_image(broker.name, broker.loader.image, committed_records)
         topic = controller.metadata.topics[TOPIC]
         for index, registration in enumerate(topic.partitions):
             tp = TopicPartition(TOPIC, index)
@@ -286,6 +365,8 @@ class Cluster:
     def inject(self, fault: str) -> None:
         rng = self.sim.rng
         broker = self.brokers[rng.choice(sorted(self.brokers))]
+        voter = self.controllers[rng.choice(sorted(self.controllers))]
+        other_voters = [self.controllers[i] for i in sorted(self.controllers) if i != voter.node_id]
         duration = rng.choice([rng.randint(200, 3000), rng.randint(3000, 15_000)])
         if fault == "kill" and broker.up:
             self.note(f"kill -9 {broker.name} for {duration} ms")
@@ -306,8 +387,8 @@ class Cluster:
             links = [(broker.name, o) for o in others] + [(o, broker.name) for o in others]
             self.cut(f"isolate {broker.name} from everyone", links, duration)
         elif fault == "cut-controller":
-            links = [(broker.name, self.controller.name), (self.controller.name, broker.name)]
-            self.cut(f"cut {broker.name} <-> controller", links, duration)
+            links = [(broker.name, voter.name), (voter.name, broker.name)]
+            self.cut(f"cut {broker.name} <-> {voter.name}", links, duration)
         elif fault == "cut-broker-link":
             other = self.brokers[rng.choice(sorted(set(self.brokers) - {broker.broker_id}))]
             links = [(broker.name, other.name), (other.name, broker.name)]
@@ -315,15 +396,32 @@ class Cluster:
         elif fault == "one-way-cut":
             other = self.brokers[rng.choice(sorted(set(self.brokers) - {broker.broker_id}))]
             self.cut(f"cut {broker.name} -> {other.name} (one way)", [(broker.name, other.name)], duration)
-        elif fault == "pause-controller" and self.controller.up and not self.controller.paused:
-            self.note(f"SIGSTOP controller for {duration} ms")
-            self.controller.pause()
-            self.sim.after(duration, lambda: self.resume(self.controller))
-        elif fault == "kill-controller" and self.controller.up:
-            short = rng.randint(100, 4000)
-            self.note(f"kill -9 controller for {short} ms")
-            self.controller.crash()
-            self.sim.after(short, lambda: self.restart(self.controller))
+        elif fault == "pause-controller" and voter.up and not voter.paused:
+            self.note(f"SIGSTOP {voter.name} for {duration} ms")
+            voter.pause()
+            self.sim.after(duration, lambda: self.resume(voter))
+        elif fault == "kill-controller" and voter.up:
+            self.note(f"kill -9 {voter.name} for {duration} ms")
+            voter.crash()
+            self.sim.after(duration, lambda: self.restart(voter))
+        elif fault == "power-loss-controller" and voter.up:
+            # A voter fsyncs its log on every append and its quorum-state before every vote: a power loss keeps
+            # all it acted on, so unlike a broker's it needs no healthy cluster around it.
+            self.note(f"power loss {voter.name} for {duration} ms (its log and quorum-state were fsynced)")
+            voter.crash()
+            self.sim.after(duration, lambda: self.restart(voter))
+        elif fault == "isolate-controller":
+            others = [n.name for n in self.nodes if n is not voter]
+            links = [(voter.name, o) for o in others] + [(o, voter.name) for o in others]
+            self.cut(f"isolate {voter.name} from everyone", links, duration)
+        elif fault == "cut-controllers" and other_voters:
+            other = rng.choice(other_voters)
+            self.cut(
+                f"cut {voter.name} <-> {other.name}", [(voter.name, other.name), (other.name, voter.name)], duration
+            )
+        elif fault == "one-way-cut-controllers" and other_voters:
+            other = rng.choice(other_voters)
+            self.cut(f"cut {voter.name} -> {other.name} (one way)", [(voter.name, other.name)], duration)
 
     def cut(self, what: str, links: list[tuple[str, str]], duration: int) -> None:
         self.note(f"{what} for {duration} ms")
@@ -361,7 +459,18 @@ FAULTS = (
     "one-way-cut",
     "kill-controller",
     "pause-controller",
+    "power-loss-controller",
+    "isolate-controller",
+    "cut-controllers",
+    "one-way-cut-controllers",
 )
+
+
+def liveness_bound_ms(config: RaftConfig) -> int:
+    """How soon a majority of voters, up and connected, must have an active leader: a follower notices a silent
+    leader within the fetch timeout, an election (pre-vote and vote) takes up to two election timeouts, a lost one
+    backs off; twice that for drops and an election lost to a split vote."""
+    return 2 * (config.fetch_timeout_ms + 2 * config.election_timeout_ms + config.election_backoff_max_ms)
 
 
 def simulate(seed: int, config: SimConfig = SimConfig(), *, keep_dir: Path | None = None) -> RunResult:
@@ -388,13 +497,16 @@ def simulate(seed: int, config: SimConfig = SimConfig(), *, keep_dir: Path | Non
 
 def _run(cluster: Cluster) -> None:
     sim, config, history = cluster.sim, cluster.config, cluster.history
-    cluster.controller.start()
-    for broker in cluster.brokers.values():
-        broker.start()
+    for node in [*cluster.controllers.values(), *cluster.brokers.values()]:
+        node.start()
     step = cluster.after_step
     _run_until(sim, lambda: all(not b.fenced for b in cluster.brokers.values()), 30_000, step)
     configs = {"min.insync.replicas": "2", "segment.bytes": str(config.segment_bytes)}
-    cluster.controller.create_topic(TOPIC, config.partitions, config.brokers, configs)
+    active = active_controller(cluster.controllers)
+    if active is None:
+        history.violation("no active controller", "none 30 s after the cluster started, without faults")
+        return
+    active.create_topic(TOPIC, config.partitions, config.brokers, configs)
     sim.after(COMMITTED_CHECK_INTERVAL_MS, cluster.check_committed)
     for client in [*cluster.producers, *cluster.consumers]:
         client.start()
@@ -440,7 +552,8 @@ def _result(seed: int, cluster: Cluster) -> RunResult:
             "messages": cluster.network.sent,
             "dropped": cluster.network.dropped,
             "duplicated": cluster.network.duplicated,
-            "leaders balanced": cluster.controller.leaders_balanced,
+            "leaders balanced": sum(v.leaders_balanced for v in cluster.controllers.values()),
+            "controller epochs": len(cluster.quorum_checker.leaders),
         },
     )
 
