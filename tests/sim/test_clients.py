@@ -6,11 +6,12 @@ stale metadata back to its shorter log and was told OFFSET_OUT_OF_RANGE."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from sim_helpers import run_until
 
 from tierlog.common import TopicPartition
 from tierlog.replication.fetcher import FetchRequestData, FetchRequestPartition, FetchResponsePartition
@@ -62,13 +63,6 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     for node in cluster.nodes:
         if node.up:
             node.crash()
-
-
-def run_until(cluster: Cluster, condition: Callable[[], bool], limit_ms: int) -> None:
-    deadline = cluster.sim.now + limit_ms
-    while not condition() and cluster.sim.now < deadline:
-        cluster.sim.run_until(cluster.sim.now + 100, cluster.after_step)
-    assert condition(), f"not within {limit_ms} virtual ms: {cluster.describe()}"
 
 
 def controller_leader(cluster: Cluster) -> PartitionLeader:
