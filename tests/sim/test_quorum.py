@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from sim_helpers import SHORT, first_failing_run, run_until
+from sim_helpers import SHORT, first_failing_run, run_until, started_cluster
 
 from tierlog.raft.messages import VoteRequest, VoteResponse
 from tierlog.raft.quorum_state import QUORUM_STATE_FILE
@@ -23,19 +23,9 @@ from tierlog.sim.run import TOPIC, Cluster, liveness_bound_ms, simulate
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     """Three voters and three brokers, no faults and no lost messages, the topic created."""
-    cluster = Cluster(11, replace(SHORT, faults=False), tmp_path)
-    cluster.network.conditions.drop = cluster.network.conditions.duplicate = 0.0
-    for node in [*cluster.controllers.values(), *cluster.brokers.values()]:
-        node.start()
-    run_until(cluster, lambda: all(not b.fenced for b in cluster.brokers.values()), 30_000)
-    active = active_controller(cluster.controllers)
-    assert active is not None
-    active.create_topic(TOPIC, 2, 3, {"min.insync.replicas": "2"})
-    run_until(cluster, lambda: cluster.converged(), 30_000)
-    yield cluster
-    for node in cluster.nodes:
-        if node.up:
-            node.crash()
+    with started_cluster(11, SHORT, tmp_path, {"min.insync.replicas": "2"}) as cluster:
+        run_until(cluster, cluster.converged, 30_000)
+        yield cluster
 
 
 def the_active(cluster: Cluster) -> SimController:
