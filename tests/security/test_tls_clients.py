@@ -24,7 +24,7 @@ from tierlog.client.connection import KafkaConnection, KafkaConnectionError
 from tierlog.client.requests import api_versions_request
 from tierlog.client.security import ClientSecurity
 from tierlog.security.ssl_context import SslSettings, client_context
-from tierlog.server.broker import SSL_HANDSHAKE_TIMEOUT_S
+from tierlog.server.socket_server import SSL_HANDSHAKE_TIMEOUT_S
 
 pytestmark = pytest.mark.cluster
 
