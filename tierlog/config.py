@@ -4,7 +4,7 @@ Every setting has an embedded default so `tierlog broker` alone starts a working
 Every setting tierlog knows is typed and validated when the configuration is read, before the broker touches
 a disk or a socket, and a bad one is refused with Kafka's one-line message naming the key, the value and the
 rule. Settings of features tierlog does not have yet (SASL plugins, authorizers other than StandardAuthorizer,
-dedicated controllers, ZooKeeper mode) are refused the same way rather than ignored. Names
+ZooKeeper mode) are refused the same way rather than ignored. Names
 tierlog does not know are logged once at start-up, as Kafka does, and otherwise left alone, so a real Kafka
 `server.properties` starts a tierlog broker. The rules are in docs/configuration.md.
 

@@ -1,15 +1,20 @@
-"""A controller on a metadata log in a test's tmp_path, with its brokers registered and unfenced."""
+"""A controller on a one-voter quorum's metadata log in a test's tmp_path, with its brokers registered and
+unfenced."""
 
 from __future__ import annotations
 
+import random
 import uuid
 from pathlib import Path
 from typing import Any
 
 from tierlog.controller.controller import Controller, ControllerConfig, HeartbeatResult
-from tierlog.controller.metadata_log import DiskMetadataLog
+from tierlog.controller.metadata_log import QuorumMetadataLog
 from tierlog.metadata.image import PartitionRegistration
 from tierlog.metadata.records import Endpoint
+from tierlog.raft.quorum_state import QUORUM_STATE_FILE, FileQuorumStateStore
+from tierlog.raft.raft_client import RaftClient, RaftConfig
+from tierlog.raft.raft_log import METADATA_PARTITION, RaftLog
 
 SESSION_TIMEOUT_MS = ControllerConfig().session_timeout_ms
 
@@ -23,8 +28,27 @@ def endpoints(node: int) -> list[Endpoint]:
     return [Endpoint("PLAINTEXT", "localhost", 9092 + node)]
 
 
+def single_voter(directory: Path, now_ms: int = 0) -> RaftClient:
+    """A one-voter quorum: it leads at once and every append commits at once."""
+    store = FileQuorumStateStore(directory / str(METADATA_PARTITION) / QUORUM_STATE_FILE, frozenset({1}))
+    client = RaftClient(1, [1], RaftLog(directory, now_ms), store, RaftConfig(), now_ms, random.Random(1))
+    assert client.is_active_leader()
+    return client
+
+
+class SingleVoterMetadataLog(QuorumMetadataLog):
+    """The active controller's log on a one-voter quorum, which the test closes as a process exit would."""
+
+    def __init__(self, directory: Path, now_ms: int = 0) -> None:
+        self.client = single_voter(directory, now_ms)
+        super().__init__(self.client, on_append=lambda: None)
+
+    def close(self) -> None:
+        self.client.log.close()
+
+
 def open_controller(tmp_path: Path, now_ms: int = 0, **config: Any) -> Controller:
-    return Controller(DiskMetadataLog(tmp_path), ControllerConfig(**config), now_ms)
+    return Controller(SingleVoterMetadataLog(tmp_path, now_ms), ControllerConfig(**config), now_ms)
 
 
 def new_controller(tmp_path: Path, nodes: tuple[int, ...] = (1,), now_ms: int = 0, **config: Any) -> Controller:
@@ -39,6 +63,7 @@ def new_controller(tmp_path: Path, nodes: tuple[int, ...] = (1,), now_ms: int = 
 def restart(controller: Controller, tmp_path: Path, now_ms: int = 0, **config: Any) -> Controller:
     """A new controller process on the same metadata log, as after a crash (nothing is flushed on close
     that the log did not already fsync)."""
+    assert isinstance(controller.metadata_log, SingleVoterMetadataLog)
     controller.metadata_log.close()
     return open_controller(tmp_path, now_ms, **config)
 

@@ -26,19 +26,20 @@ from tierlog.metadata.records import BrokerRegistrationChangeRecord, Endpoint, R
 def test_a_registration_is_fenced_until_the_broker_has_caught_up(tmp_path: Path) -> None:
     controller = open_controller(tmp_path)
     broker_epoch = controller.register_broker(1, incarnation(1), "", endpoints(1), "rack-a", 0)
-    assert broker_epoch == 1, "the offset of the RegisterBrokerRecord, after the ClusterIdRecord"
-    assert controller.metadata_log.records_from(1) == [
-        (1, RegisterBrokerRecord(1, incarnation(1), 1, (Endpoint("PLAINTEXT", "localhost", 9093),), "rack-a", True))
+    # The log holds the one voter's LeaderChangeMessage (offset 0), then the ClusterIdRecord.
+    assert broker_epoch == 2, "the offset of the RegisterBrokerRecord, after the ClusterIdRecord"
+    assert controller.metadata_log.records_from(2) == [
+        (2, RegisterBrokerRecord(1, incarnation(1), 2, (Endpoint("PLAINTEXT", "localhost", 9093),), "rack-a", True))
     ]
     assert controller.metadata.brokers[1] == BrokerRegistration(
-        1, incarnation(1), 1, [Endpoint("PLAINTEXT", "localhost", 9093)], "rack-a", fenced=True
+        1, incarnation(1), 2, [Endpoint("PLAINTEXT", "localhost", 9093)], "rack-a", fenced=True
     )
     assert controller.metadata.unfenced_broker_ids() == []
 
-    assert controller.heartbeat(1, broker_epoch, 0, False, False, 10) == HeartbeatResult(False, True, False)
-    assert controller.metadata_log.end_offset == 2
-    assert controller.heartbeat(1, broker_epoch, 1, False, False, 20) == HeartbeatResult(True, False, False)
-    assert controller.metadata_log.records_from(2) == [(2, BrokerRegistrationChangeRecord(1, 1, False, None))]
+    assert controller.heartbeat(1, broker_epoch, 1, False, False, 10) == HeartbeatResult(False, True, False)
+    assert controller.metadata_log.end_offset == 3
+    assert controller.heartbeat(1, broker_epoch, 2, False, False, 20) == HeartbeatResult(True, False, False)
+    assert controller.metadata_log.records_from(3) == [(3, BrokerRegistrationChangeRecord(1, 2, False, None))]
     assert controller.metadata.unfenced_broker_ids() == [1]
     assert controller.metadata.endpoint_of(1, "PLAINTEXT") == Endpoint("PLAINTEXT", "localhost", 9093)
     assert controller.metadata.endpoint_of(1, "CONTROLLER") is None
@@ -94,7 +95,8 @@ def test_registration_from_another_cluster_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InconsistentClusterIdError) as refused:
         controller.register_broker(1, incarnation(1), "AAAAAAAAAAAAAAAAAAAAAA", endpoints(1), None, 0)
     assert refused.value.error_name == "INCONSISTENT_CLUSTER_ID"
-    assert controller.register_broker(1, incarnation(1), controller.metadata.cluster_id, endpoints(1), None, 0) == 1
+    # The offset of its RegisterBrokerRecord: the one voter's LeaderChangeMessage and the ClusterIdRecord come first.
+    assert controller.register_broker(1, incarnation(1), controller.metadata.cluster_id, endpoints(1), None, 0) == 2
 
 
 def test_heartbeats_from_unknown_or_stale_registrations_are_refused(tmp_path: Path) -> None:

@@ -7,7 +7,15 @@ import uuid
 from pathlib import Path
 
 import pytest
-from controller_helpers import endpoints, heartbeat, new_controller, open_controller, restart, state
+from controller_helpers import (
+    SingleVoterMetadataLog,
+    endpoints,
+    heartbeat,
+    new_controller,
+    open_controller,
+    restart,
+    state,
+)
 
 from tierlog.controller.controller import PRODUCER_ID_BLOCK_SIZE, Controller, ControllerConfig
 from tierlog.controller.errors import (
@@ -21,7 +29,6 @@ from tierlog.controller.errors import (
     TopicExistsError,
     UnknownTopicError,
 )
-from tierlog.controller.metadata_log import DiskMetadataLog
 from tierlog.metadata.records import ClusterIdRecord, ConfigRecord, PartitionRecord, RemoveTopicRecord, TopicRecord
 from tierlog.storage.checkpoints import kafka_uuid_from_str, kafka_uuid_to_str
 
@@ -191,15 +198,17 @@ def test_a_new_log_starts_with_the_cluster_id(tmp_path: Path) -> None:
     controller = open_controller(tmp_path)
     cluster_id = controller.metadata.cluster_id
     kafka_uuid_from_str(cluster_id)  # Kafka's Uuid string form, as `kafka-storage random-uuid` prints
-    assert controller.metadata_log.records_from(0) == [(0, ClusterIdRecord(cluster_id))]
+    # Right after the one voter's LeaderChangeMessage (offset 0), which holds no metadata.
+    assert controller.metadata_log.records_from(0) == [(1, ClusterIdRecord(cluster_id))]
     assert restart(controller, tmp_path).metadata.cluster_id == cluster_id
 
 
 def test_a_given_cluster_id_is_used_and_must_match_the_log(tmp_path: Path) -> None:
-    controller = Controller(DiskMetadataLog(tmp_path), ControllerConfig(), 0, cluster_id="MkU3OEVBNTcwNTJENDM2Qk")
+    log = SingleVoterMetadataLog(tmp_path)
+    controller = Controller(log, ControllerConfig(), 0, cluster_id="MkU3OEVBNTcwNTJENDM2Qk")
     assert controller.metadata.cluster_id == "MkU3OEVBNTcwNTJENDM2Qk"
-    controller.metadata_log.close()
-    log = DiskMetadataLog(tmp_path)
+    log.close()
+    log = SingleVoterMetadataLog(tmp_path)
     with pytest.raises(InconsistentClusterIdError):
         Controller(log, ControllerConfig(), 0, cluster_id="AAAAAAAAAAAAAAAAAAAAAA")
     log.close()
@@ -247,7 +256,7 @@ def test_manual_assignments_naming_unknown_or_duplicated_brokers_are_refused(
 
 def test_the_cluster_id_and_topic_ids_come_from_the_id_source_it_is_given(tmp_path: Path) -> None:
     ids = iter(uuid.UUID(int=n, version=4) for n in range(1, 10))
-    controller = Controller(DiskMetadataLog(tmp_path), ControllerConfig(), 0, new_uuid=lambda: next(ids))
+    controller = Controller(SingleVoterMetadataLog(tmp_path), ControllerConfig(), 0, new_uuid=lambda: next(ids))
     assert controller.metadata.cluster_id == kafka_uuid_to_str(uuid.UUID(int=1, version=4))
     broker_epoch = controller.register_broker(1, "incarnation-1", "", endpoints(1), None, 0)
     controller.heartbeat(1, broker_epoch, controller.metadata.offset, False, False, 0)

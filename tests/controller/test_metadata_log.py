@@ -1,35 +1,45 @@
-"""The metadata log: one fsynced batch per operation, readable back as records or raw batches, and a tail
-torn by a crash is cut off on reopen while everything before it survives."""
+"""The metadata log on a one-voter quorum: one fsynced batch per operation, readable back as records from any
+offset, and a tail torn by a crash is cut off on reopen while everything before it survives; brokers decode
+its raw batches, skipping the quorum's control batches."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from controller_helpers import SingleVoterMetadataLog
 
-from tierlog.controller.metadata_log import (
-    CONTROLLER_EPOCH,
-    METADATA_TOPIC,
-    METADATA_TOPIC_ID,
-    DiskMetadataLog,
-    WakingMetadataLog,
-    decode_metadata_batches,
-)
+from tierlog.controller.metadata_log import decode_metadata_batches
 from tierlog.metadata.loader import MetadataBatches
-from tierlog.metadata.records import ClusterIdRecord, ConfigRecord, ProducerIdsRecord, TopicRecord, encode_record
+from tierlog.metadata.records import (
+    ClusterIdRecord,
+    ConfigRecord,
+    MetadataRecord,
+    ProducerIdsRecord,
+    TopicRecord,
+    encode_record,
+)
 from tierlog.raft.messages import NO_EPOCH
-from tierlog.raft.raft_log import RaftLog
+from tierlog.raft.raft_log import METADATA_TOPIC, METADATA_TOPIC_ID, RaftLog
 from tierlog.records.codec import build_batch, decode_batches
 
 NOW = 1_700_000_000_000
 TOPIC_ID = uuid.UUID(int=42)
 FIRST = [ClusterIdRecord("c"), TopicRecord("events", TOPIC_ID)]
 SECOND = [ConfigRecord("events", "retention.ms", "5"), ProducerIdsRecord(1, 1000), ProducerIdsRecord(2, 2000)]
+# A one-voter quorum's log opens with its leader's LeaderChangeMessage: the operations' records start after it.
+FIRST_OFFSET = 1
+EPOCH = 1
 
 
 def segment_file(log_dir: Path) -> Path:
     return log_dir / f"{METADATA_TOPIC}-0" / "00000000000000000000.log"
+
+
+def records_at(first_offset: int, records: Sequence[MetadataRecord]) -> list[tuple[int, MetadataRecord]]:
+    return list(enumerate(records, start=first_offset))
 
 
 def test_metadata_topic_constants_are_kafkas() -> None:
@@ -38,49 +48,39 @@ def test_metadata_topic_constants_are_kafkas() -> None:
 
 
 def test_append_returns_the_first_offset_and_records_read_back_from_any_offset(tmp_path: Path) -> None:
-    log = DiskMetadataLog(tmp_path)
-    assert log.end_offset == 0
+    log = SingleVoterMetadataLog(tmp_path, NOW)
+    assert log.end_offset == FIRST_OFFSET
     assert log.records_from(0) == []
-    assert log.append(FIRST, NOW) == 0
-    assert log.append(SECOND, NOW + 1) == 2
-    assert log.end_offset == 5
-    assert log.records_from(0) == list(enumerate([*FIRST, *SECOND]))
-    # Offset 3 is inside the second batch: the batch comes whole from disk, the records before 3 do not.
-    assert log.records_from(3) == [(3, SECOND[1]), (4, SECOND[2])]
-    assert log.records_from(5) == []
-    with pytest.raises(ValueError, match="at least one record"):
-        log.append([], NOW)
+    assert log.append(FIRST, NOW) == FIRST_OFFSET
+    assert log.append(SECOND, NOW + 1) == FIRST_OFFSET + 2
+    assert log.end_offset == FIRST_OFFSET + 5
+    assert log.records_from(0) == records_at(FIRST_OFFSET, [*FIRST, *SECOND])
+    # The second record of the second batch: the batch comes whole from disk, the records before it do not.
+    assert log.records_from(FIRST_OFFSET + 3) == records_at(FIRST_OFFSET + 3, SECOND[1:])
+    assert log.records_from(FIRST_OFFSET + 5) == []
     log.close()
 
 
-def test_each_append_is_one_batch_stamped_with_the_controller_epoch(tmp_path: Path) -> None:
-    log = DiskMetadataLog(tmp_path)
+def test_each_append_is_one_batch_stamped_with_the_leaders_epoch(tmp_path: Path) -> None:
+    log = SingleVoterMetadataLog(tmp_path, NOW)
     log.append(FIRST, NOW)
     log.append(SECOND, NOW + 1)
-    batches = list(decode_batches(segment_file(tmp_path).read_bytes()))
-    assert [(b.header.base_offset, b.header.records_count) for b in batches] == [(0, 2), (2, 3)]
-    assert {b.header.partition_leader_epoch for b in batches} == {CONTROLLER_EPOCH}
+    batches = [b for b in decode_batches(segment_file(tmp_path).read_bytes()) if not b.header.is_control]
+    assert [(b.header.base_offset, b.header.records_count) for b in batches] == [(1, 2), (3, 3)]
+    assert {b.header.partition_leader_epoch for b in batches} == {EPOCH}
     assert [r.timestamp for r in batches[1].records] == [NOW + 1] * 3
     assert all(r.key is None for b in batches for r in b.records)
     log.close()
 
 
-def test_read_serves_raw_batches_that_brokers_decode(tmp_path: Path) -> None:
-    log = DiskMetadataLog(tmp_path)
+def test_brokers_decode_whole_batches_and_leave_a_partial_one_for_the_next_fetch(tmp_path: Path) -> None:
+    log = SingleVoterMetadataLog(tmp_path, NOW)
     log.append(FIRST, NOW)
     log.append(SECOND, NOW)
-    assert log.read(5, 1000) is None
-    first_only = log.read(0, 1)  # smaller than a batch: the first batch comes regardless
-    assert first_only is not None
-    assert decode_metadata_batches(first_only.read_bytes()) == MetadataBatches(
-        list(enumerate(FIRST)), 2, CONTROLLER_EPOCH
-    )
-    whole = log.read(0, 1 << 20)
-    assert whole is not None
-    data = whole.read_bytes()
-    assert decode_metadata_batches(data) == MetadataBatches(list(enumerate([*FIRST, *SECOND])), 5, CONTROLLER_EPOCH)
+    data = log.client.log.read(0, 1 << 20)
+    assert decode_metadata_batches(data) == MetadataBatches(records_at(FIRST_OFFSET, [*FIRST, *SECOND]), 6, EPOCH)
     # A Fetch response may end in part of a batch: it waits for the next fetch.
-    assert decode_metadata_batches(data[:-3]) == MetadataBatches(list(enumerate(FIRST)), 2, CONTROLLER_EPOCH)
+    assert decode_metadata_batches(data[:-3]) == MetadataBatches(records_at(FIRST_OFFSET, FIRST), 3, EPOCH)
     assert decode_metadata_batches(data[:10], start_offset=7) == MetadataBatches([], 7, NO_EPOCH)
     log.close()
 
@@ -113,69 +113,46 @@ def test_decode_metadata_batches_skips_the_quorums_control_batches(tmp_path: Pat
 
 
 def test_records_survive_reopening(tmp_path: Path) -> None:
-    log = DiskMetadataLog(tmp_path)
+    log = SingleVoterMetadataLog(tmp_path, NOW)
     log.append(FIRST, NOW)
     log.append(SECOND, NOW)
     log.close()
-    reopened = DiskMetadataLog(tmp_path)
-    assert reopened.end_offset == 5
-    assert reopened.records_from(0) == list(enumerate([*FIRST, *SECOND]))
-    assert reopened.append([ProducerIdsRecord(3, 3000)], NOW) == 5
+    reopened = SingleVoterMetadataLog(tmp_path, NOW + 1)
+    # The voter leads a new epoch, which opens with a LeaderChangeMessage of its own.
+    assert reopened.end_offset == FIRST_OFFSET + 6
+    assert reopened.records_from(0) == records_at(FIRST_OFFSET, [*FIRST, *SECOND])
+    assert reopened.append([ProducerIdsRecord(3, 3000)], NOW) == FIRST_OFFSET + 6
     reopened.close()
 
 
 @pytest.mark.parametrize("garbage", [b"\x00" * 7, b"\xde\xad\xbe\xef" * 40])
 def test_a_torn_tail_is_truncated_and_earlier_records_survive(tmp_path: Path, garbage: bytes) -> None:
-    log = DiskMetadataLog(tmp_path)
+    log = SingleVoterMetadataLog(tmp_path, NOW)
     log.append(FIRST, NOW)
     log.append(SECOND, NOW)
-    size = segment_file(tmp_path).stat().st_size
     # kill -9 after the OS took part of a third batch: never closed, the tail is half written.
     with segment_file(tmp_path).open("ab") as f:
         f.write(garbage)
-    reopened = DiskMetadataLog(tmp_path)
-    assert segment_file(tmp_path).stat().st_size == size
-    assert reopened.end_offset == 5
-    assert reopened.records_from(0) == list(enumerate([*FIRST, *SECOND]))
-    assert reopened.append([ProducerIdsRecord(3, 3000)], NOW) == 5
-    assert reopened.records_from(5) == [(5, ProducerIdsRecord(3, 3000))]
+    reopened = SingleVoterMetadataLog(tmp_path, NOW + 1)
+    # The new epoch's LeaderChangeMessage follows the cut directly.
+    batches = decode_batches(segment_file(tmp_path).read_bytes())
+    layout = [(b.header.base_offset, b.header.is_control) for b in batches]
+    assert layout == [(0, True), (1, False), (3, False), (6, True)]
+    assert reopened.records_from(0) == records_at(FIRST_OFFSET, [*FIRST, *SECOND])
+    end = reopened.end_offset
+    assert end == FIRST_OFFSET + 6
+    assert reopened.append([ProducerIdsRecord(3, 3000)], NOW) == end
+    assert reopened.records_from(end) == [(end, ProducerIdsRecord(3, 3000))]
     reopened.close()
 
 
 def test_a_torn_last_batch_is_dropped_whole(tmp_path: Path) -> None:
-    log = DiskMetadataLog(tmp_path)
+    log = SingleVoterMetadataLog(tmp_path, NOW)
     log.append(FIRST, NOW)
-    first_size = segment_file(tmp_path).stat().st_size
     log.append(SECOND, NOW)
     with segment_file(tmp_path).open("r+b") as f:
         f.truncate(segment_file(tmp_path).stat().st_size - 5)
-    reopened = DiskMetadataLog(tmp_path)
-    assert segment_file(tmp_path).stat().st_size == first_size
-    assert reopened.records_from(0) == list(enumerate(FIRST))
-    assert reopened.end_offset == 2
+    reopened = SingleVoterMetadataLog(tmp_path, NOW + 1)
+    assert reopened.records_from(0) == records_at(FIRST_OFFSET, FIRST)
+    assert reopened.end_offset == FIRST_OFFSET + 3
     reopened.close()
-
-
-def test_a_fetch_of_records_the_log_holds_is_answered_at_once(tmp_path: Path) -> None:
-    log = WakingMetadataLog(DiskMetadataLog(tmp_path))
-    log.append(FIRST, NOW)
-    answered: list[str] = []
-    assert log.wait_for_records(1, 500, NOW, lambda: answered.append("at once")) is None
-    assert log.wait_for_records(2, 0, NOW, lambda: answered.append("no wait")) is None
-    assert answered == ["at once", "no wait"]
-
-
-def test_a_parked_fetch_is_answered_by_the_next_append_or_when_its_wait_ends(tmp_path: Path) -> None:
-    log = WakingMetadataLog(DiskMetadataLog(tmp_path))
-    log.append(FIRST, NOW)
-    answered: list[str] = []
-    assert log.wait_for_records(2, 500, NOW, lambda: answered.append("append")) == NOW + 500
-    assert log.wait_for_records(2, 100, NOW, lambda: answered.append("expired")) == NOW + 100
-    log.expire(NOW + 99)
-    assert answered == []
-    log.expire(NOW + 100)
-    assert answered == ["expired"]
-    log.append(SECOND, NOW + 200)
-    assert answered == ["expired", "append"]
-    log.expire(NOW + 1000)
-    assert answered == ["expired", "append"]

@@ -4,37 +4,20 @@ the log after it."""
 
 from __future__ import annotations
 
-import random
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from controller_helpers import new_controller
+from controller_helpers import SingleVoterMetadataLog, new_controller, single_voter
 
 from tierlog.controller.controller import Controller, ControllerConfig
-from tierlog.controller.metadata_log import (
-    DiskMetadataLog,
-    MetadataSnapshot,
-    WakingMetadataLog,
-    decode_metadata_batches,
-    read_metadata_snapshot,
-)
+from tierlog.controller.metadata_log import MetadataSnapshot, decode_metadata_batches, read_metadata_snapshot
 from tierlog.controller.metadata_snapshots import MetadataSnapshotter, SnapshotConfig
 from tierlog.metadata.image import ClusterMetadata
 from tierlog.metadata.records import MetadataRecord, ProducerIdsRecord, TopicRecord, encode_record
-from tierlog.raft.quorum_state import QUORUM_STATE_FILE, FileQuorumStateStore
-from tierlog.raft.raft_client import RaftClient, RaftConfig
-from tierlog.raft.raft_log import METADATA_PARTITION, RaftLog
+from tierlog.raft.raft_client import RaftClient
 
 NOW = 1_700_000_000_000
-
-
-def _single_voter(directory: Path, now_ms: int = NOW) -> RaftClient:
-    """A one-voter quorum: it leads at once and every append commits at once."""
-    store = FileQuorumStateStore(directory / str(METADATA_PARTITION) / QUORUM_STATE_FILE, frozenset({1}))
-    client = RaftClient(1, [1], RaftLog(directory, now_ms), store, RaftConfig(), now_ms, random.Random(1))
-    assert client.is_active_leader()
-    return client
 
 
 def _append(client: RaftClient, records: Sequence[MetadataRecord], now_ms: int = NOW) -> None:
@@ -55,7 +38,7 @@ def _replayed(client: RaftClient) -> ClusterMetadata:
 
 
 def test_a_snapshot_is_written_once_enough_record_bytes_are_committed(tmp_path: Path) -> None:
-    client = _single_voter(tmp_path)
+    client = single_voter(tmp_path)
     snapshotter = MetadataSnapshotter(client, SnapshotConfig(max_bytes_between_snapshots=400), NOW)
     _append(client, [ProducerIdsRecord(1, 1000)])
     assert snapshotter.poll(NOW) is None
@@ -73,7 +56,7 @@ def test_a_snapshot_is_written_once_enough_record_bytes_are_committed(tmp_path: 
 
 
 def test_a_snapshot_is_written_when_committed_records_are_older_than_the_interval(tmp_path: Path) -> None:
-    client = _single_voter(tmp_path)
+    client = single_voter(tmp_path)
     snapshotter = MetadataSnapshotter(client, SnapshotConfig(max_interval_ms=1000), NOW)
     _append(client, [ProducerIdsRecord(1, 1000)])
     assert snapshotter.poll(NOW + 999) is None
@@ -85,14 +68,14 @@ def test_a_snapshot_is_written_when_committed_records_are_older_than_the_interva
 
 
 def test_an_interval_of_zero_disables_time_based_snapshots(tmp_path: Path) -> None:
-    client = _single_voter(tmp_path)
+    client = single_voter(tmp_path)
     snapshotter = MetadataSnapshotter(client, SnapshotConfig(max_interval_ms=0), NOW)
     _append(client, [ProducerIdsRecord(1, 1000)])
     assert snapshotter.poll(NOW + 10**9) is None
 
 
 def test_a_restarted_node_loads_its_latest_snapshot_then_the_log_after_it(tmp_path: Path) -> None:
-    client = _single_voter(tmp_path)
+    client = single_voter(tmp_path)
     snapshotter = MetadataSnapshotter(client, SnapshotConfig(max_bytes_between_snapshots=1), NOW)
     topic_id = uuid.UUID(int=9)
     _append(client, [TopicRecord("events", topic_id), ProducerIdsRecord(1, 1000)])
@@ -101,7 +84,7 @@ def test_a_restarted_node_loads_its_latest_snapshot_then_the_log_after_it(tmp_pa
     _append(client, [ProducerIdsRecord(1, 2000)])
     client.log.close()
 
-    restarted = _single_voter(tmp_path, NOW + 1)
+    restarted = single_voter(tmp_path, NOW + 1)
     assert restarted.log.start_offset == snapshot_id.offset
     reloaded = MetadataSnapshotter(restarted, SnapshotConfig(), NOW + 1)
     assert reloaded.image.offset == snapshot_id.offset - 1
@@ -111,11 +94,11 @@ def test_a_restarted_node_loads_its_latest_snapshot_then_the_log_after_it(tmp_pa
     assert reloaded.image == _replayed(restarted)
 
 
-class _SnapshotThenLog(WakingMetadataLog):
+class _SnapshotThenLog(SingleVoterMetadataLog):
     """A metadata log that starts at a snapshot: reading below it would be a bug."""
 
-    def __init__(self, log: DiskMetadataLog, snapshot: MetadataSnapshot) -> None:
-        super().__init__(log)
+    def __init__(self, directory: Path, snapshot: MetadataSnapshot) -> None:
+        super().__init__(directory)
         self._snapshot = snapshot
 
     def latest_snapshot(self) -> MetadataSnapshot | None:
@@ -136,7 +119,7 @@ def test_the_controller_is_built_from_the_latest_snapshot_then_the_log_after_it(
     expected = controller.metadata
     controller.metadata_log.close()
 
-    rebuilt = Controller(_SnapshotThenLog(DiskMetadataLog(tmp_path), snapshot), ControllerConfig(), 0)
+    rebuilt = Controller(_SnapshotThenLog(tmp_path, snapshot), ControllerConfig(), 0)
     assert rebuilt.metadata == expected
     assert rebuilt.metadata.brokers[2].fenced
     assert "after-the-snapshot" in rebuilt.metadata.topics

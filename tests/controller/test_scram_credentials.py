@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import scramp
-from controller_helpers import new_controller, restart
+from controller_helpers import SingleVoterMetadataLog, new_controller, restart
 
 from tierlog.controller.controller import (
     Controller,
@@ -75,9 +75,8 @@ def test_one_request_is_one_batch_and_survives_a_restart(tmp_path: Path) -> None
     controller = new_controller(tmp_path)
     before = controller.metadata_log.end_offset
     alter(controller, [upsertion("alice"), upsertion("bob", SHA_512)])
-    chunk = controller.metadata_log.read(before, 1 << 20)
-    assert chunk is not None
-    batches = list(decode_batches(chunk.read_bytes()))
+    assert isinstance(controller.metadata_log, SingleVoterMetadataLog)
+    batches = list(decode_batches(controller.metadata_log.client.log.read(before, 1 << 20)))
     assert [(b.header.base_offset, len(b.records)) for b in batches] == [(before, 2)]
     credentials = dict(controller.metadata.scram_credentials)
     assert restart(controller, tmp_path).metadata.scram_credentials == credentials

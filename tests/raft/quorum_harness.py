@@ -185,6 +185,13 @@ class Quorum:
             self.run_for(1)
         return self.now - start
 
+    def wait_for_active_leader(self, limit_ms: int = 30_000) -> RaftClient:
+        """Run until one voter is the active leader; that voter."""
+        self.run_until(lambda: self.active_leader() is not None, limit_ms)
+        leader = self.active_leader()
+        assert leader is not None
+        return leader
+
     # Questions
 
     def active_leader(self) -> RaftClient | None:

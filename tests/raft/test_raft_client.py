@@ -32,9 +32,7 @@ def test_a_single_voter_stays_the_active_leader_with_nobody_to_hear_from(tmp_pat
 
 def test_three_voters_elect_one_leader_and_commit_on_a_majority(tmp_path: Path) -> None:
     quorum = Quorum(tmp_path, [1, 2, 3])
-    quorum.run_until(lambda: quorum.active_leader() is not None)
-    leader = quorum.active_leader()
-    assert leader is not None
+    leader = quorum.wait_for_active_leader()
     offset = quorum.append(b"x")
     quorum.run_until(lambda: all(quorum.client(n).high_watermark or offset < 0 for n in (1, 2, 3)))
     logs = {n: quorum.committed_on(n) for n in (1, 2, 3)}
@@ -44,7 +42,7 @@ def test_three_voters_elect_one_leader_and_commit_on_a_majority(tmp_path: Path) 
 
 def test_appends_are_refused_on_followers(tmp_path: Path) -> None:
     quorum = Quorum(tmp_path, [1, 2, 3])
-    quorum.run_until(lambda: quorum.active_leader() is not None)
+    quorum.wait_for_active_leader()
     follower = next(c for c in quorum.nodes.values() if c is not None and not c.is_leader)
     with pytest.raises(NotLeaderError):
         follower.append([b"no"], quorum.now)
@@ -52,9 +50,7 @@ def test_appends_are_refused_on_followers(tmp_path: Path) -> None:
 
 def test_killing_the_leader_elects_another_that_keeps_every_committed_record(tmp_path: Path) -> None:
     quorum = Quorum(tmp_path, [1, 2, 3])
-    quorum.run_until(lambda: quorum.active_leader() is not None)
-    old = quorum.active_leader()
-    assert old is not None
+    old = quorum.wait_for_active_leader()
     offset = quorum.append(b"committed")
     quorum.run_until(lambda: (old.high_watermark or 0) > offset)
     committed = old.read_committed(0, 1 << 30)
@@ -71,9 +67,7 @@ def test_a_deposed_leader_truncates_its_uncommitted_records_on_the_new_leaders_d
     tmp_path: Path,
 ) -> None:
     quorum = Quorum(tmp_path, [1, 2, 3])
-    quorum.run_until(lambda: quorum.active_leader() is not None)
-    old = quorum.active_leader()
-    assert old is not None
+    old = quorum.wait_for_active_leader()
     quorum.append(b"committed")
     quorum.run_until(lambda: all((quorum.client(n).high_watermark or 0) == old.log.end_offset for n in (1, 2, 3)))
     quorum.isolate(old.node_id)
@@ -94,9 +88,7 @@ def test_a_deposed_leader_truncates_its_uncommitted_records_on_the_new_leaders_d
 
 def test_a_voter_that_lost_its_disk_cannot_vote_itself_into_leadership(tmp_path: Path) -> None:
     quorum = Quorum(tmp_path, [1, 2, 3])
-    quorum.run_until(lambda: quorum.active_leader() is not None)
-    leader = quorum.active_leader()
-    assert leader is not None
+    leader = quorum.wait_for_active_leader()
     quorum.append(b"committed")
     quorum.run_until(lambda: all((quorum.client(n).high_watermark or 0) == leader.log.end_offset for n in (1, 2, 3)))
     empty = next(n for n in (1, 2, 3) if n != leader.node_id)
@@ -108,9 +100,9 @@ def test_a_voter_that_lost_its_disk_cannot_vote_itself_into_leadership(tmp_path:
             request = VoteRequest(empty, quorum.client(other).epoch + 1, 0, 0)
             assert not quorum.client(other).handle_vote(request, quorum.now).vote_granted
     quorum.kill(leader.node_id)
-    quorum.run_until(lambda: quorum.active_leader() is not None)
-    assert quorum.active_leader() is not wiped
-    quorum.run_until(lambda: wiped.log.end_offset == quorum.active_leader().log.end_offset)  # type: ignore[union-attr]
+    new_leader = quorum.wait_for_active_leader()
+    assert new_leader is not wiped
+    quorum.run_until(lambda: wiped.log.end_offset == new_leader.log.end_offset)
 
 
 def test_a_vote_is_durable_before_it_is_granted_and_never_given_twice_in_an_epoch(tmp_path: Path) -> None:
@@ -127,9 +119,7 @@ def test_a_vote_is_durable_before_it_is_granted_and_never_given_twice_in_an_epoc
 
 def test_pre_vote_keeps_a_voter_cut_off_from_a_healthy_leader_from_disrupting_it(tmp_path: Path) -> None:
     quorum = Quorum(tmp_path, [1, 2, 3])
-    quorum.run_until(lambda: quorum.active_leader() is not None)
-    leader = quorum.active_leader()
-    assert leader is not None
+    leader = quorum.wait_for_active_leader()
     epoch = leader.epoch
     lonely = next(n for n in (1, 2, 3) if n != leader.node_id)
     # Only the leader's link with this voter is cut: it still reaches the third voter, which hears the leader.
@@ -145,9 +135,7 @@ def test_pre_vote_keeps_a_voter_cut_off_from_a_healthy_leader_from_disrupting_it
 
 def test_a_leader_that_hears_from_no_majority_resigns(tmp_path: Path) -> None:
     quorum = Quorum(tmp_path, [1, 2, 3])
-    quorum.run_until(lambda: quorum.active_leader() is not None)
-    leader = quorum.active_leader()
-    assert leader is not None
+    leader = quorum.wait_for_active_leader()
     quorum.isolate(leader.node_id)
     quorum.run_for(2 * quorum.config.fetch_timeout_ms)
     assert not leader.is_leader
@@ -155,9 +143,7 @@ def test_a_leader_that_hears_from_no_majority_resigns(tmp_path: Path) -> None:
 
 def test_a_leader_that_resigns_on_shutdown_is_replaced_without_waiting_for_a_fetch_timeout(tmp_path: Path) -> None:
     quorum = Quorum(tmp_path, [1, 2, 3])
-    quorum.run_until(lambda: quorum.active_leader() is not None)
-    leader = quorum.active_leader()
-    assert leader is not None
+    leader = quorum.wait_for_active_leader()
     leader.resign(quorum.now)
     quorum.run_for(50)
     quorum.kill(leader.node_id)
@@ -167,9 +153,7 @@ def test_a_leader_that_resigns_on_shutdown_is_replaced_without_waiting_for_a_fet
 
 def test_a_restarted_leader_resigns_its_old_epoch(tmp_path: Path) -> None:
     quorum = Quorum(tmp_path, [1, 2, 3])
-    quorum.run_until(lambda: quorum.active_leader() is not None)
-    leader = quorum.active_leader()
-    assert leader is not None
+    leader = quorum.wait_for_active_leader()
     node, epoch = leader.node_id, leader.epoch
     quorum.kill(node)
     restarted = quorum.start(node)
@@ -179,8 +163,7 @@ def test_a_restarted_leader_resigns_its_old_epoch(tmp_path: Path) -> None:
 
 def test_the_log_epoch_wins_over_a_lost_quorum_state_file(tmp_path: Path) -> None:
     quorum = Quorum(tmp_path, [1, 2, 3])
-    quorum.run_until(lambda: quorum.active_leader() is not None)
-    epoch = quorum.active_leader().epoch  # type: ignore[union-attr]
+    epoch = quorum.wait_for_active_leader().epoch
     quorum.run_until(lambda: all(quorum.client(n).log.last_epoch == epoch for n in (1, 2, 3)))
     quorum.kill(2)
     (tmp_path / "node-2" / "__cluster_metadata-0" / "quorum-state").unlink()

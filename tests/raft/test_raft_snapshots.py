@@ -68,9 +68,7 @@ def test_a_snapshot_moves_the_log_start_to_its_end_offset_and_keeps_the_state(tm
 
 def test_a_snapshot_past_the_high_watermark_is_refused(tmp_path: Path) -> None:
     quorum = Quorum(tmp_path, [1, 2, 3])
-    quorum.run_until(lambda: quorum.active_leader() is not None)
-    leader = quorum.active_leader()
-    assert leader is not None
+    leader = quorum.wait_for_active_leader()
     for follower in {1, 2, 3} - {leader.node_id}:
         quorum.isolate(follower)
     quorum.append(b"not committed")
@@ -81,9 +79,7 @@ def test_a_snapshot_past_the_high_watermark_is_refused(tmp_path: Path) -> None:
 
 def test_a_lagging_voter_catches_up_by_fetching_the_leaders_snapshot(tmp_path: Path) -> None:
     quorum = Quorum(tmp_path, [1, 2, 3])
-    quorum.run_until(lambda: quorum.active_leader() is not None)
-    leader = quorum.active_leader()
-    assert leader is not None
+    leader = quorum.wait_for_active_leader()
     lagging = next(n for n in (1, 2, 3) if n != leader.node_id)
     quorum.append(b"seen by all")
     quorum.run_until(lambda: _caught_up(quorum, lagging, leader))
@@ -111,9 +107,7 @@ def test_a_lagging_voter_catches_up_by_fetching_the_leaders_snapshot(tmp_path: P
 
 def test_a_voter_that_lost_its_disk_is_rebuilt_from_the_snapshot_and_the_log(tmp_path: Path) -> None:
     quorum = Quorum(tmp_path, [1, 2, 3])
-    quorum.run_until(lambda: quorum.active_leader() is not None)
-    leader = quorum.active_leader()
-    assert leader is not None
+    leader = quorum.wait_for_active_leader()
     for n in range(10):
         quorum.append(b"v%d" % n)
     wiped = next(n for n in (1, 2, 3) if n != leader.node_id)
@@ -219,9 +213,7 @@ def test_a_voter_that_installed_the_leaders_snapshot_folds_its_metadata_from_the
     """Each voter snapshots its own committed metadata (MetadataSnapshotter); one that was too far behind takes
     the leader's snapshot instead and carries on from it."""
     quorum = Quorum(tmp_path, [1, 2, 3])
-    quorum.run_until(lambda: quorum.active_leader() is not None)
-    leader = quorum.active_leader()
-    assert leader is not None
+    leader = quorum.wait_for_active_leader()
     lagging = next(n for n in (1, 2, 3) if n != leader.node_id)
     quorum.kill(lagging)
     leader_snapshotter = MetadataSnapshotter(leader, SnapshotConfig(max_bytes_between_snapshots=1), quorum.now)
@@ -248,9 +240,7 @@ def test_a_download_whose_snapshot_the_leader_replaced_starts_over_with_the_new_
     """The leader snapshots again while a follower is between two chunks of its previous snapshot: the next chunk
     is answered SNAPSHOT_NOT_FOUND, the follower gives up the `.part` and fetches, which names the new one."""
     quorum = Quorum(tmp_path, [1, 2, 3])
-    quorum.run_until(lambda: quorum.active_leader() is not None)
-    leader = quorum.active_leader()
-    assert leader is not None
+    leader = quorum.wait_for_active_leader()
     lagging = next(n for n in (1, 2, 3) if n != leader.node_id)
     quorum.kill(lagging)
     # More than one FetchSnapshot chunk (8 MiB each).

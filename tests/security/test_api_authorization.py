@@ -34,8 +34,8 @@ from tierlog.client.requests import (
 )
 from tierlog.common import TopicPartition
 from tierlog.config import KafkaConfig
-from tierlog.controller.metadata_log import METADATA_TOPIC
 from tierlog.protocol.codec import Request
+from tierlog.raft.raft_log import METADATA_TOPIC
 from tierlog.records.codec import build_batch
 from tierlog.security.acl import (
     CLUSTER_NAME,

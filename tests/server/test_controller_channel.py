@@ -15,10 +15,10 @@ import pytest
 from asyncio_helpers import run_bounded
 
 from tierlog.client.raft_requests import API_FETCH
-from tierlog.controller.metadata_log import METADATA_TOPIC
 from tierlog.metadata.loader import MetadataFetchRequest
 from tierlog.protocol.codec import Request
 from tierlog.protocol.errors import error_code
+from tierlog.raft.raft_log import METADATA_TOPIC
 from tierlog.server.connection import serve_connection
 from tierlog.server.controller_apis import API_BROKER_HEARTBEAT
 from tierlog.server.controller_channel import ControllerUnavailableError, QuorumControllerChannel

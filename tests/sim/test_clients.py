@@ -6,18 +6,17 @@ stale metadata back to its shorter log and was told OFFSET_OUT_OF_RANGE."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import replace
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sim_helpers import run_until, started_cluster
 
 from tierlog.common import TopicPartition
 from tierlog.replication.fetcher import FetchRequestData, FetchRequestPartition, FetchResponsePartition
 from tierlog.replication.partition import Partition
 from tierlog.sim.broker_node import PartitionLeader, SimBroker
 from tierlog.sim.clients import SimClient
-from tierlog.sim.controller_node import active_controller
 from tierlog.sim.run import TOPIC, Cluster, SimConfig
 from tierlog.sim.world import Network, Respond, Simulation
 
@@ -46,29 +45,11 @@ def test_metadata_from_a_broker_behind_on_leader_epochs_is_ignored() -> None:
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     """Three brokers and the clients, without scheduled faults, a few seconds into the workload."""
-    cluster = Cluster(5, replace(SimConfig(), faults=False), tmp_path)
-    # The scenarios are built by hand: a message lost at random would stall a client for its 30 s timeout.
-    cluster.network.conditions.drop = cluster.network.conditions.duplicate = 0.0
-    for node in [*cluster.controllers.values(), *cluster.brokers.values()]:
-        node.start()
-    run_until(cluster, lambda: all(not b.fenced for b in cluster.brokers.values()), 30_000)
-    active = active_controller(cluster.controllers)
-    assert active is not None
-    active.create_topic(TOPIC, 2, 3, {"min.insync.replicas": "2", "segment.bytes": "2048"})
-    for client in [*cluster.producers, *cluster.consumers]:
-        client.start()
-    cluster.sim.run_until(cluster.sim.now + 3000, cluster.after_step)
-    yield cluster
-    for node in cluster.nodes:
-        if node.up:
-            node.crash()
-
-
-def run_until(cluster: Cluster, condition: Callable[[], bool], limit_ms: int) -> None:
-    deadline = cluster.sim.now + limit_ms
-    while not condition() and cluster.sim.now < deadline:
-        cluster.sim.run_until(cluster.sim.now + 100, cluster.after_step)
-    assert condition(), f"not within {limit_ms} virtual ms: {cluster.describe()}"
+    with started_cluster(5, SimConfig(), tmp_path, {"min.insync.replicas": "2", "segment.bytes": "2048"}) as cluster:
+        for client in [*cluster.producers, *cluster.consumers]:
+            client.start()
+        cluster.sim.run_until(cluster.sim.now + 3000, cluster.after_step)
+        yield cluster
 
 
 def controller_leader(cluster: Cluster) -> PartitionLeader:

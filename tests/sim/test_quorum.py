@@ -4,49 +4,28 @@ on purpose is caught by the invariants within CI's seeds."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from sim_helpers import SHORT, first_failing_run, run_until, started_cluster
 
 from tierlog.raft.messages import VoteRequest, VoteResponse
 from tierlog.raft.quorum_state import QUORUM_STATE_FILE
 from tierlog.raft.raft_client import LEADER, RaftClient
 from tierlog.sim.controller_node import SimController, active_controller
-from tierlog.sim.run import TOPIC, Cluster, RunResult, SimConfig, liveness_bound_ms, simulate
-
-SHORT = replace(SimConfig(), workload_ms=15_000)
-# CI's seeds, as tests/sim/test_simulator.py runs them: a rule broken on purpose must be caught within them.
-SEEDS = int(os.environ.get("TIERLOG_SIM_SEEDS", "300"))
+from tierlog.sim.run import TOPIC, Cluster, liveness_bound_ms, simulate
 
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     """Three voters and three brokers, no faults and no lost messages, the topic created."""
-    cluster = Cluster(11, replace(SHORT, faults=False), tmp_path)
-    cluster.network.conditions.drop = cluster.network.conditions.duplicate = 0.0
-    for node in [*cluster.controllers.values(), *cluster.brokers.values()]:
-        node.start()
-    run_until(cluster, lambda: all(not b.fenced for b in cluster.brokers.values()), 30_000)
-    active = active_controller(cluster.controllers)
-    assert active is not None
-    active.create_topic(TOPIC, 2, 3, {"min.insync.replicas": "2"})
-    run_until(cluster, lambda: cluster.converged(), 30_000)
-    yield cluster
-    for node in cluster.nodes:
-        if node.up:
-            node.crash()
-
-
-def run_until(cluster: Cluster, condition: Callable[[], bool], limit_ms: int) -> None:
-    deadline = cluster.sim.now + limit_ms
-    while not condition() and cluster.sim.now < deadline:
-        cluster.sim.run_until(cluster.sim.now + 100, cluster.after_step)
-    assert condition(), f"not within {limit_ms} virtual ms: {cluster.describe()}"
+    with started_cluster(11, SHORT, tmp_path, {"min.insync.replicas": "2"}) as cluster:
+        run_until(cluster, cluster.converged, 30_000)
+        yield cluster
 
 
 def the_active(cluster: Cluster) -> SimController:
@@ -107,15 +86,6 @@ def test_one_and_five_voters_hold_every_invariant(controllers: int) -> None:
 
 
 # Raft rules broken on purpose (docs/quorum.md#elections, #high-watermark): the invariants must notice.
-
-
-def first_failing_run(mutation: str) -> tuple[int, RunResult]:
-    """The first of CI's seeds whose run breaks an invariant; the test fails if none does."""
-    for seed in range(1, SEEDS + 1):
-        result = simulate(seed)
-        if not result.ok:
-            return seed, result
-    pytest.fail(f"{SEEDS} seeds ran with {mutation} and no invariant noticed")
 
 
 @pytest.mark.timeout(900)

@@ -11,15 +11,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from sim_helpers import SEEDS, SHORT, first_failing_run
 
 from tierlog.replication.fetcher import FETCHING, PartitionFetchState, ReplicaFetcher
 from tierlog.sim.controller_node import active_controller
-from tierlog.sim.run import Cluster, RunResult, SimConfig, simulate
+from tierlog.sim.run import Cluster, SimConfig, simulate
 from tierlog.storage.producer_state import ProducerStateEntry
-
-# CI's budget: a few hundred seeds (`tierlog sim --runs 1000` explores more).
-SEEDS = int(os.environ.get("TIERLOG_SIM_SEEDS", "300"))
-SHORT = replace(SimConfig(), workload_ms=15_000)
 
 
 # The seeds' own bound is the subprocess timeout below; the default per-test limit of pytest-timeout is meant for
@@ -122,15 +119,6 @@ def truncate_to_high_watermark(self: ReplicaFetcher, tp, topic_id, current_leade
     self.partitions[tp] = PartitionFetchState(
         topic_id, log.log_end_offset, current_leader_epoch, log.latest_epoch, FETCHING
     )
-
-
-def first_failing_run(mutation: str) -> tuple[int, RunResult]:
-    """The first of the seeds whose run breaks an invariant, and its result; the test fails if no seed does."""
-    for seed in range(1, SEEDS + 1):
-        result = simulate(seed)
-        if not result.ok:
-            return seed, result
-    pytest.fail(f"{SEEDS} seeds ran with {mutation} and no invariant noticed")
 
 
 # Each runs seeds until one breaks an invariant: tens of seeds, about a minute on two idle cores, several

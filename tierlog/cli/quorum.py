@@ -39,8 +39,8 @@ from tierlog.client.requests import (
     describe_quorum_request,
 )
 from tierlog.client.security import ClientSecurity
-from tierlog.controller.metadata_log import METADATA_TOPIC
 from tierlog.protocol.errors import error_code
+from tierlog.raft.raft_log import METADATA_TOPIC
 
 CLIENT_ID = "tierlog-quorum"
 UNKNOWN = -1  # Kafka's "unknown" for an offset or a timestamp of DescribeQuorum

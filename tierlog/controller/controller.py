@@ -39,7 +39,7 @@ from tierlog.controller.errors import (
     UnknownTopicError,
     UnknownTopicIdError,
 )
-from tierlog.controller.metadata_log import METADATA_TOPIC, MetadataLog
+from tierlog.controller.metadata_log import MetadataLog
 from tierlog.metadata.image import (
     NO_LEADER,
     BrokerRegistration,
@@ -64,6 +64,7 @@ from tierlog.metadata.records import (
     TopicRecord,
     UserScramCredentialRecord,
 )
+from tierlog.raft.raft_log import METADATA_TOPIC
 from tierlog.security.acl import (
     CLUSTER_NAME,
     AclBinding,

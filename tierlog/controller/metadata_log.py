@@ -4,39 +4,24 @@ It is an ordinary partition log (the storage engine's `Log`) holding RecordBatch
 values are `records.encode_record` JSON, so brokers read it with ordinary Fetch requests and `tierlog
 dump-log` can show it. On a controller node it is the Raft log of the quorum (`QuorumMetadataLog` over
 `tierlog.raft.raft_client.RaftClient`): the active controller appends one batch per operation, committed once
-a majority of the voters hold it (docs/quorum.md). `DiskMetadataLog` and `WakingMetadataLog` are the single
-controller's log with no quorum, which the simulator's controller still runs on.
+a majority of the voters hold it (docs/quorum.md). Every controller runs on the quorum, a lone one too (a
+single voter is a majority by itself).
 """
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
-from tierlog.common import TopicPartition
 from tierlog.controller.errors import NotControllerError
 from tierlog.metadata.loader import MetadataBatches
 from tierlog.metadata.records import MetadataRecord, decode_record, encode_record
 from tierlog.raft.messages import NO_EPOCH
 from tierlog.raft.raft_client import NotLeaderError, RaftClient
 from tierlog.raft.raft_log import RaftLog
-from tierlog.records.codec import build_batch, decode_batches
-from tierlog.storage.file_records import FileSlice
-from tierlog.storage.log import Log
-from tierlog.storage.log_config import LogConfig
-
-METADATA_TOPIC = "__cluster_metadata"
-# Kafka's fixed id of the metadata topic (Uuid.METADATA_TOPIC_ID).
-METADATA_TOPIC_ID = uuid.UUID(int=1)
-METADATA_PARTITION = TopicPartition(METADATA_TOPIC, 0)
-# The partition leader epoch stamped into every batch. With a single controller there are no controller
-# elections, so the epoch never changes.
-CONTROLLER_EPOCH = 1
-# KRaft's largest metadata batch (KafkaRaftClient.MAX_BATCH_SIZE_BYTES); one controller operation is one batch.
-MAX_BATCH_SIZE_BYTES = 8 * 1024 * 1024
+from tierlog.raft.snapshot import MAX_BATCH_SIZE_BYTES
+from tierlog.records.codec import decode_batches
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,59 +48,6 @@ class MetadataLog(Protocol):
         ...
 
     def records_from(self, start_offset: int) -> list[tuple[int, MetadataRecord]]: ...
-
-
-class DiskMetadataLog:
-    def __init__(self, log_dir: Path) -> None:
-        config = LogConfig.from_props({"max.message.bytes": str(MAX_BATCH_SIZE_BYTES)}, {})
-        self._log = Log.open(
-            log_dir / str(METADATA_PARTITION),
-            config,
-            topic_partition=METADATA_PARTITION,
-            # No checkpoints are kept for this log: every open validates it from the start, which costs
-            # little for a log this small and truncates a tail torn by a crash.
-            recovery_point=0,
-            log_start_offset=0,
-            # Unused: with one controller every fsynced record is committed, so reads go to the log end.
-            high_watermark=0,
-            had_clean_shutdown=False,
-            # Dates only a segment created before the first append; rolls are decided by batch timestamps.
-            now_ms=0,
-        )
-
-    @property
-    def end_offset(self) -> int:
-        return self._log.log_end_offset
-
-    def latest_snapshot(self) -> MetadataSnapshot | None:
-        # A lone controller's log is kept whole.
-        return None
-
-    def append(self, records: Sequence[MetadataRecord], now_ms: int) -> int:
-        batch = bytearray(build_batch([(None, encode_record(record), [], now_ms) for record in records]))
-        info = self._log.append_as_leader(batch, CONTROLLER_EPOCH, now_ms)
-        self._log.flush()
-        return info.first_offset
-
-    def records_from(self, start_offset: int) -> list[tuple[int, MetadataRecord]]:
-        found: list[tuple[int, MetadataRecord]] = []
-        offset = start_offset
-        # A read stops at the end of a segment; keep reading until the end of the log.
-        while offset < self._log.log_end_offset:
-            chunk = self.read(offset, MAX_BATCH_SIZE_BYTES)
-            if chunk is None:
-                break
-            batches = decode_metadata_batches(chunk.read_bytes())
-            # The batch holding `offset` comes whole, so it may start before it.
-            found.extend(r for r in batches.records if r[0] >= offset)
-            offset = batches.next_offset
-        return found
-
-    def read(self, start_offset: int, max_bytes: int) -> FileSlice | None:
-        return self._log.read(start_offset, max_bytes, max_offset=None, min_one_message=True).records
-
-    def close(self) -> None:
-        self._log.close()
 
 
 class QuorumMetadataLog:
@@ -161,67 +93,6 @@ class QuorumMetadataLog:
             found.extend(r for r in batches.records if r[0] >= offset)
             offset = batches.next_offset
         return found
-
-
-@dataclass(frozen=True, slots=True)
-class _ParkedFetch:
-    offset: int
-    deadline_ms: int
-    on_ready: Callable[[], None]
-
-
-class WakingMetadataLog:
-    """The metadata log with KRaft's fetch purgatory: a broker's fetch that finds no records at its offset is
-    parked until an append brings some or its wait ends (long polling). Every controller operation appends
-    through here, so no caller has to remember to wake the fetches. The simulator's single controller serves
-    brokers' metadata fetches from it, arming a timer for each parked fetch's deadline (on the quorum the Raft
-    core parks them)."""
-
-    def __init__(self, log: DiskMetadataLog) -> None:
-        self.log = log
-        self._parked: list[_ParkedFetch] = []
-
-    @property
-    def end_offset(self) -> int:
-        return self.log.end_offset
-
-    def latest_snapshot(self) -> MetadataSnapshot | None:
-        return self.log.latest_snapshot()
-
-    def append(self, records: Sequence[MetadataRecord], now_ms: int) -> int:
-        first_offset = self.log.append(records, now_ms)
-        self._complete(lambda fetch: fetch.offset < self.log.end_offset)
-        return first_offset
-
-    def records_from(self, start_offset: int) -> list[tuple[int, MetadataRecord]]:
-        return self.log.records_from(start_offset)
-
-    def close(self) -> None:
-        self.log.close()
-
-    def wait_for_records(self, offset: int, max_wait_ms: int, now_ms: int, on_ready: Callable[[], None]) -> int | None:
-        """Call `on_ready` once the log holds `offset` or `max_wait_ms` has passed: at once (returning None) if it
-        holds it already or there is no wait, else when an append brings it or `expire` is called at or after
-        the returned deadline."""
-        if offset < self.log.end_offset or max_wait_ms <= 0:
-            on_ready()
-            return None
-        fetch = _ParkedFetch(offset, now_ms + max_wait_ms, on_ready)
-        self._parked.append(fetch)
-        return fetch.deadline_ms
-
-    def expire(self, now_ms: int) -> None:
-        """Answer every parked fetch whose wait has ended."""
-        self._complete(lambda fetch: fetch.deadline_ms <= now_ms)
-
-    def _complete(self, ready: Callable[[_ParkedFetch], bool]) -> None:
-        done: list[_ParkedFetch] = []
-        waiting: list[_ParkedFetch] = []
-        for fetch in self._parked:
-            (done if ready(fetch) else waiting).append(fetch)
-        self._parked = waiting
-        for fetch in done:
-            fetch.on_ready()
 
 
 def decode_metadata_batches(data: bytes, start_offset: int = 0) -> MetadataBatches:

@@ -16,11 +16,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from tierlog.controller.metadata_log import MAX_BATCH_SIZE_BYTES, read_metadata_snapshot
+from tierlog.controller.metadata_log import read_metadata_snapshot
 from tierlog.metadata.image import ClusterMetadata
 from tierlog.metadata.records import MetadataRecord, decode_record, encode_record
 from tierlog.raft.messages import OffsetAndEpoch
 from tierlog.raft.raft_client import RaftClient
+from tierlog.raft.snapshot import MAX_BATCH_SIZE_BYTES
 from tierlog.records.codec import decode_batches
 
 

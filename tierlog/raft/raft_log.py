@@ -18,8 +18,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from tierlog.common import TopicPartition
+from tierlog.protocol.fetch_response import uvarint
 from tierlog.raft.messages import NO_EPOCH, OffsetAndEpoch
-from tierlog.raft.snapshot import Snapshot, SnapshotStore, SnapshotWriter
+from tierlog.raft.snapshot import MAX_BATCH_SIZE_BYTES, Snapshot, SnapshotStore, SnapshotWriter
 from tierlog.records.codec import build_batch
 from tierlog.records.record_batch import complete_batches, read_header
 from tierlog.storage.log import Log
@@ -29,8 +30,6 @@ METADATA_TOPIC = "__cluster_metadata"
 # Kafka's fixed id of the metadata topic (Uuid.METADATA_TOPIC_ID), by which Fetch v13+ names it.
 METADATA_TOPIC_ID = uuid.UUID(int=1)
 METADATA_PARTITION = TopicPartition(METADATA_TOPIC, 0)
-# KRaft's largest batch (KafkaRaftClient.MAX_BATCH_SIZE_BYTES); one controller operation is one batch.
-MAX_BATCH_SIZE_BYTES = 8 * 1024 * 1024
 # ControlRecordType.LEADER_CHANGE, in the control record key (version int16 0, type int16).
 LEADER_CHANGE_KEY = b"\x00\x00\x00\x02"
 
@@ -253,17 +252,8 @@ def _leader_change_message(leader_id: int, voters: Sequence[int], granting: Sequ
     """LeaderChangeMessage v0 (flexible): version, leaderId, voters, grantingVoters, no tagged fields."""
     out = bytearray((0).to_bytes(2, "big", signed=True) + leader_id.to_bytes(4, "big", signed=True))
     for ids in (voters, granting):
-        out += _uvarint(len(ids) + 1)
+        out += uvarint(len(ids) + 1)
         for voter in ids:
             out += voter.to_bytes(4, "big", signed=True) + b"\x00"
     out += b"\x00"
-    return bytes(out)
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
     return bytes(out)

@@ -40,7 +40,8 @@ _SNAPSHOT_FILE_NAME = re.compile(r"(\d{20})-(\d{10})\.checkpoint")
 # ControlRecordType ids, in a control record's key (version int16 0, type int16).
 SNAPSHOT_HEADER_TYPE = 3
 SNAPSHOT_FOOTER_TYPE = 4
-# KRaft's largest batch (KafkaRaftClient.MAX_BATCH_SIZE_BYTES), which it also uses for snapshots' batches.
+# KRaft's largest batch (KafkaRaftClient.MAX_BATCH_SIZE_BYTES), of the log (one controller operation is one batch)
+# and of snapshots alike.
 MAX_BATCH_SIZE_BYTES = 8 * 1024 * 1024
 _Entity = TypeVar("_Entity", SnapshotHeaderRecord, SnapshotFooterRecord)
 

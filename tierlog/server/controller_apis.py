@@ -54,11 +54,10 @@ from tierlog.controller.errors import (
     NotControllerError,
     UnknownTopicIdError,
 )
-from tierlog.controller.metadata_log import METADATA_TOPIC
 from tierlog.metadata.records import Endpoint
 from tierlog.protocol.codec import Request
 from tierlog.protocol.errors import error_code
-from tierlog.raft.raft_log import METADATA_TOPIC_ID
+from tierlog.raft.raft_log import METADATA_TOPIC, METADATA_TOPIC_ID
 from tierlog.replication.replica_manager import error_name_of
 from tierlog.security.acl import AclBinding, AclOperation
 from tierlog.security.acl_filter import acl_binding, acl_binding_filter_of

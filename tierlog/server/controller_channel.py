@@ -40,11 +40,12 @@ from tierlog.client.security import PLAINTEXT, ClientSecurity
 from tierlog.common import TopicPartition
 from tierlog.controller.controller import Controller, HeartbeatResult
 from tierlog.controller.errors import NotControllerError
-from tierlog.controller.metadata_log import METADATA_TOPIC, decode_metadata_batches
+from tierlog.controller.metadata_log import decode_metadata_batches
 from tierlog.metadata.image import PartitionRegistration
 from tierlog.metadata.loader import MetadataBatches, MetadataFetchRequest
 from tierlog.metadata.records import Endpoint
 from tierlog.protocol.errors import error_code
+from tierlog.raft.raft_log import METADATA_TOPIC
 from tierlog.replication.partition import AlterPartitionProposal
 from tierlog.replication.replica_manager import error_name_of
 from tierlog.server.clock import now_ms
