@@ -196,6 +196,17 @@ def test_a_quorum_of_three_voters_is_accepted_and_each_voter_is_known_by_id() ->
     assert [node_id for node_id, _, _ in broker.controller_quorum_servers] == [1, 2, 3]
 
 
+def test_a_controller_with_bootstrap_servers_but_no_voters_is_refused_rather_than_made_a_cluster_of_its_own() -> None:
+    with pytest.raises(ConfigException, match="^A controller needs controller.quorum.voters: "):
+        KafkaConfig(
+            {
+                "node.id": "2",
+                "controller.quorum.bootstrap.servers": "h1:9093,h2:9093,h3:9093",
+                "listeners": "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+            }
+        )
+
+
 def test_bootstrap_servers_name_the_controllers_without_their_ids() -> None:
     broker = KafkaConfig(
         {"process.roles": "broker", "node.id": "4", "controller.quorum.bootstrap.servers": "h1:9093,h2:9093"}

@@ -1013,6 +1013,13 @@ class KafkaConfig:
                 "process.roles=controller needs controller.quorum.voters listing this node, e.g. "
                 f"controller.quorum.voters={self.node_id}@host:9093"
             )
+        if self.is_controller and not voter_ids and self.get_list("controller.quorum.bootstrap.servers"):
+            # Kafka forms such a quorum only from voters written at format time (KIP-853's dynamic quorum); each
+            # node here would be a one-voter quorum, its own cluster (docs/quorum.md#limits).
+            raise ConfigException(
+                "A controller needs controller.quorum.voters: controller.quorum.bootstrap.servers alone asks for a "
+                "dynamic quorum (KIP-853), which tierlog does not have; list every voter as id@host:port"
+            )
         if not self.is_controller and self.is_standalone:
             raise ConfigException(
                 "process.roles=broker needs controller.quorum.voters or controller.quorum.bootstrap.servers"
