@@ -197,7 +197,7 @@ def test_a_quorum_of_three_voters_is_accepted_and_each_voter_is_known_by_id() ->
 
 
 def test_a_controller_with_bootstrap_servers_but_no_voters_is_refused_rather_than_made_a_cluster_of_its_own() -> None:
-    with pytest.raises(ConfigException, match="^A controller needs controller.quorum.voters: "):
+    with pytest.raises(ConfigException, match=r"^A controller needs controller\.quorum\.voters: "):
         KafkaConfig(
             {
                 "node.id": "2",

@@ -255,16 +255,40 @@ def test_after_convergence_differing_voters_and_lost_committed_metadata_are_repo
     assert [h.base_offset for h in raft_log_batches(logs[3], 0, logs[3].end_offset)] == [0, 1, 2]
 
 
-def test_a_broker_image_that_is_not_the_committed_records_replayed_is_reported() -> None:
+def test_an_image_that_is_not_the_committed_records_replayed_is_reported() -> None:
     committed = [(1, ClusterIdRecord("c")), (2, ProducerIdsRecord(1, 1000)), (4, ProducerIdsRecord(2, 2000))]
     checker = quorum_checker()
     prefix = ClusterMetadata()
     for offset, record in committed[:2]:
         prefix.apply(offset, record)
-    checker.check_broker_image("broker-1", prefix, committed)
+    checker.check_final_image("broker-1", prefix, ClusterMetadata(), committed)
     assert checker.history.violations == []
     other = ClusterMetadata()
     other.apply(1, ClusterIdRecord("c"))
     other.apply(2, ProducerIdsRecord(1, 5000))
-    checker.check_broker_image("broker-2", other, committed)
-    assert rules(checker.history) == ["broker metadata is not the committed log's"]
+    checker.check_final_image("broker-2", other, ClusterMetadata(), committed)
+    assert rules(checker.history) == ["metadata is not the committed log's"]
+
+
+def test_an_image_loaded_from_a_snapshot_is_judged_from_the_snapshot_on() -> None:
+    # The log starts at offset 3, after a snapshot of a cluster id and a first producer id block.
+    base = ClusterMetadata.from_snapshot([ClusterIdRecord("c"), ProducerIdsRecord(1, 1000)], 3)
+    after = [(4, ProducerIdsRecord(2, 2000))]
+    checker = quorum_checker()
+    loaded = ClusterMetadata.from_snapshot(base.snapshot_records(), 3)
+    loaded.apply(4, ProducerIdsRecord(2, 2000))
+    checker.check_final_image("broker-1", loaded, base, after)
+    assert checker.history.violations == []
+    behind = ClusterMetadata()
+    behind.apply(1, ClusterIdRecord("c"))
+    checker.check_final_image("broker-2", behind, base, after)
+    assert rules(checker.history) == ["metadata behind the log start"]
+
+
+def test_two_snapshots_ending_at_one_offset_must_hold_the_same_records() -> None:
+    checker = quorum_checker()
+    checker.check_snapshot("voter 1", 10, [ClusterIdRecord("c")])
+    checker.check_snapshot("broker-1", 10, [ClusterIdRecord("c")])
+    assert checker.history.violations == []
+    checker.check_snapshot("voter 2", 10, [ClusterIdRecord("d")])
+    assert rules(checker.history) == ["snapshots at one offset differ"]

@@ -1,18 +1,20 @@
 """The simulated controller quorum: voters elect one active controller, brokers find it and follow it when it
 changes, a voter keeps everything it acted on across a crash, 1 and 5 voters work too, and a Raft rule broken
-on purpose is caught by the invariants within CI's seeds."""
+on purpose is caught by the invariants within CI's seeds (so is a broker loading a snapshot wrongly)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from sim_helpers import SHORT, first_failing_run, run_until, started_cluster
 
+from tierlog.metadata.loader import MetadataLoader
+from tierlog.metadata.records import MetadataRecord
 from tierlog.raft.messages import VoteRequest, VoteResponse
 from tierlog.raft.quorum_state import QUORUM_STATE_FILE
 from tierlog.raft.raft_client import LEADER, RaftClient
@@ -137,3 +139,18 @@ def test_tierlog_sim_runs_a_five_voter_quorum_and_refuses_an_even_one() -> None:
     )
     assert two.returncode == 2
     assert "Error: Invalid value for '--controllers': '2' is not one of '1', '3', '5'." in two.stderr
+
+
+@pytest.mark.timeout(900)
+def test_a_broker_that_loads_a_snapshot_without_its_last_record_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broker's loader drops the last record of a snapshot it is handed: its image is no longer the committed
+    log's, although every record it fetched after the snapshot is."""
+    on_snapshot = MetadataLoader.on_snapshot
+
+    def lossy(self: MetadataLoader, records: Sequence[MetadataRecord], end_offset: int, high_watermark: int) -> bool:
+        return on_snapshot(self, records[:-1], end_offset, high_watermark)
+
+    monkeypatch.setattr(MetadataLoader, "on_snapshot", lossy)
+    seed, result = first_failing_run("a snapshot loaded without its last record")
+    assert any("metadata is not the committed log's" in v for v in result.violations), result.report()
+    print(f"caught at seed {seed}:\n{result.report()}")

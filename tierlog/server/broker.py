@@ -417,13 +417,11 @@ class Broker:
         return self.loader.image.scram_credentials.get((user, mechanism))
 
     def _controller_scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
-        """The controller's own listener reads the controller's metadata, which has every SCRAM user from the
-        start, before this node's broker side has caught up (brokers register through it first)."""
+        """The controller's own listener reads the controller's metadata (the active controller's, else this
+        voter's committed log's), which has every SCRAM user before this node's broker side has caught up (brokers
+        register through it first)."""
         assert self.controller_server is not None  # only a controller node has controller listeners
-        controller = self.controller_server.controller
-        # A voter that is not the active controller knows the users its committed log holds.
-        metadata = controller.metadata if controller is not None else self.loader.image
-        return metadata.scram_credentials.get((user, mechanism))
+        return self.controller_server.security_image.scram_credentials.get((user, mechanism))
 
     @property
     def bound_ports(self) -> list[int]:

@@ -10,7 +10,10 @@ wrote is committed.
 
 The broker follows the metadata log as an observer of the quorum, receiving committed batches only: from the
 leader over the network, or on a voter's own node from its own log's committed part (a follower's high
-watermark is committed too), without the network.
+watermark is committed too), without the network. When the offset it fetches from is gone from the leader's log
+(below the log start, docs/quorum.md#snapshots), the answer names the leader's latest snapshot, which the broker
+downloads with FetchSnapshot and loads before fetching the log after it; on a voter's node the local snapshot is
+read.
 
 Remote calls use two connections, because a connection serves one request at a time and the metadata
 fetch long-polls: one for the metadata log, one for every other RPC.
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from tierlog.client.connection import KafkaConnection, KafkaConnectionError
+from tierlog.client.raft_requests import raft_request, raft_response_of
 from tierlog.client.requests import (
     CONSUMER_REPLICA_ID,
     PartitionFetch,
@@ -40,12 +44,14 @@ from tierlog.client.security import PLAINTEXT, ClientSecurity
 from tierlog.common import TopicPartition
 from tierlog.controller.controller import Controller, HeartbeatResult
 from tierlog.controller.errors import NotControllerError
-from tierlog.controller.metadata_log import decode_metadata_batches
+from tierlog.controller.metadata_log import MetadataSnapshot, decode_metadata_batches
 from tierlog.metadata.image import PartitionRegistration
 from tierlog.metadata.loader import MetadataBatches, MetadataFetchRequest
-from tierlog.metadata.records import Endpoint
+from tierlog.metadata.records import Endpoint, decode_record
 from tierlog.protocol.errors import error_code
+from tierlog.raft.messages import FetchSnapshotRequest, FetchSnapshotResponse, OffsetAndEpoch
 from tierlog.raft.raft_log import METADATA_TOPIC
+from tierlog.raft.snapshot import CorruptSnapshotError, parse_snapshot
 from tierlog.replication.partition import AlterPartitionProposal
 from tierlog.replication.replica_manager import error_name_of
 from tierlog.server.clock import now_ms
@@ -90,7 +96,9 @@ class ControllerChannel(Protocol):
 
     async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> range: ...
 
-    async def fetch_metadata(self, broker_id: int, request: MetadataFetchRequest) -> tuple[MetadataBatches, int]:
+    async def fetch_metadata(
+        self, broker_id: int, request: MetadataFetchRequest
+    ) -> tuple[MetadataBatches | MetadataSnapshot, int]:
         """Committed batches from the request's offset (waiting up to its max wait for some) and the high
         watermark."""
         ...
@@ -398,12 +406,41 @@ class QuorumControllerChannel:
 
     # The metadata log
 
-    async def fetch_metadata(self, broker_id: int, request: MetadataFetchRequest) -> tuple[MetadataBatches, int]:
+    async def fetch_metadata(
+        self, broker_id: int, request: MetadataFetchRequest
+    ) -> tuple[MetadataBatches | MetadataSnapshot, int]:
         if self._local is not None:
             data, high_watermark = await self._local.read_committed(request.offset, request.max_wait_ms)
+            if isinstance(data, MetadataSnapshot):
+                return data, high_watermark
             return _batches_from(data, request.offset), high_watermark
         partition = await self._fetch_from_leader(broker_id, request)
+        if partition.snapshot_id.end_offset >= 0:
+            snapshot_id = OffsetAndEpoch(partition.snapshot_id.end_offset, partition.snapshot_id.epoch)
+            return await self._fetch_snapshot(broker_id, snapshot_id), int(partition.high_watermark)
         return _batches_from(bytes(partition.records or b""), request.offset), int(partition.high_watermark)
+
+    async def _fetch_snapshot(self, broker_id: int, snapshot_id: OffsetAndEpoch) -> MetadataSnapshot:
+        """The leader's snapshot, downloaded chunk by chunk with FetchSnapshot and decoded. Any failure (the
+        leader moved on to a newer snapshot: SNAPSHOT_NOT_FOUND) is ControllerUnavailableError, and the loader's
+        next fetch names whichever snapshot the leader has then."""
+        data = bytearray()
+        while True:
+            request = FetchSnapshotRequest(broker_id, self._leader_epoch, snapshot_id, len(data))
+            answer = raft_response_of(request, await self._send("_fetch", raft_request(request), self._try_timeout_s))
+            assert isinstance(answer, FetchSnapshotResponse)
+            if answer.error is not None:
+                raise ControllerUnavailableError(f"metadata snapshot fetch failed: {answer.error.upper()}")
+            if answer.position != len(data) or (not answer.data and len(data) < answer.size):
+                raise ControllerUnavailableError(f"metadata snapshot {snapshot_id} came back out of order")
+            data += answer.data
+            if len(data) >= answer.size:
+                break
+        try:
+            snapshot = parse_snapshot(snapshot_id, bytes(data))
+        except CorruptSnapshotError as e:
+            raise ControllerUnavailableError(f"metadata snapshot {snapshot_id} is corrupt: {e}") from None
+        return MetadataSnapshot([decode_record(value) for value in snapshot.values], snapshot_id.offset)
 
     async def high_watermark(self, broker_id: int, position: MetadataFetchRequest) -> int:
         if self._local is not None and self._local.controller is not None:

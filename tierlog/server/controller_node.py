@@ -74,11 +74,10 @@ class ControllerNodeApis:
         self.handlers.update(AclApis(authorizer, auth, controller_apis.handle).handlers)
 
     async def handle(self, request: Request) -> Any:
-        controller = self._server.controller
-        if self._authorizer is not None and controller is not None:
-            # The controller's ACLs are its metadata's: take on what the last change made before checking. A
-            # controller that is not the active one keeps those it last knew.
-            self._authorizer.sync(controller.metadata.acls)
+        if self._authorizer is not None:
+            # The ACLs are the metadata's: the active controller's, or this node's committed log's while another
+            # controller is active. Take on what the last change made before checking.
+            self._authorizer.sync(self._server.security_image.acls)
         return await self.handlers[request.api_key](request)
 
     async def handle_api_versions(self, request: Request) -> Any:
@@ -142,17 +141,16 @@ class ControllerNode:
         )
 
     def _write_meta_properties(self) -> None:
-        """meta.properties, once this node knows the cluster id: when its controller is (or was) the active one."""
-        controller = self.controller_server.controller
-        if self._cluster_id is not None or controller is None:
+        """meta.properties, once this node knows the cluster id (its metadata holds the ClusterIdRecord)."""
+        cluster_id = self.controller_server.security_image.cluster_id
+        if self._cluster_id is not None or not cluster_id:
             return
-        self._cluster_id = controller.metadata.cluster_id
+        self._cluster_id = cluster_id
         for log_dir in self._log_dirs:
             ensure_meta_properties(log_dir, self.config.node_id, self._cluster_id)
 
     def _scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
-        controller = self.controller_server.controller
-        return controller.metadata.scram_credentials.get((user, mechanism)) if controller is not None else None
+        return self.controller_server.security_image.scram_credentials.get((user, mechanism))
 
     @property
     def bound_ports(self) -> list[int]:

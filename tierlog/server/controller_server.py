@@ -6,9 +6,11 @@ this node became the active leader (its epoch's LeaderChangeMessage committed: t
 committed), a `Controller` is built by replaying that log, and its timers start: fencing brokers whose session
 ran out, balancing leaders when a pass is due (auto.leader.rebalance.enable). When leadership is lost, both go
 and the Controller is thrown away; it is rebuilt from the log if this node leads again
-(docs/quorum.md#active-controller). The rules live in `tierlog.controller.controller.Controller`; the requests
-brokers and clients send the controller are answered by `ControllerApis` (server/controller_apis.py), each only
-once what it wrote is committed.
+(docs/quorum.md#active-controller). Every controller node, active or not, also folds its committed log into its
+**standby image** and snapshots it when due (`MetadataSnapshotter`, docs/quorum.md#snapshots): a controller that is
+not the active one answers SCRAM logins and ACL checks from that image. The rules live in
+`tierlog.controller.controller.Controller`; the requests brokers and clients send the controller are answered by
+`ControllerApis` (server/controller_apis.py), each only once what it wrote is committed.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ import logging
 
 from tierlog.config import KafkaConfig
 from tierlog.controller.controller import Controller, ControllerConfig
-from tierlog.controller.metadata_log import QuorumMetadataLog
+from tierlog.controller.metadata_log import MetadataSnapshot, QuorumMetadataLog, read_metadata_snapshot
+from tierlog.controller.metadata_snapshots import MetadataSnapshotter, SnapshotConfig
+from tierlog.metadata.image import ClusterMetadata
 from tierlog.server.clock import now_ms
 from tierlog.server.raft_manager import RaftManager
 
@@ -38,6 +42,8 @@ class ControllerServer:
         self.raft = RaftManager(config)
         # The controller, while this node is the active one; None otherwise.
         self.controller: Controller | None = None
+        # Folds the committed log and snapshots it; made once the metadata log is open.
+        self._snapshotter: MetadataSnapshotter | None = None
         self._tasks: list[asyncio.Task[None]] = []
         # Set on every change the Raft shell reports (leader, epoch, high watermark), for whoever waits on one.
         self._changed = asyncio.Event()
@@ -50,7 +56,29 @@ class ControllerServer:
     async def start(self) -> None:
         self.raft.add_listener(self._on_quorum_change)
         await self.raft.start()
+        self._snapshotter = MetadataSnapshotter(
+            self.raft.client,
+            SnapshotConfig(
+                max_bytes_between_snapshots=self.config.get_int("metadata.log.max.record.bytes.between.snapshots"),
+                max_interval_ms=self.config.get_int("metadata.log.max.snapshot.interval.ms"),
+            ),
+            now_ms(),
+        )
+        self.raft.add_listener(self._snapshot_if_due)
         self._on_quorum_change()
+
+    @property
+    def standby_image(self) -> ClusterMetadata:
+        """The metadata this node's committed log holds (the latest snapshot and the committed records after it)."""
+        if self._snapshotter is None:
+            raise RuntimeError("the controller server has not started")
+        return self._snapshotter.image
+
+    @property
+    def security_image(self) -> ClusterMetadata:
+        """The active controller's metadata while this node is the active one, else the standby image: what this
+        node's controller listeners check logins and ACLs against."""
+        return self.controller.metadata if self.controller is not None else self.standby_image
 
     async def stop(self) -> None:
         tasks = self._deactivate()
@@ -72,6 +100,18 @@ class ControllerServer:
             self._deactivate()
         self._changed.set()
         self._changed = asyncio.Event()
+
+    def _snapshot_if_due(self) -> None:
+        """Fold in what was just committed and snapshot when due (a listener: called after the core's events)."""
+        assert self._snapshotter is not None  # listening only once started
+        snapshot_id = self._snapshotter.poll(now_ms())
+        if snapshot_id is not None:
+            logger.info(
+                "[Controller id=%d] wrote the metadata snapshot at offset %d (epoch %d); the log now starts there",
+                self.config.node_id,
+                snapshot_id.offset,
+                snapshot_id.epoch,
+            )
 
     def _activate(self) -> None:
         self.controller = Controller(
@@ -175,10 +215,11 @@ class ControllerServer:
 
     # The metadata log, for the broker on this node (in-process) and the other voters and brokers (Fetch).
 
-    async def read_committed(self, offset: int, max_wait_ms: int) -> tuple[bytes, int]:
+    async def read_committed(self, offset: int, max_wait_ms: int) -> tuple[bytes | MetadataSnapshot, int]:
         """Whole committed batches from `offset`, waiting up to `max_wait_ms` for the high watermark to pass
         it, and the high watermark (0 while unknown). A follower's committed log is the leader's, so the broker
-        on any voter reads its own node's (docs/quorum.md#observers)."""
+        on any voter reads its own node's (docs/quorum.md#observers). Below the log start the records are only in
+        the latest snapshot, which is returned instead (docs/quorum.md#snapshots)."""
         client = self.raft.client
         loop = asyncio.get_running_loop()
         ready: asyncio.Future[None] = loop.create_future()
@@ -194,4 +235,9 @@ class ControllerServer:
         high_watermark = client.high_watermark
         if high_watermark is None:
             return b"", 0
+        if offset < client.log.start_offset:
+            # Checked after the wait: a snapshot taken meanwhile may have moved the log start past `offset`.
+            snapshot = read_metadata_snapshot(client.log)
+            assert snapshot is not None  # a log starts past 0 only at a snapshot
+            return snapshot, high_watermark
         return client.read_committed(offset, METADATA_READ_MAX_BYTES), high_watermark

@@ -1,5 +1,6 @@
 """The broker's metadata loader as an asyncio task: carries the fetches of the deterministic `MetadataLoader`
-(metadata/loader.py) to the controller and its answers back, and publishes the image when the loader says so.
+(metadata/loader.py) to the controller and its answers back (committed batches, or the controller's snapshot when
+the fetch offset is gone from its log), and publishes the image when the loader says so.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from tierlog.controller.metadata_log import MetadataSnapshot
 from tierlog.metadata.image import ClusterMetadata
 from tierlog.metadata.loader import MetadataFetchRequest, MetadataLoader
 from tierlog.server.clock import carry_requests, now_ms
@@ -33,12 +35,17 @@ class MetadataLoaderTask:
 
     async def _fetch(self, request: MetadataFetchRequest) -> None:
         try:
-            batches, high_watermark = await self._channel.fetch_metadata(self.broker_id, request)
+            answer, high_watermark = await self._channel.fetch_metadata(self.broker_id, request)
         except ControllerUnavailableError as e:
             logger.debug("[Broker id=%d] metadata fetch failed: %s", self.broker_id, e)
             self.loader.on_fetch_failed(now_ms())
             return
-        if self.loader.on_records(batches, high_watermark):
+        if isinstance(answer, MetadataSnapshot):
+            loaded = self.loader.on_snapshot(answer.records, answer.end_offset, high_watermark)
+            logger.info("[Broker id=%d] loaded the metadata snapshot at offset %d", self.broker_id, answer.end_offset)
+        else:
+            loaded = self.loader.on_records(answer, high_watermark)
+        if loaded:
             self.publish()
         async with self._changed:
             self._changed.notify_all()

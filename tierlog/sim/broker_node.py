@@ -28,8 +28,15 @@ from tierlog.common import Idle, TopicPartition
 from tierlog.controller.metadata_log import decode_metadata_batches
 from tierlog.metadata.lifecycle import BrokerLifecycleManager, BrokerRegistrationRequest
 from tierlog.metadata.loader import MetadataBatches, MetadataLoader
-from tierlog.metadata.records import Endpoint
-from tierlog.raft.messages import RaftFetchRequest, RaftFetchResponse
+from tierlog.metadata.records import Endpoint, decode_record
+from tierlog.raft.messages import (
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
+    OffsetAndEpoch,
+    RaftFetchRequest,
+    RaftFetchResponse,
+)
+from tierlog.raft.snapshot import parse_snapshot
 from tierlog.records.record_batch import complete_batches, read_header
 from tierlog.replication.alter_partition_manager import AlterPartitionManager
 from tierlog.replication.fetch_request import fetch_messages_for_request
@@ -319,6 +326,10 @@ class SimBroker(Node):
                 if not named_leader:
                     guess.failed(tried)
                 self.loader.on_fetch_failed(self.sim.now)
+            elif reply.snapshot_id is not None:
+                # The offset is gone from the leader's log: load its snapshot first, then fetch after it.
+                self._fetch_snapshot(controller, reply.snapshot_id, reply.high_watermark, bytearray())
+                return
             elif self._take_metadata(request, reply):
                 self._publish()
             self._follow_metadata()
@@ -335,6 +346,43 @@ class SimBroker(Node):
             on_reply,
             on_failure,
             self.settings.controller_request_timeout_ms + request.max_wait_ms,
+        )
+
+    def _fetch_snapshot(
+        self, controller: SimController, snapshot_id: OffsetAndEpoch, high_watermark: int, data: bytearray
+    ) -> None:
+        """FetchSnapshot from `controller` chunk by chunk, then hand the snapshot to the loader; any failure (the
+        leader moved on to a newer snapshot, no answer) is a failed metadata fetch, retried after the backoff."""
+        guess = self._controller_guess
+        request = FetchSnapshotRequest(self.broker_id, guess.leader_epoch, snapshot_id, len(data))
+
+        def on_reply(reply: object) -> None:
+            assert isinstance(reply, FetchSnapshotResponse)
+            if reply.error is not None or reply.position != len(data):
+                self.loader.on_fetch_failed(self.sim.now)
+                self._follow_metadata()
+                return
+            data.extend(reply.data)
+            if len(data) < reply.size:
+                self._fetch_snapshot(controller, snapshot_id, high_watermark, data)
+                return
+            records = [decode_record(value) for value in parse_snapshot(snapshot_id, bytes(data)).values]
+            self._quorum_checker.check_snapshot(self.name, snapshot_id.offset, records)
+            if self.loader.on_snapshot(records, snapshot_id.offset, high_watermark):
+                self._publish()
+            self._follow_metadata()
+
+        def on_failure() -> None:
+            self.loader.on_fetch_failed(self.sim.now)
+            self._follow_metadata()
+
+        self._network.call(
+            self,
+            controller,
+            lambda respond: controller.handle_raft(request, respond),
+            on_reply,
+            on_failure,
+            self.settings.controller_request_timeout_ms,
         )
 
     def _take_metadata(self, request: RaftFetchRequest, response: RaftFetchResponse) -> bool:

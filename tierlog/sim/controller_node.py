@@ -8,6 +8,10 @@ controller.quorum.request.timeout.ms), hands the requests it receives to the cor
 answered through its callback, at once or when records come), and polls the core when it asks to be woken
 (`next_wakeup_ms`) and after every message.
 
+Like a running node's shell, every voter runs the `MetadataSnapshotter` after the core's events, with a small
+byte threshold so that snapshots are written, logs start later and voters and brokers catch up from snapshots
+within a run (docs/quorum.md#snapshots).
+
 The `Controller` exists only while the core says this voter is the active leader (its epoch's
 LeaderChangeMessage committed): it is built by replaying the committed log and appends through
 `RaftClient.append`; it is thrown away the moment leadership is lost. A broker's request is answered only once
@@ -25,6 +29,7 @@ from pathlib import Path
 from tierlog.controller.controller import Controller, ControllerConfig
 from tierlog.controller.errors import ControllerError, NotControllerError
 from tierlog.controller.metadata_log import QuorumMetadataLog
+from tierlog.controller.metadata_snapshots import MetadataSnapshotter, SnapshotConfig
 from tierlog.metadata.lifecycle import BrokerHeartbeatRequest, BrokerRegistrationRequest
 from tierlog.raft.messages import (
     BeginQuorumEpochRequest,
@@ -48,6 +53,9 @@ CONTROLLER_ID_BASE = 3000
 NOT_CONTROLLER = "NOT_CONTROLLER"
 # How long an answer waits for its records to commit; the broker gives up on it at its own request timeout.
 COMMIT_WAIT_MS = 5000
+# metadata.log.max.record.bytes.between.snapshots of the simulated voters: a few dozen of a run's records, so that
+# every run snapshots; no time-based snapshots (the runs are a minute of virtual time).
+SNAPSHOT_CONFIG = SnapshotConfig(max_bytes_between_snapshots=4096, max_interval_ms=0)
 
 
 class SimController(Node):
@@ -74,6 +82,8 @@ class SimController(Node):
         self._rng = random.Random(f"{sim.seed}/raft/{node_id}")
         self.raft: RaftClient | None = None
         self.controller: Controller | None = None
+        # The committed log folded, snapshotted when due; made at each start.
+        self.snapshotter: MetadataSnapshotter | None = None
         # The epoch the controller leads in: it must not outlive it, even across a quick loss and regain.
         self._controller_epoch = -1
         # When the earliest timer armed for the core's next wakeup fires.
@@ -95,6 +105,7 @@ class SimController(Node):
             self.sim.now,
             self._rng,
         )
+        self.snapshotter = MetadataSnapshotter(self.raft, SNAPSHOT_CONFIG, self.sim.now)
         self._armed_wakeup_ms = None
         self.every(FENCE_CHECK_INTERVAL_MS, self._fence_stale_brokers)
         self._step()
@@ -106,6 +117,7 @@ class SimController(Node):
             self.raft.log.close()
         self.raft = None
         self.controller = None
+        self.snapshotter = None
         self._armed_balance_ms = None
 
     @property
@@ -122,6 +134,8 @@ class SimController(Node):
         assert raft is not None
         for outbound in raft.poll(self.sim.now):
             self._send(raft, outbound)
+        assert self.snapshotter is not None
+        self.snapshotter.poll(self.sim.now)
         self._follow_leadership(raft)
         wakeup = max(raft.next_wakeup_ms(), self.sim.now + 1)
         if self._armed_wakeup_ms is None or wakeup < self._armed_wakeup_ms:

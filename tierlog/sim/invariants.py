@@ -31,6 +31,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from tierlog.common import TopicPartition
+from tierlog.controller.metadata_log import read_metadata_snapshot
 from tierlog.metadata.image import ClusterMetadata
 from tierlog.metadata.records import MetadataRecord
 from tierlog.raft.messages import RaftFetchResponse
@@ -299,6 +300,10 @@ class QuorumChecker:
     high_watermarks: dict[tuple[int, int], int] = field(default_factory=dict)
     # Since when a majority of voters has been up and connected with none of them the active leader.
     leaderless_since_ms: int | None = None
+    # End offset -> the records of the first snapshot seen ending there (written by a voter or loaded by a broker).
+    snapshots: dict[int, list[MetadataRecord]] = field(default_factory=dict)
+    # Per voter: the end offset of the latest snapshot of its log already checked.
+    checked_snapshots: dict[int, int] = field(default_factory=dict)
 
     def check_voter_step(
         self, voter_id: int, incarnation: int, epoch: int, is_leader: bool, high_watermark: int | None
@@ -330,6 +335,27 @@ class QuorumChecker:
             self._committed(f"voter {voter_id} (HW {high_watermark})", identity(header))
             end = header.next_offset
         self.verified[key] = max(end, start)
+
+    def check_voter_snapshot(self, voter_id: int, log: RaftLog) -> None:
+        """The voter's latest snapshot (its own or fetched from the leader), once per snapshot."""
+        snapshot_id = log.snapshots.latest_id()
+        if snapshot_id is None or self.checked_snapshots.get(voter_id) == snapshot_id.offset:
+            return
+        snapshot = read_metadata_snapshot(log)
+        assert snapshot is not None
+        self.checked_snapshots[voter_id] = snapshot_id.offset
+        self.check_snapshot(f"voter {voter_id}", snapshot.end_offset, snapshot.records)
+
+    def check_snapshot(self, holder: str, end_offset: int, records: list[MetadataRecord]) -> None:
+        """Every snapshot ending at one offset holds the same image: it is the committed log folded to there,
+        whichever voter folded it and whoever fetched it."""
+        known = self.snapshots.setdefault(end_offset, records)
+        if known != records:
+            self.history.violation(
+                "snapshots at one offset differ",
+                f"{holder}'s snapshot at offset {end_offset} ({len(records)} records) is not the one seen before "
+                f"({len(known)} records)",
+            )
 
     def check_observer_fetch(
         self, observer: str, fetch_offset: int, response: RaftFetchResponse, headers: list[RecordBatchHeader]
@@ -383,9 +409,11 @@ class QuorumChecker:
         """After convergence: every voter's log is the leader's batch for batch, and it holds every batch ever
         committed."""
         leader_log = logs[leader_id]
-        expected = [identity(h) for h in raft_log_batches(leader_log, leader_log.start_offset, leader_log.end_offset)]
+        # Each voter's log starts at its own latest snapshot: compare from the latest start.
+        start = max(log.start_offset for log in logs.values())
+        expected = [identity(h) for h in raft_log_batches(leader_log, start, leader_log.end_offset)]
         for voter_id, log in logs.items():
-            found = [identity(h) for h in raft_log_batches(log, leader_log.start_offset, log.end_offset)]
+            found = [identity(h) for h in raft_log_batches(log, start, log.end_offset)]
             if found != expected:
                 self.history.violation(
                     "voters' logs differ after convergence",
@@ -393,23 +421,35 @@ class QuorumChecker:
                 )
         held = {batch[0]: batch for batch in expected}
         for base_offset, batch in sorted(self.committed.items()):
-            if base_offset >= leader_log.start_offset and held.get(base_offset) != batch:
+            if base_offset >= start and held.get(base_offset) != batch:
                 self.history.violation(
                     "committed metadata lost",
                     f"batch {batch} was committed; the converged log holds {held.get(base_offset)}",
                 )
 
-    def check_broker_image(
-        self, broker: str, image: ClusterMetadata, committed_records: list[tuple[int, MetadataRecord]]
+    def check_final_image(
+        self,
+        holder: str,
+        image: ClusterMetadata,
+        base: ClusterMetadata,
+        committed_records: list[tuple[int, MetadataRecord]],
     ) -> None:
-        """A broker's image is the committed log's records applied from the start up to its offset."""
-        replayed = ClusterMetadata()
+        """A broker's or a voter's image, whether it replayed the log or loaded a snapshot on the way, is the
+        committed log's: `base` (the leader's latest snapshot, or empty) and the committed records after it,
+        applied up to the image's offset. Compared as snapshot records: an image loaded from a snapshot ends at
+        the snapshot's end, a replayed one at its last record, with the same content."""
+        if image.offset < base.offset:
+            self.history.violation(
+                "metadata behind the log start", f"{holder}'s image at offset {image.offset}, the log starts later"
+            )
+            return
+        replayed = ClusterMetadata.from_snapshot(base.snapshot_records(), base.offset + 1)
         for offset, record in committed_records:
             if offset > image.offset:
                 break
             replayed.apply(offset, record)
-        if replayed != image:
+        if replayed.snapshot_records() != image.snapshot_records():
             self.history.violation(
-                "broker metadata is not the committed log's",
-                f"{broker}'s image at offset {image.offset} differs from the committed records replayed to there",
+                "metadata is not the committed log's",
+                f"{holder}'s image at offset {image.offset} differs from the committed records replayed to there",
             )

@@ -21,6 +21,7 @@ from pathlib import Path
 from tierlog.common import TopicPartition
 from tierlog.controller.controller import Controller, ControllerConfig
 from tierlog.controller.metadata_log import QuorumMetadataLog
+from tierlog.metadata.image import ClusterMetadata
 from tierlog.raft.raft_client import RaftConfig
 from tierlog.sim.broker_node import BrokerSettings, SimBroker
 from tierlog.sim.clients import SimConsumer, SimProducer
@@ -229,6 +230,7 @@ class Cluster:
                 self.quorum_checker.check_voter_log(
                     voter.node_id, voter.incarnation, voter.raft.log, voter.raft.high_watermark
                 )
+                self.quorum_checker.check_voter_snapshot(voter.node_id, voter.raft.log)
         majorities = self.connected_majorities()
         self.quorum_checker.check_liveness(
             self.sim.now,
@@ -324,10 +326,20 @@ class Cluster:
         self.quorum_checker.check_converged(
             node.node_id, {v.node_id: v.raft.log for v in self.controllers.values() if v.raft is not None}
         )
-        # After convergence every voter's log is committed to its end.
-        committed_records = QuorumMetadataLog(node.raft, on_append=lambda: None).records_from(0)
+        # After convergence every voter's log is committed to its end; it starts at the leader's latest snapshot.
+        metadata_log = QuorumMetadataLog(node.raft, on_append=lambda: None)
+        snapshot = metadata_log.latest_snapshot()
+        base = (
+            ClusterMetadata()
+            if snapshot is None
+            else ClusterMetadata.from_snapshot(snapshot.records, snapshot.end_offset)
+        )
+        committed_records = metadata_log.records_from(node.raft.log.start_offset)
         for broker in self.brokers.values():
-            self.quorum_checker.check_broker_image(broker.name, broker.loader.image, committed_records)
+            self.quorum_checker.check_final_image(broker.name, broker.loader.image, base, committed_records)
+        for voter in self.controllers.values():
+            if voter.snapshotter is not None:
+                self.quorum_checker.check_final_image(voter.name, voter.snapshotter.image, base, committed_records)
         topic = controller.metadata.topics[TOPIC]
         for index, registration in enumerate(topic.partitions):
             tp = TopicPartition(TOPIC, index)
