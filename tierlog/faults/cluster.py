@@ -18,15 +18,13 @@ directly, and so does `quorum()`, which asks every voter's own listener.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import NamedTuple
 
-from tierlog.cli.clients import CliError
-from tierlog.cli.quorum import describe_quorum
-from tierlog.client.security import PLAINTEXT
+from tierlog.client.probes import quorum_leadership
 from tierlog.faults.proxy import FaultProxy
 from tierlog.testing.local_cluster import CONTROLLER_LISTENER, LocalCluster, free_ports
 
@@ -88,23 +86,15 @@ class ProxiedCluster(LocalCluster):
         return [proxy for (source, target), proxy in self._quorum_proxies.items() if node_id in (source, target)]
 
     def quorum(self) -> QuorumView | None:
-        """The leader and epoch of the newest epoch any voter reports as its leader's (asked on each voter's own
-        listener, not through the proxies); None while no voter leads."""
-        views = [view for view in asyncio.run(self._describe_each()) if view is not None]
+        """The leader and epoch of the newest epoch a voter claims to lead (DescribeQuorum, asked of every voter
+        at once on its own listener, not through the proxies: an isolated leader may not have resigned yet);
+        None while no voter leads."""
+        with ThreadPoolExecutor(len(self.controller_ports)) as pool:
+            claims = pool.map(
+                lambda port: quorum_leadership(_HOST, port, _DESCRIBE_TIMEOUT_S), self.controller_ports.values()
+            )
+            views = [QuorumView(*claim) for claim in claims if claim is not None]
         return max(views, key=lambda view: view.epoch, default=None)
-
-    async def _describe_each(self) -> list[QuorumView | None]:
-        async def ask(address: str) -> QuorumView | None:
-            host, port = address.rsplit(":", 1)
-            try:
-                status = await describe_quorum(
-                    [(host, int(port))], PLAINTEXT, ask_cluster_id=False, timeout_s=_DESCRIBE_TIMEOUT_S
-                )
-            except CliError:  # not the leader, not answering (paused, killed): another voter tells
-                return None
-            return QuorumView(status.leader_id, status.leader_epoch)
-
-        return list(await asyncio.gather(*(ask(address) for address in self.controller_addresses)))
 
     @property
     def proxies(self) -> list[FaultProxy]:
