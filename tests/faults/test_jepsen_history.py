@@ -81,6 +81,30 @@ def test_a_consumer_going_back_or_repeating_is_a_non_monotonic_poll() -> None:
     assert failing(h) == {"non-monotonic polls": 2}
 
 
+def test_a_fault_on_the_active_controller_is_paired_with_the_next_leader_seen_before_the_next_fault() -> None:
+    h = History(
+        faults=[
+            (1.0, f"kill -9 broker 1 ({ACTIVE_CONTROLLER}, epoch 1) for 2.0 s"),
+            (3.0, "restart broker 1"),
+            (5.0, f"SIGSTOP broker 2 ({ACTIVE_CONTROLLER}, epoch 2) for 1.0 s"),
+            (6.0, "SIGCONT broker 2"),
+            (8.0, "kill -9 broker 3 for 1.0 s"),
+            (9.0, "restart broker 3"),
+            (11.0, f"isolate (reset) broker 3 ({ACTIVE_CONTROLLER}, epoch 4) from the quorum for 1.0 s"),
+            (12.0, "rejoin broker 3"),
+        ],
+        quorum=[(0.5, 1, 1), (2.5, 2, 2), (7.0, 3, 3), (9.5, 3, 4)],
+    )
+    assert controller_failovers(h) == [
+        f"t=1.0s kill -9 broker 1 ({ACTIVE_CONTROLLER}, epoch 1) for 2.0 s: leader 1, epoch 1 -> leader 2, epoch 2 "
+        "seen 1.5 s later, during the fault",
+        f"t=5.0s SIGSTOP broker 2 ({ACTIVE_CONTROLLER}, epoch 2) for 1.0 s: leader 2, epoch 2 -> leader 3, epoch 3 "
+        "seen 2.0 s later, after its undoing",
+        f"t=11.0s isolate (reset) broker 3 ({ACTIVE_CONTROLLER}, epoch 4) from the quorum for 1.0 s: leader 3, "
+        "epoch 4 -> no new leader or epoch seen before the next fault",
+    ]
+
+
 @pytest.fixture
 def echo_port() -> object:
     server = socket.create_server(("127.0.0.1", 0))

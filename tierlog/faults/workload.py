@@ -185,15 +185,16 @@ class Nemesis(threading.Thread):
             self.watch_quorum()
         return self.stopping.is_set()
 
-    def watch_quorum(self) -> None:
-        """Ask the voters who leads; record a new leader or epoch in the history."""
+    def watch_quorum(self) -> QuorumView | None:
+        """Ask the voters who leads (None: no voter claims to); record a new leader or epoch in the history."""
         view = self._cluster.quorum()
         if view is None or view == self._quorum:
-            return
+            return view
         self._quorum = view
         at = time.monotonic() - self._t0
         self._history.quorum.append((round(at, 2), view.leader, view.epoch))
         self._say(f"  t={at:5.1f}s quorum: leader {view.leader}, epoch {view.epoch}")
+        return view
 
     def _one_fault(self) -> None:
         rng, cluster = self._rng, self._cluster
@@ -205,11 +206,12 @@ class Nemesis(threading.Thread):
             link = f"fetches from broker {node}"
             self._cut_for_a_while([cluster.replication_proxy(node)], f"cut ({{mode}}) {link}", f"heal {link}")
             return
-        self.watch_quorum()
         target = f"broker {node}"
-        if aim_at_leader and self._quorum is not None:
-            node = self._quorum.leader
-            target = f"broker {node} ({ACTIVE_CONTROLLER}, epoch {self._quorum.epoch})"
+        # Aimed at the leader of this moment; with none (an election under way) at the node drawn.
+        active = self.watch_quorum()
+        if aim_at_leader and active is not None:
+            node = active.leader
+            target = f"broker {node} ({ACTIVE_CONTROLLER}, epoch {active.epoch})"
         if fault in _PROCESS_FAULTS:
             fault_words, inflict, heal_words, undo, longest_s = _PROCESS_FAULTS[fault]
             self._for_a_while(
