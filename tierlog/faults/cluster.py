@@ -6,9 +6,9 @@ Brokers 1..3 are combined nodes (process.roles=broker,controller): the voters of
 used between brokers (`inter.broker.listener.name`) and advertised at its proxy's port, so followers fetch
 from a leader through that leader's proxy. Every node reaches every other voter's CONTROLLER listener through
 a proxy of its own for that one link (its `controller.quorum.voters` names the proxies; its own entry stays its
-own listener): Raft's Vote, BeginQuorumEpoch, EndQuorumEpoch and Fetch between voters, and a broker's
-registration, heartbeats, AlterPartition and metadata fetches, all cross these proxies. Clients use PLAINTEXT
-directly, and so does `quorum()`, which asks every voter's own listener.
+own listener): Raft's Vote, BeginQuorumEpoch, EndQuorumEpoch and Fetch between voters, and what a broker sends
+the active controller on another node (registration, heartbeats, AlterPartition, forwarded admin requests) all
+cross these proxies. Clients use PLAINTEXT directly; `quorum()` asks each voter's CONTROLLER listener directly.
 
     with ProxiedCluster(tmp_path, overrides=...) as cluster:
         cluster.replication_proxy(2).cut()      # nobody can fetch from broker 2 any more
