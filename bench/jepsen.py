@@ -1,10 +1,13 @@
-"""Soak: long Jepsen-style fault runs against a real 3-broker cluster (tierlog/faults), each with its own
-seeded nemesis, checked for lost writes, duplicates, inconsistent offsets, poll skips and non-monotonic polls.
+"""Soak: long Jepsen-style fault runs against a real 3-broker cluster whose brokers are the 3 voters of the
+controller quorum (tierlog/faults), each with its own seeded nemesis (on any voter and on the active controller),
+checked for lost writes, duplicates, inconsistent offsets, poll skips and non-monotonic polls.
 
     python bench/jepsen.py                  # 3 runs of 300 s (about 20 minutes), `make soak`
     python bench/jepsen.py --quick          # 1 run of 60 s
 
-Writes bench/results/jepsen.json: per run the seed, the fault schedule, the checker's counts and examples.
+Writes bench/results/jepsen.json: per run the seed, the fault schedule, the checker's counts and examples, every
+leader and epoch of the quorum seen (DescribeQuorum) and, per fault on the active controller, the election it
+caused.
 Exits 1 if any run's history is invalid.
 """
 
@@ -18,7 +21,7 @@ from pathlib import Path
 
 from common import argument_parser, machine_info
 
-from tierlog.faults.workload import fault_run
+from tierlog.faults.workload import controller_failovers, fault_run
 
 
 def main() -> int:
@@ -45,6 +48,8 @@ def main() -> int:
                 "examples": verdict.examples,
                 "stats": verdict.stats,
                 "faults": history.faults,
+                "quorum": history.quorum,
+                "controller_failovers": controller_failovers(history),
             }
         )
     args.out.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,10 @@ from contextlib import ExitStack
 import pytest
 from client_helpers import HOST, Answer, scripted_peer
 
-from tierlog.client.probes import answers_api_versions, api_versions_answered, metadata_broker_ids
+from tierlog.client.probes import answers_api_versions, api_versions_answered, metadata_broker_ids, quorum_leadership
+from tierlog.client.raft_requests import describe_quorum_response
+from tierlog.protocol.codec import encode_response, parse_request
+from tierlog.raft.messages import QuorumInfo, ReplicaState
 from tierlog.testing.local_cluster import BrokerProcess, free_port
 
 
@@ -40,6 +43,32 @@ def metadata_v1_answer(correlation_id: int, brokers: list[tuple[int, str, int, s
 def api_versions_v0_answer(correlation_id: int, error_code: int) -> bytes:
     body = struct.pack(">ihi", correlation_id, error_code, 1) + struct.pack(">hhh", 18, 0, 4)
     return struct.pack(">i", len(body)) + body
+
+
+def describe_quorum_answer(frame: bytes, info: QuorumInfo | None) -> bytes:
+    """A voter's DescribeQuorum answer to the request `frame`: the leader's view `info`, or (None) a voter's that
+    does not lead, NOT_LEADER_OR_FOLLOWER."""
+    request = parse_request(frame)
+    assert (request.api_key, request.api_version) == (55, 0)
+    return b"".join(
+        bytes(chunk)
+        for chunk in encode_response(request, describe_quorum_response(info, request.api_version, voter_listeners={}))
+    )
+
+
+def test_the_quorum_probe_reads_the_leader_and_epoch_from_the_leader(fake_peer: Callable[[Answer], int]) -> None:
+    voters = (ReplicaState(2, 40), ReplicaState(1, 38), ReplicaState(3, 40))
+    leader = QuorumInfo(leader_id=2, leader_epoch=7, high_watermark=40, current_voters=voters, observers=())
+    port = fake_peer(lambda frame: describe_quorum_answer(frame, leader))
+    assert quorum_leadership(HOST, port, timeout_s=5) == (2, 7)
+
+
+def test_the_quorum_probe_finds_no_leadership_at_a_follower_a_silent_voter_or_none(
+    fake_peer: Callable[[Answer], int],
+) -> None:
+    assert quorum_leadership(HOST, fake_peer(lambda frame: describe_quorum_answer(frame, None)), timeout_s=5) is None
+    assert quorum_leadership(HOST, fake_peer(lambda _: None), timeout_s=0.3) is None
+    assert quorum_leadership(HOST, free_port(), timeout_s=1) is None
 
 
 def test_a_broker_answers_both_probes(shared_broker: BrokerProcess) -> None:

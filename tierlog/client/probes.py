@@ -12,9 +12,10 @@ from __future__ import annotations
 import socket
 
 from tierlog.client.connection import KafkaConnectionError, send_blocking
-from tierlog.client.requests import api_versions_request, metadata_request
+from tierlog.client.requests import api_versions_request, describe_quorum_request, metadata_request
 from tierlog.client.security import PLAINTEXT, ClientSecurity
 from tierlog.protocol.errors import error_code
+from tierlog.raft.raft_log import METADATA_TOPIC
 
 PROBE_CLIENT_ID = "tierlog-probe"
 
@@ -66,3 +67,22 @@ def metadata_broker_ids(
     except (OSError, KafkaConnectionError):
         return None
     return {int(broker.node_id) for broker in response.brokers}
+
+
+def quorum_leadership(host: str, port: int, timeout_s: float) -> tuple[int, int] | None:
+    """(leader id, epoch) when the voter at `host:port` (its controller listener, PLAINTEXT) leads the controller
+    quorum and says so in a DescribeQuorum v0 answer within `timeout_s`; None when it does not lead
+    (NOT_LEADER_OR_FOLLOWER) or does not answer."""
+    try:
+        request = describe_quorum_request(METADATA_TOPIC, version=0)
+        with connect_blocking(host, port, timeout_s) as sock:
+            response = send_blocking(sock, request, client_id=PROBE_CLIENT_ID)
+    except (OSError, KafkaConnectionError):
+        return None
+    if response.error_code != error_code(None):
+        return None
+    for topic in response.topics:
+        for partition in topic.partitions:
+            if partition.error_code == error_code(None) and partition.leader_id >= 0:
+                return int(partition.leader_id), int(partition.leader_epoch)
+    return None

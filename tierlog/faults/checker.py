@@ -40,6 +40,9 @@ class History:
     final: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
     # (seconds since start, what) for every fault and heal
     faults: list[tuple[float, str]] = field(default_factory=list)
+    # (seconds since start, leader, epoch) whenever DescribeQuorum showed a new leader or epoch of the controller
+    # quorum (the first at the start)
+    quorum: list[tuple[float, int, int]] = field(default_factory=list)
 
 
 @dataclass(slots=True)

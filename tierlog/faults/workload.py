@@ -1,13 +1,17 @@
-"""A fault run: a 3-broker ProxiedCluster, producers and consumers of confluent-kafka (librdkafka) recording a
-History, a seeded nemesis, healing, a final read, and the checker's verdict.
+"""A fault run: a 3-broker ProxiedCluster (the brokers are the 3 voters of the controller quorum), producers and
+consumers of confluent-kafka (librdkafka) recording a History, a seeded nemesis, healing, a final read, and the
+checker's verdict.
 
     history, verdict = fault_run(Path("/tmp/run"), seconds=45, seed=7, say=print)
 
-Faults (one at a time, 1-3 s apart): SIGKILL of broker 2 or 3 then a restart; SIGSTOP/SIGCONT of broker 2
-or 3 (sometimes beyond the session timeout, so the controller fences it); a cut ("reset" or "blackhole")
-of one broker's inter-broker listener, so nobody can fetch from it; a cut of broker 2's or 3's link to the
-controller, so it is fenced while it still serves clients. Node 1 hosts the single controller and is never
-killed or paused (a known limit of tierlog: one controller, no quorum).
+Faults (one at a time, 1-3 s apart, so never more than one voter at a time), each aimed at the active
+controller (the leader DescribeQuorum names at that moment) or at any node, as the seed draws: SIGKILL then a
+restart; SIGSTOP/SIGCONT (sometimes beyond the session and fetch timeouts, so the broker is fenced and the
+quorum elects another leader); isolation from the quorum (every link to and from its controller listener cut,
+"reset" or "blackhole": a leader resigns by check quorum, a broker is fenced while it still serves clients);
+and, aimed at any node, a cut of its inter-broker listener, so nobody can fetch from it. Between and during
+the faults the nemesis asks the voters for the quorum's leader and epoch (DescribeQuorum) and records each
+change in the history: the elections the faults caused, and when they completed.
 """
 
 from __future__ import annotations
@@ -26,9 +30,9 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tierlog.faults.checker import History, Send, Verdict, check
-from tierlog.faults.cluster import ProxiedCluster
+from tierlog.faults.cluster import ProxiedCluster, QuorumView
 from tierlog.faults.proxy import CutMode, FaultProxy
-from tierlog.testing.local_cluster import CONTROLLER_NODE_ID, wait_until
+from tierlog.testing.local_cluster import wait_until
 
 TOPIC = "jepsen"
 PARTITIONS = 3
@@ -42,6 +46,8 @@ OVERRIDES = {
     "log.segment.bytes": str(64 * 1024),
 }
 SEND_INTERVAL_S = 0.01
+# How often the nemesis asks the voters who leads the quorum.
+QUORUM_POLL_S = 0.5
 CONVERGE_S = 90.0
 FLUSH_S = 60.0
 FINAL_READ_S = 60.0
@@ -140,6 +146,7 @@ _PROCESS_FAULTS: dict[str, tuple[str, _NodeAction, str, _NodeAction, float]] = {
     "pause": ("SIGSTOP", ProxiedCluster.pause, "SIGCONT", ProxiedCluster.resume, 8.0),
 }
 _CUT_MODES: tuple[CutMode, ...] = ("reset", "blackhole")
+ACTIVE_CONTROLLER = "the active controller"
 
 
 class Nemesis(threading.Thread):
@@ -154,6 +161,7 @@ class Nemesis(threading.Thread):
         self._history = history
         self._t0 = started
         self._say = say
+        self._quorum: QuorumView | None = None
 
     def note(self, what: str) -> None:
         at = time.monotonic() - self._t0
@@ -162,40 +170,72 @@ class Nemesis(threading.Thread):
 
     def run(self) -> None:
         try:
-            while not self.stopping.wait(self._rng.uniform(1.0, 3.0)):
+            self.watch_quorum()
+            while not self._hold(self._rng.uniform(1.0, 3.0)):
                 self._one_fault()
         except BaseException as error:  # reported by the caller, which heals the cluster either way
             self.error = error
 
-    def _hold(self, seconds: float) -> None:
-        self.stopping.wait(seconds)
+    def _hold(self, seconds: float) -> bool:
+        """Wait `seconds` (less if the run stops meanwhile: then True), watching the quorum."""
+        deadline = time.monotonic() + seconds
+        while (remaining := deadline - time.monotonic()) > 0:
+            if self.stopping.wait(min(QUORUM_POLL_S, remaining)):
+                return True
+            self.watch_quorum()
+        return self.stopping.is_set()
+
+    def watch_quorum(self) -> QuorumView | None:
+        """Ask the voters who leads (None: no voter claims to); record a new leader or epoch in the history."""
+        view = self._cluster.quorum()
+        if view is None or view == self._quorum:
+            return view
+        self._quorum = view
+        at = time.monotonic() - self._t0
+        self._history.quorum.append((round(at, 2), view.leader, view.epoch))
+        self._say(f"  t={at:5.1f}s quorum: leader {view.leader}, epoch {view.epoch}")
+        return view
 
     def _one_fault(self) -> None:
         rng, cluster = self._rng, self._cluster
-        others = [n for n in cluster.node_ids if n != CONTROLLER_NODE_ID]
-        fault = rng.choice(["kill", "pause", "cut-replication", "cut-controller"])
+        fault = rng.choice(["kill", "pause", "cut-replication", "isolate"])
+        # Both drawn for every fault, so the schedule depends on the seed alone, not on who leads.
+        aim_at_leader = rng.random() < 0.5
+        node = rng.choice(cluster.node_ids)
+        if fault == "cut-replication":
+            link = f"fetches from broker {node}"
+            self._cut_for_a_while([cluster.replication_proxy(node)], f"cut ({{mode}}) {link}", f"heal {link}")
+            return
+        target = f"broker {node}"
+        # Aimed at the leader of this moment; with none (an election under way) at the node drawn.
+        active = self.watch_quorum()
+        if aim_at_leader and active is not None:
+            node = active.leader
+            target = f"broker {node} ({ACTIVE_CONTROLLER}, epoch {active.epoch})"
         if fault in _PROCESS_FAULTS:
             fault_words, inflict, heal_words, undo, longest_s = _PROCESS_FAULTS[fault]
-            node = rng.choice(others)
             self._for_a_while(
-                f"{fault_words} broker {node}",
+                f"{fault_words} {target}",
                 rng.uniform(0.5, longest_s),
                 lambda: inflict(cluster, node),
                 f"{heal_words} broker {node}",
                 lambda: undo(cluster, node),
             )
-        elif fault == "cut-replication":
-            node = rng.choice(cluster.node_ids)
-            self._cut_for_a_while(cluster.replication_proxy(node), f"fetches from broker {node}")
         else:
-            node = rng.choice(others)
-            self._cut_for_a_while(cluster.controller_proxy(node), f"broker {node} <-> controller")
+            self._cut_for_a_while(
+                cluster.quorum_links(node), f"isolate ({{mode}}) {target} from the quorum", f"rejoin broker {node}"
+            )
 
-    def _cut_for_a_while(self, proxy: FaultProxy, link: str) -> None:
-        """Cut one link ("reset" or "blackhole", drawn after the node) for 1 to 8 s, then heal it."""
+    def _cut_for_a_while(self, proxies: list[FaultProxy], fault: str, heal: str) -> None:
+        """Cut links ("reset" or "blackhole", drawn after the node, put in `fault` for {mode}) for 1 to 8 s, then
+        heal them."""
         mode = self._rng.choice(_CUT_MODES)
         self._for_a_while(
-            f"cut ({mode}) {link}", self._rng.uniform(1.0, 8.0), lambda: proxy.cut(mode), f"heal {link}", proxy.heal
+            fault.format(mode=mode),
+            self._rng.uniform(1.0, 8.0),
+            lambda: [proxy.cut(mode) for proxy in proxies],
+            heal,
+            lambda: [proxy.heal() for proxy in proxies],
         )
 
     def _for_a_while(
@@ -252,6 +292,8 @@ def fault_run(
             "every replica to catch up and every ISR to be whole",
             interval_s=0.5,
         )
+        # The election a fault's last moments caused, seen now that it is over.
+        nemesis.watch_quorum()
         history.final = _final_read(cluster.bootstrap)
         ends = {p: (records[-1][0] + 1 if records else 0) for p, records in history.final.items()}
         wait_until(
@@ -263,7 +305,32 @@ def fault_run(
         for consumer in consumers:
             consumer.stopping.set()
             consumer.join(30)
+    for line in controller_failovers(history):
+        say(f"  failover: {line}")
     return history, check(history)
+
+
+def controller_failovers(history: History) -> list[str]:
+    """One line per fault aimed at the active controller: the leader and epoch before it, and the first new ones
+    DescribeQuorum showed before the next fault (the election it caused, and when it completed), or none."""
+    lines = []
+    # The nemesis notes each fault, then its undoing: faults are the even entries.
+    for index in range(0, len(history.faults), 2):
+        at, fault = history.faults[index]
+        if ACTIVE_CONTROLLER not in fault:
+            continue
+        healed_at = history.faults[index + 1][0] if index + 1 < len(history.faults) else float("inf")
+        until = history.faults[index + 2][0] if index + 2 < len(history.faults) else float("inf")
+        before = [(leader, epoch) for seen, leader, epoch in history.quorum if seen <= at]
+        after = [entry for entry in history.quorum if at < entry[0] <= until]
+        outcome = "no new leader or epoch seen before the next fault"
+        if after:
+            seen, leader, epoch = after[0]
+            when = "during the fault" if seen <= healed_at else "after its undoing"
+            outcome = f"leader {leader}, epoch {epoch} seen {seen - at:.1f} s later, {when}"
+        was = f"leader {before[-1][0]}, epoch {before[-1][1]}" if before else "no leader seen"
+        lines.append(f"t={at:.1f}s {fault}: {was} -> {outcome}")
+    return lines
 
 
 def _consumed(records: list[tuple[int, int, str]], ends: dict[int, int]) -> bool:
