@@ -57,12 +57,13 @@ def test_demo_runs_end_to_end_and_cleans_up(tmp_path: Path) -> None:
     assert started, out
 
     # The active controller was killed with SIGKILL halfway through producing: another voter took over in a
-    # later epoch, and the events still on their way were acknowledged after the kill.
+    # later epoch, and the second half, produced after the kill, was acknowledged too.
     killed = re.search(
-        r"kill -9 node ([123]), the active controller \(epoch (\d+)\), with ([\d,]+) events acknowledged", flat
+        r"kill -9 node ([123]), the active controller \(epoch (\d+)\), with ([\d,]+) of the 10,000 events acknowledged",
+        flat,
     )
     assert killed and killed.group(1, 2) == started.group(1, 2), out
-    assert 5_000 <= int(killed[3].replace(",", "")) < 10_000, out
+    assert 2_500 <= int(killed[3].replace(",", "")) <= 5_000, out
     elected = re.search(r"node ([123]) is the active controller now: epoch (\d+) -> (\d+), elected [\d.]+s", flat)
     assert elected and elected[1] != killed[1] and elected[2] == killed[2] and int(elected[3]) > int(killed[2]), out
     after_kill = re.search(r"10,000 events acknowledged in [\d.]+s \([\d,]+/s\), ([\d,]+) of them after the kill", flat)
