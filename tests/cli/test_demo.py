@@ -84,13 +84,16 @@ def test_demo_runs_end_to_end_and_cleans_up(tmp_path: Path) -> None:
     high_watermarks = 0
     for _, _, remote_end, local_start, local_end, hw, objects, s3_bytes, disk_bytes in rows:
         assert int(local_start) == int(remote_end) + 1 and int(local_end) == int(hw) - 1, out
-        # .log, .index, .timeindex, .leader_epoch_checkpoint and the producer .snapshot per segment
-        assert int(objects) >= 5 and int(objects) % 5 == 0, out
+        # .log, .index, .timeindex, .leader_epoch_checkpoint and the producer .snapshot per segment; the controller
+        # killed while producing is a broker too, and may leave the first objects of a copy it had started and
+        # never committed (Kafka's COPY_SEGMENT_STARTED), which the bucket still lists.
+        assert int(objects) >= 5, out
         assert int(s3_bytes.replace(",", "")) > int(disk_bytes.replace(",", "")) > 0, out
         high_watermarks += int(hw)
     assert high_watermarks == 10_000
     assert sum(int(row[2]) + 1 for row in rows) == tiered_events
-    assert f"S3 holds {tiered_events:,} of the 10,000 events in {5 * segments} objects" in flat, out
+    objects_in_s3 = re.search(rf"S3 holds {tiered_events:,} of the 10,000 events in (\d+) objects", flat)
+    assert objects_in_s3 and 5 * segments <= int(objects_in_s3[1]) < 5 * segments + 5 * 3, out
 
     # A leader was killed with SIGKILL before consuming: every event came back from the survivors, the older
     # ones from S3 through the leaders.

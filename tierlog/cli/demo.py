@@ -625,11 +625,7 @@ def consume_and_verify(run: DemoRun) -> None:
     """Read everything back from the beginning and check each event: key, value, headers, no duplicates,
     and per-key order (one key lands in one partition, where offsets keep the order it was sent in). What
     lies below a leader's local log start comes from S3, read by that leader for the consumer."""
-    local_starts = {}
-    for partition, views in _partition_views(run).items():
-        leader = _leader_view(views)
-        if leader is not None:
-            local_starts[partition] = int(leader[1]["local_log_start_offset"])
+    local_starts = _leaders_local_starts(run)
     consumer = Consumer(
         run.client(**{"group.id": "tierlog-demo", "enable.auto.commit": False, "enable.auto.offset.store": False})
     )
@@ -652,7 +648,7 @@ def consume_and_verify(run: DemoRun) -> None:
                     stats.records += 1
                     stats.first_offset = message.offset() if stats.first_offset < 0 else stats.first_offset
                     stats.last_offset = message.offset()
-                    if message.offset() < local_starts.get(message.partition(), 0):
+                    if message.offset() < local_starts[message.partition()]:
                         stats.from_s3 += 1
                     progress.advance(task)
         consume_seconds = time.monotonic() - started
@@ -668,6 +664,23 @@ def consume_and_verify(run: DemoRun) -> None:
         f"{from_s3:,} of them from S3 (below each leader's local log start, fetched by the leader from the "
         f"bucket), {len(seen) - from_s3:,} from the leaders' disks"
     )
+
+
+def _leaders_local_starts(run: DemoRun) -> dict[int, int]:
+    """partition -> the local log start its leader (as Metadata names it) reports, once every leader reports
+    leading: a newly elected leader may not have applied its election when Metadata already names it."""
+    while True:
+        views = _partition_views(run)
+        leaders = _leaders(run)
+        starts = {
+            partition: int(view["local_log_start_offset"])
+            for partition, (leader, _) in leaders.items()
+            if (view := views.get(partition, {}).get(leader)) is not None and view.get("role") == "leader"
+        }
+        if len(starts) == PARTITIONS:
+            return starts
+        check_alive(run)
+        time.sleep(min(POLL_S, run.remaining()))
 
 
 def _verify_nothing_more(run: DemoRun, consumer: Consumer) -> None:
