@@ -53,7 +53,22 @@ def test_demo_runs_end_to_end_and_cleans_up(tmp_path: Path) -> None:
     flat = " ".join(out.split())
     assert re.search(r"S3 server \(SeaweedFS, pid \d+\) serves http://127\.0\.0\.1:\d+", flat), out
     assert "remote tier: s3://tierlog-demo/tierlog at http://127.0.0.1:" in flat
-    assert "10,000 events acknowledged" in flat
+    started = re.search(r"controller quorum: voters 1, 2, 3, active controller node ([123]) \(epoch (\d+)\)", flat)
+    assert started, out
+
+    # The active controller was killed with SIGKILL halfway through producing: another voter took over in a
+    # later epoch, and the second half, produced after the kill, was acknowledged too.
+    killed = re.search(
+        r"kill -9 node ([123]), the active controller \(epoch (\d+)\), with ([\d,]+) of the 10,000 events acknowledged",
+        flat,
+    )
+    assert killed and killed.group(1, 2) == started.group(1, 2), out
+    assert 2_500 <= int(killed[3].replace(",", "")) <= 5_000, out
+    elected = re.search(r"node ([123]) is the active controller now: epoch (\d+) -> (\d+), elected [\d.]+s", flat)
+    assert elected and elected[1] != killed[1] and elected[2] == killed[2] and int(elected[3]) > int(killed[2]), out
+    after_kill = re.search(r"10,000 events acknowledged in [\d.]+s \([\d,]+/s\), ([\d,]+) of them after the kill", flat)
+    assert after_kill and int(after_kill[1].replace(",", "")) == 10_000 - int(killed[3].replace(",", "")), out
+    assert re.search(rf"voter {killed[1]} caught up with the metadata log \(offset \d+\)", flat), out
 
     # Closed segments went to S3 and left every broker's disk.
     tiered = re.search(
@@ -69,18 +84,21 @@ def test_demo_runs_end_to_end_and_cleans_up(tmp_path: Path) -> None:
     high_watermarks = 0
     for _, _, remote_end, local_start, local_end, hw, objects, s3_bytes, disk_bytes in rows:
         assert int(local_start) == int(remote_end) + 1 and int(local_end) == int(hw) - 1, out
-        # .log, .index, .timeindex, .leader_epoch_checkpoint and the producer .snapshot per segment
-        assert int(objects) >= 5 and int(objects) % 5 == 0, out
+        # .log, .index, .timeindex, .leader_epoch_checkpoint and the producer .snapshot per segment; the controller
+        # killed while producing is a broker too, and may leave the first objects of a copy it had started and
+        # never committed (Kafka's COPY_SEGMENT_STARTED), which the bucket still lists.
+        assert int(objects) >= 5, out
         assert int(s3_bytes.replace(",", "")) > int(disk_bytes.replace(",", "")) > 0, out
         high_watermarks += int(hw)
     assert high_watermarks == 10_000
     assert sum(int(row[2]) + 1 for row in rows) == tiered_events
-    assert f"S3 holds {tiered_events:,} of the 10,000 events in {5 * segments} objects" in flat, out
+    objects_in_s3 = re.search(rf"S3 holds {tiered_events:,} of the 10,000 events in (\d+) objects", flat)
+    assert objects_in_s3 and 5 * segments <= int(objects_in_s3[1]) < 5 * segments + 5 * 3, out
 
     # A leader was killed with SIGKILL before consuming: every event came back from the survivors, the older
     # ones from S3 through the leaders.
-    assert re.search(r"kill -9 broker [23], leader of demo-events-\d", flat), out
-    assert re.search(r"demo-events-\d: leader [23] -> \d, ISR", flat), out
+    assert re.search(r"kill -9 broker [123], leader of demo-events-\d", flat), out
+    assert re.search(r"demo-events-\d: leader [123] -> \d, ISR", flat), out
     assert "10,000 events read back and verified" in flat
     assert f"{tiered_events:,} of them from S3" in flat, out
     assert "is back in every ISR" in flat

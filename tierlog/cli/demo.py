@@ -1,6 +1,7 @@
 """`tierlog demo`: the README's main job. A local S3 server, a 3-broker cluster whose remote tier (KIP-405
-tiered storage) lives on it, a replicated topic, 10,000 events through real clients, closed segments moving
-to S3 and leaving the brokers' disks, a leader killed with SIGKILL, every event read back from offset 0
+tiered storage) lives on it and whose brokers are the 3 voters of the controller quorum, a replicated topic,
+10,000 events through real clients while the active controller is killed with SIGKILL halfway, closed segments
+moving to S3 and leaving the brokers' disks, a leader killed with SIGKILL, every event read back from offset 0
 (the older ones from S3, through the brokers) and verified, a Spark pipeline into Parquet, and a look inside a
 segment object in the bucket.
 
@@ -22,8 +23,10 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -42,10 +45,19 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 from rich.text import Text
 
-from tierlog.cli.clients import CliError, client_config, kafka_error_message, progress_bar, timeout_option
+from tierlog.cli.clients import (
+    CliError,
+    bootstrap_addresses,
+    client_config,
+    kafka_error_message,
+    progress_bar,
+    timeout_option,
+)
 from tierlog.cli.cluster import gather_reports, merge_partition_reports, secure_cluster_lines, status_table
 from tierlog.cli.dump_log import dump_log
 from tierlog.cli.produce import produce_bounded
+from tierlog.cli.quorum import QuorumStatus, describe_quorum
+from tierlog.client.security import PLAINTEXT
 from tierlog.testing.local_cluster import CONTROLLER_NODE_ID, BrokerStartError, LocalCluster
 from tierlog.testing.local_s3 import LocalS3Server, S3StartError
 from tierlog.testing.local_security import LocalSecurity
@@ -53,6 +65,10 @@ from tierlog.testing.local_security import LocalSecurity
 TOPIC = "demo-events"
 PARTITIONS = 3
 BROKERS = 3
+# The brokers are the controller quorum's voters too (process.roles=broker,controller, as `cluster up
+# --controllers 3 --combined`): a quorum that survives losing its active controller, without three more
+# processes (and their start-up) on the demo's machine.
+QUORUM_VOTERS = 3
 REPLICATION_FACTOR = 3
 MIN_INSYNC_REPLICAS = 2
 S3_BUCKET = "tierlog-demo"
@@ -219,7 +235,9 @@ def start_s3(run: DemoRun) -> None:
 def start_cluster(run: DemoRun) -> None:
     overrides = {**CLUSTER_OVERRIDES, **run.started_s3().rsm_properties(S3_BUCKET, S3_PREFIX)}
     security = LocalSecurity.generate(run.root / "security") if run.secure else None
-    run.cluster = LocalCluster(run.root, brokers=BROKERS, overrides=overrides, security=security)
+    run.cluster = LocalCluster(
+        run.root, brokers=BROKERS, overrides=overrides, security=security, controllers=QUORUM_VOTERS, combined=True
+    )
     with progress_bar(run.console) as progress:
         task = progress.add_task("brokers registered with the controller", total=BROKERS)
         try:
@@ -230,11 +248,16 @@ def start_cluster(run: DemoRun) -> None:
             raise DemoError(str(e)) from None
     for node_id in run.cluster.node_ids:
         broker = run.cluster.broker(node_id)
-        role = "broker + controller" if node_id == CONTROLLER_NODE_ID else "broker"
+        role = "broker + controller" if node_id in run.cluster.controller_ids else "broker"
         run.console.print(
             f"node {node_id} ({role}, pid {broker.pid}) serves {broker.bootstrap}, data in {broker.log_dir}"
         )
     run.console.print(f"bootstrap servers: [bold]{run.cluster.bootstrap}[/bold]")
+    quorum = controller_quorum(run)
+    run.console.print(
+        f"controller quorum: voters {', '.join(str(v.node_id) for v in quorum.voters)}, "
+        f"active controller node {quorum.leader_id} (epoch {quorum.leader_epoch})"
+    )
     if security is not None:
         for line in secure_cluster_lines(security, run.cluster.internal_bootstrap):
             run.console.print(line, highlight=False)
@@ -279,11 +302,17 @@ def create_topic(run: DemoRun) -> None:
 
 
 def produce_events(run: DemoRun) -> None:
+    """Produce every event (acks=all, idempotent) and SIGKILL the active controller halfway, the second half
+    produced after the kill: the voters left elect a new one, which fences the killed node (a broker too) and
+    moves its partitions' leadership, so every event is still acknowledged, each once."""
     timeout_s = run.remaining()
     producer = Producer(
         run.client(
             acks="all",
             **{
+                # A batch the killed leader wrote but never acknowledged is sent again to the next leader:
+                # idempotence makes that retry no duplicate.
+                "enable.idempotence": True,
                 "compression.type": "lz4",
                 "linger.ms": 5,
                 "batch.size": PRODUCER_BATCH_BYTES,
@@ -291,39 +320,122 @@ def produce_events(run: DemoRun) -> None:
             },
         )
     )
+    before = controller_quorum(run)
     errors: list[str] = []
+    acknowledged = 0
+    failover: ControllerKill | None = None
+    stop_watching = threading.Event()
     started = time.monotonic()
-    with progress_bar(run.console) as progress:
+    with progress_bar(run.console) as progress, ThreadPoolExecutor(max_workers=1) as watcher:
         task = progress.add_task(f"producing to {TOPIC} (lz4, acks=all)", total=run.events)
 
         def on_delivery(error: KafkaError | None, message: Message) -> None:
+            nonlocal acknowledged
             if error is not None:
                 errors.append(kafka_error_message(error, f"event to {TOPIC}-{message.partition()}"))
             else:
+                acknowledged += 1
                 progress.advance(task)
 
-        for event_id in range(run.events):
+        def kill_active_controller(sent: int) -> ControllerKill:
+            # Once the cluster has acknowledged a good part of what was sent (it serves), so the kill lands
+            # with events in flight, and everything from here on is produced after it.
+            while acknowledged < sent // 2 and not errors:
+                producer.poll(min(POLL_S, run.remaining()))
+            run.started_cluster().kill(before.leader_id)
+            run.killed = before.leader_id
+            run.console.print(
+                f"kill -9 node {before.leader_id}, the active controller (epoch {before.leader_epoch}), "
+                f"with {acknowledged:,} of the {run.events:,} events acknowledged"
+            )
+            elected = watcher.submit(_new_active_controller, run, before, stop_watching)
+            return ControllerKill(time.monotonic(), acknowledged, elected)
+
+        try:
+            for event_id in range(run.events):
+                if event_id == run.events // 2:
+                    failover = kill_active_controller(event_id)
+                try:
+                    produce_bounded(
+                        producer,
+                        run.remaining(),
+                        topic=TOPIC,
+                        key=event_key(event_id),
+                        value=event_value(event_id),
+                        headers=[SOURCE_HEADER, (EVENT_ID_HEADER, str(event_id).encode())],
+                        on_delivery=on_delivery,
+                    )
+                except CliError as e:
+                    raise DemoError(e.message) from None
+                producer.poll(0)
+            unresolved = producer.flush(run.remaining())
+            produce_seconds = time.monotonic() - started
+            if errors or unresolved:
+                first = errors[0] if errors else "no answer from the broker"
+                raise DemoError(f"{len(errors) + unresolved} of {run.events} events were not acknowledged: {first}")
+            if failover is None:
+                raise DemoError("no event was produced, so no controller was killed")
             try:
-                produce_bounded(
-                    producer,
-                    run.remaining(),
-                    topic=TOPIC,
-                    key=event_key(event_id),
-                    value=event_value(event_id),
-                    headers=[SOURCE_HEADER, (EVENT_ID_HEADER, str(event_id).encode())],
-                    on_delivery=on_delivery,
-                )
-            except CliError as e:
-                raise DemoError(e.message) from None
-            producer.poll(0)
-        unresolved = producer.flush(run.remaining())
-    produce_seconds = time.monotonic() - started
-    if errors or unresolved:
-        first = errors[0] if errors else "no answer from the broker"
-        raise DemoError(f"{len(errors) + unresolved} of {run.events} events were not acknowledged: {first}")
+                new_controller = failover.elected.result(timeout=run.remaining())
+            except FutureTimeout:
+                new_controller = None
+        finally:
+            # Also on a failure or Ctrl-C: the watcher stops asking, so leaving the executor does not wait for it.
+            stop_watching.set()
+    if new_controller is None:
+        raise DemoError(f"no new active controller was elected after node {before.leader_id} was killed")
+    after, elected_at = new_controller
     run.console.print(
-        f"{run.events:,} events acknowledged in {produce_seconds:.2f}s{_rate(run.events, produce_seconds)}"
+        f"node {after.leader_id} is the active controller now: epoch {before.leader_epoch} -> {after.leader_epoch}, "
+        f"elected {elected_at - failover.killed_at:.1f}s after the kill"
     )
+    run.console.print(
+        f"{run.events:,} events acknowledged in {produce_seconds:.2f}s{_rate(run.events, produce_seconds)}, "
+        f"{run.events - failover.acknowledged:,} of them after the kill: producing went on through the failover"
+    )
+
+
+@dataclass(frozen=True)
+class ControllerKill:
+    killed_at: float  # monotonic
+    acknowledged: int  # events acknowledged by then
+    elected: Future[tuple[QuorumStatus, float] | None]  # the new active controller, and when
+
+
+# --- the controller quorum ---------------------------------------------------------------------------------
+
+
+def controller_quorum(run: DemoRun) -> QuorumStatus:
+    """The quorum as its leader describes it; while no voter can (an election), asks again."""
+    while True:
+        try:
+            return _describe_quorum(run)
+        except CliError:
+            check_alive(run)
+            time.sleep(min(POLL_S, run.remaining()))
+
+
+def _describe_quorum(run: DemoRun) -> QuorumStatus:
+    """DescribeQuorum to every voter's controller listener at once, the leader's answer taken (as `tierlog quorum
+    status --bootstrap-controller` asks); CliError when none can answer."""
+    # The controller listeners are PLAINTEXT on 127.0.0.1, with --secure too.
+    addresses = bootstrap_addresses(",".join(run.started_cluster().controller_addresses))
+    return asyncio.run(describe_quorum(addresses, PLAINTEXT, ask_cluster_id=False, timeout_s=min(2.0, run.remaining())))
+
+
+def _new_active_controller(
+    run: DemoRun, before: QuorumStatus, stopped: threading.Event
+) -> tuple[QuorumStatus, float] | None:
+    """The quorum once a voter other than `before`'s leader leads it in a later epoch, and when (monotonic);
+    None if `stopped` is set first."""
+    while not stopped.wait(POLL_S):
+        try:
+            status = _describe_quorum(run)
+        except CliError:
+            continue  # no voter leads yet
+        if status.leader_id != before.leader_id and status.leader_epoch > before.leader_epoch:
+            return status, time.monotonic()
+    return None
 
 
 # --- the two tiers ---------------------------------------------------------------------------------------
@@ -513,11 +625,7 @@ def consume_and_verify(run: DemoRun) -> None:
     """Read everything back from the beginning and check each event: key, value, headers, no duplicates,
     and per-key order (one key lands in one partition, where offsets keep the order it was sent in). What
     lies below a leader's local log start comes from S3, read by that leader for the consumer."""
-    local_starts = {}
-    for partition, views in _partition_views(run).items():
-        leader = _leader_view(views)
-        if leader is not None:
-            local_starts[partition] = int(leader[1]["local_log_start_offset"])
+    local_starts = _leaders_local_starts(run)
     consumer = Consumer(
         run.client(**{"group.id": "tierlog-demo", "enable.auto.commit": False, "enable.auto.offset.store": False})
     )
@@ -540,7 +648,7 @@ def consume_and_verify(run: DemoRun) -> None:
                     stats.records += 1
                     stats.first_offset = message.offset() if stats.first_offset < 0 else stats.first_offset
                     stats.last_offset = message.offset()
-                    if message.offset() < local_starts.get(message.partition(), 0):
+                    if message.offset() < local_starts[message.partition()]:
                         stats.from_s3 += 1
                     progress.advance(task)
         consume_seconds = time.monotonic() - started
@@ -556,6 +664,23 @@ def consume_and_verify(run: DemoRun) -> None:
         f"{from_s3:,} of them from S3 (below each leader's local log start, fetched by the leader from the "
         f"bucket), {len(seen) - from_s3:,} from the leaders' disks"
     )
+
+
+def _leaders_local_starts(run: DemoRun) -> dict[int, int]:
+    """partition -> the local log start its leader (as Metadata names it) reports, once every leader reports
+    leading: a newly elected leader may not have applied its election when Metadata already names it."""
+    while True:
+        views = _partition_views(run)
+        leaders = _leaders(run)
+        starts = {
+            partition: int(view["local_log_start_offset"])
+            for partition, (leader, _) in leaders.items()
+            if (view := views.get(partition, {}).get(leader)) is not None and view.get("role") == "leader"
+        }
+        if len(starts) == PARTITIONS:
+            return starts
+        check_alive(run)
+        time.sleep(min(POLL_S, run.remaining()))
 
 
 def _verify_nothing_more(run: DemoRun, consumer: Consumer) -> None:
@@ -616,11 +741,13 @@ def _leaders(run: DemoRun) -> dict[int, tuple[int, list[int]]]:
 
 
 def kill_a_leader(run: DemoRun) -> None:
-    """SIGKILL the leader of a partition (not node 1, whose controller the survivors need): the controller
-    fences it when its heartbeats stop and elects the next in-sync replica, with a new leader epoch."""
+    """SIGKILL the leader of a partition (not the active controller, whose failover the demo showed already):
+    the controller fences it when its heartbeats stop and elects the next in-sync replica, with a new leader
+    epoch."""
     cluster = run.started_cluster()
     before = _leaders(run)
-    partition, (victim, _) = next((p, v) for p, v in sorted(before.items()) if v[0] != CONTROLLER_NODE_ID)
+    active_controller = controller_quorum(run).leader_id
+    partition, (victim, _) = next((p, v) for p, v in sorted(before.items()) if v[0] != active_controller)
     cluster.kill(victim)
     run.killed = victim
     run.console.print(f"kill -9 broker {victim}, leader of {TOPIC}-{partition}")
@@ -642,12 +769,14 @@ def kill_a_leader(run: DemoRun) -> None:
 
 
 def restart_killed_broker(run: DemoRun) -> None:
+    """Restart the node killed last and wait until it is back in every ISR and, as a voter, has caught up with
+    the quorum's leader."""
     cluster = run.started_cluster()
     victim = run.killed
     if victim is None:
         raise DemoError("no broker was killed")
     with spinner(run.console) as progress:
-        progress.add_task(f"restarting broker {victim}; it catches up and rejoins every ISR", total=None)
+        progress.add_task(f"restarting node {victim}; it catches up and rejoins every ISR and the quorum", total=None)
         try:
             cluster.restart(victim, min(30.0, run.remaining()))
         except BrokerStartError as e:
@@ -655,7 +784,20 @@ def restart_killed_broker(run: DemoRun) -> None:
         while not all(victim in isr for _, isr in _leaders(run).values()):
             check_alive(run)
             time.sleep(min(0.2, run.remaining()))
+        # Caught up: it holds everything committed (the leader's own log end moves on with every no-op record).
+        quorum = controller_quorum(run)
+        while next(v for v in quorum.voters if v.node_id == victim).log_end_offset < quorum.high_watermark:
+            time.sleep(min(0.2, run.remaining()))
+            quorum = controller_quorum(run)
     run.console.print(f"broker {victim} restarted, truncated by leader epoch, caught up and is back in every ISR")
+    run.console.print(
+        f"voter {victim} caught up with the metadata log (offset {quorum.high_watermark:,}); "
+        f"node {quorum.leader_id} stays the active controller (epoch {quorum.leader_epoch})"
+    )
+
+
+def restart_and_show_replication(run: DemoRun) -> None:
+    restart_killed_broker(run)
     show_replication(run)
 
 
@@ -800,15 +942,16 @@ def stop_all(run: DemoRun) -> None:
 
 STEPS: tuple[tuple[str, Callable[[DemoRun], None]], ...] = (
     ("Start a local S3 server", start_s3),
-    (f"Start a local cluster of {BROKERS} brokers, their remote tier on S3", start_cluster),
+    (f"Start {BROKERS} brokers, also the controller quorum, their remote tier on S3", start_cluster),
     (f"Create topic {TOPIC} with remote storage on", create_topic),
-    ("Produce events with keys, headers and lz4 compression (acks=all)", produce_events),
+    ("Produce events (lz4, acks=all); kill -9 the active controller halfway", produce_events),
+    ("Restart the killed controller: back in the quorum and every ISR", restart_killed_broker),
     ("Replication: leader, epoch, ISR, HW and every replica's LEO", show_replication),
     ("Tiering: closed segments go to S3, then leave the brokers' disks", move_to_s3),
     ("Two tiers per partition: S3 and local disk", show_tiers),
     ("Kill a leader with SIGKILL", kill_a_leader),
     ("Consume every event from offset 0 on the survivors, old ones from S3", consume_and_verify),
-    ("Restart it: it rejoins the ISR", restart_killed_broker),
+    ("Restart it: it rejoins the ISR", restart_and_show_replication),
     ("Spark pipeline: the topic into Parquet, old segments straight from S3", run_spark_pipeline),
     ("Look inside a segment in S3 (dump-log)", show_segment),
     ("Stop the cluster and the S3 server", stop_all),
@@ -869,8 +1012,10 @@ def _shut_down(run: DemoRun) -> None:
 def demo(events: int, data_dir: Path | None, keep: bool, secure: bool, timeout_s: float) -> None:
     """Run a local 3-broker cluster with tiered storage on a local S3 server, and 10,000 events through it.
 
-    Starts an S3 server (SeaweedFS) and three brokers on free ports, creates a topic with 3 replicas and
-    remote storage on, produces events with keys, headers and lz4 (acks=all), waits until the closed
+    Starts an S3 server (SeaweedFS) and three brokers on free ports, also the 3 voters of the controller
+    quorum, creates a topic with 3 replicas and remote storage on, produces events with keys, headers and lz4
+    (acks=all) and kills the active controller halfway (a new one is elected, producing goes on), restarts
+    it and waits until it caught up, waits until the closed
     segments are in S3 and gone from the brokers' disks, shows both tiers, kills a leader, consumes and
     verifies every event from offset 0 (the older ones come from S3), restarts the killed broker, runs the
     Spark pipeline (S3 segments read straight from the bucket) into a Parquet table and shows it, dumps a
