@@ -9,13 +9,14 @@ import asyncio
 import json
 import threading
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic, PartitionMetadata
 
 from tierlog.client.connection import KafkaConnection
+from tierlog.client.probes import quorum_leadership
 from tierlog.testing.local_cluster import BrokerProcess, LocalCluster, wait_until
 
 # What conftest's `broker_factory(overrides, **settings)` and `cluster_factory(overrides, brokers=3)` are.
@@ -171,3 +172,13 @@ class BackgroundProducer(threading.Thread):
         if self.is_alive():
             self.stopping.set()
             self.join(self.flush_s + 10)
+
+
+def quorum_leader(cluster: LocalCluster, voters: Iterable[int]) -> tuple[int, int] | None:
+    """(leader id, epoch) as DescribeQuorum answers it, from the first of `voters` that leads the controller
+    quorum (only the leader answers it)."""
+    for voter in voters:
+        found = quorum_leadership("127.0.0.1", cluster.controller_ports[voter], timeout_s=2.0)
+        if found is not None:
+            return found
+    return None

@@ -8,9 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from cluster_helpers import ClusterFactory, send_request
+from cluster_helpers import ClusterFactory, quorum_leader, send_request
 from confluent_kafka.admin import AdminClient
-from kio.schema.describe_quorum.v1 import request as describe_quorum
 
 from tierlog.client.requests import create_topics_request, metadata_request
 from tierlog.protocol.errors import error_code
@@ -36,26 +35,6 @@ def cluster_id_of(cluster: LocalCluster, node_id: int) -> str | None:
     admin = AdminClient({"bootstrap.servers": cluster.broker(node_id).bootstrap})
     described: Any = admin.describe_cluster(request_timeout=REQUEST_TIMEOUT_S).result(timeout=REQUEST_TIMEOUT_S)
     return described.cluster_id
-
-
-def quorum_leader(cluster: LocalCluster, voters: tuple[int, ...]) -> int | None:
-    """The leader DescribeQuorum names, asked of each voter in turn (only the leader answers it)."""
-    request = describe_quorum.DescribeQuorumRequest(
-        topics=(
-            describe_quorum.TopicData(
-                topic_name="__cluster_metadata", partitions=(describe_quorum.PartitionData(partition_index=0),)
-            ),
-        )
-    )
-    for voter in voters:
-        try:
-            response = send_request(f"127.0.0.1:{cluster.controller_ports[voter]}", request, timeout_s=2)
-        except Exception:
-            continue
-        partition = response.topics[0].partitions[0]
-        if partition.error_code == 0 and partition.leader_id >= 0:
-            return int(partition.leader_id)
-    return None
 
 
 def create_topic(cluster: LocalCluster, node_id: int, name: str, replication_factor: int) -> int:
@@ -103,7 +82,7 @@ def test_three_voters_form_one_cluster_and_survive_the_active_controllers_crash(
         "every node to see every topic",
     )
 
-    active = wait_until(lambda: quorum_leader(cluster, VOTERS), FAILOVER_TIMEOUT_S, "a quorum leader")
+    active, _ = wait_until(lambda: quorum_leader(cluster, VOTERS), FAILOVER_TIMEOUT_S, "a quorum leader")
     # What reaches another voter's controller listener is not decided there, nor sent on: NOT_CONTROLLER.
     follower = next(node for node in VOTERS if node != active)
     request = create_topics_request("refused", 1, 1, {}, timeout_ms=int(REQUEST_TIMEOUT_S * 1000))
@@ -113,7 +92,7 @@ def test_three_voters_form_one_cluster_and_survive_the_active_controllers_crash(
     survivors = [node for node in everyone if node != active]
     surviving_voters = tuple(node for node in VOTERS if node != active)
 
-    new_active = wait_until(
+    new_active, _ = wait_until(
         lambda: quorum_leader(cluster, surviving_voters), FAILOVER_TIMEOUT_S, "a new leader among the survivors"
     )
     assert new_active in surviving_voters

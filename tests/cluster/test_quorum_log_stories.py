@@ -12,8 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from cluster_helpers import ClusterFactory, send_request
-from kio.schema.describe_quorum.v1 import request as describe_quorum
+from cluster_helpers import ClusterFactory, quorum_leader, send_request
 
 from tierlog.client.requests import create_topics_request, metadata_request
 from tierlog.records.codec import decode_batches
@@ -31,26 +30,6 @@ def cluster(cluster_factory: ClusterFactory) -> LocalCluster:
 
 def voters(cluster: LocalCluster) -> list[int]:
     return [node for node in cluster.node_ids if node not in cluster.broker_ids]
-
-
-def quorum_leader(cluster: LocalCluster, asked: list[int]) -> tuple[int, int] | None:
-    """(leader id, epoch) as DescribeQuorum answers it, from the first of `asked` that leads."""
-    request = describe_quorum.DescribeQuorumRequest(
-        topics=(
-            describe_quorum.TopicData(
-                topic_name="__cluster_metadata", partitions=(describe_quorum.PartitionData(partition_index=0),)
-            ),
-        )
-    )
-    for voter in asked:
-        try:
-            response = send_request(f"127.0.0.1:{cluster.controller_ports[voter]}", request, timeout_s=2)
-        except Exception:
-            continue
-        partition = response.topics[0].partitions[0]
-        if partition.error_code == 0 and partition.leader_id >= 0:
-            return int(partition.leader_id), int(partition.leader_epoch)
-    return None
 
 
 def metadata_log_bytes(cluster: LocalCluster, node: int) -> bytes:
