@@ -279,6 +279,12 @@ def test_an_image_loaded_from_a_snapshot_is_judged_from_the_snapshot_on() -> Non
     loaded.apply(4, ProducerIdsRecord(2, 2000))
     checker.check_final_image("broker-1", loaded, base, after)
     assert checker.history.violations == []
+    # Replayed, with a LeaderChangeMessage (no metadata record) at offset 2 after its last record: whole.
+    replayed = ClusterMetadata()
+    replayed.apply(0, ClusterIdRecord("c"))
+    replayed.apply(1, ProducerIdsRecord(1, 1000))
+    checker.check_final_image("voter 3", replayed, base, after)
+    assert checker.history.violations == []
     behind = ClusterMetadata()
     behind.apply(1, ClusterIdRecord("c"))
     checker.check_final_image("broker-2", behind, base, after)
