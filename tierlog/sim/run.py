@@ -250,14 +250,20 @@ class Cluster:
         ]
 
     def quorum_converged(self) -> bool:
-        """Every voter up, with the active leader's log and high watermark."""
+        """Every voter up, with the active leader's log and high watermark, and every broker's metadata fetched to
+        that end (a broker that is merely behind is still a prefix of the committed log, but the final checks
+        compare whole images)."""
         node = active_controller(self.controllers)
         if node is None or node.raft is None:
             return False
         end = node.raft.log.end_offset
-        return node.raft.high_watermark == end and all(
-            v.up and v.raft is not None and v.raft.log.end_offset == end and v.raft.high_watermark == end
-            for v in self.controllers.values()
+        return (
+            node.raft.high_watermark == end
+            and all(
+                v.up and v.raft is not None and v.raft.log.end_offset == end and v.raft.high_watermark == end
+                for v in self.controllers.values()
+            )
+            and all(b.up and b.loader.fetch_offset >= end for b in self.brokers.values())
         )
 
     def converged(self) -> bool:
