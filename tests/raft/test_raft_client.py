@@ -245,3 +245,20 @@ def test_next_wakeup_is_never_an_expired_retry_backoff(tmp_path: Path) -> None:
     now += config.retry_backoff_ms
     assert [out.destination for out in client.poll(now)] == [2]
     assert client.next_wakeup_ms() > now
+
+
+def test_followers_learn_a_commit_at_once_rather_than_when_their_parked_fetch_times_out(tmp_path: Path) -> None:
+    """The leader answers a parked fetch as soon as its high watermark moves past the one that follower last got
+    (docs/quorum.md#fetch): a follower's committed log, which the broker on its node reads, trails the leader's by
+    round trips, not by the fetch's wait."""
+    quorum = Quorum(tmp_path, [1, 2, 3])
+    leader = quorum.wait_for_active_leader()
+    quorum.run_for(2 * quorum.config.fetch_max_wait_ms)  # every follower is parked at the leader
+    offset = quorum.append(b"x")
+    took = quorum.run_until(
+        lambda: all(quorum.client(n).high_watermark == leader.log.end_offset for n in (1, 2, 3)),
+        limit_ms=quorum.config.fetch_max_wait_ms,
+    )
+    assert leader.high_watermark == offset + 1
+    # An append, a fetch back, the commit, its news: a few one-millisecond hops of the harness's network.
+    assert took <= 10

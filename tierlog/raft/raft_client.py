@@ -673,14 +673,18 @@ class RaftClient:
         if error is not None:
             respond(self._fetch_error(error))
             return
+        # Where the fetcher must go first (the leader's snapshot, or back to where its log diverges), or None when
+        # its log matches this one up to the fetch offset. A parked fetch never needs one later: only a leader
+        # parks, its log only grows, and it snapshots only below the high watermark, where no parked fetch is.
+        reset = self._fetch_reset(request)
         if request.replica_id in self.voters:
-            self._record_voter_fetch(request, now_ms)
+            self._record_voter_fetch(request, now_ms, matches=reset is None)
         else:
             replica = self._observers.setdefault(request.replica_id, _Replica())
             replica.end_offset, replica.last_fetch_ms = request.fetch_offset, now_ms
-        response = self._fetch_answer(request)
-        if response is not None or request.max_wait_ms <= 0:
-            respond(response or self._fetch_data(request))
+        response = reset or self._fetch_answer(request, waited_out=request.max_wait_ms <= 0)
+        if response is not None:
+            respond(response)
             return
         self._parked.append(_ParkedFetch(request, respond, now_ms + request.max_wait_ms))
 
@@ -696,12 +700,11 @@ class RaftClient:
     def _fetch_error(self, error: str) -> RaftFetchResponse:
         return RaftFetchResponse(error, self._leader_id_or_none(), self._epoch, log_start_offset=self._log.start_offset)
 
-    def _record_voter_fetch(self, request: RaftFetchRequest, now_ms: int) -> None:
+    def _record_voter_fetch(self, request: RaftFetchRequest, now_ms: int, *, matches: bool) -> None:
         replica = self._replicas[request.replica_id]
-        # A fetch offset is durable on the voter (it fsyncs before fetching on), unless its log diverges here.
-        if self._log.snapshot_to_fetch(request.fetch_offset, request.last_fetched_epoch) is None and not self._diverges(
-            request
-        ):
+        # A fetch offset is durable on the voter (it fsyncs before fetching on), and counts once the voter's log
+        # matches this one up to it.
+        if matches:
             replica.end_offset = request.fetch_offset
         replica.last_fetch_ms = now_ms
         if request.fetch_offset >= self._log.end_offset:
@@ -717,9 +720,6 @@ class RaftClient:
             self._heard_since_check.clear()
             self._check_quorum_deadline_ms = now_ms + self._check_quorum_timeout_ms()
 
-    def _diverges(self, request: RaftFetchRequest) -> bool:
-        return self._diverging_epoch(request) is not None
-
     def _diverging_epoch(self, request: RaftFetchRequest) -> OffsetAndEpoch | None:
         if request.fetch_offset == 0 or request.last_fetched_epoch < 0:
             return None
@@ -728,8 +728,8 @@ class RaftClient:
             return end
         return None
 
-    def _fetch_answer(self, request: RaftFetchRequest) -> RaftFetchResponse | None:
-        """The answer to give now, or None when there is nothing new yet (the fetch may wait)."""
+    def _fetch_reset(self, request: RaftFetchRequest) -> RaftFetchResponse | None:
+        """The answer sending the fetcher to the leader's snapshot or to where its log diverges, if it must go."""
         snapshot_id = self._log.snapshot_to_fetch(request.fetch_offset, request.last_fetched_epoch)
         if snapshot_id is not None:
             return RaftFetchResponse(
@@ -750,10 +750,6 @@ class RaftClient:
                 log_start_offset=self._log.start_offset,
                 diverging_epoch=diverging,
             )
-        response = self._fetch_data(request)
-        replica = self._replica_of(request.replica_id)
-        if response.records or response.high_watermark > replica.sent_high_watermark:
-            return response
         return None
 
     def _replica_of(self, replica_id: int) -> _Replica:
@@ -761,7 +757,9 @@ class RaftClient:
             return self._replicas[replica_id]
         return self._observers.setdefault(replica_id, _Replica())
 
-    def _fetch_data(self, request: RaftFetchRequest) -> RaftFetchResponse:
+    def _fetch_answer(self, request: RaftFetchRequest, *, waited_out: bool) -> RaftFetchResponse | None:
+        """The records from the fetch offset and the high watermark; None while there are no records and no high
+        watermark newer than the one this fetcher last got, unless its wait is over (long polling)."""
         observer = request.replica_id not in self.voters
         records = b""
         if request.fetch_offset < self._log.end_offset:
@@ -772,7 +770,10 @@ class RaftClient:
             else:
                 records = self._log.read(request.fetch_offset, request.max_bytes)
         high_watermark = self._wire_high_watermark()
-        self._replica_of(request.replica_id).sent_high_watermark = high_watermark
+        replica = self._replica_of(request.replica_id)
+        if not records and high_watermark <= replica.sent_high_watermark and not waited_out:
+            return None
+        replica.sent_high_watermark = high_watermark
         return RaftFetchResponse(
             None,
             self.node_id,
@@ -873,9 +874,8 @@ class RaftClient:
             if force or self._state != LEADER:
                 done.append((fetch, self._fetch_error(NOT_LEADER_OR_FOLLOWER)))
                 continue
-            response = self._fetch_answer(fetch.request)
-            if response is None and now_ms is not None and now_ms >= fetch.deadline_ms:
-                response = self._fetch_data(fetch.request)
+            waited_out = now_ms is not None and now_ms >= fetch.deadline_ms
+            response = self._fetch_answer(fetch.request, waited_out=waited_out)
             if response is None:
                 waiting.append(fetch)
             else:
