@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from asyncio_helpers import run_bounded
 
-from tierlog.client.raft_requests import API_FETCH
+from tierlog.client.raft_requests import API_FETCH, raft_response
 from tierlog.metadata.loader import MetadataFetchRequest
 from tierlog.protocol.codec import Request
 from tierlog.protocol.errors import error_code
-from tierlog.raft.raft_log import METADATA_TOPIC
+from tierlog.raft.messages import RaftFetchResponse
 from tierlog.server.connection import serve_connection
 from tierlog.server.controller_apis import API_BROKER_HEARTBEAT
 from tierlog.server.controller_channel import ControllerUnavailableError, QuorumControllerChannel
@@ -59,21 +59,9 @@ class ScriptedVoter:
                 is_fenced=False,
                 should_shut_down=False,
             )
-        error = None if self.active else "NOT_LEADER_OR_FOLLOWER"
-        partition = s.PartitionData(
-            partition_index=0,
-            error_code=error_code(error),
-            high_watermark=7,
-            current_leader=s.LeaderIdAndEpoch(leader_id=self.leader, leader_epoch=3),
-            aborted_transactions=None,
-            records=b"",
-        )
-        return s.FetchResponse(
-            throttle_time=NO_THROTTLE,
-            error_code=error_code(None),
-            session_id=0,
-            responses=(s.FetchableTopicResponse(topic=METADATA_TOPIC, partitions=(partition,)),),
-        )
+        # The metadata fetch as a Raft leader (or a voter naming it) answers it, through the project's codec.
+        answer = RaftFetchResponse(None if self.active else "NOT_LEADER_OR_FOLLOWER", self.leader, 3, high_watermark=7)
+        return raft_response(answer, request.api_version)
 
 
 @asynccontextmanager

@@ -30,18 +30,15 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from tierlog.client.connection import KafkaConnection, KafkaConnectionError
-from tierlog.client.raft_requests import raft_request, raft_response_of
+from tierlog.client.raft_requests import InvalidRaftMessageError, raft_request, raft_response_of
 from tierlog.client.requests import (
     CONSUMER_REPLICA_ID,
-    PartitionFetch,
     allocate_producer_ids_request,
     alter_partition_request,
     broker_heartbeat_request,
     broker_registration_request,
-    fetch_request,
 )
 from tierlog.client.security import PLAINTEXT, ClientSecurity
-from tierlog.common import TopicPartition
 from tierlog.controller.controller import Controller, HeartbeatResult
 from tierlog.controller.errors import NotControllerError
 from tierlog.controller.metadata_log import MetadataSnapshot, decode_metadata_batches
@@ -49,8 +46,13 @@ from tierlog.metadata.image import PartitionRegistration
 from tierlog.metadata.loader import MetadataBatches, MetadataFetchRequest
 from tierlog.metadata.records import Endpoint, decode_record
 from tierlog.protocol.errors import error_code
-from tierlog.raft.messages import FetchSnapshotRequest, FetchSnapshotResponse, OffsetAndEpoch
-from tierlog.raft.raft_log import METADATA_TOPIC
+from tierlog.raft.messages import (
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
+    OffsetAndEpoch,
+    RaftFetchRequest,
+    RaftFetchResponse,
+)
 from tierlog.raft.snapshot import CorruptSnapshotError, parse_snapshot
 from tierlog.replication.partition import AlterPartitionProposal
 from tierlog.replication.replica_manager import error_name_of
@@ -64,9 +66,7 @@ METADATA_FETCH_MAX_BYTES = 8 * 1024 * 1024
 NOT_CONTROLLER = error_code("NOT_CONTROLLER")
 # A metadata fetch sent to a voter that is not the leader, or with an epoch the leader does not have: the answer
 # names the leader and its epoch (the Fetch response's CurrentLeader).
-FETCH_LEADER_ERRORS = frozenset(
-    error_code(name) for name in ("NOT_LEADER_OR_FOLLOWER", "FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH")
-)
+FETCH_LEADER_ERRORS = frozenset(("NOT_LEADER_OR_FOLLOWER", "FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH"))
 
 T = TypeVar("T")
 
@@ -414,11 +414,10 @@ class QuorumControllerChannel:
             if isinstance(data, MetadataSnapshot):
                 return data, high_watermark
             return _batches_from(data, request.offset), high_watermark
-        partition = await self._fetch_from_leader(broker_id, request)
-        if partition.snapshot_id.end_offset >= 0:
-            snapshot_id = OffsetAndEpoch(partition.snapshot_id.end_offset, partition.snapshot_id.epoch)
-            return await self._fetch_snapshot(broker_id, snapshot_id), int(partition.high_watermark)
-        return _batches_from(bytes(partition.records or b""), request.offset), int(partition.high_watermark)
+        answer = await self._fetch_from_leader(broker_id, request)
+        if answer.snapshot_id is not None:
+            return await self._fetch_snapshot(broker_id, answer.snapshot_id), answer.high_watermark
+        return _batches_from(answer.records, request.offset), answer.high_watermark
 
     async def _fetch_snapshot(self, broker_id: int, snapshot_id: OffsetAndEpoch) -> MetadataSnapshot:
         """The leader's snapshot, downloaded chunk by chunk with FetchSnapshot and decoded. Any failure (the
@@ -449,47 +448,47 @@ class QuorumControllerChannel:
         # A voter's node asks as a consumer would: a fetch with a voter's id would be taken as its replication.
         replica_id = CONSUMER_REPLICA_ID if self._local is not None else broker_id
         look = dataclasses.replace(position, max_wait_ms=0)
-        return int((await self._fetch_from_leader(replica_id, look)).high_watermark)
+        return (await self._fetch_from_leader(replica_id, look)).high_watermark
 
-    async def _fetch_from_leader(self, replica_id: int, request: MetadataFetchRequest) -> Any:
+    async def _fetch_from_leader(self, replica_id: int, request: MetadataFetchRequest) -> RaftFetchResponse:
         """The observer's Fetch of the metadata log from the quorum's leader (docs/quorum.md#observers): an answer
         naming another leader or epoch is followed at once; a voter that cannot be reached is left for the next
         one; either way within one fetch's timeout."""
         deadline = asyncio.get_running_loop().time() + self._try_timeout_s + request.max_wait_ms / 1000
         while True:
-            fetch = fetch_request(
-                [
-                    PartitionFetch(
-                        TopicPartition(METADATA_TOPIC, 0),
-                        request.offset,
-                        METADATA_FETCH_MAX_BYTES,
-                        current_leader_epoch=self._leader_epoch,
-                        last_fetched_epoch=request.last_fetched_epoch,
-                    )
-                ],
+            fetch = RaftFetchRequest(
                 replica_id=replica_id,
+                current_leader_epoch=self._leader_epoch,
+                fetch_offset=request.offset,
+                last_fetched_epoch=request.last_fetched_epoch,
                 max_wait_ms=request.max_wait_ms,
                 max_bytes=METADATA_FETCH_MAX_BYTES,
             )
             try:
                 if request.max_wait_ms > 0:
-                    response = await self._send("_fetch", fetch, self._try_timeout_s + request.max_wait_ms / 1000)
+                    reply = await self._send(
+                        "_fetch", raft_request(fetch), self._try_timeout_s + request.max_wait_ms / 1000
+                    )
                 else:
                     # A quick look (how far is the log committed?) must not queue behind a parked long poll.
-                    response = await self._rpc_call(fetch, deadline)
+                    reply = await self._rpc_call(raft_request(fetch), deadline)
+                answer = raft_response_of(fetch, reply)
             except ControllerUnavailableError:
                 self._move_on()
                 raise
-            partition = response.responses[0].partitions[0]
-            leader = partition.current_leader
-            if leader.leader_epoch >= 0:
-                self._leader_epoch = leader.leader_epoch
-            if partition.error_code == error_code(None):
-                self._follow(leader.leader_id)
-                return partition
-            if partition.error_code not in FETCH_LEADER_ERRORS:
-                raise ControllerUnavailableError(f"metadata fetch failed: {partition.error_code.name.upper()}")
-            self._move_on(leader.leader_id if leader.leader_id >= 0 else None)
+            except InvalidRaftMessageError as e:
+                self._move_on()
+                raise ControllerUnavailableError(f"metadata fetch failed: {e}") from e
+            assert isinstance(answer, RaftFetchResponse)
+            if answer.leader_epoch >= 0:
+                self._leader_epoch = answer.leader_epoch
+            leader_id = answer.leader_id if answer.leader_id >= 0 else None
+            if answer.error is None:
+                self._follow(leader_id)
+                return answer
+            if answer.error not in FETCH_LEADER_ERRORS:
+                raise ControllerUnavailableError(f"metadata fetch failed: {answer.error}")
+            self._move_on(leader_id)
             await self._pause(deadline, "the metadata fetch")
 
     async def close(self) -> None:
