@@ -15,12 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tierlog.raft.messages import (
-    BeginQuorumEpochRequest,
-    EndQuorumEpochRequest,
-    FetchSnapshotRequest,
-    RaftFetchRequest,
     RaftRequest,
-    VoteRequest,
 )
 from tierlog.raft.quorum_state import QUORUM_STATE_FILE, FileQuorumStateStore
 from tierlog.raft.raft_client import RaftClient, RaftConfig
@@ -120,7 +115,7 @@ class Quorum:
             self._sequence += 1
             key = self._sequence
             self._unanswered.setdefault(destination, {})[key] = fail
-            self._handle(target, request, lambda response: reply(key, response))
+            target.handle(request, self.now, lambda response: reply(key, response))
 
         def reply(key: int, response: Any) -> None:
             if self._unanswered.get(destination, {}).pop(key, None) is None:
@@ -140,18 +135,6 @@ class Quorum:
             self._at(self.now + self.config.request_timeout_ms, fail)
         else:
             self._at(self.now + 1, deliver)
-
-    def _handle(self, target: RaftClient, request: RaftRequest, respond: Callable[[Any], None]) -> None:
-        if isinstance(request, VoteRequest):
-            respond(target.handle_vote(request, self.now))
-        elif isinstance(request, BeginQuorumEpochRequest):
-            respond(target.handle_begin_quorum_epoch(request, self.now))
-        elif isinstance(request, EndQuorumEpochRequest):
-            respond(target.handle_end_quorum_epoch(request, self.now))
-        elif isinstance(request, RaftFetchRequest):
-            target.handle_fetch(request, self.now, respond)
-        elif isinstance(request, FetchSnapshotRequest):
-            respond(target.handle_fetch_snapshot(request, self.now))
 
     # Time
 

@@ -583,6 +583,20 @@ class RaftClient:
 
     # Requests from other replicas
 
+    def handle(self, request: RaftRequest, now_ms: int, respond: Callable[[RaftResponse], None]) -> None:
+        """Any request of another replica, answered through `respond` (a Fetch may be answered later, in a poll or
+        when an append or a commit brings it something); the shells carry every request through here."""
+        if isinstance(request, RaftFetchRequest):
+            self.handle_fetch(request, now_ms, respond)
+        elif isinstance(request, VoteRequest):
+            respond(self.handle_vote(request, now_ms))
+        elif isinstance(request, BeginQuorumEpochRequest):
+            respond(self.handle_begin_quorum_epoch(request, now_ms))
+        elif isinstance(request, EndQuorumEpochRequest):
+            respond(self.handle_end_quorum_epoch(request, now_ms))
+        else:
+            respond(self.handle_fetch_snapshot(request, now_ms))
+
     def _has_majority(self, voters: set[int]) -> bool:
         return len(voters & self.voters) >= self._majority()
 

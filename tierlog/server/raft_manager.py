@@ -25,15 +25,12 @@ from tierlog.client.raft_requests import InvalidRaftMessageError, raft_request, 
 from tierlog.config import KafkaConfig
 from tierlog.raft.messages import (
     NO_LEADER,
-    BeginQuorumEpochRequest,
     EndQuorumEpochRequest,
-    FetchSnapshotRequest,
     Outbound,
     RaftFetchRequest,
     RaftFetchResponse,
     RaftRequest,
     RaftResponse,
-    VoteRequest,
 )
 from tierlog.raft.quorum_state import QUORUM_STATE_FILE, FileQuorumStateStore
 from tierlog.raft.raft_client import RaftClient, RaftConfig
@@ -74,7 +71,7 @@ class RaftManager:
         self._resignation_heard_by: set[int] = set()
         self._resignation_heard = asyncio.Event()
         # Fetches the core parked, answered through their future when it responds (or at stop).
-        self._parked_fetches: set[asyncio.Future[RaftFetchResponse]] = set()
+        self._parked_fetches: set[asyncio.Future[RaftResponse]] = set()
         # wait_for_commit callers, told False at stop.
         self._commit_waiters: set[asyncio.Future[bool]] = set()
         self._seen: tuple[int, int | None, str, bool, int | None] | None = None
@@ -155,35 +152,22 @@ class RaftManager:
         """A request from another voter (or, for Fetch, a broker), already decoded by ControllerApis: the core's
         answer (a Fetch may wait at most its max wait)."""
         client = self.client
-        now = now_ms()
-        if isinstance(request, RaftFetchRequest):
-            if self._stopping:
-                return self._shutting_down(client)
-            answered: asyncio.Future[RaftFetchResponse] = asyncio.get_running_loop().create_future()
+        if self._stopping and isinstance(request, RaftFetchRequest):
+            return self._shutting_down(client)
+        answered: asyncio.Future[RaftResponse] = asyncio.get_running_loop().create_future()
 
-            def respond(response: RaftFetchResponse) -> None:
-                if not answered.done():
-                    answered.set_result(response)
+        def respond(response: RaftResponse) -> None:
+            if not answered.done():
+                answered.set_result(response)
 
-            self._parked_fetches.add(answered)
-            try:
-                client.handle_fetch(request, now, respond)
-                self._after_core_call()
-                return await answered
-            finally:
-                self._parked_fetches.discard(answered)
-        response: RaftResponse
-        if isinstance(request, VoteRequest):
-            response = client.handle_vote(request, now)
-        elif isinstance(request, BeginQuorumEpochRequest):
-            response = client.handle_begin_quorum_epoch(request, now)
-        elif isinstance(request, EndQuorumEpochRequest):
-            response = client.handle_end_quorum_epoch(request, now)
-        else:
-            assert isinstance(request, FetchSnapshotRequest)
-            response = client.handle_fetch_snapshot(request, now)
-        self._after_core_call()
-        return response
+        # A parked fetch is answered when the core answers it, or at stop.
+        self._parked_fetches.add(answered)
+        try:
+            client.handle(request, now_ms(), respond)
+            self._after_core_call()
+            return await answered
+        finally:
+            self._parked_fetches.discard(answered)
 
     async def wait_for_commit(self, offset: int, timeout_s: float) -> bool:
         """True once the high watermark is past `offset` in the epoch this node was in when called; False on

@@ -32,13 +32,8 @@ from tierlog.controller.metadata_log import QuorumMetadataLog
 from tierlog.controller.metadata_snapshots import MetadataSnapshotter, SnapshotConfig
 from tierlog.metadata.lifecycle import BrokerHeartbeatRequest, BrokerRegistrationRequest
 from tierlog.raft.messages import (
-    BeginQuorumEpochRequest,
-    EndQuorumEpochRequest,
-    FetchSnapshotRequest,
     Outbound,
-    RaftFetchRequest,
     RaftRequest,
-    VoteRequest,
 )
 from tierlog.raft.quorum_state import QUORUM_STATE_FILE, FileQuorumStateStore
 from tierlog.raft.raft_client import RaftClient, RaftConfig
@@ -171,19 +166,8 @@ class SimController(Node):
 
     def handle_raft(self, request: RaftRequest, respond: Respond) -> None:
         """A Raft request from another voter, or a broker's metadata Fetch (an observer's)."""
-        raft = self.raft
-        assert raft is not None
-        now = self.sim.now
-        if isinstance(request, RaftFetchRequest):
-            raft.handle_fetch(request, now, respond)
-        elif isinstance(request, VoteRequest):
-            respond(raft.handle_vote(request, now))
-        elif isinstance(request, BeginQuorumEpochRequest):
-            respond(raft.handle_begin_quorum_epoch(request, now))
-        elif isinstance(request, EndQuorumEpochRequest):
-            respond(raft.handle_end_quorum_epoch(request, now))
-        elif isinstance(request, FetchSnapshotRequest):
-            respond(raft.handle_fetch_snapshot(request, now))
+        assert self.raft is not None
+        self.raft.handle(request, self.sim.now, respond)
         self._step()
 
     def _follow_leadership(self, raft: RaftClient) -> None:
