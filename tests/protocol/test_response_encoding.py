@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any, BinaryIO, cast
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 from kio.index import load_payload_module, load_response_schema
 from kio.schema.errors import ErrorCode
@@ -202,7 +202,14 @@ def test_every_other_response_round_trips_through_kio(api_key: int, version: int
     @settings(max_examples=5, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(st.from_type(response_type))
     def check(response: Any) -> None:
-        chunks = encode_response(request(api_key, version), response)
+        try:
+            chunks = encode_response(request(api_key, version), response)
+        except ValueError as e:
+            # kio's strategy may draw a duration (SaslAuthenticate's session_lifetime) past what int64
+            # milliseconds hold: no Kafka response carries it, and kio's own writer refuses it.
+            if "timedelta milliseconds overflow" in str(e):
+                reject()
+            raise
         assert len(chunks) == 1
         assert decode(assemble(chunks), response_type) == (77, response)
 
