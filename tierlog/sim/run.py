@@ -500,7 +500,12 @@ def simulate(seed: int, config: SimConfig = SimConfig(), *, keep_dir: Path | Non
         cluster = Cluster(seed, config, root)
         recorder = _ErrorLogRecorder(cluster.history)
         logger.addHandler(recorder)
-        _run(cluster)
+        try:
+            _run(cluster)
+        except ValueError as e:
+            # A node's image refusing a record of its committed log (ClusterMetadata.apply): what it had folded
+            # as committed was not, or changed since. The run ends there, failed.
+            cluster.history.violation("committed metadata changed", f"a node cannot apply its committed log: {e}")
         return _result(seed, cluster)
     finally:
         if recorder is not None:
@@ -520,11 +525,22 @@ def _run(cluster: Cluster) -> None:
     step = cluster.after_step
     _run_until(sim, lambda: all(not b.fenced for b in cluster.brokers.values()), 30_000, step)
     configs = {"min.insync.replicas": "2", "segment.bytes": str(config.segment_bytes)}
-    active = active_controller(cluster.controllers)
-    if active is None:
-        history.violation("no active controller", "none 30 s after the cluster started, without faults")
+
+    def topic_created() -> bool:
+        """The set-up's CreateTopics, as an admin client retries it: sent to the active controller until the topic
+        is committed (a leadership change before the commit loses it, as the client's NOT_CONTROLLER says)."""
+        active = active_controller(cluster.controllers)
+        if active is None or active.controller is None or active.snapshotter is None:
+            return False
+        if TOPIC in active.snapshotter.image.topics:
+            return True
+        if TOPIC not in active.controller.metadata.topics:
+            active.create_topic(TOPIC, config.partitions, config.brokers, configs)
+        return False
+
+    if not _run_until(sim, topic_created, 30_000, step):
+        history.violation("no topic", "not committed 30 s after the cluster started, without faults")
         return
-    active.create_topic(TOPIC, config.partitions, config.brokers, configs)
     sim.after(COMMITTED_CHECK_INTERVAL_MS, cluster.check_committed)
     for client in [*cluster.producers, *cluster.consumers]:
         client.start()
