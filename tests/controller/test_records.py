@@ -65,7 +65,8 @@ def test_every_record_type_round_trips(record: MetadataRecord) -> None:
 def test_records_are_compact_json_with_their_type_and_string_topic_ids() -> None:
     assert encode_record(PartitionRecord(TOPIC_ID, 0, (1, 2), (2,), 2, 1, 3)) == (
         b'{"type":"PartitionRecord","topic_id":"6ba7b810-9dad-11d1-80b4-00c04fd430c8","partition_id":0,'
-        b'"replicas":[1,2],"isr":[2],"leader":2,"leader_epoch":1,"partition_epoch":3}'
+        b'"replicas":[1,2],"isr":[2],"leader":2,"leader_epoch":1,"partition_epoch":3,'
+        b'"adding_replicas":[],"removing_replicas":[]}'
     )
     assert json.loads(
         encode_record(RegisterBrokerRecord(1, "i", 7, (Endpoint("PLAINTEXT", "h", 9092),), None, True))

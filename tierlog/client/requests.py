@@ -11,7 +11,7 @@ import datetime
 import functools
 import importlib.metadata
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,8 @@ API_API_VERSIONS, API_CREATE_TOPICS, API_OFFSET_FOR_LEADER_EPOCH = 18, 19, 23
 API_ALTER_PARTITION, API_BROKER_REGISTRATION, API_BROKER_HEARTBEAT, API_ALLOCATE_PRODUCER_IDS = 56, 62, 63, 67
 API_SASL_HANDSHAKE, API_SASL_AUTHENTICATE = 17, 36
 API_DESCRIBE_QUORUM, API_DESCRIBE_CLUSTER = 55, 60
+API_DESCRIBE_LOG_DIRS, API_ALTER_PARTITION_REASSIGNMENTS, API_LIST_PARTITION_REASSIGNMENTS = 35, 45, 46
+API_UNREGISTER_BROKER = 64
 
 # The versions tierlog sends, and why.
 PRODUCE_VERSION = 9
@@ -49,6 +51,11 @@ ALLOCATE_PRODUCER_IDS_VERSION = 0
 DESCRIBE_QUORUM_VERSION = 2
 # v0 answers the cluster id, which is all `tierlog quorum status` asks of it.
 DESCRIBE_CLUSTER_VERSION = 0
+# v4 adds each log dir's total and usable bytes (KIP-827).
+DESCRIBE_LOG_DIRS_VERSION = 4
+ALTER_PARTITION_REASSIGNMENTS_VERSION = 0
+LIST_PARTITION_REASSIGNMENTS_VERSION = 0
+UNREGISTER_BROKER_VERSION = 0
 
 CONSUMER_REPLICA_ID = -1  # not a replica: the leader answers up to the high watermark only
 NO_EPOCH = -1  # "unknown" for every epoch field of a request
@@ -260,6 +267,72 @@ def create_topics_request(
         timeout=datetime.timedelta(milliseconds=timeout_ms),
         validate_only=False,
     )
+
+
+# Scale-out: moving replicas (KIP-455), decommissioning brokers (KIP-500) and what each log dir holds.
+
+
+def alter_partition_reassignments_request(
+    targets: Mapping[TopicPartition, Sequence[int] | None],
+    *,
+    timeout_ms: int,
+    version: int = ALTER_PARTITION_REASSIGNMENTS_VERSION,
+) -> Any:
+    """Move each partition to its target replicas (the first the preferred leader), or cancel its reassignment
+    in progress where the target is None."""
+    s = request_schema(API_ALTER_PARTITION_REASSIGNMENTS, version)
+    by_topic: dict[str, list[Any]] = {}
+    for tp, replicas in targets.items():
+        by_topic.setdefault(tp.topic, []).append(
+            s.ReassignablePartition(
+                partition_index=tp.partition, replicas=None if replicas is None else tuple(replicas)
+            )
+        )
+    return s.AlterPartitionReassignmentsRequest(
+        timeout=datetime.timedelta(milliseconds=timeout_ms),
+        topics=tuple(s.ReassignableTopic(name=topic, partitions=tuple(parts)) for topic, parts in by_topic.items()),
+    )
+
+
+def list_partition_reassignments_request(
+    partitions: Iterable[TopicPartition] | None,
+    *,
+    timeout_ms: int,
+    version: int = LIST_PARTITION_REASSIGNMENTS_VERSION,
+) -> Any:
+    """The reassignments in progress of these partitions, or of every partition when None."""
+    s = request_schema(API_LIST_PARTITION_REASSIGNMENTS, version)
+    topics = None
+    if partitions is not None:
+        by_topic: dict[str, list[int]] = {}
+        for tp in partitions:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        topics = tuple(
+            s.ListPartitionReassignmentsTopics(name=topic, partition_indexes=tuple(indexes))
+            for topic, indexes in by_topic.items()
+        )
+    return s.ListPartitionReassignmentsRequest(timeout=datetime.timedelta(milliseconds=timeout_ms), topics=topics)
+
+
+def unregister_broker_request(broker_id: int, *, version: int = UNREGISTER_BROKER_VERSION) -> Any:
+    """Remove a decommissioned broker's registration (`kafka-cluster.sh unregister`)."""
+    return request_schema(API_UNREGISTER_BROKER, version).UnregisterBrokerRequest(broker_id=broker_id)
+
+
+def describe_log_dirs_request(
+    partitions: Iterable[TopicPartition] | None, *, version: int = DESCRIBE_LOG_DIRS_VERSION
+) -> Any:
+    """What the broker's log dirs hold (sizes and lags) for these partitions, or for all of them when None."""
+    s = request_schema(API_DESCRIBE_LOG_DIRS, version)
+    topics = None
+    if partitions is not None:
+        by_topic: dict[str, list[int]] = {}
+        for tp in partitions:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        topics = tuple(
+            s.DescribableLogDirTopic(topic=topic, partitions=tuple(indexes)) for topic, indexes in by_topic.items()
+        )
+    return s.DescribeLogDirsRequest(topics=topics)
 
 
 # The controller's APIs (KRaft), sent by brokers.

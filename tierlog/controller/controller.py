@@ -46,6 +46,7 @@ from tierlog.metadata.image import (
     ClusterMetadata,
     PartitionRegistration,
     TopicMetadata,
+    partition_record,
 )
 from tierlog.metadata.records import (
     RESOURCE_BROKER,
@@ -612,7 +613,7 @@ class Controller:
         if validate_only:
             return TopicMetadata(name=name, topic_id=topic_id, partitions=partitions, configs=dict(configs))
         records: list[MetadataRecord] = [TopicRecord(name=name, topic_id=topic_id)]
-        records.extend(_partition_record(topic_id, p, registration) for p, registration in enumerate(partitions))
+        records.extend(partition_record(topic_id, p, registration) for p, registration in enumerate(partitions))
         records.extend(ConfigRecord(name, key, value) for key, value in sorted(configs.items()))
         self._commit(records)
         return self.metadata.topics[name]
@@ -647,7 +648,7 @@ class Controller:
                 name=name, topic_id=topic.topic_id, partitions=[*topic.partitions, *added], configs=dict(topic.configs)
             )
         self._commit(
-            [_partition_record(topic.topic_id, p, registration) for p, registration in enumerate(added, start=current)]
+            [partition_record(topic.topic_id, p, registration) for p, registration in enumerate(added, start=current)]
         )
         return self.metadata.topics[name]
 
@@ -958,20 +959,10 @@ def _partition_change(
         leader=leader,
         leader_epoch=current.leader_epoch + 1 if leader != current.leader else current.leader_epoch,
         partition_epoch=current.partition_epoch + 1,
+        adding_replicas=current.adding_replicas,
+        removing_replicas=current.removing_replicas,
     )
-    return _partition_record(topic_id, partition_id, changed)
-
-
-def _partition_record(topic_id: uuid.UUID, partition_id: int, registration: PartitionRegistration) -> PartitionRecord:
-    return PartitionRecord(
-        topic_id=topic_id,
-        partition_id=partition_id,
-        replicas=tuple(registration.replicas),
-        isr=tuple(registration.isr),
-        leader=registration.leader,
-        leader_epoch=registration.leader_epoch,
-        partition_epoch=registration.partition_epoch,
-    )
+    return partition_record(topic_id, partition_id, changed)
 
 
 def _assign(partition: int, replication_factor: int, nodes: Sequence[int]) -> PartitionRegistration:

@@ -44,6 +44,18 @@ class PartitionRegistration:
     leader: int
     leader_epoch: int = 0
     partition_epoch: int = 0
+    # A reassignment in progress (KIP-455, docs/reassignment.md); both empty when none is.
+    adding_replicas: list[int] = field(default_factory=list)
+    removing_replicas: list[int] = field(default_factory=list)
+
+    @property
+    def is_reassigning(self) -> bool:
+        return bool(self.adding_replicas or self.removing_replicas)
+
+    @property
+    def target_replicas(self) -> list[int]:
+        """Where the partition's replicas will be once its reassignment completes."""
+        return [replica for replica in self.replicas if replica not in self.removing_replicas]
 
 
 @dataclass(slots=True)
@@ -154,15 +166,7 @@ class ClusterMetadata:
         for topic in sorted(self.topics.values(), key=lambda t: t.name):
             records.append(TopicRecord(topic.name, topic.topic_id))
             records.extend(
-                PartitionRecord(
-                    topic_id=topic.topic_id,
-                    partition_id=partition_id,
-                    replicas=tuple(partition.replicas),
-                    isr=tuple(partition.isr),
-                    leader=partition.leader,
-                    leader_epoch=partition.leader_epoch,
-                    partition_epoch=partition.partition_epoch,
-                )
+                partition_record(topic.topic_id, partition_id, partition)
                 for partition_id, partition in enumerate(topic.partitions)
             )
             records.extend(
@@ -281,6 +285,8 @@ class ClusterMetadata:
             leader=record.leader,
             leader_epoch=record.leader_epoch,
             partition_epoch=record.partition_epoch,
+            adding_replicas=list(record.adding_replicas),
+            removing_replicas=list(record.removing_replicas),
         )
         if record.partition_id < len(topic.partitions):
             topic.partitions[record.partition_id] = registration
@@ -291,6 +297,21 @@ class ClusterMetadata:
                 f"PartitionRecord for {topic.name}-{record.partition_id}, but the topic has "
                 f"{len(topic.partitions)} partitions"
             )
+
+
+def partition_record(topic_id: uuid.UUID, partition_id: int, registration: PartitionRegistration) -> PartitionRecord:
+    """The record that gives a partition this registration (whole, as tierlog writes every change)."""
+    return PartitionRecord(
+        topic_id=topic_id,
+        partition_id=partition_id,
+        replicas=tuple(registration.replicas),
+        isr=tuple(registration.isr),
+        leader=registration.leader,
+        leader_epoch=registration.leader_epoch,
+        partition_epoch=registration.partition_epoch,
+        adding_replicas=tuple(registration.adding_replicas),
+        removing_replicas=tuple(registration.removing_replicas),
+    )
 
 
 def _scram_mechanism(where: str, record: UserScramCredentialRecord | RemoveUserScramCredentialRecord) -> str:

@@ -67,6 +67,11 @@ class PartitionRecord:
     leader: int
     leader_epoch: int
     partition_epoch: int
+    # A reassignment in progress (KIP-455; docs/reassignment.md): `replicas` is the target followed by the
+    # replicas being removed, `adding_replicas` the targets not yet in the old assignment. Empty otherwise, and
+    # in records written before reassignments existed.
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
 
 
 # Kafka's ConfigResource.Type ids, as ConfigRecord and the admin APIs carry them.
