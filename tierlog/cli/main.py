@@ -21,6 +21,7 @@ from tierlog.cli.produce import produce
 from tierlog.cli.quorum import quorum
 from tierlog.cli.sim import sim
 from tierlog.cli.topic import topic
+from tierlog.cli.topic_reassign import reassign
 from tierlog.cli.trace import trace
 from tierlog.cli.users import user
 from tierlog.config import KafkaConfig
@@ -89,6 +90,7 @@ def dump_log_command(files: tuple[Path, ...], print_data_log: bool) -> None:
             raise click.ClickException(f"cannot dump {path}: {e}") from None
 
 
+topic.add_command(reassign)
 cli.add_command(topic)
 cli.add_command(produce)
 cli.add_command(consume)
