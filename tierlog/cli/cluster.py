@@ -828,11 +828,16 @@ def find_node(directory: Path, node_id: int) -> NodeInfo:
     )
 
 
-def record_pid(directory: Path, node_id: int, pid: int) -> None:
-    """Record `node_id`'s new process in cluster.json, read again so a concurrent change to another node stays."""
+def record_pid(directory: Path, node: NodeInfo, pid: int) -> None:
+    """Record `node`'s new process in cluster.json (a node it does not have yet, a broker `add-broker` started,
+    joins its nodes and its bootstrap), read again so a concurrent change to another node stays."""
     info = read_cluster_info(directory)
-    nodes = [replace(n, pid=pid) if n.node_id == node_id else n for n in info.nodes]
-    write_cluster_info(directory, replace(info, nodes=nodes))
+    if any(n.node_id == node.node_id for n in info.nodes):
+        nodes = [replace(n, pid=pid) if n.node_id == node.node_id else n for n in info.nodes]
+        write_cluster_info(directory, replace(info, nodes=nodes))
+        return
+    bootstrap = ",".join([*info.bootstrap.split(","), node.kafka])
+    write_cluster_info(directory, replace(info, bootstrap=bootstrap, nodes=[*info.nodes, replace(node, pid=pid)]))
 
 
 def stop_node(node: NodeInfo, timeout_s: float) -> tuple[str, float]:
@@ -843,9 +848,9 @@ def stop_node(node: NodeInfo, timeout_s: float) -> tuple[str, float]:
 
 
 def start_node(directory: Path, node: NodeInfo, timeout_s: float) -> tuple[int, float]:
-    """Start `node`'s process again as `up` did (same settings, ports, data and log file, detached), record
-    its pid, and wait until it is registered with the controller (a dedicated controller: until it answers):
-    (pid, seconds)."""
+    """Start `node`'s process as `up` did (same settings, ports, data and log file, detached; or, for a broker
+    `add-broker` made up, its first start), record its pid, and wait until it is registered with the controller
+    (a dedicated controller: until it answers): (pid, seconds)."""
     if node.overrides is None:
         raise CliError(
             f"{cluster_file(directory)} does not record the brokers' settings (an older tierlog wrote it): "
@@ -865,7 +870,7 @@ def start_node(directory: Path, node: NodeInfo, timeout_s: float) -> tuple[int, 
     if broker.pid is None:
         raise RuntimeError(f"broker {node.node_id} has no pid after starting")
     # Recorded before the wait, so `status` and `down` see the process even if this command is interrupted.
-    record_pid(directory, node.node_id, broker.pid)
+    record_pid(directory, node, broker.pid)
     try:
         broker.wait_ready(timeout_s)
         if node.is_broker:

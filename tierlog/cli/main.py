@@ -19,6 +19,7 @@ from tierlog.cli.leaders import elect_leaders
 from tierlog.cli.pipeline import pipeline
 from tierlog.cli.produce import produce
 from tierlog.cli.quorum import quorum
+from tierlog.cli.scale import add_broker, decommission, rebalance
 from tierlog.cli.sim import sim
 from tierlog.cli.topic import topic
 from tierlog.cli.topic_reassign import reassign
@@ -98,6 +99,9 @@ cli.add_command(groups)
 cli.add_command(acl)
 cli.add_command(demo)
 cluster.add_command(elect_leaders)
+cluster.add_command(rebalance)
+cluster.add_command(add_broker)
+cluster.add_command(decommission)
 cli.add_command(cluster)
 cli.add_command(quorum)
 cli.add_command(trace)

@@ -290,6 +290,53 @@ class StartProgress(NamedTuple):
     controllers: int = 0
 
 
+def next_broker_id(node_ids: Sequence[int]) -> int:
+    """The id a broker added to a cluster of `node_ids` gets: one past the highest broker's (dedicated
+    controllers, from 3000 on, aside)."""
+    return max((n for n in node_ids if n < FIRST_DEDICATED_CONTROLLER_ID), default=0) + 1
+
+
+class AddedBroker(NamedTuple):
+    """The settings of a broker added to a running cluster, and its ports."""
+
+    settings: dict[str, str]
+    port: int  # the first listener's: the client listener
+    http_port: int
+    probe_port: int  # where readiness is asked: a secured cluster's INTERNAL listener, else `port`
+    listener_ports: dict[tuple[str, int], int]  # (listener name, node id) -> port
+
+
+def broker_settings_like(template: Mapping[str, str], node_id: int) -> AddedBroker:
+    """The server.properties overrides of a new broker `node_id` like the broker whose overrides are `template`
+    (same controllers, listener names and every other setting) but on free ports of its own, and only a broker
+    even if the template is a controller too."""
+    listeners = [
+        listener
+        for listener in template["listeners"].split(",")
+        if not listener.startswith(f"{CONTROLLER_LISTENER}://")
+    ]
+    ports = free_ports(len(listeners) + 1)
+    renamed, by_name = [], {}
+    for listener, port in zip(listeners, ports, strict=False):
+        name, _, address = listener.partition("://")
+        renamed.append(f"{name}://{address.rpartition(':')[0]}:{port}")
+        by_name[name] = port
+    settings = {
+        **template,
+        "process.roles": "broker",
+        "node.id": str(node_id),
+        "listeners": ",".join(renamed),
+        "tierlog.http.listener": f"{_HOST}:{ports[-1]}",
+    }
+    return AddedBroker(
+        settings,
+        port=ports[0],
+        http_port=ports[-1],
+        probe_port=by_name.get(INTERNAL_LISTENER, ports[0]),
+        listener_ports={(name, node_id): port for name, port in by_name.items()},
+    )
+
+
 class LocalCluster:
     """`brokers` broker processes on 127.0.0.1 forming one cluster. The controller quorum
     (`controller.quorum.voters`) is, with `controllers=0`, node 1 alone, broker and controller (KRaft combined
@@ -369,18 +416,8 @@ class LocalCluster:
             if security is not None
             else {}
         )
-        self._brokers = {
-            node_id: BrokerProcess(
-                base_dir / f"broker-{node_id}",
-                node_id=node_id,
-                port=self._kafka_ports[node_id],
-                overrides={**self.overrides, **self._node_settings(node_id)},
-                log_file=base_dir / f"broker-{node_id}.log",
-                detached=detached,
-                probe_port=self._internal_ports.get(node_id),
-            )
-            for node_id in node_ids
-        }
+        self._detached = detached
+        self._brokers = {node_id: self._broker_process(node_id, self._node_settings(node_id)) for node_id in node_ids}
         # Dedicated controllers are processes too; their one listener is the controller's, where they are probed.
         self._controllers = {
             node_id: BrokerProcess(
@@ -393,6 +430,43 @@ class LocalCluster:
             )
             for node_id in (self.controller_ids if self._dedicated_controllers else ())
         }
+
+    def _broker_process(self, node_id: int, settings: Mapping[str, str]) -> BrokerProcess:
+        return BrokerProcess(
+            self.base_dir / f"broker-{node_id}",
+            node_id=node_id,
+            port=self._kafka_ports[node_id],
+            overrides={**self.overrides, **settings},
+            log_file=self.base_dir / f"broker-{node_id}.log",
+            detached=self._detached,
+            probe_port=self._internal_ports.get(node_id),
+        )
+
+    def add_broker(self, timeout_s: float = 60.0) -> int:
+        """Start one more broker, the next node id, with the settings of the others (the same controllers,
+        overrides, remote storage) on ports of its own, and wait until every running broker's Metadata lists it:
+        its id. It has no replica until partitions are reassigned to it."""
+        template = self._brokers[max(self._brokers)].overrides
+        node_id = next_broker_id(self.node_ids)
+        added = broker_settings_like(template, node_id)
+        self._kafka_ports[node_id] = added.port
+        self._http_ports[node_id] = added.http_port
+        if self.security is not None:
+            self._internal_ports[node_id] = added.probe_port
+        for (name, _), port in added.listener_ports.items():
+            if (name, max(self._brokers)) in self._extra_ports:
+                self._extra_ports[(name, node_id)] = port
+        broker = self._brokers[node_id] = self._broker_process(node_id, added.settings)
+        deadline = time.monotonic() + timeout_s
+        broker.start()
+        broker.wait_ready(timeout_s)
+        try:
+            self._wait_for_metadata(
+                lambda ids: node_id in ids, f"broker {node_id}", max(0.1, deadline - time.monotonic())
+            )
+        except TimeoutError as e:
+            raise broker.start_error(str(e)) from None
+        return node_id
 
     @property
     def quorum_voters(self) -> str:
