@@ -123,7 +123,8 @@ def _show_plan(console: Console, plan: Plan, view: ClusterView, brokers: list[in
     console.print(table)
     console.print()
     after = {tp: plan.targets.get(tp, replicas) for tp, replicas in view.replicas.items()}
-    counts = plain_table("BROKER", "REPLICAS", "LEADERS", right=("BROKER",), title="PER BROKER (now -> planned)")
+    console.print("Per broker, now -> planned:")
+    counts = plain_table("BROKER", "REPLICAS", "LEADERS", right=("BROKER",))
     for broker in sorted(set(view.brokers) | {b for r in view.replicas.values() for b in r}):
         replicas_now = sum(broker in r for r in view.replicas.values())
         replicas_after = sum(broker in r for r in after.values())

@@ -1,0 +1,163 @@
+"""`tierlog topic reassign`, `tierlog cluster rebalance|add-broker|decommission` as a person runs them (their own
+process): usage and file errors in one line, --generate's and rebalance's plans against real brokers, and a broker
+added to a cluster of `tierlog cluster up`. The moves themselves are followed on real processes in
+tests/cluster/test_grow_and_shrink.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cli_helpers import CliCluster, tierlog
+from cluster_helpers import ClusterFactory
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tierlog.cli.cluster import read_cluster_info
+
+CLIENT_TIMEOUT_S = 30.0
+
+
+def create_topic(bootstrap: str, name: str, partitions: int, replication_factor: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, partitions, replication_factor)])[name].result(CLIENT_TIMEOUT_S)
+
+
+def test_reassign_takes_exactly_one_action() -> None:
+    none = tierlog("topic", "reassign", "-b", "127.0.0.1:1")
+    assert none.code == 2
+    assert "Error: give exactly one of --generate, --execute, --verify, --cancel" in none.stderr
+    two = tierlog("topic", "reassign", "--verify", "--cancel", "-b", "127.0.0.1:1")
+    assert two.code == 2
+    throttle = tierlog("topic", "reassign", "--verify", "--throttle", "10", "-b", "127.0.0.1:1")
+    assert throttle.code == 2
+    assert "Error: --throttle goes with --execute" in throttle.stderr
+    generate = tierlog("topic", "reassign", "--generate", "--topics-to-move-json-file", "x.json", "-b", "127.0.0.1:1")
+    assert generate.code == 2
+    assert "Error: --generate needs --broker-list" in generate.stderr
+
+
+def test_a_bad_reassignment_file_is_one_line(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.json"
+    empty.write_text('{"version": 1, "partitions": []}')
+    ran = tierlog("topic", "reassign", "--execute", "--reassignment-json-file", str(empty), "-b", "127.0.0.1:1")
+    assert (ran.code, ran.stderr) == (1, "Error: Partition reassignment list cannot be empty\n")
+
+    twice = tmp_path / "twice.json"
+    twice.write_text('{"partitions": [{"topic": "a", "partition": 0, "replicas": [1, 1]}]}')
+    ran = tierlog("topic", "reassign", "--verify", "--reassignment-json-file", str(twice), "-b", "127.0.0.1:1")
+    assert ran.code == 1
+    assert ran.stderr == (
+        "Error: Partition replica lists may not contain duplicate entries: a-0 contains multiple entries for 1\n"
+    )
+
+    missing = tierlog("topic", "reassign", "--verify", "--reassignment-json-file", str(tmp_path / "no.json"))
+    assert missing.code == 1
+    assert missing.first_error_line.startswith(f"Error: cannot read {tmp_path / 'no.json'}:")
+
+
+def test_rebalance_usage_errors() -> None:
+    wait = tierlog("cluster", "rebalance", "--wait", "-b", "127.0.0.1:1")
+    assert wait.code == 2
+    assert "Error: --wait goes with --execute" in wait.stderr
+    throttle = tierlog("cluster", "rebalance", "--throttle", "5", "-b", "127.0.0.1:1")
+    assert throttle.code == 2
+    assert "Error: --throttle goes with --execute" in throttle.stderr
+
+
+def test_generate_and_rebalance_plan_an_even_spread(cluster_factory: ClusterFactory, tmp_path: Path) -> None:
+    cluster = cluster_factory(brokers=3)
+    bootstrap = cluster.bootstrap
+    # Created on brokers 1-3; planned over 1 and 2 (--generate) or without broker 3 (rebalance): whatever was on 3
+    # moves, nothing else.
+    create_topic(bootstrap, "orders", partitions=3, replication_factor=1)
+    topics = tmp_path / "topics.json"
+    topics.write_text(json.dumps({"topics": [{"topic": "orders"}], "version": 1}))
+
+    generated = tierlog(
+        "topic", "reassign", "--generate", "--topics-to-move-json-file", str(topics), "--broker-list", "1,2",
+        "-b", bootstrap,
+    )  # fmt: skip
+    assert generated.code == 0, generated.stderr
+    lines = generated.stdout.splitlines()
+    assert lines[0] == "Current partition replica assignment"
+    current = json.loads(lines[1])
+    assert lines[2:4] == ["", "Proposed partition reassignment configuration"]
+    proposed = json.loads(lines[4])
+    on_three = [p for p in current["partitions"] if p["replicas"] == [3]]
+    assert len(on_three) == 1
+    assert [(p["topic"], p["partition"]) for p in proposed["partitions"]] == [
+        (p["topic"], p["partition"]) for p in on_three
+    ]
+    assert proposed["partitions"][0]["replicas"] in ([1], [2])
+    assert proposed["partitions"][0]["log_dirs"] == ["any"]
+
+    balanced = tierlog("cluster", "rebalance", "-b", bootstrap)
+    assert (balanced.code, balanced.first_line) == (
+        0,
+        "The replicas and preferred leaders are spread evenly over brokers 1,2,3: nothing to move.",
+    )
+
+    planned = tierlog("cluster", "rebalance", "--exclude-broker", "3", "-b", bootstrap)
+    assert planned.code == 0, planned.stderr
+    assert planned.first_line.split() == ["PARTITION", "CURRENT", "TARGET", "SIZE", "TO", "MOVE"]
+    assert planned.stdout.splitlines()[1].split()[:2] == [f"orders-{on_three[0]['partition']}", "3"]
+    assert "1 replica move" in planned.stdout
+    assert planned.stdout.splitlines()[-1] == (
+        "Nothing started: --execute starts it (--throttle BYTES_PER_S caps the copying)."
+    )
+
+    unknown = tierlog("cluster", "rebalance", "--exclude-broker", "7", "-b", bootstrap)
+    assert unknown.code == 1
+    assert unknown.first_error_line == (
+        "Error: --exclude-broker 7 is not a registered, unfenced broker (those are 1,2,3)"
+    )
+    not_a_broker = tierlog(
+        "topic", "reassign", "--generate", "--topics-to-move-json-file", str(topics), "--broker-list", "1,9",
+        "-b", bootstrap,
+    )  # fmt: skip
+    assert not_a_broker.code == 1
+    assert not_a_broker.first_error_line == (
+        "Error: broker 9 of --broker-list is not a registered, unfenced broker (those are 1,2,3)"
+    )
+    create_topic(bootstrap, "replicated", partitions=1, replication_factor=3)
+    refused = tierlog("cluster", "rebalance", "--exclude-broker", "3", "-b", bootstrap)
+    assert refused.code == 1
+    assert refused.first_error_line == (
+        "Error: replicated-0 has 3 replicas but there are only 2 brokers to place them on (1,2)"
+    )
+
+
+def test_add_broker_starts_the_next_node_with_the_clusters_settings(cli_cluster: CliCluster) -> None:
+    up = cli_cluster.up("--controllers", "1")
+    assert up.returncode == 0, up.stdout + up.stderr
+    added = cli_cluster.tierlog("cluster", "add-broker", "--count", "2")
+    assert added.returncode == 0, added.stdout + added.stderr
+    lines = added.stdout.splitlines()
+    assert lines[0].startswith("broker 4 added (registered in ")
+    assert lines[1].startswith("broker 5 added (registered in ")
+
+    info = read_cluster_info(cli_cluster.directory)
+    nodes = {n.node_id: n for n in info.nodes}
+    assert sorted(nodes) == [1, 2, 3, 4, 5, 3000]
+    assert nodes[5].roles == "broker"
+    assert nodes[5].kafka in info.bootstrap.split(",")
+    assert nodes[5].overrides is not None and nodes[5].overrides["node.id"] == "5"
+    assert nodes[5].overrides["controller.quorum.voters"] == nodes[1].overrides["controller.quorum.voters"]  # type: ignore[index]
+
+    status = cli_cluster.tierlog("cluster", "status", "--json")
+    assert status.returncode == 0, status.stderr
+    brokers = {b["node_id"]: b for b in json.loads(status.stdout)["brokers"]}
+    assert brokers[5]["up"] is True
+
+    # `cluster stop` and `start` know the new broker too.
+    stopped = cli_cluster.tierlog("cluster", "stop", "5")
+    assert stopped.returncode == 0 and stopped.stdout.startswith("node 5 stopped (controlled shutdown")
+    started = cli_cluster.tierlog("cluster", "start", "5")
+    assert started.returncode == 0 and started.stdout.startswith("node 5 started (registered in ")
+
+    # A dedicated controller cannot be decommissioned.
+    refused = cli_cluster.tierlog("cluster", "decommission", "3000")
+    assert refused.returncode == 1
+    assert refused.stderr.splitlines()[0] == (
+        "Error: node 3000 is a controller (controller): only a broker that is not a voter can go"
+    )
