@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 from tierlog.client.probes import api_versions_answered
-from tierlog.testing.local_cluster import BrokerProcess, BrokerStartError, LocalCluster, free_ports
+from tierlog.testing.local_cluster import (
+    BrokerProcess,
+    BrokerStartError,
+    LocalCluster,
+    broker_settings_like,
+    free_ports,
+    next_broker_id,
+)
 
 
 @pytest.mark.cluster
@@ -140,3 +147,45 @@ def test_combined_voters_are_the_first_brokers(tmp_path: Path) -> None:
     assert _settings(cluster.broker(4))["process.roles"] == "broker"
     with pytest.raises(ValueError, match="combined controllers are brokers too: 1 to 2 of them, not 3"):
         LocalCluster(tmp_path, brokers=2, controllers=3, combined=True)
+
+
+def test_an_added_broker_is_like_the_others_on_ports_of_its_own() -> None:
+    # The template is a combined broker and controller of a secured cluster: the new one is a broker only, with
+    # every other listener on a new port.
+    template = {
+        "process.roles": "broker,controller",
+        "node.id": "3",
+        "listeners": "SASL_SSL://127.0.0.1:9001,INTERNAL://127.0.0.1:9002,CONTROLLER://127.0.0.1:9003",
+        "controller.quorum.voters": "1@127.0.0.1:9000,3@127.0.0.1:9003",
+        "tierlog.http.listener": "127.0.0.1:9004",
+        "remote.log.storage.system.enable": "true",
+    }
+    added = broker_settings_like(template, 4)
+    listeners = added.settings["listeners"].split(",")
+    assert [listener.split("://")[0] for listener in listeners] == ["SASL_SSL", "INTERNAL"]
+    assert listeners == [f"SASL_SSL://127.0.0.1:{added.port}", f"INTERNAL://127.0.0.1:{added.probe_port}"]
+    assert added.settings["tierlog.http.listener"] == f"127.0.0.1:{added.http_port}"
+    assert len({added.port, added.probe_port, added.http_port} & {9000, 9001, 9002, 9003, 9004}) == 0
+    assert added.settings["process.roles"] == "broker"
+    assert added.settings["node.id"] == "4"
+    assert added.settings["controller.quorum.voters"] == template["controller.quorum.voters"]
+    assert added.settings["remote.log.storage.system.enable"] == "true"
+    # Without an INTERNAL listener the probes ask the client port.
+    plain = broker_settings_like({**template, "listeners": "PLAINTEXT://127.0.0.1:9001"}, 4)
+    assert plain.probe_port == plain.port
+
+
+def test_the_next_broker_id_skips_the_dedicated_controllers() -> None:
+    assert next_broker_id([1, 2, 3, 3000, 3001]) == 4
+    assert next_broker_id([1, 2, 5]) == 6
+
+
+@pytest.mark.cluster
+def test_add_broker_joins_a_running_cluster(tmp_path: Path) -> None:
+    with LocalCluster(tmp_path, brokers=2, controllers=1) as cluster:
+        assert cluster.add_broker() == 3
+        assert cluster.broker_ids == [1, 2, 3]
+        assert all(ids == {1, 2, 3} for ids in cluster.metadata_views().values())
+        assert _settings(cluster.broker(3))["log.dirs"] == str(tmp_path / "broker-3")
+        assert cluster.broker(3).bootstrap in cluster.bootstrap.split(",")
+        assert cluster.http_address(3) not in (cluster.http_address(1), cluster.http_address(2))
