@@ -579,7 +579,9 @@ class Controller:
     ) -> dict[TopicPartition, ControllerError | None]:
         """Kafka's ReplicationControlManager.alterPartitionReassignments: move each partition to its target
         replicas (the first the preferred leader), or cancel its reassignment in progress where the target is
-        None. One answer per partition, None where it was accepted; the accepted changes are committed together."""
+        None. One answer per partition, None where it was accepted (docs/reassignment.md#validation); the accepted
+        changes are committed together. Nothing but these records holds a reassignment, so a new or rebuilt
+        controller carries it on (docs/reassignment.md#failover)."""
         records: list[MetadataRecord] = []
         results: dict[TopicPartition, ControllerError | None] = {}
         for tp, target in targets.items():
@@ -644,7 +646,8 @@ class Controller:
 
     def _validate_reassignment_target(self, target: Sequence[int]) -> None:
         """Kafka's validateManualPartitionAssignment: not empty, each broker registered (fenced or not) and
-        named once; checked in broker id order, as Kafka reports the first offender."""
+        named once; checked in broker id order, as Kafka reports the first offender
+        (docs/reassignment.md#validation)."""
         if not target:
             raise InvalidReplicaAssignmentError("The manual partition assignment includes an empty replica list.")
         previous = None
@@ -663,7 +666,8 @@ class Controller:
         self, partitions: Iterable[TopicPartition] | None
     ) -> dict[TopicPartition, PartitionRegistration]:
         """The reassignments in progress among `partitions` (every partition when None), as Kafka's
-        listPartitionReassignments: partitions unknown or not reassigning are left out, without an error."""
+        listPartitionReassignments: partitions unknown or not reassigning are left out, without an error
+        (docs/reassignment.md#list)."""
         if partitions is None:
             partitions = [
                 TopicPartition(name, index)

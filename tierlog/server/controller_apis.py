@@ -353,7 +353,7 @@ class ControllerApis:
             ),
         )
 
-    # Reassignments and decommissioning (docs/reassignment.md)
+    # Reassignments and decommissioning (docs/reassignment.md#the-wire)
 
     async def handle_alter_partition_reassignments(self, request: Request) -> Any:
         """AlterPartitionReassignments (KIP-455; `kafka-reassign-partitions.sh --execute`,
