@@ -219,13 +219,16 @@ def leader_sizes(
 
 
 def _alter_configs(admin: AdminClient, resources: list[ConfigResource], client: ClientOptions) -> None:
-    if not resources:
-        return
-    futures = admin.incremental_alter_configs(resources, request_timeout=client.remaining_s())
-    outcome = results_or_errors(futures, lambda r: f"configs of {r.restype.name.lower()} {r.name}", client)
-    errors = [e for e in outcome.values() if isinstance(e, str)]
-    if errors:
-        raise CliError(errors[0])
+    """IncrementalAlterConfigs of `resources`: the topics in one call, each broker in a call of its own (a broker's
+    configs go to that broker, and librdkafka takes one per call); CliError naming the first refused."""
+    topics = [r for r in resources if r.restype != ResourceType.BROKER]
+    calls = [[r] for r in resources if r.restype == ResourceType.BROKER] + ([topics] if topics else [])
+    for call in calls:
+        futures = admin.incremental_alter_configs(call, request_timeout=client.remaining_s())
+        outcome = results_or_errors(futures, lambda r: f"configs of {r.restype.name.lower()} {r.name}", client)
+        errors = [e for e in outcome.values() if isinstance(e, str)]
+        if errors:
+            raise CliError(errors[0])
 
 
 def set_throttles(admin: AdminClient, throttles: Throttles, rate: int, client: ClientOptions) -> None:

@@ -208,8 +208,9 @@ def _follow(plan: Plan, view: ClusterView, request: Rebalance, client: ClientOpt
     deadline = time.monotonic() + request.wait_timeout_s
     last_error = ""
     with _bytes_progress(console) as progress:
+        # A partition of unknown size (no DescribeLogDirs) gets a bar without a total until it is done.
         tasks: dict[TopicPartition, TaskID] = {
-            tp: progress.add_task(str(tp), total=max(1, plan.bytes_to_move(tp) or 0)) for tp in partitions
+            tp: progress.add_task(str(tp), total=plan.bytes_to_move(tp) or None) for tp in partitions
         }
         done: set[TopicPartition] = set()
         while True:
@@ -218,7 +219,9 @@ def _follow(plan: Plan, view: ClusterView, request: Rebalance, client: ClientOpt
                 for tp in partitions:
                     if tp not in in_progress and tp not in done:
                         done.add(tp)
-                        progress.update(tasks[tp], completed=progress.tasks[tasks[tp]].total)
+                        task = progress.tasks[tasks[tp]]
+                        end = task.total if task.total is not None else task.completed
+                        progress.update(tasks[tp], total=end, completed=end)
                 _update_copied(progress, tasks, in_progress, view, everywhere)
                 last_error = ""
             except CliError as e:
@@ -259,8 +262,9 @@ def _update_copied(
         for tp in tps:
             copied[tp] += found.get(tp, 0)
     for tp, amount in copied.items():
-        task = progress.tasks[tasks[tp]]
-        progress.update(tasks[tp], completed=min(amount, (task.total or 1) - 1))
+        total = progress.tasks[tasks[tp]].total
+        # Done only once the controller says so: a copy as large as the leader's log is not yet in the ISR.
+        progress.update(tasks[tp], completed=amount if total is None else min(amount, total - 1))
 
 
 def _finish(
