@@ -6,20 +6,28 @@ tests/cluster/test_grow_and_shrink.py."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
-from cli_helpers import CliCluster, tierlog
+from cli_helpers import CliCluster, Ran, tierlog
 from cluster_helpers import ClusterFactory
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tierlog.cli.cluster import read_cluster_info
+from tierlog.testing.local_cluster import wait_until
 
 CLIENT_TIMEOUT_S = 30.0
+MOVE_S = 60.0
 
 
 def create_topic(bootstrap: str, name: str, partitions: int, replication_factor: int) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(name, partitions, replication_factor)])[name].result(CLIENT_TIMEOUT_S)
+
+
+def partition_replicas(bootstrap: str, topic: str) -> dict[int, list[int]]:
+    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=CLIENT_TIMEOUT_S)
+    return {p.id: list(p.replicas) for p in metadata.topics[topic].partitions.values()}
 
 
 def test_reassign_takes_exactly_one_action() -> None:
@@ -161,3 +169,63 @@ def test_add_broker_starts_the_next_node_with_the_clusters_settings(cli_cluster:
     assert refused.stderr.splitlines()[0] == (
         "Error: node 3000 is a controller (controller): only a broker that is not a voter can go"
     )
+
+
+def test_reassign_rebalance_and_decommission_a_local_cluster(cli_cluster: CliCluster, tmp_path: Path) -> None:
+    up = cli_cluster.up()
+    assert up.returncode == 0, up.stdout + up.stderr
+    bootstrap = read_cluster_info(cli_cluster.directory).bootstrap
+    create_topic(bootstrap, "orders", partitions=4, replication_factor=2)
+    added = cli_cluster.tierlog("cluster", "add-broker")
+    assert added.returncode == 0, added.stdout + added.stderr
+    bootstrap = read_cluster_info(cli_cluster.directory).bootstrap
+
+    # kafka-reassign-partitions.sh's round trip: execute, verify until done, cancel finds nothing to cancel.
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": "orders", "partition": 0, "replicas": [4, 1]}]}))
+    executed = tierlog("topic", "reassign", "--execute", "--reassignment-json-file", str(plan), "-b", bootstrap)
+    assert executed.code == 0, executed.stderr
+    assert executed.first_line == "Current partition replica assignment"
+    assert executed.stdout.splitlines()[-1] == "Successfully started partition reassignment for orders-0"
+
+    def verified() -> Ran | None:
+        ran = tierlog(
+            "topic", "reassign", "--verify", "--preserve-throttles", "--reassignment-json-file", str(plan),
+            "-b", bootstrap,
+        )  # fmt: skip
+        return ran if "is completed" in ran.stdout else None
+
+    done = wait_until(verified, MOVE_S, "orders-0 moved to brokers 4,1")
+    assert (done.code, done.stdout) == (
+        0,
+        "Status of partition reassignment:\nReassignment of partition orders-0 is completed.\n",
+    )
+    cancelled = tierlog(
+        "topic", "reassign", "--cancel", "--preserve-throttles", "--reassignment-json-file", str(plan), "-b", bootstrap
+    )
+    assert (cancelled.code, cancelled.stdout) == (0, "None of the specified partition reassignments are active.\n")
+
+    # rebalance spreads the 8 replicas two per broker, and the preferred leaders one per broker.
+    rebalanced = tierlog("cluster", "rebalance", "--execute", "--wait", "--wait-timeout", str(MOVE_S), "-b", bootstrap)
+    assert rebalanced.code == 0, rebalanced.stdout + rebalanced.stderr
+    assert rebalanced.stdout.splitlines()[-1].startswith("Reassignment of ")
+    assert "complete; preferred leader elected for" in rebalanced.stdout.splitlines()[-1]
+    replicas = partition_replicas(bootstrap, "orders")
+    assert Counter(b for r in replicas.values() for b in r) == {1: 2, 2: 2, 3: 2, 4: 2}
+    assert Counter(r[0] for r in replicas.values()) == {1: 1, 2: 1, 3: 1, 4: 1}
+    again = tierlog("cluster", "rebalance", "-b", bootstrap)
+    assert (
+        again.first_line
+        == "The replicas and preferred leaders are spread evenly over brokers 1,2,3,4: nothing to move."
+    )
+
+    gone = cli_cluster.tierlog("cluster", "decommission", "4", "--wait-timeout", str(MOVE_S))
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+    assert gone.stdout.splitlines()[-1].startswith("broker 4 decommissioned: stopped (controlled shutdown in ")
+    info = read_cluster_info(cli_cluster.directory)
+    assert sorted(n.node_id for n in info.nodes) == [1, 2, 3]
+    assert not Path(info.nodes[0].data_dir).with_name("broker-4").exists()
+    replicas = partition_replicas(info.bootstrap, "orders")
+    assert all(4 not in r for r in replicas.values())
+    status = cli_cluster.tierlog("cluster", "status", "--json")
+    assert [b["node_id"] for b in json.loads(status.stdout)["brokers"]] == [1, 2, 3]
