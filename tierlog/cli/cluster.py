@@ -595,8 +595,8 @@ def dir_option(help: str = "Directory of the cluster: data, broker logs and clus
 
 @click.group()
 def cluster() -> None:
-    """Run a local multi-broker cluster: up, status, down; start, stop, kill or restart one node; elect leaders
-    (of any cluster, through -b)."""
+    """Run a local multi-broker cluster: up, status, down; start, stop, kill or restart one node; add brokers or
+    decommission one; elect leaders and rebalance replicas (of any cluster, through -b)."""
 
 
 def node_command(command: F) -> click.Command:
