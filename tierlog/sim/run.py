@@ -31,6 +31,7 @@ from tierlog.sim.world import Network, NetworkConditions, Node, Simulation
 
 START_MS = 1_700_000_000_000
 TOPIC = "sim"
+REPLICATION_FACTOR = 3
 CLUSTER_ID = "c2ltdWxhdGVkLWNsdXN0ZXI"
 CONVERGENCE_CHECK_INTERVAL_MS = 500
 
@@ -41,6 +42,9 @@ class SimConfig:
     controllers: int = 3
     brokers: int = 3
     partitions: int = 2
+    # Partitions are moved between brokers while the faults strike (AlterPartitionReassignments, KIP-455), and
+    # some moves cancelled; with more brokers than REPLICATION_FACTOR a move adds and removes replicas.
+    reassignments: bool = False
     producers: int = 3
     consumers: int = 1
     # Virtual time with clients and faults, then at most this long for the healed cluster to converge.
@@ -275,6 +279,8 @@ class Cluster:
             return False
         for index, registration in enumerate(topic.partitions):
             tp = TopicPartition(TOPIC, index)
+            if registration.is_reassigning:
+                return False
             if registration.leader < 0 or sorted(registration.isr) != sorted(registration.replicas):
                 return False
             leader = self._replica(registration.leader, tp)
@@ -353,6 +359,9 @@ class Cluster:
             assert leader is not None
             followers = [self._replica(b, tp) for b in registration.replicas if b != registration.leader]
             self.checker.check_converged(tp, leader, [f for f in followers if f is not None])
+            for broker in self.brokers.values():
+                if broker.broker_id not in registration.replicas:
+                    self.checker.check_no_replica(broker.broker_id, tp, broker.replica_manager)
 
     # Faults
 
@@ -375,7 +384,7 @@ class Cluster:
             if self.recovering_from_power_loss and self.healthy():
                 self.recovering_from_power_loss = False
             if not self.recovering_from_power_loss:
-                self.inject(rng.choice(FAULTS))
+                self.inject(rng.choice(FAULTS + REASSIGNMENTS if self.config.reassignments else FAULTS))
             self.sim.after(rng.randint(1000, 6000), next_fault)
 
         self.sim.after(rng.randint(1000, 4000), next_fault)
@@ -440,6 +449,19 @@ class Cluster:
         elif fault == "one-way-cut-controllers" and other_voters:
             other = rng.choice(other_voters)
             self.cut(f"cut {voter.name} -> {other.name} (one way)", [(voter.name, other.name)], duration)
+        elif fault in REASSIGNMENTS:
+            self.reassign(fault)
+
+    def reassign(self, what: str) -> None:
+        """Move one partition to random brokers (in a random order: its first is the new preferred leader), or
+        cancel its move, through whichever controller is active now (none: the admin's request is lost)."""
+        rng = self.sim.rng
+        tp = rng.choice(self.partitions)
+        active = active_controller(self.controllers)
+        target = None if what == "cancel-reassignment" else rng.sample(sorted(self.brokers), REPLICATION_FACTOR)
+        self.note(f"{what} {tp}{'' if target is None else f' to {target}'}")
+        if active is not None:
+            active.reassign({tp: target})
 
     def cut(self, what: str, links: list[tuple[str, str]], duration: int) -> None:
         self.note(f"{what} for {duration} ms")
@@ -482,6 +504,9 @@ FAULTS = (
     "cut-controllers",
     "one-way-cut-controllers",
 )
+
+
+REASSIGNMENTS = ("reassign", "reassign", "cancel-reassignment")
 
 
 def liveness_bound_ms(config: RaftConfig) -> int:
@@ -535,7 +560,7 @@ def _run(cluster: Cluster) -> None:
         if TOPIC in active.snapshotter.image.topics:
             return True
         if TOPIC not in active.controller.metadata.topics:
-            active.create_topic(TOPIC, config.partitions, config.brokers, configs)
+            active.create_topic(TOPIC, config.partitions, REPLICATION_FACTOR, configs)
         return False
 
     if not _run_until(sim, topic_created, 30_000, step):
