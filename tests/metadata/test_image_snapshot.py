@@ -28,6 +28,7 @@ from tierlog.metadata.records import (
     RemoveTopicRecord,
     RemoveUserScramCredentialRecord,
     TopicRecord,
+    UnregisterBrokerRecord,
     UserScramCredentialRecord,
     decode_record,
     encode_record,
@@ -63,6 +64,13 @@ def _record(data: st.DataObject, image: ClusterMetadata) -> MetadataRecord:
         broker = image.brokers.get(draw(st.sampled_from(BROKER_IDS)))
         broker_id, broker_epoch = (1, 0) if broker is None else (broker.broker_id, broker.broker_epoch)
         return BrokerRegistrationChangeRecord(broker_id, broker_epoch, draw(maybe_none), draw(maybe_none))
+    if kind is UnregisterBrokerRecord:
+        broker = image.brokers.get(draw(st.sampled_from(BROKER_IDS)))
+        return (
+            UnregisterBrokerRecord(1, 0)
+            if broker is None
+            else UnregisterBrokerRecord(broker.broker_id, broker.broker_epoch)
+        )
     if kind is TopicRecord:
         return TopicRecord(draw(st.sampled_from(TOPIC_NAMES)), draw(st.sampled_from(IDS)))
     if kind is PartitionRecord:
@@ -78,6 +86,9 @@ def _record(data: st.DataObject, image: ClusterMetadata) -> MetadataRecord:
             draw(st.sampled_from([-1, *replicas])),
             draw(st.integers(0, 50)),
             draw(st.integers(0, 50)),
+            # A reassignment in progress: the snapshot must carry it.
+            tuple(draw(st.lists(st.sampled_from(replicas), unique=True))) if replicas else (),
+            tuple(draw(st.lists(st.sampled_from(replicas), unique=True))) if replicas else (),
         )
     if kind is ConfigRecord:
         resource_type = draw(st.sampled_from([RESOURCE_TOPIC, RESOURCE_BROKER]))

@@ -247,3 +247,37 @@ def test_partitions_unknown_to_the_metadata_are_set_aside_not_deleted(tmp_path: 
     assert restarted.get_log(orphan) is None
     (stray,) = tmp_path.glob("orphan-0.*-stray")
     assert b"keep me" in (stray / "00000000000000000000.log").read_bytes()
+
+
+def _moved_off_broker_1(leader_epoch: int) -> PartitionRegistration:
+    """events-0 after a reassignment from [1] to [2] completed: broker 1 no longer a replica."""
+    return PartitionRegistration(replicas=[2], isr=[2], leader=2, leader_epoch=leader_epoch, partition_epoch=2)
+
+
+def test_a_replica_a_reassignment_removes_is_deleted_by_its_running_broker(cluster: Cluster) -> None:
+    """docs/reassignment.md#removed-replicas: Kafka's ReplicaManager stops the replica and deletes its log."""
+    _, replica_manager = cluster
+    append(replica_manager, batch(b"moved"))
+    log_dir = replica_manager.get_partition(TP).log.dir
+    replica_manager.apply_metadata(single_topic_image(_moved_off_broker_1(1)), NOW)
+    assert TP not in replica_manager.partitions
+    assert replica_manager.log_manager.get_log(TP) is None
+    assert not log_dir.exists()
+    (deleted,) = log_dir.parent.glob("events-0.*-delete")
+    assert deleted.is_dir()
+
+
+def test_a_replica_removed_while_its_broker_was_down_is_set_aside_as_stray_at_restart(tmp_path: Path) -> None:
+    """docs/reassignment.md#removed-replicas: at start-up, a log of a partition whose replicas no longer list
+    the broker is a stray log, renamed `-stray` and kept, as Kafka 3.8+ (KAFKA-16234) does."""
+    _, replica_manager = single_broker(tmp_path)
+    append(replica_manager, batch(b"kept aside"))
+    replica_manager.log_manager.shutdown()
+
+    restarted = LogManager([tmp_path], {})
+    restarted.startup({}, NOW)
+    assert restarted.get_log(TP) is not None
+    ReplicaManager(1, restarted).apply_metadata(single_topic_image(_moved_off_broker_1(1)), NOW)
+    assert restarted.get_log(TP) is None
+    (stray,) = tmp_path.glob("events-0.*-stray")
+    assert b"kept aside" in (stray / "00000000000000000000.log").read_bytes()

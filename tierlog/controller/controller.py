@@ -13,11 +13,12 @@ from __future__ import annotations
 import hmac
 import re
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from scramp import ScramMechanism
 
+from tierlog.common import TopicPartition
 from tierlog.config_def import INT32_MAX, parse_config_value
 from tierlog.controller.errors import (
     BrokerIdNotRegisteredError,
@@ -32,6 +33,7 @@ from tierlog.controller.errors import (
     InvalidRequestError,
     InvalidTopicError,
     InvalidUpdateVersionError,
+    NoReassignmentInProgressError,
     NotLeaderOrFollowerError,
     StaleBrokerEpochError,
     TopicDeletionDisabledError,
@@ -63,6 +65,7 @@ from tierlog.metadata.records import (
     RemoveTopicRecord,
     RemoveUserScramCredentialRecord,
     TopicRecord,
+    UnregisterBrokerRecord,
     UserScramCredentialRecord,
 )
 from tierlog.raft.raft_log import METADATA_TOPIC
@@ -87,6 +90,10 @@ UNCLEAN_LEADER_ELECTION_ENABLE = "unclean.leader.election.enable"
 # ElectLeaders' election types (KIP-460).
 PREFERRED_ELECTION = 0
 UNCLEAN_ELECTION = 1
+# PartitionChangeBuilder's elections: ONLINE keeps a leader that may still lead, else takes the first replica
+# that may; PREFERRED tries the first replica before the current leader; UNCLEAN is ONLINE that, failing a
+# replica of the ISR, takes any live replica.
+_ONLINE, _PREFERRED, _UNCLEAN = "online", "preferred", "unclean"
 # Kafka's ReplicationControlManager.MAX_ELECTIONS_PER_IMBALANCE: one balancing pass elects at most this many
 # leaders, and the next pass follows at once (after `_IMMEDIATE_BALANCE_DELAY_MS`, as QuorumController lets
 # other work in between) rather than a whole check interval later.
@@ -328,6 +335,18 @@ class Controller:
         ]
         return min(deadlines, default=None)
 
+    def unregister_broker(self, broker_id: int) -> None:
+        """Kafka's unregisterBroker (`kafka-cluster.sh unregister`, KIP-500): the broker leaves every ISR and
+        leadership as when it is fenced, then its registration is removed. The partitions that list it keep it
+        among their replicas: moving them off it is a reassignment's job (docs/reassignment.md#unregister)."""
+        broker = self.metadata.brokers.get(broker_id)
+        if broker is None:
+            raise BrokerIdNotRegisteredError(f"Broker ID {broker_id} is not currently registered")
+        records: list[MetadataRecord] = list(self._leave_isrs(broker_id))
+        records.append(UnregisterBrokerRecord(broker_id=broker_id, broker_epoch=broker.broker_epoch))
+        self._commit(records)
+        self._session_deadlines.pop(broker_id, None)
+
     def _registered(self, broker_id: int, broker_epoch: int) -> BrokerRegistration:
         broker = self.metadata.brokers.get(broker_id)
         if broker is None:
@@ -358,19 +377,31 @@ class Controller:
                 in_controlled_shutdown=True if controlled_shutdown else None,
             )
         ]
-        live = self._live_brokers() - {broker_id}
-        for topic in self.metadata.topics.values():
-            for partition_id, current in enumerate(topic.partitions):
-                if broker_id not in current.replicas:
-                    continue
-                isr = [r for r in current.isr if r != broker_id] or current.isr
-                leader = current.leader
-                if leader == broker_id:
-                    leader, isr = _elect(current.replicas, isr, live, self._unclean_enabled(topic.configs))
-                change = _partition_change(topic.topic_id, partition_id, current, leader=leader, isr=isr)
-                if change is not None:
-                    records.append(change)
+        records.extend(self._leave_isrs(broker_id))
         return records
+
+    def _leave_isrs(self, broker_id: int) -> list[PartitionRecord]:
+        """Kafka's generateLeaderAndIsrUpdates with a broker to remove: it leaves every ISR it is in (except as
+        the last member, which keeps the partition's committed data on record), may lead nothing, and each change
+        completes a reassignment it allows (docs/reassignment.md#completion)."""
+        live = self._live_brokers() - {broker_id}
+        changes = []
+        for topic in self.metadata.topics.values():
+            election = _UNCLEAN if self._unclean_enabled(topic.configs) else _ONLINE
+            for partition_id, current in enumerate(topic.partitions):
+                if broker_id not in current.isr:
+                    continue
+                change = _partition_change(
+                    topic.topic_id,
+                    partition_id,
+                    current,
+                    acceptable=live,
+                    isr=[r for r in current.isr if r != broker_id],
+                    election=election,
+                )
+                if change is not None:
+                    changes.append(change)
+        return changes
 
     def _unfence_records(self, broker: BrokerRegistration) -> list[MetadataRecord]:
         records: list[MetadataRecord] = [
@@ -392,13 +423,12 @@ class Controller:
     ) -> list[PartitionRecord]:
         """Leaders for the offline partitions of `topic` that `live` brokers can now lead (with `configs` as the
         topic's overrides and `cluster_defaults` as the dynamic broker defaults, when those are changing)."""
-        unclean = self._unclean_enabled(configs, cluster_defaults)
+        election = _UNCLEAN if self._unclean_enabled(configs, cluster_defaults) else _ONLINE
         changes = []
         for partition_id, current in enumerate(topic.partitions):
             if current.leader != NO_LEADER:
                 continue
-            leader, isr = _elect(current.replicas, current.isr, live, unclean)
-            change = _partition_change(topic.topic_id, partition_id, current, leader=leader, isr=isr)
+            change = _partition_change(topic.topic_id, partition_id, current, acceptable=live, election=election)
             if change is not None:
                 changes.append(change)
         return changes
@@ -463,8 +493,16 @@ class Controller:
                 f"Replicas {ineligible} of the new ISR {isr} of {topic.name}-{partition} are not live replicas"
             )
         # The current ISR again (a retry whose response was lost) is no change: the registration comes back
-        # as it is, epochs and all.
-        change = _partition_change(topic_id, partition, current, leader=current.leader, isr=isr)
+        # as it is, epochs and all. An ISR that now holds every target replica completes the partition's
+        # reassignment, which may move its leadership (docs/reassignment.md#completion).
+        change = _partition_change(
+            topic_id,
+            partition,
+            current,
+            acceptable=live,
+            isr=isr,
+            election=_UNCLEAN if self._unclean_enabled(topic.configs) else _ONLINE,
+        )
         if change is not None:
             self._commit([change])
         return topic.partitions[partition]
@@ -517,12 +555,13 @@ class Controller:
             return None, PartitionElectionResult(
                 partition_id, "ELECTION_NOT_NEEDED", "Leader election not needed for topic partition."
             )
-        live = self._live_brokers()
-        if preferred:
-            leader, isr = _elect_preferred(current, live), current.isr
-        else:
-            leader, isr = _elect(current.replicas, current.isr, live, unclean=True)
-        change = _partition_change(topic.topic_id, partition_id, current, leader=leader, isr=isr)
+        change = _partition_change(
+            topic.topic_id,
+            partition_id,
+            current,
+            acceptable=self._live_brokers(),
+            election=_PREFERRED if preferred else _UNCLEAN,
+        )
         if change is None:
             if preferred:
                 return None, PartitionElectionResult(
@@ -532,6 +571,118 @@ class Controller:
                 partition_id, "ELIGIBLE_LEADERS_NOT_AVAILABLE", "Eligible topic partition leaders are not available."
             )
         return change, PartitionElectionResult(partition_id)
+
+    # Reassignments (KIP-455; docs/reassignment.md)
+
+    def alter_partition_reassignments(
+        self, targets: Mapping[TopicPartition, Sequence[int] | None]
+    ) -> dict[TopicPartition, ControllerError | None]:
+        """Kafka's ReplicationControlManager.alterPartitionReassignments: move each partition to its target
+        replicas (the first the preferred leader), or cancel its reassignment in progress where the target is
+        None. One answer per partition, None where it was accepted (docs/reassignment.md#validation); the accepted
+        changes are committed together. Nothing but these records holds a reassignment, so a new or rebuilt
+        controller carries it on (docs/reassignment.md#failover)."""
+        records: list[MetadataRecord] = []
+        results: dict[TopicPartition, ControllerError | None] = {}
+        for tp, target in targets.items():
+            try:
+                change = self._reassignment_change(tp, target)
+            except ControllerError as e:
+                results[tp] = e
+                continue
+            if change is not None:
+                records.append(change)
+            results[tp] = None
+        self._commit(records)
+        return results
+
+    def _reassignment_change(self, tp: TopicPartition, target: Sequence[int] | None) -> PartitionRecord | None:
+        topic = self.metadata.topics.get(tp.topic)
+        if topic is None:
+            raise UnknownTopicError(f"Unable to find a topic named {tp.topic}.")
+        if not 0 <= tp.partition < len(topic.partitions):
+            raise UnknownTopicError(f"Unable to find partition {tp.topic}:{tp.partition}.")
+        current = topic.partitions[tp.partition]
+        live = self._live_brokers()
+        unclean = self._unclean_enabled(topic.configs)
+        if target is None:
+            # docs/reassignment.md#cancel
+            if not current.is_reassigning:
+                raise NoReassignmentInProgressError("No partition reassignment is in progress for the topic partition.")
+            replicas = [r for r in current.replicas if r not in current.adding_replicas]
+            isr = [r for r in current.isr if r not in current.adding_replicas]
+            if not isr:
+                if not unclean:
+                    raise InvalidReplicaAssignmentError(
+                        f"Unable to revert partition assignment for {tp.topic}:{tp.partition} because it would "
+                        f"require an unclean leader election."
+                    )
+                isr = replicas[:1]
+            return _partition_change(
+                topic.topic_id,
+                tp.partition,
+                current,
+                acceptable=live,
+                isr=isr,
+                replicas=replicas,
+                adding=[],
+                removing=[],
+                election=_UNCLEAN if unclean else _ONLINE,
+            )
+        self._validate_reassignment_target(target)
+        # docs/reassignment.md#start: against the replicas now listed, those of a reassignment in progress
+        # included, so a new target replaces it (docs/reassignment.md#replace).
+        removing = sorted(set(current.replicas) - set(target))
+        adding = sorted(set(target) - set(current.replicas))
+        return _partition_change(
+            topic.topic_id,
+            tp.partition,
+            current,
+            acceptable=live,
+            replicas=[*target, *removing],
+            adding=adding,
+            removing=removing,
+        )
+
+    def _validate_reassignment_target(self, target: Sequence[int]) -> None:
+        """Kafka's validateManualPartitionAssignment: not empty, each broker registered (fenced or not) and
+        named once; checked in broker id order, as Kafka reports the first offender
+        (docs/reassignment.md#validation)."""
+        if not target:
+            raise InvalidReplicaAssignmentError("The manual partition assignment includes an empty replica list.")
+        previous = None
+        for broker_id in sorted(target):
+            if broker_id not in self.metadata.brokers:
+                raise InvalidReplicaAssignmentError(
+                    f"The manual partition assignment includes broker {broker_id}, but no such broker is registered."
+                )
+            if broker_id == previous:
+                raise InvalidReplicaAssignmentError(
+                    f"The manual partition assignment includes the broker {broker_id} more than once."
+                )
+            previous = broker_id
+
+    def list_partition_reassignments(
+        self, partitions: Iterable[TopicPartition] | None
+    ) -> dict[TopicPartition, PartitionRegistration]:
+        """The reassignments in progress among `partitions` (every partition when None), as Kafka's
+        listPartitionReassignments: partitions unknown or not reassigning are left out, without an error
+        (docs/reassignment.md#list)."""
+        if partitions is None:
+            partitions = [
+                TopicPartition(name, index)
+                for name, topic in sorted(self.metadata.topics.items())
+                for index in range(len(topic.partitions))
+            ]
+        ongoing = {}
+        for tp in partitions:
+            topic = self.metadata.topics.get(tp.topic)
+            if topic is None or not 0 <= tp.partition < len(topic.partitions):
+                continue
+            registration = topic.partitions[tp.partition]
+            if registration.is_reassigning:
+                ongoing[tp] = registration
+        return ongoing
 
     def partition_leaders_imbalanced(self) -> bool:
         """Whether some partition is led by another than its preferred replica (or by none)."""
@@ -556,8 +707,7 @@ class Controller:
                     break
                 if current.leader == current.replicas[0]:
                     continue
-                leader = _elect_preferred(current, live)
-                change = _partition_change(topic.topic_id, partition_id, current, leader=leader, isr=current.isr)
+                change = _partition_change(topic.topic_id, partition_id, current, acceptable=live, election=_PREFERRED)
                 if change is not None:
                     records.append(change)
         self._commit(records)
@@ -925,44 +1075,92 @@ def validate_new_acl(binding: AclBinding) -> None:
         raise InvalidRequestError(str(e)) from None
 
 
-def _elect(replicas: Sequence[int], isr: list[int], live: Collection[int], unclean: bool) -> tuple[int, list[int]]:
-    """(leader, ISR): the first replica in assignment order that is in the ISR and live; failing that, with
-    unclean election, the first live replica, which becomes the whole ISR (its log is the truth from now on)."""
-    for replica in replicas:
-        if replica in isr and replica in live:
-            return replica, isr
-    if unclean:
-        for replica in replicas:
-            if replica in live:
-                return replica, [replica]
-    return NO_LEADER, isr
-
-
-def _elect_preferred(current: PartitionRegistration, live: Collection[int]) -> int:
-    """PartitionChangeBuilder's PREFERRED election: the preferred replica if it is in the ISR and live, else the
-    current leader if it still may lead, else the first other replica that is in the ISR and live."""
-    for candidate in (current.replicas[0], current.leader, *current.replicas[1:]):
-        if candidate in current.isr and candidate in live:
-            return candidate
-    return NO_LEADER
-
-
 def _partition_change(
-    topic_id: uuid.UUID, partition_id: int, current: PartitionRegistration, *, leader: int, isr: list[int]
+    topic_id: uuid.UUID,
+    partition_id: int,
+    current: PartitionRegistration,
+    *,
+    acceptable: Collection[int],
+    isr: Sequence[int] | None = None,
+    replicas: Sequence[int] | None = None,
+    adding: Sequence[int] | None = None,
+    removing: Sequence[int] | None = None,
+    election: str = _ONLINE,
 ) -> PartitionRecord | None:
-    """The record moving `current` to (leader, isr), with KRaft's epoch bumps; None if nothing changes."""
-    if leader == current.leader and isr == current.isr:
-        return None
+    """Kafka's PartitionChangeBuilder.build: the record moving `current` to the targets given (the rest as they
+    are), None if nothing changes. In order: a reassignment the target ISR allows completes; a leader is elected
+    among the `acceptable` brokers (those live) by `election`; the leader epoch bumps on a new leader and when a
+    replica leaves the assignment (so the removed one stops following); the partition epoch on every change. An
+    empty ISR is never written (Kafka without ELR): its last member keeps the committed data on record."""
+    target_isr = list(current.isr if isr is None else isr)
+    target_replicas = list(current.replicas if replicas is None else replicas)
+    target_adding = list(current.adding_replicas if adding is None else adding)
+    target_removing = list(current.removing_replicas if removing is None else removing)
+    completed = _completed_reassignment(target_replicas, target_adding, target_removing, target_isr)
+    if completed is not None:
+        target_replicas, target_isr = completed
+        target_adding, target_removing = [], []
+    leader, unclean = _elect_leader(current.leader, target_replicas, target_isr, acceptable, election)
+    if unclean and leader != current.leader:
+        # Its log is the truth from now on: it is the whole ISR.
+        target_isr = [leader]
+    if not target_isr:
+        target_isr = list(current.isr)
+    replica_removed = not set(current.replicas) <= set(target_replicas)
     changed = PartitionRegistration(
-        replicas=current.replicas,
-        isr=isr,
+        replicas=target_replicas,
+        isr=target_isr,
         leader=leader,
-        leader_epoch=current.leader_epoch + 1 if leader != current.leader else current.leader_epoch,
+        leader_epoch=current.leader_epoch + 1 if leader != current.leader or replica_removed else current.leader_epoch,
         partition_epoch=current.partition_epoch + 1,
-        adding_replicas=current.adding_replicas,
-        removing_replicas=current.removing_replicas,
+        adding_replicas=target_adding,
+        removing_replicas=target_removing,
     )
+    if (changed.replicas, changed.isr, changed.leader, changed.adding_replicas, changed.removing_replicas) == (
+        current.replicas,
+        current.isr,
+        current.leader,
+        current.adding_replicas,
+        current.removing_replicas,
+    ):
+        return None
     return partition_record(topic_id, partition_id, changed)
+
+
+def _elect_leader(
+    current_leader: int, replicas: Sequence[int], isr: Sequence[int], acceptable: Collection[int], election: str
+) -> tuple[int, bool]:
+    """(leader, whether the election was unclean). A clean leader is in the target ISR and acceptable, and is
+    looked for in the order of the target replicas: during a reassignment the target replicas first, then those
+    being removed (docs/reassignment.md#elections)."""
+
+    def may_lead(replica: int) -> bool:
+        return replica in isr and replica in acceptable
+
+    candidates = (replicas[0], current_leader, *replicas[1:]) if election == _PREFERRED else (current_leader, *replicas)
+    for candidate in candidates:
+        if may_lead(candidate):
+            return candidate, False
+    if election == _UNCLEAN:
+        for replica in replicas:
+            if replica in acceptable:
+                return replica, True
+    return NO_LEADER, False
+
+
+def _completed_reassignment(
+    replicas: Sequence[int], adding: Sequence[int], removing: Sequence[int], isr: Sequence[int]
+) -> tuple[list[int], list[int]] | None:
+    """Kafka's PartitionReassignmentReplicas.maybeCompleteReassignment: (replicas, ISR) once the reassignment in
+    progress is complete, i.e. the ISR without the removed replicas is not empty and holds every target replica;
+    None otherwise (docs/reassignment.md#completion)."""
+    if not adding and not removing:
+        return None
+    target_isr = [r for r in isr if r not in removing]
+    target_replicas = [r for r in replicas if r not in removing]
+    if not target_isr or not target_replicas or not set(target_replicas) <= set(target_isr):
+        return None
+    return target_replicas, target_isr
 
 
 def _assign(partition: int, replication_factor: int, nodes: Sequence[int]) -> PartitionRegistration:

@@ -78,3 +78,7 @@ class NotControllerError(ControllerError):
     (docs/quorum.md#active-controller)."""
 
     error_name = "NOT_CONTROLLER"
+
+
+class NoReassignmentInProgressError(ControllerError):
+    error_name = "NO_REASSIGNMENT_IN_PROGRESS"

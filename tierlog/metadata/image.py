@@ -30,6 +30,7 @@ from tierlog.metadata.records import (
     RemoveTopicRecord,
     RemoveUserScramCredentialRecord,
     TopicRecord,
+    UnregisterBrokerRecord,
     UserScramCredentialRecord,
 )
 
@@ -203,6 +204,14 @@ class ClusterMetadata:
             )
         elif isinstance(record, BrokerRegistrationChangeRecord):
             self._apply_broker_change(record)
+        elif isinstance(record, UnregisterBrokerRecord):
+            broker = self.brokers.get(record.broker_id)
+            if broker is None or broker.broker_epoch != record.broker_epoch:
+                raise ValueError(
+                    f"UnregisterBrokerRecord {where} for broker {record.broker_id} epoch {record.broker_epoch}, "
+                    f"but its registration is {broker}"
+                )
+            del self.brokers[record.broker_id]
         elif isinstance(record, TopicRecord):
             if record.name in self.topics or record.topic_id in self._topics_by_id:
                 raise ValueError(f"TopicRecord {where}: topic {record.name} or id {record.topic_id} exists")

@@ -50,6 +50,14 @@ class BrokerRegistrationChangeRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class UnregisterBrokerRecord:
+    """The broker's registration of this epoch is gone (KIP-500's decommissioning; docs/reassignment.md#unregister)."""
+
+    broker_id: int
+    broker_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
 class TopicRecord:
     name: str
     topic_id: uuid.UUID
@@ -153,6 +161,7 @@ MetadataRecord: TypeAlias = (
     ClusterIdRecord
     | RegisterBrokerRecord
     | BrokerRegistrationChangeRecord
+    | UnregisterBrokerRecord
     | TopicRecord
     | PartitionRecord
     | ConfigRecord

@@ -60,6 +60,11 @@ _TABLE: tuple[ApiSupport, ...] = (
     ApiSupport(37, "CreatePartitions", 0, 3, 2),
     # v1 adds the election type (KIP-460) and a top-level error code; v2 is Kafka's newest.
     ApiSupport(43, "ElectLeaders", 0, 2, 2),
+    # Reassignments (KIP-455) and decommissioning (KIP-500), forwarded to the controller (docs/reassignment.md).
+    # AlterPartitionReassignments v1 adds AllowReplicationFactorChange (KIP-860), which we do not implement.
+    ApiSupport(45, "AlterPartitionReassignments", 0, 0, 0),
+    ApiSupport(46, "ListPartitionReassignments", 0, 0, 0),
+    ApiSupport(64, "UnregisterBroker", 0, 0, 0),
     # Kafka 4.0 (and kio) start the ACL APIs at v1 (v0 had no pattern types); v3 is the newest.
     ApiSupport(29, "DescribeAcls", 1, 3, 2),
     ApiSupport(30, "CreateAcls", 1, 3, 2),

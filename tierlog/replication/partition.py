@@ -51,7 +51,11 @@ DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000
 
 # AlterPartition errors after which the controller holds a newer partition state: the proposal stays in
 # flight (blocking further proposals) until that state reaches us as metadata, as in Kafka.
-_WAIT_FOR_METADATA_ERRORS = frozenset({"FENCED_LEADER_EPOCH", "INVALID_UPDATE_VERSION", "UNKNOWN_TOPIC_OR_PARTITION"})
+# NEW_LEADER_ELECTED: the ISR change was committed and completed a reassignment that moved the leadership away
+# (docs/reassignment.md#completion); the metadata makes this replica a follower, or removes it.
+_WAIT_FOR_METADATA_ERRORS = frozenset(
+    {"FENCED_LEADER_EPOCH", "INVALID_UPDATE_VERSION", "UNKNOWN_TOPIC_OR_PARTITION", "NEW_LEADER_ELECTED"}
+)
 
 logger = logging.getLogger(__name__)
 

@@ -295,7 +295,10 @@ class ReplicaManager:
     def apply_metadata(self, metadata: ClusterMetadata, now_ms: int) -> None:
         """Make the local replicas match the image: open or create the logs of partitions assigned to us,
         take up leadership or follow (starting, moving or stopping fetchers), delete the logs of partitions
-        deleted since, and set aside (never delete) logs the metadata has never heard of."""
+        deleted or moved off this broker since (docs/reassignment.md#removed-replicas), and set aside (never
+        delete) logs on disk the metadata does not assign to this broker: stray logs, Kafka 3.8+'s rule. A
+        new replica of a tiered partition starts at the leader's local log start
+        (docs/reassignment.md#tiered-partitions)."""
         self._update_eligibility(metadata.brokers)
         wanted: set[TopicPartition] = set()
         for topic in metadata.topics.values():
@@ -330,7 +333,7 @@ class ReplicaManager:
             self._remove_partition(tp)
         for tp in {log.topic_partition for log in self.log_manager.all_logs()} - wanted:
             stray = self.log_manager.mark_stray(tp)
-            logger.warning("partition %s is on disk but not in the cluster metadata: kept aside as %s", tp, stray)
+            logger.warning("partition %s is on disk but not assigned to this broker: kept aside as %s", tp, stray)
         for leader_id in [leader_id for leader_id, fetcher in self.fetchers.items() if not fetcher.partitions]:
             del self.fetchers[leader_id]
 

@@ -1,5 +1,6 @@
 """What the admin requests only the controller decides need: CreateTopics, DeleteTopics, CreatePartitions,
-ElectLeaders and AlterUserScramCredentials (Kafka's ControllerApis checks them; rules: docs/security.md#api-checks).
+ElectLeaders, AlterUserScramCredentials, AlterPartitionReassignments, ListPartitionReassignments and
+UnregisterBroker (Kafka's ControllerApis checks them; rules: docs/security.md#api-checks).
 
 Kafka forwards these to the controller in an Envelope that carries the client's principal, and the controller
 checks them. tierlog forwards the request alone, so the broker the client asked checks it with the client's
@@ -19,10 +20,13 @@ from tierlog.protocol.errors import error_code
 from tierlog.security.acl import AclOperation, ResourceType
 from tierlog.server.auth_helper import AuthHelper
 from tierlog.server.controller_apis import (
+    API_ALTER_PARTITION_REASSIGNMENTS,
     API_CREATE_PARTITIONS,
     API_CREATE_TOPICS,
     API_DELETE_TOPICS,
     API_ELECT_LEADERS,
+    API_LIST_PARTITION_REASSIGNMENTS,
+    API_UNREGISTER_BROKER,
 )
 from tierlog.server.entities import NO_THROTTLE, ResponseSchema, response_schema
 
@@ -193,6 +197,71 @@ async def _alter_user_scram_credentials(
     )
 
 
+async def _alter_partition_reassignments(
+    auth: AuthHelper, _image: ClusterMetadata, s: ResponseSchema, request: Request, forward: Forward
+) -> Any:
+    """ALTER on the cluster, else the whole request is refused, with each partition it names (Kafka's
+    AlterPartitionReassignmentsRequest.getErrorResponse)."""
+    if auth.authorize_cluster(AclOperation.ALTER):
+        return await forward(request)
+    refused = error_code("CLUSTER_AUTHORIZATION_FAILED")
+    return s.AlterPartitionReassignmentsResponse(
+        throttle_time=NO_THROTTLE,
+        error_code=refused,
+        error_message=_CLUSTER_REFUSAL,
+        responses=tuple(
+            s.ReassignableTopicResponse(
+                name=t.name,
+                partitions=tuple(
+                    s.ReassignablePartitionResponse(
+                        partition_index=p.partition_index, error_code=refused, error_message=_CLUSTER_REFUSAL
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in request.body.topics
+        ),
+    )
+
+
+async def _list_partition_reassignments(
+    auth: AuthHelper, _image: ClusterMetadata, s: ResponseSchema, request: Request, forward: Forward
+) -> Any:
+    """DESCRIBE on the cluster, else the whole request is refused, each partition it names listed with no
+    replicas (Kafka's ListPartitionReassignmentsRequest.getErrorResponse)."""
+    if auth.authorize_cluster(AclOperation.DESCRIBE):
+        return await forward(request)
+    return s.ListPartitionReassignmentsResponse(
+        throttle_time=NO_THROTTLE,
+        error_code=error_code("CLUSTER_AUTHORIZATION_FAILED"),
+        error_message=_CLUSTER_REFUSAL,
+        topics=tuple(
+            s.OngoingTopicReassignment(
+                name=t.name,
+                partitions=tuple(
+                    s.OngoingPartitionReassignment(
+                        partition_index=index, replicas=(), adding_replicas=(), removing_replicas=()
+                    )
+                    for index in t.partition_indexes
+                ),
+            )
+            for t in request.body.topics or ()
+        ),
+    )
+
+
+async def _unregister_broker(
+    auth: AuthHelper, _image: ClusterMetadata, s: ResponseSchema, request: Request, forward: Forward
+) -> Any:
+    """ALTER on the cluster (Kafka's UnregisterBrokerRequest.getErrorResponse: the error code alone)."""
+    if auth.authorize_cluster(AclOperation.ALTER):
+        return await forward(request)
+    return s.UnregisterBrokerResponse(
+        throttle_time=NO_THROTTLE, error_code=error_code("CLUSTER_AUTHORIZATION_FAILED"), error_message=None
+    )
+
+
+_CLUSTER_REFUSAL = "Cluster authorization failed."
 API_ALTER_USER_SCRAM_CREDENTIALS = 51
 
 _CHECKS: dict[int, Callable[[AuthHelper, ClusterMetadata, ResponseSchema, Request, Forward], Awaitable[Any]]] = {
@@ -201,6 +270,9 @@ _CHECKS: dict[int, Callable[[AuthHelper, ClusterMetadata, ResponseSchema, Reques
     API_CREATE_PARTITIONS: _create_partitions,
     API_ELECT_LEADERS: _elect_leaders,
     API_ALTER_USER_SCRAM_CREDENTIALS: _alter_user_scram_credentials,
+    API_ALTER_PARTITION_REASSIGNMENTS: _alter_partition_reassignments,
+    API_LIST_PARTITION_REASSIGNMENTS: _list_partition_reassignments,
+    API_UNREGISTER_BROKER: _unregister_broker,
 }
 # The admin requests whose checks are here; KafkaApis sends those it serves through `forward_authorized`.
 CHECKED_ADMIN_APIS = frozenset(_CHECKS)

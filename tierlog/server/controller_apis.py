@@ -1,7 +1,8 @@
 """ControllerApis (Kafka's class of that name): the requests the controller decides, on the controller's own node.
 
 - The admin requests only the controller decides: CreateTopics, DeleteTopics, CreatePartitions, ElectLeaders,
-  CreateAcls, DeleteAcls, AlterUserScramCredentials.
+  CreateAcls, DeleteAcls, AlterUserScramCredentials, AlterPartitionReassignments, ListPartitionReassignments and
+  UnregisterBroker (docs/reassignment.md).
   They reach it through the `ForwardingManager`, from this node's own KafkaApis or forwarded by another broker.
 - The controller APIs brokers call: BrokerRegistration, BrokerHeartbeat, AlterPartition, AllocateProducerIds,
   and the Fetch of `__cluster_metadata` (KRaft brokers follow the metadata log like any partition).
@@ -39,6 +40,7 @@ from tierlog.client.raft_requests import (
     raft_request_of,
     raft_response,
 )
+from tierlog.common import TopicPartition
 from tierlog.config import KafkaConfig
 from tierlog.controller.controller import (
     PREFERRED_ELECTION,
@@ -75,6 +77,9 @@ API_CREATE_TOPICS = 19
 API_DELETE_TOPICS = 20
 API_CREATE_PARTITIONS = 37
 API_ELECT_LEADERS = 43
+API_ALTER_PARTITION_REASSIGNMENTS = 45
+API_LIST_PARTITION_REASSIGNMENTS = 46
+API_UNREGISTER_BROKER = 64
 API_ALTER_USER_SCRAM_CREDENTIALS = 51
 API_ALTER_PARTITION = 56
 API_BROKER_REGISTRATION = 62
@@ -90,6 +95,9 @@ ADMIN_APIS = (
     API_CREATE_ACLS,
     API_DELETE_ACLS,
     API_ALTER_USER_SCRAM_CREDENTIALS,
+    API_ALTER_PARTITION_REASSIGNMENTS,
+    API_LIST_PARTITION_REASSIGNMENTS,
+    API_UNREGISTER_BROKER,
 )
 # What brokers ask of the controller (besides the metadata Fetch).
 BROKER_TO_CONTROLLER_APIS = (
@@ -119,6 +127,9 @@ class ControllerApis:
             API_CREATE_ACLS: self.handle_create_acls,
             API_DELETE_ACLS: self.handle_delete_acls,
             API_ALTER_USER_SCRAM_CREDENTIALS: self.handle_alter_user_scram_credentials,
+            API_ALTER_PARTITION_REASSIGNMENTS: self.handle_alter_partition_reassignments,
+            API_LIST_PARTITION_REASSIGNMENTS: self.handle_list_partition_reassignments,
+            API_UNREGISTER_BROKER: self.handle_unregister_broker,
             API_BROKER_REGISTRATION: self.handle_broker_registration,
             API_BROKER_HEARTBEAT: self.handle_broker_heartbeat,
             API_ALTER_PARTITION: self.handle_alter_partition,
@@ -342,6 +353,111 @@ class ControllerApis:
             ),
         )
 
+    # Reassignments and decommissioning (docs/reassignment.md#the-wire)
+
+    async def handle_alter_partition_reassignments(self, request: Request) -> Any:
+        """AlterPartitionReassignments (KIP-455; `kafka-reassign-partitions.sh --execute`,
+        AdminClient.alterPartitionReassignments): one answer per partition named, a null replica list cancelling
+        its reassignment in progress. Answered once the records are committed, as every controller write."""
+        s = self._schema(request)
+        targets: dict[TopicPartition, tuple[int, ...] | None] = {}
+        for t in request.body.topics:
+            for p in t.partitions:
+                targets[TopicPartition(t.name, p.partition_index)] = p.replicas
+        try:
+            results: dict[TopicPartition, ControllerError | None] = dict(
+                self.controller.alter_partition_reassignments(targets)
+            )
+            error = None
+        except NotControllerError as e:
+            # Kafka's AlterPartitionReassignmentsRequest.getErrorResponse: the error everywhere.
+            error = e
+            results = dict.fromkeys(targets, e)
+        return s.AlterPartitionReassignmentsResponse(
+            throttle_time=NO_THROTTLE,
+            error_code=error_code(error.error_name if error else None),
+            error_message=str(error) if error else None,
+            responses=tuple(
+                s.ReassignableTopicResponse(
+                    name=t.name,
+                    partitions=tuple(
+                        s.ReassignablePartitionResponse(
+                            partition_index=p.partition_index,
+                            error_code=error_code(result.error_name if result else None),
+                            error_message=str(result) if result else None,
+                        )
+                        for p in t.partitions
+                        for result in (results[TopicPartition(t.name, p.partition_index)],)
+                    ),
+                )
+                for t in request.body.topics
+            ),
+        )
+
+    async def handle_list_partition_reassignments(self, request: Request) -> Any:
+        """ListPartitionReassignments (KIP-455; `kafka-reassign-partitions.sh --verify`/`--list`): the
+        reassignments in progress among the partitions named (every partition when none is), grouped by topic;
+        unknown partitions are left out, as Kafka answers."""
+        s = self._schema(request)
+        topics = request.body.topics
+        partitions = (
+            None if topics is None else [TopicPartition(t.name, index) for t in topics for index in t.partition_indexes]
+        )
+        try:
+            ongoing = self.controller.list_partition_reassignments(partitions)
+        except NotControllerError as e:
+            return s.ListPartitionReassignmentsResponse(
+                throttle_time=NO_THROTTLE,
+                error_code=error_code(e.error_name),
+                error_message=str(e),
+                topics=tuple(
+                    s.OngoingTopicReassignment(
+                        name=t.name,
+                        partitions=tuple(
+                            s.OngoingPartitionReassignment(
+                                partition_index=index, replicas=(), adding_replicas=(), removing_replicas=()
+                            )
+                            for index in t.partition_indexes
+                        ),
+                    )
+                    for t in topics or ()
+                ),
+            )
+        by_topic: dict[str, list[Any]] = {}
+        for tp, registration in ongoing.items():
+            by_topic.setdefault(tp.topic, []).append(
+                s.OngoingPartitionReassignment(
+                    partition_index=tp.partition,
+                    replicas=tuple(registration.replicas),
+                    adding_replicas=tuple(registration.adding_replicas),
+                    removing_replicas=tuple(registration.removing_replicas),
+                )
+            )
+        return s.ListPartitionReassignmentsResponse(
+            throttle_time=NO_THROTTLE,
+            error_code=error_code(None),
+            error_message=None,
+            topics=tuple(
+                s.OngoingTopicReassignment(name=name, partitions=tuple(partitions))
+                for name, partitions in by_topic.items()
+            ),
+        )
+
+    async def handle_unregister_broker(self, request: Request) -> Any:
+        """UnregisterBroker (KIP-500; `kafka-cluster.sh unregister`): remove a decommissioned broker's
+        registration; BROKER_ID_NOT_REGISTERED for an id the controller does not know."""
+        s = self._schema(request)
+        try:
+            self.controller.unregister_broker(request.body.broker_id)
+            error = None
+        except ControllerError as e:
+            error = e
+        return s.UnregisterBrokerResponse(
+            throttle_time=NO_THROTTLE,
+            error_code=error_code(error.error_name if error else None),
+            error_message=str(error) if error else None,
+        )
+
     # ACLs (docs/security.md#authorizer). The broker that received the request has answered SECURITY_DISABLED
     # already if it has no authorizer.
 
@@ -502,6 +618,10 @@ class ControllerApis:
                         new_isr,
                     )
                     error = None
+                    if registration.leader != body.broker_id:
+                        # Committed, but it completed a reassignment that moved the leadership: the leader that
+                        # asked learns it must wait for the metadata (Kafka's answer, docs/reassignment.md#completion).
+                        registration, error = None, "NEW_LEADER_ELECTED"
                 except Exception as e:
                     registration, error = None, error_name_of(e)
                 partitions.append(
