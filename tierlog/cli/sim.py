@@ -92,10 +92,12 @@ def sim(
     acknowledged = sum(r.acknowledged for r in results)
     balanced = sum(r.stats["leaders balanced"] for r in results)
     epochs = sum(r.stats["controller epochs"] for r in results)
+    moves = sum(r.stats["reassignments"] for r in results)
     click.echo(
         f"{len(results)} runs in {time.monotonic() - started:.0f} s: {len(results) - len(failed)} ok, {len(failed)} "
         f"failed; {faults} faults, {acknowledged} acknowledged writes, {sum(r.reads for r in results)} reads checked, "
         f"{balanced} leaders moved back to their preferred replicas, {epochs} controller epochs led"
+        + (f", {moves} reassignments and cancellations accepted" if reassign else "")
     )
     for result in failed:
         click.echo(f"replay: tierlog sim --seed {result.seed}{_replay_options(config)}", err=True)
@@ -123,10 +125,11 @@ def _run_seed(args: tuple[int, SimConfig]) -> RunResult:
 
 
 def _summary(result: RunResult) -> str:
+    moves = result.stats["reassignments"]
     return (
         f"{len(result.faults)} faults, {result.acknowledged} acked, {result.reads} read, "
         f"{result.stats['leaders balanced']} leaders balanced, {result.stats['controller epochs']} controller epochs, "
-        f"{result.scenario}"
+        f"{f'{moves} reassignments, ' if moves else ''}{result.scenario}"
     )
 
 

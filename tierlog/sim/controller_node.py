@@ -316,13 +316,17 @@ class SimController(Node):
         self._arm_leader_balance()
         self._step()
 
-    def reassign(self, targets: Mapping[TopicPartition, Sequence[int] | None]) -> None:
+    def reassign(self, targets: Mapping[TopicPartition, Sequence[int] | None]) -> bool:
         """An admin's AlterPartitionReassignments (None cancels), handed straight to the active controller: what
-        is under test is how the controller and the brokers carry it out, under the faults, not the admin's
-        request (a reassignment lost with the controller's leadership is lost as the admin's NOT_CONTROLLER
-        says)."""
-        if self.controller is not None:
-            self._operate(lambda c: len(c.alter_partition_reassignments(targets)))
+        is under test is how the controller and the brokers carry it out under the faults, not the admin's
+        request (one lost with the controller's leadership is lost, as the admin's NOT_CONTROLLER says). True
+        if the controller accepted every partition's change."""
+        if self.controller is None:
+            return False
+        accepted = self._operate(
+            lambda c: [tp for tp, error in c.alter_partition_reassignments(targets).items() if error is None]
+        )
+        return accepted == len(targets)
 
 
 def active_controller(voters: dict[int, SimController]) -> SimController | None:

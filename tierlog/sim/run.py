@@ -171,6 +171,7 @@ class Cluster:
         self.faults: list[str] = []
         # Set by a power loss until the cluster is whole again: no other fault strikes meanwhile.
         self.recovering_from_power_loss = False
+        self.reassignments_accepted = 0
 
     @property
     def scenario(self) -> str:
@@ -384,7 +385,7 @@ class Cluster:
             if self.recovering_from_power_loss and self.healthy():
                 self.recovering_from_power_loss = False
             if not self.recovering_from_power_loss:
-                self.inject(rng.choice(FAULTS + REASSIGNMENTS if self.config.reassignments else FAULTS))
+                self.inject(rng.choice(FAULTS))
             self.sim.after(rng.randint(1000, 6000), next_fault)
 
         self.sim.after(rng.randint(1000, 4000), next_fault)
@@ -449,19 +450,26 @@ class Cluster:
         elif fault == "one-way-cut-controllers" and other_voters:
             other = rng.choice(other_voters)
             self.cut(f"cut {voter.name} -> {other.name} (one way)", [(voter.name, other.name)], duration)
-        elif fault in REASSIGNMENTS:
-            self.reassign(fault)
 
-    def reassign(self, what: str) -> None:
-        """Move one partition to random brokers (in a random order: its first is the new preferred leader), or
-        cancel its move, through whichever controller is active now (none: the admin's request is lost)."""
+    def schedule_reassignments(self, until_ms: int) -> None:
+        """Every 1-6 s until `until_ms`, one partition moved to random brokers (in a random order: the first is
+        its new preferred leader), or one in three times its move cancelled, through whichever controller is
+        active then (none: the admin's request is lost, as its NOT_CONTROLLER would say)."""
         rng = self.sim.rng
-        tp = rng.choice(self.partitions)
-        active = active_controller(self.controllers)
-        target = None if what == "cancel-reassignment" else rng.sample(sorted(self.brokers), REPLICATION_FACTOR)
-        self.note(f"{what} {tp}{'' if target is None else f' to {target}'}")
-        if active is not None:
-            active.reassign({tp: target})
+
+        def next_move() -> None:
+            if self.sim.now >= until_ms:
+                return
+            tp = rng.choice(self.partitions)
+            target = None if rng.random() < 1 / 3 else rng.sample(sorted(self.brokers), REPLICATION_FACTOR)
+            active = active_controller(self.controllers)
+            accepted = active is not None and active.reassign({tp: target})
+            what = "cancel the move of" if target is None else "reassign"
+            self.note(f"{what} {tp}{'' if target is None else f' to {target}'}{'' if accepted else ' (refused)'}")
+            self.reassignments_accepted += accepted
+            self.sim.after(rng.randint(1000, 6000), next_move)
+
+        self.sim.after(rng.randint(1000, 4000), next_move)
 
     def cut(self, what: str, links: list[tuple[str, str]], duration: int) -> None:
         self.note(f"{what} for {duration} ms")
@@ -504,9 +512,6 @@ FAULTS = (
     "cut-controllers",
     "one-way-cut-controllers",
 )
-
-
-REASSIGNMENTS = ("reassign", "reassign", "cancel-reassignment")
 
 
 def liveness_bound_ms(config: RaftConfig) -> int:
@@ -572,6 +577,8 @@ def _run(cluster: Cluster) -> None:
     workload_end = sim.now + config.workload_ms
     if config.faults:
         cluster.schedule_faults(workload_end)
+    if config.reassignments:
+        cluster.schedule_reassignments(workload_end)
     sim.run_until(workload_end, step)
     for producer in cluster.producers:
         producer.running = False
@@ -613,6 +620,7 @@ def _result(seed: int, cluster: Cluster) -> RunResult:
             "duplicated": cluster.network.duplicated,
             "leaders balanced": sum(v.leaders_balanced for v in cluster.controllers.values()),
             "controller epochs": len(cluster.quorum_checker.leaders),
+            "reassignments": cluster.reassignments_accepted,
         },
     )
 
