@@ -26,13 +26,13 @@ def run_until(cluster: Cluster, condition: Callable[[], bool], limit_ms: int) ->
     assert condition(), f"not within {limit_ms} virtual ms: {cluster.describe()}"
 
 
-def first_failing_run(mutation: str) -> tuple[int, RunResult]:
+def first_failing_run(mutation: str, config: SimConfig | None = None, seeds: int = SEEDS) -> tuple[int, RunResult]:
     """The first of the seeds whose run breaks an invariant, and its result; the test fails if no seed does."""
-    for seed in range(1, SEEDS + 1):
-        result = simulate(seed)
+    for seed in range(1, seeds + 1):
+        result = simulate(seed, config or SimConfig())
         if not result.ok:
             return seed, result
-    pytest.fail(f"{SEEDS} seeds ran with {mutation} and no invariant noticed")
+    pytest.fail(f"{seeds} seeds ran with {mutation} and no invariant noticed")
 
 
 @contextmanager

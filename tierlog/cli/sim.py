@@ -34,6 +34,12 @@ from tierlog.sim.run import RunResult, SimConfig, simulate
 )
 @click.option("--brokers", type=click.IntRange(min=3), default=3, show_default=True)
 @click.option("--partitions", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option(
+    "--reassign",
+    is_flag=True,
+    help="Also move partitions between brokers, and cancel moves, while the faults strike (use --brokers 4 or more "
+    "for moves that add and remove replicas).",
+)
 @click.option("--no-faults", is_flag=True, help="Run the workload without faults.")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Runs at once (processes).")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Also write every run's result here.")
@@ -46,6 +52,7 @@ def sim(
     controllers: str,
     brokers: int,
     partitions: int,
+    reassign: bool,
     no_faults: bool,
     jobs: int,
     json_path: Path | None,
@@ -61,6 +68,7 @@ def sim(
         controllers=int(controllers),
         brokers=brokers,
         partitions=partitions,
+        reassignments=reassign,
         faults=not no_faults,
     )
     if seed is not None:
@@ -84,16 +92,31 @@ def sim(
     acknowledged = sum(r.acknowledged for r in results)
     balanced = sum(r.stats["leaders balanced"] for r in results)
     epochs = sum(r.stats["controller epochs"] for r in results)
+    moves = sum(r.stats["reassignments"] for r in results)
     click.echo(
         f"{len(results)} runs in {time.monotonic() - started:.0f} s: {len(results) - len(failed)} ok, {len(failed)} "
         f"failed; {faults} faults, {acknowledged} acknowledged writes, {sum(r.reads for r in results)} reads checked, "
         f"{balanced} leaders moved back to their preferred replicas, {epochs} controller epochs led"
+        + (f", {moves} reassignments and cancellations accepted" if reassign else "")
     )
     for result in failed:
-        controllers_option = "" if controllers == "3" else f" --controllers {controllers}"
-        click.echo(f"replay: tierlog sim --seed {result.seed} --seconds {seconds}{controllers_option}", err=True)
+        click.echo(f"replay: tierlog sim --seed {result.seed}{_replay_options(config)}", err=True)
     _write_json(json_path, results)
     sys.exit(1 if failed else 0)
+
+
+def _replay_options(config: SimConfig) -> str:
+    """The options that make `tierlog sim --seed N` run exactly the configuration explored."""
+    default = SimConfig()
+    options = [f"--seconds {config.workload_ms // 1000}"]
+    for name in ("controllers", "brokers", "partitions"):
+        if getattr(config, name) != getattr(default, name):
+            options.append(f"--{name} {getattr(config, name)}")
+    if config.reassignments:
+        options.append("--reassign")
+    if not config.faults:
+        options.append("--no-faults")
+    return "".join(f" {option}" for option in options)
 
 
 def _run_seed(args: tuple[int, SimConfig]) -> RunResult:
@@ -102,10 +125,11 @@ def _run_seed(args: tuple[int, SimConfig]) -> RunResult:
 
 
 def _summary(result: RunResult) -> str:
+    moves = result.stats["reassignments"]
     return (
         f"{len(result.faults)} faults, {result.acknowledged} acked, {result.reads} read, "
         f"{result.stats['leaders balanced']} leaders balanced, {result.stats['controller epochs']} controller epochs, "
-        f"{result.scenario}"
+        f"{f'{moves} reassignments, ' if moves else ''}{result.scenario}"
     )
 
 

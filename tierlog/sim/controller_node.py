@@ -23,9 +23,10 @@ fsynced on every write, so a restart, even after a power loss, finds everything 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from tierlog.common import TopicPartition
 from tierlog.controller.controller import Controller, ControllerConfig
 from tierlog.controller.errors import ControllerError, NotControllerError
 from tierlog.controller.metadata_log import QuorumMetadataLog
@@ -314,6 +315,18 @@ class SimController(Node):
         self.controller.create_topic(name, partitions, replication_factor, configs)
         self._arm_leader_balance()
         self._step()
+
+    def reassign(self, targets: Mapping[TopicPartition, Sequence[int] | None]) -> bool:
+        """An admin's AlterPartitionReassignments (None cancels), handed straight to the active controller: what
+        is under test is how the controller and the brokers carry it out under the faults, not the admin's
+        request (one lost with the controller's leadership is lost, as the admin's NOT_CONTROLLER says). True
+        if the controller accepted every partition's change."""
+        if self.controller is None:
+            return False
+        accepted = self._operate(
+            lambda c: [tp for tp, error in c.alter_partition_reassignments(targets).items() if error is None]
+        )
+        return accepted == len(targets)
 
 
 def active_controller(voters: dict[int, SimController]) -> SimController | None:

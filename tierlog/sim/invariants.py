@@ -15,7 +15,9 @@ After the faults stop and every broker is back, once every ISR is whole and ever
 - every acknowledged write (acks=all, min.insync.replicas respected) is in the log at the offset it was
   acknowledged with;
 - every record a consumer read is still there, at the offset it was read at;
-- no value of an idempotent producer is in the log twice (it resends the same batch until acknowledged).
+- no value of an idempotent producer is in the log twice (it resends the same batch until acknowledged);
+- no reassignment is left in progress, and no broker outside a partition's replicas holds a replica or a log of
+  it (with `reassignments`, partitions move between brokers during the faults).
 
 The controller quorum (`QuorumChecker`, docs/quorum.md): at most one leader per epoch over the whole run; a
 record once committed (below some voter's high watermark, or sent to a broker, which gets committed records only)
@@ -39,6 +41,7 @@ from tierlog.raft.raft_log import RaftLog
 from tierlog.records.codec import decode_batches
 from tierlog.records.record_batch import RecordBatchHeader, complete_batches, read_header
 from tierlog.replication.partition import Partition
+from tierlog.replication.replica_manager import ReplicaManager
 from tierlog.storage.log import Log
 
 COMMITTED_CHECK_INTERVAL_MS = 250
@@ -255,6 +258,14 @@ class ClusterChecker:
             self.history.violation(
                 "a record read is gone", f"{tp} offset {offset} was read as {value!r}; the log holds {found_value!r}"
             )
+
+    def check_no_replica(self, broker_id: int, tp: TopicPartition, replica_manager: ReplicaManager | None) -> None:
+        """After convergence: a broker the partition's replicas do not list holds no replica nor log of it (one
+        a reassignment removed is deleted, docs/reassignment.md)."""
+        if replica_manager is None:
+            return
+        if tp in replica_manager.partitions or replica_manager.log_manager.get_log(tp) is not None:
+            self.history.violation("replica left behind", f"{tp} still on broker {broker_id}, not one of its replicas")
 
 
 def _not_in_log(

@@ -31,6 +31,7 @@ from tierlog.sim.world import Network, NetworkConditions, Node, Simulation
 
 START_MS = 1_700_000_000_000
 TOPIC = "sim"
+REPLICATION_FACTOR = 3
 CLUSTER_ID = "c2ltdWxhdGVkLWNsdXN0ZXI"
 CONVERGENCE_CHECK_INTERVAL_MS = 500
 
@@ -41,6 +42,9 @@ class SimConfig:
     controllers: int = 3
     brokers: int = 3
     partitions: int = 2
+    # Partitions are moved between brokers while the faults strike (AlterPartitionReassignments, KIP-455), and
+    # some moves cancelled; with more brokers than REPLICATION_FACTOR a move adds and removes replicas.
+    reassignments: bool = False
     producers: int = 3
     consumers: int = 1
     # Virtual time with clients and faults, then at most this long for the healed cluster to converge.
@@ -167,6 +171,7 @@ class Cluster:
         self.faults: list[str] = []
         # Set by a power loss until the cluster is whole again: no other fault strikes meanwhile.
         self.recovering_from_power_loss = False
+        self.reassignments_accepted = 0
 
     @property
     def scenario(self) -> str:
@@ -275,6 +280,8 @@ class Cluster:
             return False
         for index, registration in enumerate(topic.partitions):
             tp = TopicPartition(TOPIC, index)
+            if registration.is_reassigning:
+                return False
             if registration.leader < 0 or sorted(registration.isr) != sorted(registration.replicas):
                 return False
             leader = self._replica(registration.leader, tp)
@@ -353,6 +360,9 @@ class Cluster:
             assert leader is not None
             followers = [self._replica(b, tp) for b in registration.replicas if b != registration.leader]
             self.checker.check_converged(tp, leader, [f for f in followers if f is not None])
+            for broker in self.brokers.values():
+                if broker.broker_id not in registration.replicas:
+                    self.checker.check_no_replica(broker.broker_id, tp, broker.replica_manager)
 
     # Faults
 
@@ -440,6 +450,26 @@ class Cluster:
         elif fault == "one-way-cut-controllers" and other_voters:
             other = rng.choice(other_voters)
             self.cut(f"cut {voter.name} -> {other.name} (one way)", [(voter.name, other.name)], duration)
+
+    def schedule_reassignments(self, until_ms: int) -> None:
+        """Every 1-6 s until `until_ms`, one partition moved to random brokers (in a random order: the first is
+        its new preferred leader), or one in three times its move cancelled, through whichever controller is
+        active then (none: the admin's request is lost, as its NOT_CONTROLLER would say)."""
+        rng = self.sim.rng
+
+        def next_move() -> None:
+            if self.sim.now >= until_ms:
+                return
+            tp = rng.choice(self.partitions)
+            target = None if rng.random() < 1 / 3 else rng.sample(sorted(self.brokers), REPLICATION_FACTOR)
+            active = active_controller(self.controllers)
+            accepted = active is not None and active.reassign({tp: target})
+            what = "cancel the move of" if target is None else "reassign"
+            self.note(f"{what} {tp}{'' if target is None else f' to {target}'}{'' if accepted else ' (refused)'}")
+            self.reassignments_accepted += accepted
+            self.sim.after(rng.randint(1000, 6000), next_move)
+
+        self.sim.after(rng.randint(1000, 4000), next_move)
 
     def cut(self, what: str, links: list[tuple[str, str]], duration: int) -> None:
         self.note(f"{what} for {duration} ms")
@@ -535,7 +565,7 @@ def _run(cluster: Cluster) -> None:
         if TOPIC in active.snapshotter.image.topics:
             return True
         if TOPIC not in active.controller.metadata.topics:
-            active.create_topic(TOPIC, config.partitions, config.brokers, configs)
+            active.create_topic(TOPIC, config.partitions, REPLICATION_FACTOR, configs)
         return False
 
     if not _run_until(sim, topic_created, 30_000, step):
@@ -547,6 +577,8 @@ def _run(cluster: Cluster) -> None:
     workload_end = sim.now + config.workload_ms
     if config.faults:
         cluster.schedule_faults(workload_end)
+    if config.reassignments:
+        cluster.schedule_reassignments(workload_end)
     sim.run_until(workload_end, step)
     for producer in cluster.producers:
         producer.running = False
@@ -588,6 +620,7 @@ def _result(seed: int, cluster: Cluster) -> RunResult:
             "duplicated": cluster.network.duplicated,
             "leaders balanced": sum(v.leaders_balanced for v in cluster.controllers.values()),
             "controller epochs": len(cluster.quorum_checker.leaders),
+            "reassignments": cluster.reassignments_accepted,
         },
     )
 
