@@ -73,7 +73,7 @@ def test_rebalance_usage_errors() -> None:
 
 
 def test_generate_and_rebalance_plan_an_even_spread(cluster_factory: ClusterFactory, tmp_path: Path) -> None:
-    cluster = cluster_factory(brokers=3)
+    cluster = cluster_factory({"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "300"}, brokers=3)
     bootstrap = cluster.bootstrap
     # Created on brokers 1-3; planned over 1 and 2 (--generate) or without broker 3 (rebalance): whatever was on 3
     # moves, nothing else.
@@ -132,6 +132,16 @@ def test_generate_and_rebalance_plan_an_even_spread(cluster_factory: ClusterFact
     assert refused.code == 1
     assert refused.first_error_line == (
         "Error: replicated-0 has 3 replicas but there are only 2 brokers to place them on (1,2)"
+    )
+
+    # A broker that is down is not emptied unless asked: a plan that merely misses it is refused.
+    cluster.kill(3)
+    cluster.wait_for_brokers(2, timeout_s=CLIENT_TIMEOUT_S)
+    down = tierlog("cluster", "rebalance", "-b", bootstrap)
+    assert down.code == 1
+    assert down.first_error_line == (
+        "Error: broker 3 holds replicas but is not registered and unfenced (down?): start it, or "
+        "--exclude-broker 3 to move its replicas to the others"
     )
 
 

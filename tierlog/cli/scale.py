@@ -94,10 +94,18 @@ class Rebalance:
 
 
 def _plan(view: ClusterView, excluded: Collection[int], client: ClientOptions) -> Plan:
-    unknown = sorted(set(excluded) - set(view.brokers))
+    holders = {b for replicas in view.replicas.values() for b in replicas}
+    unknown = sorted(set(excluded) - set(view.brokers) - holders)
     if unknown:
         raise CliError(
             f"--exclude-broker {unknown[0]} is not a registered, unfenced broker (those are {_ids(view.brokers)})"
+        )
+    # A broker down for a moment must not be emptied by a plan that only misses it: emptying one is asked for.
+    absent = sorted(holders - set(view.brokers) - set(excluded))
+    if absent:
+        raise CliError(
+            f"broker {absent[0]} holds replicas but is not registered and unfenced (down?): start it, or "
+            f"--exclude-broker {absent[0]} to move its replicas to the others"
         )
     brokers = sorted(set(view.brokers) - set(excluded))
     try:
