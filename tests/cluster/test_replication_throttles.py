@@ -92,7 +92,8 @@ def test_a_throttled_follower_lags_under_its_rate_and_catches_up_once_the_thrott
         if elapsed >= THROTTLED_PHASE_S:
             break
         time.sleep(0.5)
-    # Still far behind: the throttle, not the records, ended its progress.
+    # Paced, not stopped, and still far behind: the throttle, not the records, ended its progress.
+    assert samples[-1][1] > 0, samples
     assert segment_bytes(cluster, FOLLOWER) < total - RECORDS * RECORD_BYTES // 2, samples
     metrics = http_get(cluster.http_address(FOLLOWER), "/metrics").decode()
     (rate_line,) = [line for line in metrics.splitlines() if line.startswith("kafka_server_followerreplication")]

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from replication_helpers import NOW, TP, Cluster, caught_up_pair
 
-from tierlog.common import TopicPartition
+from tierlog.common import Idle, TopicPartition
 from tierlog.config_def import ConfigException
-from tierlog.replication.fetcher import FetcherConfig
+from tierlog.replication.fetcher import IDLE_POLL_MS, FetcherConfig
 from tierlog.replication.replica_manager import FetchParams, FetchPartitionResult, PartitionFetchInfo
 from tierlog.replication.replication_quota import (
     UNLIMITED_RATE,
@@ -209,7 +209,7 @@ def test_follower_leaves_a_throttled_partition_behind_the_hw_out_of_its_fetch_wh
     # One batch of three fetched: 2 behind the leader's HW, and the quota (100 B/s) is exceeded.
     assert cluster.log(2).log_end_offset == 1 and fetcher.partitions[TP].lag == 2
     assert fetcher.build_fetch_request(cluster.now) is None
-    assert fetcher.poll(cluster.now).until_ms > cluster.now  # type: ignore[union-attr]
+    assert fetcher.poll(cluster.now) == Idle(cluster.now + IDLE_POLL_MS)
     # The window moves on: fetching again.
     cluster.now += 11_000
     request = fetcher.build_fetch_request(cluster.now)

@@ -217,6 +217,9 @@ class ReplicaFetcher:
         request = self.build_fetch_request(now_ms)
         if request is not None:
             return request
+        if any(self._should_throttle(tp, state, now_ms) for tp, state in ready if state.state == FETCHING):
+            # Kafka backs off when the throttle empties its Fetch; the rate falls as time passes.
+            return Idle(now_ms + IDLE_POLL_MS)
         wake_at = self.next_wakeup_ms()
         return Idle(now_ms + (IDLE_POLL_MS if wake_at is None else max(1, min(IDLE_POLL_MS, wake_at - now_ms))))
 
