@@ -99,6 +99,8 @@ def test_a_throttled_follower_lags_under_its_rate_and_catches_up_once_the_thrott
     (rate_line,) = [line for line in metrics.splitlines() if line.startswith("kafka_server_followerreplication")]
     assert float(rate_line.split()[-1]) > 0
 
+    # A new client: the first one dropped broker 2 from its metadata while it was down, and librdkafka's admin
+    # waits for it to reappear there rather than refreshing (a client matter, as against Kafka).
     follower_admin = AdminClient({"bootstrap.servers": cluster.broker(FOLLOWER).bootstrap})
     alter_follower_rate(follower_admin, None, AlterConfigOpType.DELETE)
     wait_until(
