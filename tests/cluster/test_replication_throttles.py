@@ -1,6 +1,6 @@
 """Replication throttles on real brokers (docs/replication.md#throttles): a follower that comes back far behind
-fetches a throttled topic no faster than follower.replication.throttled.rate, and catches up once
-IncrementalAlterConfigs removes the rate.
+fetches a throttled topic no faster than the rate its own broker (follower.replication.throttled.rate) or the
+leader's (leader.replication.throttled.rate) allows, and catches up once IncrementalAlterConfigs removes it.
 
 Only upper bounds are timed: a loaded machine makes the follower slower, never faster, so the throttled phase
 cannot flake; the catch-up is a bounded wait."""
@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from cluster_helpers import http_get, replica_state, wait_confirmed_leader
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
@@ -37,28 +38,40 @@ def segment_bytes(cluster: LocalCluster, node_id: int) -> int:
     return sum(path.stat().st_size for path in Path(directory).glob("*.log"))
 
 
-def alter_follower_rate(admin: AdminClient, value: str | None, op: AlterConfigOpType) -> None:
-    entry = ConfigEntry("follower.replication.throttled.rate", value, incremental_operation=op)
-    resource = ConfigResource("broker", str(FOLLOWER), incremental_configs=[entry])
+def alter_rate(cluster: LocalCluster, side: str, broker: int, value: str | None, op: AlterConfigOpType) -> None:
+    """Set or delete `broker`'s own `side`.replication.throttled.rate; a per-broker config goes to its broker. A
+    new client each time: one that saw the broker down dropped it from its metadata, and librdkafka's admin waits
+    for it to reappear there rather than refreshing (a client matter, as against Kafka)."""
+    admin = AdminClient({"bootstrap.servers": cluster.broker(broker).bootstrap})
+    entry = ConfigEntry(f"{side}.replication.throttled.rate", value, incremental_operation=op)
+    resource = ConfigResource("broker", str(broker), incremental_configs=[entry])
     for future in admin.incremental_alter_configs([resource]).values():
         future.result(timeout=TIMEOUT_S)
 
 
-def test_a_throttled_follower_lags_under_its_rate_and_catches_up_once_the_throttle_is_removed(
-    cluster_factory: Callable[..., LocalCluster],
+@pytest.mark.parametrize(
+    ("side", "throttled_replicas", "throttling_broker"),
+    [
+        # The follower's own replicas of the topic, every one.
+        ("follower", "*", FOLLOWER),
+        # Partition 0 where broker 1 leads it: the leader holds back a follower outside the ISR.
+        ("leader", f"0:{LEADER}", LEADER),
+    ],
+)
+def test_a_throttled_follower_lags_under_the_rate_and_catches_up_once_the_throttle_is_removed(
+    cluster_factory: Callable[..., LocalCluster], side: str, throttled_replicas: str, throttling_broker: int
 ) -> None:
     cluster = cluster_factory(
         {"replica.fetch.max.bytes": str(FETCH_MAX_BYTES), "replication.quota.window.num": str(WINDOW_SECONDS)},
         brokers=2,
     )
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    config = {"follower.replication.throttled.replicas": "*"}
+    config = {f"{side}.replication.throttled.replicas": throttled_replicas}
     topic = NewTopic(TOPIC, num_partitions=1, replica_assignment=[[LEADER, FOLLOWER]], config=config)
     admin.create_topics([topic])[TOPIC].result(timeout=TIMEOUT_S)
     assert wait_confirmed_leader(cluster, TOPIC, 0, TIMEOUT_S)[0] == LEADER
-    # A per-broker config goes to its broker: set it while the follower runs; it is kept in the metadata log.
-    follower_admin = AdminClient({"bootstrap.servers": cluster.broker(FOLLOWER).bootstrap})
-    alter_follower_rate(follower_admin, str(THROTTLE_BYTES_PER_S), AlterConfigOpType.SET)
+    # Set while every broker runs; it is kept in the metadata log.
+    alter_rate(cluster, side, throttling_broker, str(THROTTLE_BYTES_PER_S), AlterConfigOpType.SET)
 
     cluster.broker(FOLLOWER).stop()
     producer = Producer(
@@ -95,14 +108,11 @@ def test_a_throttled_follower_lags_under_its_rate_and_catches_up_once_the_thrott
     # Paced, not stopped, and still far behind: the throttle, not the records, ended its progress.
     assert samples[-1][1] > 0, samples
     assert segment_bytes(cluster, FOLLOWER) < total - RECORDS * RECORD_BYTES // 2, samples
-    metrics = http_get(cluster.http_address(FOLLOWER), "/metrics").decode()
-    (rate_line,) = [line for line in metrics.splitlines() if line.startswith("kafka_server_followerreplication")]
+    metrics = http_get(cluster.http_address(throttling_broker), "/metrics").decode()
+    (rate_line,) = [line for line in metrics.splitlines() if line.startswith(f"kafka_server_{side}replication")]
     assert float(rate_line.split()[-1]) > 0
 
-    # A new client: the first one dropped broker 2 from its metadata while it was down, and librdkafka's admin
-    # waits for it to reappear there rather than refreshing (a client matter, as against Kafka).
-    follower_admin = AdminClient({"bootstrap.servers": cluster.broker(FOLLOWER).bootstrap})
-    alter_follower_rate(follower_admin, None, AlterConfigOpType.DELETE)
+    alter_rate(cluster, side, throttling_broker, None, AlterConfigOpType.DELETE)
     wait_until(
         lambda: segment_bytes(cluster, FOLLOWER) == total,
         60,
