@@ -434,6 +434,36 @@ _BROKER_OWN_CONFIGS: tuple[ConfigDef, ...] = (
     _d("replica.fetch.response.max.bytes", "10485760", "int", "Bytes a follower fetches per request.", at_least=0),
     _d("replica.fetch.backoff.ms", "1000", "int", "Pause of a follower partition after a fetch error.", at_least=0),
     _d("replica.socket.timeout.ms", "30000", "int", "Timeout of inter-broker requests.", at_least=1),
+    _d(
+        "replication.quota.window.num",
+        "11",
+        "int",
+        "The number of samples to retain in memory for replication quotas.",
+        at_least=1,
+    ),
+    _d(
+        "replication.quota.window.size.seconds",
+        "1",
+        "int",
+        "The time span of each sample for replication quotas.",
+        at_least=1,
+    ),
+    _d(
+        "leader.replication.throttled.rate",
+        "9223372036854775807",
+        "long",
+        "Upper bound (bytes/s) on the replication this broker serves as leader for the replicas of "
+        "leader.replication.throttled.replicas. Dynamic only.",
+        at_least=0,
+    ),
+    _d(
+        "follower.replication.throttled.rate",
+        "9223372036854775807",
+        "long",
+        "Upper bound (bytes/s) on the replication this broker fetches as follower for the replicas of "
+        "follower.replication.throttled.replicas. Dynamic only.",
+        at_least=0,
+    ),
     _d("unclean.leader.election.enable", "false", "boolean", "Elect an out-of-sync replica as last resort."),
     # Leader balancing by the controller, Kafka's names, types and defaults.
     _d("auto.leader.rebalance.enable", "true", "boolean", "Move leaders back to preferred replicas periodically."),
@@ -571,7 +601,8 @@ BROKER_CONFIGS.update({d.name: d for d in _topic_synonyms(set(BROKER_CONFIGS))})
 # The broker configs tierlog applies while it runs, so AlterConfigs may change them (Kafka's
 # DynamicBrokerConfig.AllDynamicConfigs, less what tierlog has no live use for): the broker defaults of topic
 # configs (Kafka's DynamicLogConfig: each topic config's primary broker synonym, but message.format.version),
-# the log cleaner's settings, the producer id expiration and the remote fetch wait. Every other config is
+# the log cleaner's settings, the producer id expiration, the remote fetch wait and the replication throttles'
+# rates (docs/replication.md#throttles). Every other config is
 # read-only, and AlterConfigs refuses it.
 DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(
     {
@@ -588,6 +619,12 @@ DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(
         "producer.id.expiration.ms",
         "remote.fetch.max.wait.ms",
     }
+    | {"leader.replication.throttled.rate", "follower.replication.throttled.rate"}
+)
+# Configs that only AlterConfigs sets (Kafka's DynamicConfig.Broker quota configs, absent from KafkaConfig): a value
+# in server.properties is not used, and DescribeConfigs of a broker lists them only where they are set.
+DYNAMIC_ONLY_BROKER_CONFIGS: frozenset[str] = frozenset(
+    {"leader.replication.throttled.rate", "follower.replication.throttled.rate"}
 )
 
 # Kafka's DescribeConfigs ConfigSource values.
@@ -742,9 +779,11 @@ class KafkaConfig:
         # Every layer at once, the highest precedence last.
         self.props = {**self.originals, **self.dynamic_defaults, **self.dynamic_broker}
         self._values: dict[str, object] = {}
+        dynamic = {**self.dynamic_defaults, **self.dynamic_broker}
         for name, definition in BROKER_CONFIGS.items():
-            if name in self.props:
-                self._values[name] = parse_config_value(definition, self.props[name])
+            layers = dynamic if name in DYNAMIC_ONLY_BROKER_CONFIGS else self.props
+            if name in layers:
+                self._values[name] = parse_config_value(definition, layers[name])
             else:
                 self._values[name] = definition.default
         self._check()
@@ -790,7 +829,7 @@ class KafkaConfig:
         return sorted(
             k
             for k in self.originals
-            if k not in BROKER_CONFIGS
+            if (k not in BROKER_CONFIGS or k in DYNAMIC_ONLY_BROKER_CONFIGS)
             and not k.startswith(prefixes)
             and not _LISTENER_SSL_OVERRIDE.match(k)
             and not _LISTENER_SASL_SETTING.match(k)
@@ -1346,7 +1385,11 @@ class KafkaConfig:
     def describe_broker(self, *, per_broker: bool) -> list[DescribedConfig]:
         """DescribeConfigs of this broker (`per_broker`: every config, with its value and where it comes from)
         or of the cluster-wide default (only the dynamic defaults that are set), as Kafka's ConfigHelper."""
-        names = set(BROKER_CONFIGS) | set(self.originals) if per_broker else set(self.dynamic_defaults)
+        if per_broker:
+            names = set(BROKER_CONFIGS) - DYNAMIC_ONLY_BROKER_CONFIGS
+            names |= set(self.originals) | set(self.dynamic_defaults) | set(self.dynamic_broker)
+        else:
+            names = set(self.dynamic_defaults)
         described = []
         for name in sorted(names):
             synonyms = self._synonyms(name, per_broker=per_broker)

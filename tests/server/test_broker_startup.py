@@ -157,15 +157,21 @@ def test_unknown_settings_are_reported_once_and_kafkas_deprecated_topic_configs_
     broker_factory: BrokerFactory,
 ) -> None:
     """A real Kafka server.properties starts tierlog: what tierlog does not use is named once at start-up, and
-    Kafka 3.x topic configs that are deprecated but accepted there are accepted here, while a throttle tierlog
-    cannot apply is refused with INVALID_CONFIG rather than ignored."""
+    Kafka 3.x topic configs that are deprecated but accepted there are accepted here. A replication throttle's
+    rate is a dynamic-only config, as in Kafka: in server.properties it is named unused, and a throttled-replicas
+    list Kafka would refuse is refused with INVALID_CONFIG."""
     broker = broker_factory(
-        {"num.network.threads": "3", "socket.send.buffer.bytes": "102400", "log.retention.hours": "168"}
+        {
+            "num.network.threads": "3",
+            "socket.send.buffer.bytes": "102400",
+            "log.retention.hours": "168",
+            "leader.replication.throttled.rate": "1000",
+        }
     )
     log = broker.log_file.read_text()
     unused = [line for line in log.splitlines() if "were supplied but are not used yet" in line]
     assert len(unused) == 1, log
-    assert "'[num.network.threads, socket.send.buffer.bytes]'" in unused[0]
+    assert "'[leader.replication.throttled.rate, num.network.threads, socket.send.buffer.bytes]'" in unused[0]
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     deprecated = {"message.format.version": "2.8", "message.downconversion.enable": "false"}
     admin.create_topics([NewTopic("legacy", 1, 1, config=deprecated)])["legacy"].result(timeout=30)
@@ -173,7 +179,7 @@ def test_unknown_settings_are_reported_once_and_kafkas_deprecated_topic_configs_
     entries = next(iter(described.values())).result(timeout=30)
     assert entries["message.format.version"].value == "2.8"
     assert entries["message.downconversion.enable"].value == "false"
-    throttled = {"leader.replication.throttled.replicas": "0:1"}
-    with pytest.raises(Exception, match="replication throttling is not supported by tierlog yet") as refused:
+    throttled = {"leader.replication.throttled.replicas": "0:1,1"}
+    with pytest.raises(Exception, match="must be the literal '\\*' or a list of replicas") as refused:
         admin.create_topics([NewTopic("throttled", 1, 1, config=throttled)])["throttled"].result(timeout=30)
     assert refused.value.args[0].name() == "INVALID_CONFIG"

@@ -178,3 +178,37 @@ def test_a_per_broker_config_must_be_sent_to_that_broker(broker_factory: BrokerF
     assert wrong.error_message == "Unexpected broker id, expected 1, but received 2"
     assert default.error_code == ErrorCode.none
     assert describe_default(broker) == {}, "validate_only changes nothing"
+
+
+def test_replication_throttle_rates_are_dynamic_only_described_where_set_and_validated(
+    broker_factory: BrokerFactory,
+) -> None:
+    """leader/follower.replication.throttled.rate (docs/replication.md#throttles): Kafka's DynamicConfig.Broker
+    quota configs, absent from a broker's DescribeConfigs until set, per broker or cluster-wide."""
+    broker = broker_factory()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    described = describe(admin, "broker", "1")
+    assert "follower.replication.throttled.rate" not in described
+    assert "leader.replication.throttled.rate" not in described
+    assert described["replication.quota.window.num"].value == "11"
+    assert described["replication.quota.window.size.seconds"].value == "1"
+    alter(admin, "1", ("follower.replication.throttled.rate", "200000", SET))
+    (answer,) = alter_raw(broker, ("", "leader.replication.throttled.rate", "300000"))
+    assert answer.error_code == ErrorCode.none, answer.error_message
+    described = describe(admin, "broker", "1")
+    follower, leader = described["follower.replication.throttled.rate"], described["leader.replication.throttled.rate"]
+    assert (follower.value, follower.source) == ("200000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    assert (leader.value, leader.source) == ("300000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+    assert not follower.is_read_only
+    assert list(describe_default(broker)) == ["leader.replication.throttled.rate"]
+    assert "dynamic broker configs now in effect: follower.replication.throttled.rate" in broker.log_file.read_text()
+    assert refusal(admin, "1", ("leader.replication.throttled.rate", "-1", SET)) == (
+        "INVALID_REQUEST",
+        "Invalid value -1 for configuration leader.replication.throttled.rate: Value must be at least 0",
+    )
+    assert refusal(admin, "1", ("replication.quota.window.num", "5", SET)) == (
+        "INVALID_REQUEST",
+        "Cannot update these configs dynamically: Set(replication.quota.window.num)",
+    )
+    alter(admin, "1", ("follower.replication.throttled.rate", None, DELETE))
+    assert "follower.replication.throttled.rate" not in describe(admin, "broker", "1")

@@ -254,6 +254,8 @@ def test_broker_metrics_render_kafka_names_from_stub_callbacks() -> None:
     metrics.isr_shrinks_total.callback(lambda: 2)
     metrics.isr_expands_total.callback(lambda: 1)
     metrics.under_replicated_partitions.callback(lambda: 1)
+    metrics.leader_replication_byte_rate.callback(lambda: 2048.5)
+    metrics.follower_replication_byte_rate.callback(lambda: 0)
     metrics.partition_log_end_offset.callback(
         lambda: [({"topic": t, "partition": str(p)}, leo) for (t, p), (leo, _) in partitions.items()]
     )
@@ -273,6 +275,8 @@ def test_broker_metrics_render_kafka_names_from_stub_callbacks() -> None:
         "kafka_server_replicamanager_isrshrinks_total": "counter",
         "kafka_server_replicamanager_isrexpands_total": "counter",
         "kafka_server_replicamanager_underreplicatedpartitions": "gauge",
+        "kafka_server_leaderreplication_byte_rate": "gauge",
+        "kafka_server_followerreplication_byte_rate": "gauge",
         "kafka_cluster_partition_highwatermark": "gauge",
         "kafka_log_log_logendoffset": "gauge",
         "tierlog_partition_hw_lag": "gauge",
@@ -283,6 +287,8 @@ def test_broker_metrics_render_kafka_names_from_stub_callbacks() -> None:
         "kafka_server_replicamanager_isrshrinks_total 2.0",
         "kafka_server_replicamanager_isrexpands_total 1.0",
         "kafka_server_replicamanager_underreplicatedpartitions 1.0",
+        "kafka_server_leaderreplication_byte_rate 2048.5",
+        "kafka_server_followerreplication_byte_rate 0.0",
         'kafka_log_log_logendoffset{partition="0",topic="orders"} 120.0',
         'kafka_cluster_partition_highwatermark{partition="1",topic="orders"} 50.0',
         'tierlog_partition_hw_lag{partition="0",topic="orders"} 20.0',
@@ -304,7 +310,7 @@ def test_every_scrape_time_family_is_exposed_under_its_exact_name_and_type() -> 
     declared = {m.name: m.kind for m in vars_of(metrics) if isinstance(m, ScrapedMetric)}
     exposed = {name: family.type for name, family in parse(render(registry)).items()}
     assert declared.items() <= exposed.items()
-    assert len(declared) == 6 + len(REMOTE_TIER_FAMILIES)
+    assert len(declared) == 8 + len(REMOTE_TIER_FAMILIES)
 
 
 def vars_of(metrics: object) -> list[Any]:
@@ -315,7 +321,7 @@ def test_broker_metrics_before_wiring_render_families_without_samples() -> None:
     registry = CollectorRegistry()
     broker_metrics(registry)
     families = parse(render(registry))
-    assert len(families) == 8 + len(REMOTE_TIER_FAMILIES)
+    assert len(families) == 10 + len(REMOTE_TIER_FAMILIES)
     assert all(family.samples == [] for family in families.values())
 
 

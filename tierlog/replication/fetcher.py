@@ -12,6 +12,9 @@ Truncation follows docs/replication.md#truncation (Kafka's truncation on fetch, 
 the epoch of its last fetched batch; a leader on which that epoch ended earlier answers DivergingEpoch (E, off)
 instead of records, and the follower truncates to the end of E in its own log, never to its HW unless neither side can
 say where the epochs part. Truncation always comes before any HW of that round is adopted.
+
+A partition throttled on this follower (docs/replication.md#throttles) is left out of the Fetch while the
+follower quota is exceeded, unless it has caught up with the leader's HW: an in-sync replica is never held back.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Literal
 
 from tierlog.common import Idle, TopicPartition
 from tierlog.replication.partition import NO_EPOCH, Partition
+from tierlog.replication.replication_quota import ReplicationQuotaManager
 from tierlog.storage.leader_epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from tierlog.storage.log import EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
@@ -76,6 +80,14 @@ class PartitionFetchState:
     state: FetchStateName
     delayed_until_ms: int = 0
     remote_build: RemoteLogAuxStateBuild | None = None
+    # How far the leader's HW was ahead of our LEO after the last fetch that brought records (Kafka's
+    # PartitionFetchState.lag); None until one did.
+    lag: int | None = None
+
+    @property
+    def is_replica_in_sync(self) -> bool:
+        """Kafka's isReplicaInSync: the last records fetched reached the leader's HW."""
+        return self.lag is not None and self.lag <= 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,10 +168,13 @@ class ReplicaFetcher:
         source_broker_id: int,
         config: FetcherConfig,
         partition_of: Callable[[TopicPartition], Partition | None],
+        quota: ReplicationQuotaManager | None = None,
     ) -> None:
         self.source_broker_id = source_broker_id
         self.config = config
         self._partition_of = partition_of
+        # The follower side's replication throttle; None fetches everything.
+        self._quota = quota
         self.partitions: dict[TopicPartition, PartitionFetchState] = {}
         # (fetch offset, leader epoch) each partition was last asked for: a response is applied only if the
         # partition still stands there (it may have been truncated or re-added meanwhile).
@@ -202,14 +217,19 @@ class ReplicaFetcher:
         request = self.build_fetch_request(now_ms)
         if request is not None:
             return request
+        if any(self._should_throttle(tp, state, now_ms) for tp, state in ready if state.state == FETCHING):
+            # Kafka backs off when the throttle empties its Fetch; the rate falls as time passes.
+            return Idle(now_ms + IDLE_POLL_MS)
         wake_at = self.next_wakeup_ms()
         return Idle(now_ms + (IDLE_POLL_MS if wake_at is None else max(1, min(IDLE_POLL_MS, wake_at - now_ms))))
 
     def build_fetch_request(self, now_ms: int) -> FetchRequestData | None:
-        """One Fetch for every partition ready to fetch; None if none is."""
+        """One Fetch for every partition ready to fetch and not throttled; None if none is."""
         requests = []
         for tp, state in self.partitions.items():
             if state.state != FETCHING or state.delayed_until_ms > now_ms:
+                continue
+            if self._should_throttle(tp, state, now_ms):
                 continue
             partition = self._partition_of(tp)
             if partition is None:
@@ -230,6 +250,18 @@ class ReplicaFetcher:
             return None
         config = self.config
         return FetchRequestData(config.replica_id, config.max_wait_ms, config.min_bytes, config.max_bytes, requests)
+
+    def _should_throttle(self, tp: TopicPartition, state: PartitionFetchState, now_ms: int) -> bool:
+        """Kafka's shouldFollowerThrottle (docs/replication.md#throttles): a throttled replica that has not caught
+        up waits while the follower quota is exceeded; one in sync never does, so a throttle cannot push it out of
+        the ISR."""
+        quota = self._quota
+        return (
+            quota is not None
+            and not state.is_replica_in_sync
+            and quota.is_throttled(tp)
+            and quota.is_quota_exceeded(now_ms)
+        )
 
     def process_fetch_response(self, partitions: Sequence[FetchResponsePartition], now_ms: int) -> None:
         for response in partitions:
@@ -274,11 +306,19 @@ class ReplicaFetcher:
         if response.diverging_epoch is not None:
             self._truncate_on_diverging_epoch(partition, state, response.diverging_epoch, now_ms)
             return
-        if response.records is not None:
-            partition.append_records_to_follower(response.records, now_ms)
+        records = response.records
+        if records is not None:
+            partition.append_records_to_follower(records, now_ms)
         partition.update_follower_high_watermark(response.high_watermark, response.log_start_offset, now_ms)
+        fetched_offset = state.fetch_offset
         state.fetch_offset = partition.log.log_end_offset
         state.last_fetched_epoch = partition.log.latest_epoch
+        if state.fetch_offset > fetched_offset:
+            state.lag = max(0, response.high_watermark - state.fetch_offset)
+        quota = self._quota
+        if records and quota is not None and quota.is_throttled(partition.topic_partition):
+            # Both in-sync and lagging replicas count, so the throttled traffic as a whole stays under the quota.
+            quota.record(len(records), now_ms)
 
     def _truncate_on_diverging_epoch(
         self, partition: Partition, state: PartitionFetchState, diverging: tuple[int, int], now_ms: int

@@ -7,6 +7,9 @@ fetch until enough bytes arrive or its wait ends (DelayedFetch), an acks=all pro
 records or its timeout (DelayedProduce), a consumer's fetch of an offset only the remote tier holds until
 the remote read answers or `remote.fetch.max.wait.ms` passes (DelayedRemoteFetch). The remote read itself
 runs in the shell (`AsyncRemoteRead`), which calls back with its result.
+
+It holds the broker's two replication throttles (docs/replication.md#throttles): `leader_quota` for what its
+leaders serve to followers, `follower_quota` for what its fetchers fetch.
 """
 
 from __future__ import annotations
@@ -32,8 +35,10 @@ from tierlog.replication.partition import (
     RemoteFetchInfo,
 )
 from tierlog.replication.purgatory import DelayedOperation, DelayedOperationPurgatory
+from tierlog.replication.replication_quota import ReplicationQuotaConfig, ReplicationQuotaManager
 from tierlog.replication.trace import TraceSink, ignore_trace
 from tierlog.storage.log import LogAppendInfo
+from tierlog.storage.log_config import FOLLOWER_THROTTLED_REPLICAS, LEADER_THROTTLED_REPLICAS
 from tierlog.storage.log_manager import LogManager
 
 CONSUMER_REPLICA_ID = -1
@@ -97,7 +102,8 @@ FetchResponder = Callable[[list[FetchPartitionResult]], None]
 
 class DelayedFetch(DelayedOperation):
     """A fetch waiting for `min_bytes` (or an error, or a diverging epoch) on any of its partitions, or for
-    its deadline. Its re-reads never update a follower's fetch state: the fetch was recorded when it came.
+    its deadline. Its re-reads never update a follower's fetch state: the fetch was recorded when it came, and
+    the partitions the leader throttled for it then stay throttled (they answer no records) until it completes.
 
     Created right after a read found it unanswerable. A wake-up re-reads only if something that read depends
     on moved (Kafka's tryComplete compares offsets instead of reading): an append wakes a consumer's fetch,
@@ -110,12 +116,14 @@ class DelayedFetch(DelayedOperation):
         params: FetchParams,
         infos: Sequence[tuple[TopicPartition, PartitionFetchInfo]],
         respond: FetchResponder,
+        throttled: frozenset[TopicPartition] = frozenset(),
     ) -> None:
         super().__init__(deadline_ms)
         self._replica_manager = replica_manager
         self._params = params
         self._infos = infos
         self._respond = respond
+        self._throttled = throttled
         self._results: list[FetchPartitionResult] | None = None
         self._positions_read = self._positions()
 
@@ -139,7 +147,7 @@ class DelayedFetch(DelayedOperation):
         if positions == self._positions_read:
             return False
         self._positions_read = positions
-        results = self._replica_manager.read_from_local_log(self._params, self._infos)
+        results = self._replica_manager.read_from_local_log(self._params, self._infos, self._throttled)
         if _can_answer(results, self._params.min_bytes):
             self._results = results
             return self.force_complete()
@@ -148,7 +156,7 @@ class DelayedFetch(DelayedOperation):
     def on_complete(self) -> None:
         results = self._results
         if results is None:
-            results = self._replica_manager.read_from_local_log(self._params, self._infos)
+            results = self._replica_manager.read_from_local_log(self._params, self._infos, self._throttled)
         self._respond(results)
 
 
@@ -268,6 +276,7 @@ class ReplicaManager:
         trace: TraceSink = ignore_trace,
         remote_read: AsyncRemoteRead | None = None,
         remote_fetch_max_wait_ms: int = DEFAULT_REMOTE_FETCH_MAX_WAIT_MS,
+        replication_quota_config: ReplicationQuotaConfig | None = None,
     ) -> None:
         self.local_broker_id = local_broker_id
         self.log_manager = log_manager
@@ -285,6 +294,10 @@ class ReplicaManager:
         self._remote_read = remote_read
         # A dynamic broker config: the shell updates it when the broker's config changes.
         self.remote_fetch_max_wait_ms = remote_fetch_max_wait_ms
+        quota_config = replication_quota_config or ReplicationQuotaConfig()
+        # Their rates are dynamic broker configs: the shell updates them when the broker's config changes.
+        self.leader_quota = ReplicationQuotaManager(quota_config, local_broker_id, LEADER_THROTTLED_REPLICAS)
+        self.follower_quota = ReplicationQuotaManager(quota_config, local_broker_id, FOLLOWER_THROTTLED_REPLICAS)
         self.isr_shrinks = 0
         self.isr_expands = 0
         # Brokers that may join an ISR (docs/replication.md#isr-expand): registered, unfenced, not shutting down.
@@ -300,6 +313,9 @@ class ReplicaManager:
         new replica of a tiered partition starts at the leader's local log start
         (docs/reassignment.md#tiered-partitions)."""
         self._update_eligibility(metadata.brokers)
+        topic_configs = {topic.name: topic.configs for topic in metadata.topics.values()}
+        self.leader_quota.update_throttled_partitions(topic_configs)
+        self.follower_quota.update_throttled_partitions(topic_configs)
         wanted: set[TopicPartition] = set()
         for topic in metadata.topics.values():
             self.log_manager.update_topic_config(topic.name, topic.configs)
@@ -359,7 +375,9 @@ class ReplicaManager:
             if registration.leader >= 0:
                 fetcher = self.fetchers.get(registration.leader)
                 if fetcher is None:
-                    fetcher = ReplicaFetcher(registration.leader, self.fetcher_config, self.partitions.get)
+                    fetcher = ReplicaFetcher(
+                        registration.leader, self.fetcher_config, self.partitions.get, self.follower_quota
+                    )
                     self.fetchers[registration.leader] = fetcher
                 fetcher.add_partition(tp, partition.topic_id, registration.leader_epoch, now_ms)
 
@@ -434,10 +452,15 @@ class ReplicaManager:
     # Fetch
 
     def read_from_local_log(
-        self, params: FetchParams, infos: Sequence[tuple[TopicPartition, PartitionFetchInfo]]
+        self,
+        params: FetchParams,
+        infos: Sequence[tuple[TopicPartition, PartitionFetchInfo]],
+        throttled: frozenset[TopicPartition] = frozenset(),
     ) -> list[FetchPartitionResult]:
         """Read every partition of a fetch. The response is bounded by max_bytes across partitions, but the
-        first partition with data may exceed it by one batch so a consumer always makes progress (KIP-74)."""
+        first partition with data may exceed it by one batch so a consumer always makes progress (KIP-74).
+        A `throttled` partition is read (its errors, epochs and offsets answer as usual) but answers no records,
+        as Kafka's readFromLog for a follower the leader throttles."""
         results = []
         remaining = params.max_bytes
         min_one_message = True
@@ -456,6 +479,8 @@ class ReplicaManager:
             except Exception as error:
                 results.append(FetchPartitionResult(tp, error_name_of(error), None))
                 continue
+            if tp in throttled:
+                read = dataclasses.replace(read, records=None)
             if read.size > 0 or read.remote_fetch is not None:
                 min_one_message = False
                 remaining -= read.size
@@ -472,8 +497,13 @@ class ReplicaManager:
         """Answer at once when there is an error, a diverging epoch, enough data or no wait; otherwise park
         the fetch. A fetch of an offset only the remote tier holds waits for that read instead. A follower's
         fetch first records its position on the leader (its remote LEO), which may move the HW. Returns the
-        parked operation so the shell can arm a timer for its deadline."""
-        results = self.read_from_local_log(params, infos)
+        parked operation so the shell can arm a timer for its deadline. A follower's fetch is throttled
+        (docs/replication.md#throttles) by the leader quota as it arrives."""
+        throttled: frozenset[TopicPartition] = frozenset()
+        if params.replica_id >= 0:
+            throttled = self._leader_throttled(params.replica_id, infos, now_ms)
+            respond = self._recording_leader_quota(respond, now_ms)
+        results = self.read_from_local_log(params, infos, throttled)
         if params.replica_id >= 0:
             self._update_follower_fetch_states(params.replica_id, infos, results, now_ms)
         remote = next((r for r in results if r.read is not None and r.read.remote_fetch is not None), None)
@@ -482,11 +512,41 @@ class ReplicaManager:
         if params.max_wait_ms <= 0 or not infos or remote is not None or _can_answer(results, params.min_bytes):
             respond(results)
             return None
-        delayed = DelayedFetch(now_ms + params.max_wait_ms, self, params, infos, respond)
+        delayed = DelayedFetch(now_ms + params.max_wait_ms, self, params, infos, respond, throttled)
         # Just read and found unanswerable (recording a follower's position does not change what it reads):
         # watch without reading every partition again.
         self.fetch_purgatory.watch(delayed, [tp for tp, _ in infos])
         return delayed
+
+    def _leader_throttled(
+        self, replica_id: int, infos: Sequence[tuple[TopicPartition, PartitionFetchInfo]], now_ms: int
+    ) -> frozenset[TopicPartition]:
+        """Kafka's shouldLeaderThrottle for each partition a follower fetches: throttled on this leader, the
+        follower not in its ISR (an in-sync follower is never held back, so a throttle cannot shrink the ISR),
+        and the leader quota exceeded."""
+        quota = self.leader_quota
+        candidates = [tp for tp, _ in infos if quota.is_throttled(tp)]
+        if not candidates or not quota.is_quota_exceeded(now_ms):
+            return frozenset()
+        return frozenset(
+            tp
+            for tp in candidates
+            if (partition := self.partitions.get(tp)) is not None and replica_id not in partition.isr
+        )
+
+    def _recording_leader_quota(self, respond: FetchResponder, now_ms: int) -> FetchResponder:
+        """`respond`, counting first the records it sends of throttled partitions against the leader quota (as
+        Kafka's handleFetchRequest, for in-sync followers too). A parked fetch counts them at its arrival time,
+        which is at most replica.fetch.wait.max.ms earlier: the core reads no clock."""
+        quota = self.leader_quota
+
+        def respond_and_record(results: list[FetchPartitionResult]) -> None:
+            sent = sum(r.read.size for r in results if r.read is not None and quota.is_throttled(r.topic_partition))
+            if sent:
+                quota.record(sent, now_ms)
+            respond(results)
+
+        return respond_and_record
 
     def _fetch_remote(
         self,

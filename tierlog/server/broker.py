@@ -26,6 +26,7 @@ from tierlog.replication.alter_partition_manager import AlterPartitionManager
 from tierlog.replication.fetcher import FetcherConfig, ReplicaFetcher
 from tierlog.replication.metadata_publisher import BrokerMetadataPublisher
 from tierlog.replication.replica_manager import ReplicaManager
+from tierlog.replication.replication_quota import ReplicationQuotaConfig
 from tierlog.server.acl_apis import AclApis
 from tierlog.server.auth_helper import AuthHelper, configured_authorizer
 from tierlog.server.auto_topic_creation_manager import AutoTopicCreationManager
@@ -157,7 +158,12 @@ class Broker:
             trace=self.trace_log.record,
             remote_read=self.remote_storage_readers.async_read if self.remote_storage_readers is not None else None,
             remote_fetch_max_wait_ms=config.get_int("remote.fetch.max.wait.ms"),
+            replication_quota_config=ReplicationQuotaConfig(
+                window_num=config.get_int("replication.quota.window.num"),
+                window_size_seconds=config.get_int("replication.quota.window.size.seconds"),
+            ),
         )
+        self._update_replication_quotas()
         self.metadata_publisher = BrokerMetadataPublisher(self.replica_manager)
         self.alter_partition_manager = AlterPartitionManager(config.node_id, self.replica_manager)
         if self.rlmm is not None and rsm is not None and self.remote_storage_readers is not None:
@@ -352,12 +358,18 @@ class Broker:
             {name: topic.configs for name, topic in image.topics.items()},
         )
         self.replica_manager.remote_fetch_max_wait_ms = config.get_int("remote.fetch.max.wait.ms")
+        self._update_replication_quotas()
         if any(name.startswith("log.cleaner.") for name in changed):
             self._background.append(
                 asyncio.create_task(
                     self.log_cleaner.reconfigure(cleaner_config(config)), name="log-cleaner-reconfigure"
                 )
             )
+
+    def _update_replication_quotas(self) -> None:
+        """The rates of the replication throttles (docs/replication.md#throttles), dynamic broker configs."""
+        self.replica_manager.leader_quota.update_quota(self.config.get_int("leader.replication.throttled.rate"))
+        self.replica_manager.follower_quota.update_quota(self.config.get_int("follower.replication.throttled.rate"))
 
     def _reconcile_fetchers(self) -> None:
         wanted: dict[int, ReplicaFetcher] = dict(self.replica_manager.fetchers)

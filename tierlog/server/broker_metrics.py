@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from tierlog.replication.partition import Partition
 from tierlog.replication.replica_manager import ReplicaManager
+from tierlog.server.clock import now_ms
 from tierlog.server.metrics import BrokerMetrics
 from tierlog.server.remote_log_tasks import RemoteLogStats, RemoteLogTasks
 from tierlog.tiered.remote_log_manager import copy_lag_bytes
@@ -21,6 +22,8 @@ def wire_broker_metrics(metrics: BrokerMetrics, rm: ReplicaManager, remote_log: 
     metrics.under_replicated_partitions.callback(lambda: rm.under_replicated_partitions())
     metrics.isr_shrinks_total.callback(lambda: rm.isr_shrinks)
     metrics.isr_expands_total.callback(lambda: rm.isr_expands)
+    metrics.leader_replication_byte_rate.callback(lambda: rm.leader_quota.byte_rate(now_ms()))
+    metrics.follower_replication_byte_rate.callback(lambda: rm.follower_quota.byte_rate(now_ms()))
 
     def per_partition(value: Callable[[Partition], int]) -> Samples:
         return lambda: [

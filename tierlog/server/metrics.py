@@ -147,6 +147,9 @@ class BrokerMetrics:
     isr_shrinks_total: ScrapedMetric
     isr_expands_total: ScrapedMetric
     under_replicated_partitions: ScrapedMetric
+    # callbacks: the replication throttles' measured rates (docs/replication.md#throttles)
+    leader_replication_byte_rate: ScrapedMetric
+    follower_replication_byte_rate: ScrapedMetric
     # callbacks returning one sample per partition, labels: topic, partition
     partition_high_watermark: ScrapedMetric
     partition_log_end_offset: ScrapedMetric
@@ -222,6 +225,16 @@ def broker_metrics(registry: CollectorRegistry) -> BrokerMetrics:
             "gauge",
             "kafka_server_replicamanager_underreplicatedpartitions",
             "Partitions this broker leads whose ISR is smaller than their replica set.",
+        ),
+        leader_replication_byte_rate=ScrapedMetric(
+            "gauge",
+            "kafka_server_leaderreplication_byte_rate",
+            "Bytes/s this broker serves as leader for throttled replicas (Kafka's LeaderReplication byte-rate).",
+        ),
+        follower_replication_byte_rate=ScrapedMetric(
+            "gauge",
+            "kafka_server_followerreplication_byte_rate",
+            "Bytes/s this broker fetches as follower for throttled replicas (Kafka's FollowerReplication byte-rate).",
         ),
         partition_high_watermark=partition_gauge(
             "kafka_cluster_partition_highwatermark", "High watermark of each local replica."

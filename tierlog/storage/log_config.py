@@ -314,6 +314,72 @@ def _unsupported_unless(default: object, feature: str) -> Validator:
     return lambda value: None if value == default else f"{feature} is not supported by tierlog yet"
 
 
+# Every partition of a topic is throttled (the config's wildcard `*`).
+ALL_REPLICAS = "*"
+
+
+def _throttled_replicas_problem(entries: object) -> str | None:
+    """Kafka's ThrottledReplicaListValidator for a throttled-replicas config parsed as a list: the literal `*`
+    or entries `partitionId:brokerId`."""
+    items = [str(item).strip() for item in entries] if isinstance(entries, tuple) else []
+    if "".join(items) == ALL_REPLICAS or all(_is_replica_entry(item) for item in items):
+        return None
+    return (
+        "must be the literal '*' or a list of replicas in the following format: "
+        "[partitionId]:[brokerId],[partitionId]:[brokerId],..."
+    )
+
+
+def _is_replica_entry(item: str) -> bool:
+    partition, colon, broker = item.partition(":")
+    return not item or (bool(colon) and _is_digits(partition) and _is_digits(broker))
+
+
+def _is_digits(text: str) -> bool:
+    return text.isascii() and text.isdigit()
+
+
+def throttled_partitions_of(value: str, broker_id: int) -> frozenset[int] | str:
+    """Kafka's TopicConfigHandler.parseThrottledPartitions: the partitions of a topic throttled on `broker_id`
+    by a (valid) throttled-replicas config: ALL_REPLICAS for `*`, else the partition of every entry naming
+    this broker."""
+    text = value.strip()
+    if text == ALL_REPLICAS:
+        return ALL_REPLICAS
+    partitions = set()
+    for entry in text.split(","):
+        partition, _, broker = entry.strip().partition(":")
+        if partition and broker and int(broker) == broker_id:
+            partitions.add(int(partition))
+    return frozenset(partitions)
+
+
+# The replicas a broker throttles as leader and as follower (docs/replication.md#throttles). They are not LogConfig
+# attributes: the ReplicaManager's replication quotas read them from the topic configs of the metadata image.
+LEADER_THROTTLED_REPLICAS = "leader.replication.throttled.replicas"
+FOLLOWER_THROTTLED_REPLICAS = "follower.replication.throttled.replicas"
+THROTTLED_REPLICAS_CONFIGS: dict[str, ConfigDef] = _by_name(
+    _topic(
+        LEADER_THROTTLED_REPLICAS,
+        None,
+        "",
+        "list",
+        "Replicas whose replication is throttled on the leader side (leader.replication.throttled.rate of the "
+        "broker named): [PartitionId]:[BrokerId],... or '*' for all replicas of the topic.",
+        validator=_throttled_replicas_problem,
+    ),
+    _topic(
+        FOLLOWER_THROTTLED_REPLICAS,
+        None,
+        "",
+        "list",
+        "Replicas whose replication is throttled on the follower side (follower.replication.throttled.rate of "
+        "the broker named): [PartitionId]:[BrokerId],... or '*' for all replicas of the topic.",
+        validator=_throttled_replicas_problem,
+    ),
+)
+
+
 # Kafka 3.x topic configs that tierlog accepts (typed, validated, shown by DescribeConfigs) but that change
 # nothing here: the two deprecated ones Kafka 3.x itself ignores for the v2 record format (tierlog serves only
 # that format and Fetch v4+, so there is nothing to down-convert), and the configs of features tierlog does not
@@ -335,22 +401,6 @@ ACCEPTED_UNUSED_TOPIC_CONFIGS: dict[str, ConfigDef] = _by_name(
         "Deprecated and ignored: tierlog serves Fetch v4 and newer only, so nothing is down-converted.",
     ),
     _topic(
-        "leader.replication.throttled.replicas",
-        None,
-        "",
-        "list",
-        "Replicas throttled on the leader side during reassignment.",
-        validator=_unsupported_unless((), "replication throttling"),
-    ),
-    _topic(
-        "follower.replication.throttled.replicas",
-        None,
-        "",
-        "list",
-        "Replicas throttled on the follower side during reassignment.",
-        validator=_unsupported_unless((), "replication throttling"),
-    ),
-    _topic(
         "remote.log.copy.disable",
         None,
         False,
@@ -369,7 +419,11 @@ ACCEPTED_UNUSED_TOPIC_CONFIGS: dict[str, ConfigDef] = _by_name(
 )
 
 # Every topic config name a topic may set; LogConfig holds the values of TOPIC_CONFIGS only.
-ALL_TOPIC_CONFIGS: dict[str, ConfigDef] = {**TOPIC_CONFIGS, **ACCEPTED_UNUSED_TOPIC_CONFIGS}
+ALL_TOPIC_CONFIGS: dict[str, ConfigDef] = {
+    **TOPIC_CONFIGS,
+    **THROTTLED_REPLICAS_CONFIGS,
+    **ACCEPTED_UNUSED_TOPIC_CONFIGS,
+}
 
 # Broker settings consulted in order for a topic config, with the factor that turns each into the topic's
 # unit (KafkaConfig.logRollTimeMillis, logRetentionTimeMillis, ...). Others use their broker synonym alone.
