@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode
 
 from tierlog.client.requests import (
     PartitionFetch,
+    describe_log_dirs_request,
     describe_quorum_request,
     fetch_request,
     list_offsets_request,
@@ -833,6 +834,16 @@ CHECKS = (
         ErrorCode.cluster_authorization_failed,
         # The user has no credential; the answer says so rather than refusing.
         ErrorCode.resource_not_found,
+    ),
+    Check(
+        "describe-log-dirs",
+        35,
+        4,
+        lambda: describe_log_dirs_request(None, version=4),
+        _top_level,
+        ((Op.DESCRIBE, Type.CLUSTER, CLUSTER_NAME),),
+        ErrorCode.cluster_authorization_failed,
+        ErrorCode.none,
     ),
     Check(
         "broker-heartbeat",

@@ -12,7 +12,8 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from tierlog.common import TopicPartition
@@ -37,6 +38,23 @@ STRAY_DIR_SUFFIX = "-stray"
 
 # Opened by the controller (tierlog.controller.metadata_log), never by the LogManager.
 METADATA_LOG_DIR_NAME = "__cluster_metadata-0"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaLogDescription:
+    """One partition's log in a log dir, as DescribeLogDirs reports it (docs/replication.md#log-dirs)."""
+
+    topic_partition: TopicPartition
+    size_bytes: int
+    # Kafka's: how far the log end is behind the high watermark (0 for a current log in step with it).
+    offset_lag: int
+    is_future: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirDescription:
+    path: Path
+    replicas: list[ReplicaLogDescription]
 
 
 class LogManager:
@@ -178,6 +196,25 @@ class LogManager:
         renamed = log.dir.with_name(f"{tp}.{self._new_uuid().hex}{STRAY_DIR_SUFFIX}")
         os.replace(log.dir, renamed)
         return renamed
+
+    def describe_log_dirs(self, partitions: Collection[TopicPartition] | None) -> list[LogDirDescription]:
+        """Kafka's ReplicaManager.describeLogDirs: every configured log dir (absolute, in configuration order)
+        with the logs of `partitions` it holds (of every partition when None): the bytes of their local
+        segments and the lag of their log end behind the high watermark, never negative. A log dir holding
+        none of them is listed empty; a partition not on this broker is left out."""
+        by_dir: dict[Path, list[ReplicaLogDescription]] = {log_dir: [] for log_dir in self.log_dirs}
+        for tp, log in sorted(self._logs.items()):
+            if partitions is not None and tp not in partitions:
+                continue
+            by_dir[log.dir.parent].append(
+                ReplicaLogDescription(
+                    topic_partition=tp,
+                    size_bytes=log.size_in_bytes,
+                    offset_lag=max(log.high_watermark - log.log_end_offset, 0),
+                    is_future=False,
+                )
+            )
+        return [LogDirDescription(Path(os.path.abspath(d)), replicas) for d, replicas in by_dir.items()]
 
     def update_topic_config(self, topic: str, overrides: Mapping[str, str]) -> None:
         config = self._config_for(overrides)
