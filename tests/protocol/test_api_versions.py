@@ -36,6 +36,7 @@ def test_table_is_the_agreed_one() -> None:
         "DescribeCluster": (0, 1),
         "DeleteRecords": (0, 2),
         "DescribeLogDirs": (1, 4),
+        "AlterReplicaLogDirs": (1, 2),
         "OffsetForLeaderEpoch": (2, 4),
         "FindCoordinator": (0, 4),
         "InitProducerId": (0, 4),

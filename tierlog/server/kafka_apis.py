@@ -124,6 +124,7 @@ class KafkaApis:
         auto_topic_creation: AutoTopicCreationManager,
         group_apis: GroupApis,
         config_apis: ConfigApis,
+        log_dir_apis: LogDirApis,
         acl_apis: AclApis,
         controller_apis: ControllerApis | None,
         remote_log: RemoteLogTasks | None,
@@ -165,7 +166,7 @@ class KafkaApis:
         }
         self.handlers.update(group_apis.handlers)
         self.handlers.update(config_apis.handlers)
-        self.handlers.update(LogDirApis(replica_manager, auth).handlers)
+        self.handlers.update(log_dir_apis.handlers)
         # Only the controller decides these (Kafka's ForwardingManager), once checked here.
         self._forwarding_manager = forwarding_manager
         self.handlers.update(dict.fromkeys(ADMIN_APIS, forwarding_manager.forward))
