@@ -846,6 +846,23 @@ CHECKS = (
         ErrorCode.none,
     ),
     Check(
+        "alter-replica-log-dirs",
+        34,
+        2,
+        lambda: _s(34, 2).AlterReplicaLogDirsRequest(
+            dirs=(
+                _s(34, 2).AlterReplicaLogDir(
+                    path="/not/a/log/dir", topics=(_s(34, 2).AlterReplicaLogDirTopic(name=TOPIC, partitions=(0,)),)
+                ),
+            )
+        ),
+        _only_partition("results"),
+        ((Op.ALTER, Type.CLUSTER, CLUSTER_NAME),),
+        ErrorCode.cluster_authorization_failed,
+        # Allowed, the request is carried out: that path is not one of the broker's log dirs.
+        ErrorCode.log_dir_not_found,
+    ),
+    Check(
         "broker-heartbeat",
         63,
         1,

@@ -1,5 +1,6 @@
 """The log-dir APIs against a real broker with two log dirs (docs/replication.md#log-dirs), through kafka-python's
-KafkaAdminClient: each dir with the partitions it holds and their sizes, as the files on disk have them."""
+KafkaAdminClient: each dir with the partitions it holds and their sizes, as the files on disk have them, and a
+partition moved to the other dir with every record."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 from cluster_helpers import BrokerFactory
 from kafka.admin import KafkaAdminClient
 
-from tierlog.testing.local_cluster import BrokerProcess
+from tierlog.testing.local_cluster import BrokerProcess, wait_until
 
 
 def two_log_dir_broker(broker_factory: BrokerFactory, tmp_path: Path) -> tuple[BrokerProcess, list[Path]]:
@@ -63,3 +64,51 @@ def test_describe_log_dirs_lists_each_dir_with_its_partitions_sized_as_on_disk(
     # Asking for one partition: both dirs are listed, only the dir holding it has an entry.
     assert list(one) == [str(d) for d in dirs]
     assert sorted(tp for entries in one.values() for tp in entries) == [(topic, 1)]
+
+
+def test_alter_replica_log_dirs_moves_a_partition_to_the_other_dir_with_its_records(
+    broker_factory: BrokerFactory, kafka: Any, tmp_path: Path
+) -> None:
+    broker, dirs = two_log_dir_broker(broker_factory, tmp_path)
+    topic = kafka.new_topic(broker.bootstrap, partitions=1, config={"segment.bytes": "2000"})
+    for first in range(0, 100, 10):  # batches of 10 records, each well under a segment
+        kafka.produce(
+            broker.bootstrap, topic, [{"value": b"record-%03d" % i + b"." * 100} for i in range(first, first + 10)]
+        )
+    [source] = [d for d in dirs if (d / f"{topic}-0").exists()]
+    [destination] = [d for d in dirs if d != source]
+    assert len(list((source / f"{topic}-0").glob("*.log"))) > 3
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=20_000)
+    try:
+        answers = admin.alter_replica_log_dirs(
+            {
+                (topic, 0, 1): str(destination),
+                (topic, 1, 1): str(destination),  # not on this broker
+                ("not-yet-created", 0, 1): str(tmp_path / "not-a-log-dir"),
+            }
+        )
+        assert {(tpr.topic, tpr.partition): error.__name__ for tpr, error in answers.items()} == {
+            (topic, 0): "NoError",
+            (topic, 1): "ReplicaNotAvailableError",
+            ("not-yet-created", 0): "LogDirNotFoundError",
+        }
+
+        def moved() -> dict[str, dict[tuple[str, int], dict[str, Any]]] | None:
+            described = by_dir(admin.describe_log_dirs({topic: [0]}))
+            return (
+                described if list(described[str(destination)]) == [(topic, 0)] and not described[str(source)] else None
+            )
+
+        described = wait_until(moved, 30, f"{topic}-0 to be in {destination} alone")
+    finally:
+        admin.close()
+
+    entry = described[str(destination)][(topic, 0)]
+    assert entry["is_future_key"] is False and entry["offset_lag"] == 0
+    assert entry["partition_size"] == segment_bytes(destination / f"{topic}-0")
+    assert not (source / f"{topic}-0").exists()
+    values = [r.value for r in kafka.consume_all(broker.bootstrap, topic)]
+    assert values == [b"record-%03d" % i + b"." * 100 for i in range(100)]
+    # The moved partition takes new records where it is now.
+    kafka.produce(broker.bootstrap, topic, [{"value": b"after the move"}])
+    assert [r.value for r in kafka.consume_all(broker.bootstrap, topic, start_offset=100)] == [b"after the move"]
