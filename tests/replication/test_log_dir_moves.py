@@ -162,6 +162,37 @@ def test_the_future_log_drops_what_the_current_log_truncated_before_it_swaps(tmp
     assert moved.leader_epoch_cache.epoch_entries() == source.leader_epoch_cache.epoch_entries()
 
 
+def test_the_future_log_truncates_in_rounds_to_the_last_epoch_it_shares_with_the_current_log(tmp_path: Path) -> None:
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    replica_manager = broker(dirs)
+    source = replica_manager.get_partition(TP).log
+    source.append_as_leader(batch(*(b"e1-%d" % i for i in range(8))), leader_epoch=1, now_ms=NOW)
+    source.append_as_leader(batch(b"e1-8", b"e1-9"), leader_epoch=1, now_ms=NOW)
+    source.append_as_leader(batch(b"e3-10", b"e3-11"), leader_epoch=3, now_ms=NOW)
+    source.append_as_leader(batch(b"e3-12"), leader_epoch=3, now_ms=NOW)
+    source.update_high_watermark(source.log_end_offset)
+    replica_manager.alter_replica_log_dirs({TP: str(other_dir(replica_manager, dirs))}, NOW)
+    future = replica_manager.log_manager.get_future_log(TP)
+    assert future is not None
+    while future.log_end_offset < 12:
+        replica_manager.move_future_logs(NOW, max_bytes=1)
+    # The current log's offsets 8-9 become epoch 2's (a leader the replica had not heard of), then epoch 4 follows:
+    # the future log's epoch 3 ends at 10 in its own log, but only offsets 0-7 (epoch 1) are still the same.
+    source.truncate_to(8)
+    source.append_as_leader(batch(b"e2-8", b"e2-9", b"e2-10", b"e2-11"), leader_epoch=2, now_ms=NOW)
+    source.append_as_leader(batch(b"e4-12", b"e4-13"), leader_epoch=4, now_ms=NOW)
+    source.update_high_watermark(source.log_end_offset)
+
+    move_until_done(replica_manager, max_bytes=1)
+
+    moved = replica_manager.get_partition(TP).log
+    assert values(moved) == [b"e1-%d" % i for i in range(8)] + [b"e2-%d" % i for i in range(8, 12)] + [
+        b"e4-12",
+        b"e4-13",
+    ]
+    assert [(e.epoch, e.start_offset) for e in moved.leader_epoch_cache.epoch_entries()] == [(1, 0), (2, 8), (4, 12)]
+
+
 def test_a_move_goes_on_after_a_restart(tmp_path: Path) -> None:
     dirs = [tmp_path / "a", tmp_path / "b"]
     replica_manager = broker(dirs)

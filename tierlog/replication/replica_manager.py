@@ -434,12 +434,14 @@ class ReplicaManager:
 
     def _catch_up_future_log(self, partition: Partition, future: Log, now_ms: int, max_bytes: int) -> int:
         current = partition.log
-        start = current.segments[0].base_offset
-        target = _future_truncation_offset(current, future)
-        if target < future.segments[0].base_offset or future.log_end_offset < current.local_log_start_offset:
-            future.truncate_fully_and_start_at(start)
-        elif target < future.log_end_offset:
+        # As a follower's truncation, in rounds until the future log's latest epoch ends where the current log's
+        # does: each round removes something, so it ends (Kafka's truncationCompleted=false, again).
+        while (target := _future_truncation_offset(current, future)) < future.log_end_offset:
+            if target < future.segments[0].base_offset:
+                break
             future.truncate_to(target)
+        if target < future.segments[0].base_offset or future.log_end_offset < current.local_log_start_offset:
+            future.truncate_fully_and_start_at(current.segments[0].base_offset)
         copied = 0
         if future.log_end_offset < current.log_end_offset:
             records = current.read(future.log_end_offset, max_bytes, None, min_one_message=True).records
