@@ -5,6 +5,7 @@ person runs it: each dir with the partitions it holds and their sizes as on disk
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,23 @@ def test_describe_prints_each_dir_and_partition_with_its_size(
     )
     assert sorted(rows) == expected
     assert all(int(row[3]) > 0 for row in rows)
+
+    ran = tierlog("log-dirs", "describe", *b, "--topic-list", other, "-o", "wide")
+    assert ran.code == 0, ran.stderr
+    assert ran.first_line.split() == [
+        "BROKER",
+        "DIR",
+        "PARTITION",
+        "SIZE",
+        "OFFSET-LAG",
+        "FUTURE",
+        "DIR-TOTAL",
+        "DIR-USABLE",
+    ]
+    rows = [line.split() for line in ran.stdout.splitlines()[1:]]
+    assert sorted(row[1] for row in rows) == sorted(map(str, dirs))  # a dir without the topic is a row of its own
+    assert [row[2] for row in rows if row[2] != "-"] == [f"{other}-0"]
+    assert all(int(row[-2]) == shutil.disk_usage(row[1]).total for row in rows)
 
     ran = tierlog("log-dirs", "describe", *b, "--broker-list", "1", "-o", "json")
     assert ran.code == 0, ran.stderr
