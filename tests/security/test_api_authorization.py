@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode
 
 from tierlog.client.requests import (
     PartitionFetch,
+    describe_log_dirs_request,
     describe_quorum_request,
     fetch_request,
     list_offsets_request,
@@ -833,6 +834,33 @@ CHECKS = (
         ErrorCode.cluster_authorization_failed,
         # The user has no credential; the answer says so rather than refusing.
         ErrorCode.resource_not_found,
+    ),
+    Check(
+        "describe-log-dirs",
+        35,
+        4,
+        lambda: describe_log_dirs_request(None, version=4),
+        _top_level,
+        ((Op.DESCRIBE, Type.CLUSTER, CLUSTER_NAME),),
+        ErrorCode.cluster_authorization_failed,
+        ErrorCode.none,
+    ),
+    Check(
+        "alter-replica-log-dirs",
+        34,
+        2,
+        lambda: _s(34, 2).AlterReplicaLogDirsRequest(
+            dirs=(
+                _s(34, 2).AlterReplicaLogDir(
+                    path="/not/a/log/dir", topics=(_s(34, 2).AlterReplicaLogDirTopic(name=TOPIC, partitions=(0,)),)
+                ),
+            )
+        ),
+        _only_partition("results"),
+        ((Op.ALTER, Type.CLUSTER, CLUSTER_NAME),),
+        ErrorCode.cluster_authorization_failed,
+        # Allowed, the request is carried out: that path is not one of the broker's log dirs.
+        ErrorCode.log_dir_not_found,
     ),
     Check(
         "broker-heartbeat",
