@@ -6,15 +6,11 @@ their roles: leaders serve produce and fetch, followers are handed to one `Repli
 fetch until enough bytes arrive or its wait ends (DelayedFetch), an acks=all produce until the HW passes its
 records or its timeout (DelayedProduce), a consumer's fetch of an offset only the remote tier holds until
 the remote read answers or `remote.fetch.max.wait.ms` passes (DelayedRemoteFetch). The remote read itself
-<<<<<<< HEAD
-runs in the shell (`AsyncRemoteRead`), which calls back with its result.
+runs in the shell (`AsyncRemoteRead`), which calls back with its result. Replicas move between the broker's
+log dirs through future logs the shell steps (`move_future_logs`, docs/replication.md#log-dir-moves).
 
 It holds the broker's two replication throttles (docs/replication.md#throttles): `leader_quota` for what its
 leaders serve to followers, `follower_quota` for what its fetchers fetch.
-=======
-runs in the shell (`AsyncRemoteRead`), which calls back with its result. Replicas move between the broker's
-log dirs through future logs the shell steps (`move_future_logs`, docs/replication.md#log-dir-moves).
->>>>>>> logdirs
 """
 
 from __future__ import annotations
