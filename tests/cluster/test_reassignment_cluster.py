@@ -15,6 +15,7 @@ from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaAdminClient
 from kafka import TopicPartition as KafkaTopicPartition
+from kafka import errors as Errors
 from kio.schema.errors import ErrorCode
 
 from tierlog.client.requests import unregister_broker_request
@@ -122,6 +123,12 @@ def test_a_partition_moves_to_new_brokers_under_acks_all_writes_without_losing_a
             return named is not None and list(named.replicas) == TARGET and not admin.list_partition_reassignments()
 
         wait_until(completed, TIMEOUT_S, lambda: f"the reassignment completed ({describe_partitions(cluster, topic)})")
+        # Each partition gets its own answer, with Kafka's error codes.
+        missing = KafkaTopicPartition(topic, 5)
+        assert admin.alter_partition_reassignments({tp: None, missing: [1]}) == {
+            tp: Errors.NoReassignmentInProgressError,
+            missing: Errors.UnknownTopicOrPartitionError,
+        }
         acked_during = len(producer.acked)
         wait_until(lambda: len(producer.acked) >= acked_during + 1000, TIMEOUT_S, lambda: "writes after the move")
     finally:
