@@ -165,3 +165,19 @@ def test_a_stopped_broker_is_unregistered_through_any_broker(cluster: LocalClust
         # A decommissioned broker that starts again registers anew, as a new broker would.
         cluster.broker(4).start()
         cluster.broker(4).wait_registered(TIMEOUT_S)
+
+
+def test_a_running_broker_that_is_unregistered_registers_again(cluster: LocalCluster) -> None:
+    """docs/reassignment.md#unregister: its next heartbeat is refused BROKER_ID_NOT_REGISTERED, and a tierlog
+    broker then registers again, with a new broker epoch."""
+    log_file = cluster.base_dir / "broker-2.log"
+    registrations = log_file.read_text().count("[Broker id=2] registered with broker epoch")
+    response = send_request(cluster.broker(3).bootstrap, unregister_broker_request(2))
+    assert response.error_code == ErrorCode.none
+    wait_until(
+        lambda: log_file.read_text().count("[Broker id=2] registered with broker epoch") > registrations,
+        TIMEOUT_S,
+        "broker 2 registered again",
+    )
+    assert "refused the heartbeat: BROKER_ID_NOT_REGISTERED: registering again" in log_file.read_text()
+    cluster.broker(2).wait_registered(TIMEOUT_S)
