@@ -238,7 +238,7 @@ def main() -> None:
         s3.create_bucket(BUCKET)
         cluster.start(TIMEOUT_S)
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-        new_topics = [NewTopic(t, replica_assignment=[[SOURCE]], config=c) for t, c in configs.items()]
+        new_topics = [NewTopic(t, 1, replica_assignment=[[SOURCE]], config=c) for t, c in configs.items()]
         for future in admin.create_topics(new_topics, request_timeout=30).values():
             future.result(TIMEOUT_S)
         for topic in configs:

@@ -10,14 +10,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_helpers import describe_partitions, metadata_partition, partition_states, send_request
+from cluster_helpers import (
+    ClusterFactory,
+    describe_partitions,
+    metadata_partition,
+    partition_states,
+    quorum_leader,
+    send_request,
+)
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaAdminClient
 from kafka import TopicPartition as KafkaTopicPartition
+from kafka import errors as Errors
 from kio.schema.errors import ErrorCode
 
-from tierlog.client.requests import unregister_broker_request
+from tierlog.client.requests import list_partition_reassignments_request, unregister_broker_request
 from tierlog.testing.local_cluster import LocalCluster, wait_until
 
 TIMEOUT_S = 60.0
@@ -122,6 +130,12 @@ def test_a_partition_moves_to_new_brokers_under_acks_all_writes_without_losing_a
             return named is not None and list(named.replicas) == TARGET and not admin.list_partition_reassignments()
 
         wait_until(completed, TIMEOUT_S, lambda: f"the reassignment completed ({describe_partitions(cluster, topic)})")
+        # Each partition gets its own answer, with Kafka's error codes.
+        missing = KafkaTopicPartition(topic, 5)
+        assert admin.alter_partition_reassignments({tp: None, missing: [1]}) == {
+            tp: Errors.NoReassignmentInProgressError,
+            missing: Errors.UnknownTopicOrPartitionError,
+        }
         acked_during = len(producer.acked)
         wait_until(lambda: len(producer.acked) >= acked_during + 1000, TIMEOUT_S, lambda: "writes after the move")
     finally:
@@ -158,3 +172,78 @@ def test_a_stopped_broker_is_unregistered_through_any_broker(cluster: LocalClust
         # A decommissioned broker that starts again registers anew, as a new broker would.
         cluster.broker(4).start()
         cluster.broker(4).wait_registered(TIMEOUT_S)
+
+
+def test_a_running_broker_that_is_unregistered_registers_again(cluster: LocalCluster) -> None:
+    """docs/reassignment.md#unregister: its next heartbeat is refused BROKER_ID_NOT_REGISTERED, and a tierlog
+    broker then registers again, with a new broker epoch."""
+    log_file = cluster.base_dir / "broker-2.log"
+    registrations = log_file.read_text().count("[Broker id=2] registered with broker epoch")
+    response = send_request(cluster.broker(3).bootstrap, unregister_broker_request(2))
+    assert response.error_code == ErrorCode.none
+    wait_until(
+        lambda: log_file.read_text().count("[Broker id=2] registered with broker epoch") > registrations,
+        TIMEOUT_S,
+        "broker 2 registered again",
+    )
+    assert "refused the heartbeat: BROKER_ID_NOT_REGISTERED: registering again" in log_file.read_text()
+    cluster.broker(2).wait_registered(TIMEOUT_S)
+
+
+def test_a_reassignment_in_progress_survives_the_active_controllers_crash(
+    cluster_factory: ClusterFactory, kafka: Any
+) -> None:
+    """docs/reassignment.md#failover on real processes: three combined controllers; the target's new broker is
+    down, so the reassignment waits; the active controller is killed; once both are back, the new active
+    controller completes it from the records alone."""
+    voters = (1, 2, 3)
+    cluster = cluster_factory(OVERRIDES, brokers=4, controllers=3, combined=True)
+    topic = kafka.topic_name()
+    creator = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    creator.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[SOURCE])])[topic].result(TIMEOUT_S)
+    wait_until(lambda: replicas_in_step(cluster, topic, SOURCE) is not None, TIMEOUT_S, lambda: "ISR 1, 2, 3")
+    producer = AckedProducer(cluster.bootstrap, topic)
+    producer.start()
+    wait_until(lambda: len(producer.acked) >= 1000, TIMEOUT_S, lambda: "1000 records acknowledged")
+
+    cluster.broker(4).stop()
+    cluster.wait_for_brokers(3, timeout_s=TIMEOUT_S)  # broker 4 fenced
+    tp = KafkaTopicPartition(topic, 0)
+    admin = KafkaAdminClient(bootstrap_servers=cluster.broker(2).bootstrap, request_timeout_ms=int(TIMEOUT_S * 1000))
+    try:
+        assert admin.alter_partition_reassignments({tp: TARGET}) == {tp: None}
+        assert admin.list_partition_reassignments([tp]) == {
+            tp: {"replicas": [*TARGET, 1], "adding_replicas": [4], "removing_replicas": [1]}
+        }
+    finally:
+        admin.close()
+
+    active, epoch = wait_until(lambda: quorum_leader(cluster, voters), TIMEOUT_S, "a quorum leader")
+    cluster.kill(active)
+    survivors = tuple(node for node in voters if node != active)
+    wait_until(
+        lambda: (found := quorum_leader(cluster, survivors)) is not None and found[1] > epoch,
+        TIMEOUT_S,
+        "a new active controller",
+    )
+    cluster.broker(active).start()
+    cluster.broker(4).start()
+    cluster.wait_for_brokers(4, timeout_s=TIMEOUT_S)
+
+    def completed() -> bool:
+        named = metadata_partition(cluster.bootstrap, topic, 0, timeout_s=5)
+        return named is not None and list(named.replicas) == TARGET
+
+    wait_until(completed, TIMEOUT_S, lambda: f"the reassignment completed ({describe_partitions(cluster, topic)})")
+    producer.finish()
+    assert not producer.errors, producer.errors[:5]
+    wait_until(
+        lambda: replicas_in_step(cluster, topic, TARGET),
+        TIMEOUT_S,
+        lambda: f"2, 3 and 4 in step ({describe_partitions(cluster, topic)})",
+    )
+    stored = {r.offset: r.value for r in kafka.consume_all(cluster.bootstrap, topic)}
+    lost = {offset: value for offset, value in producer.acked.items() if stored.get(offset) != value}
+    assert not lost, f"{len(lost)} of {len(producer.acked)} acknowledged records lost"
+    listed = send_request(cluster.broker(4).bootstrap, list_partition_reassignments_request(None, timeout_ms=30_000))
+    assert listed.error_code == ErrorCode.none and listed.topics == ()

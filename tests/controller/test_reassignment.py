@@ -382,3 +382,14 @@ def test_unregistering_the_last_isr_member_leaves_it_there(tmp_path: Path) -> No
     controller = setup(tmp_path, replicas=(4,))
     controller.unregister_broker(4)
     assert assignment(controller) == ([4], [], [], [4], -1)
+
+
+def test_a_new_target_removing_nothing_ends_with_exactly_its_replicas(tmp_path: Path) -> None:
+    """docs/reassignment.md#replace: unlike Kafka, which would keep removing 1 here, the lists are always those of
+    the new target."""
+    controller = setup(tmp_path)
+    reassign(controller, [2, 3, 4])
+    reassign(controller, [2, 3, 4, 1, 5])
+    assert assignment(controller) == ([2, 3, 4, 1, 5], [5], [], [1, 2, 3], 1)
+    alter_isr(controller, [1, 2, 3, 4, 5])
+    assert assignment(controller) == ([2, 3, 4, 1, 5], [], [], [1, 2, 3, 4, 5], 1)

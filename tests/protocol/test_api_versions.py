@@ -38,6 +38,8 @@ def test_table_is_the_agreed_one() -> None:
         "IncrementalAlterConfigs": (0, 1),
         "DescribeCluster": (0, 1),
         "DeleteRecords": (0, 2),
+        "DescribeLogDirs": (1, 4),
+        "AlterReplicaLogDirs": (1, 2),
         "OffsetForLeaderEpoch": (2, 4),
         "FindCoordinator": (0, 4),
         "InitProducerId": (0, 4),

@@ -24,13 +24,17 @@ from kio.schema.errors import ErrorCode
 
 from tierlog.client.requests import (
     PartitionFetch,
+    alter_partition_reassignments_request,
+    describe_log_dirs_request,
     describe_quorum_request,
     fetch_request,
     list_offsets_request,
+    list_partition_reassignments_request,
     metadata_request,
     offset_for_leader_epoch_request,
     produce_request,
     request_schema,
+    unregister_broker_request,
 )
 from tierlog.common import TopicPartition
 from tierlog.config import KafkaConfig
@@ -369,6 +373,11 @@ def _elect_leaders() -> Any:
     )
 
 
+def _alter_partition_reassignments() -> Any:
+    # The partition's own replica again: allowed, it changes nothing.
+    return alter_partition_reassignments_request({TopicPartition(TOPIC, 0): [1]}, timeout_ms=5000)
+
+
 def _delete_records() -> Any:
     s = _s(21, 2)
     return s.DeleteRecordsRequest(
@@ -608,6 +617,47 @@ CHECKS = (
         ErrorCode.none,
     ),
     Check(
+        "alter-partition-reassignments",
+        45,
+        0,
+        _alter_partition_reassignments,
+        _top_level,
+        ((Op.ALTER, Type.CLUSTER, CLUSTER_NAME),),
+        ErrorCode.cluster_authorization_failed,
+        ErrorCode.none,
+    ),
+    Check(
+        "alter-partition-reassignments-partition",
+        45,
+        0,
+        _alter_partition_reassignments,
+        _only_partition("responses"),
+        ((Op.ALTER, Type.CLUSTER, CLUSTER_NAME),),
+        ErrorCode.cluster_authorization_failed,
+        ErrorCode.none,
+    ),
+    Check(
+        "list-partition-reassignments",
+        46,
+        0,
+        lambda: list_partition_reassignments_request([TopicPartition(TOPIC, 0)], timeout_ms=5000),
+        _top_level,
+        ((Op.DESCRIBE, Type.CLUSTER, CLUSTER_NAME),),
+        ErrorCode.cluster_authorization_failed,
+        ErrorCode.none,
+    ),
+    Check(
+        "unregister-broker",
+        64,
+        0,
+        # An id no broker has: allowed, the controller answers it is not registered.
+        lambda: unregister_broker_request(7),
+        _top_level,
+        ((Op.ALTER, Type.CLUSTER, CLUSTER_NAME),),
+        ErrorCode.cluster_authorization_failed,
+        ErrorCode.broker_id_not_registered,
+    ),
+    Check(
         "describe-topic-configs",
         32,
         4,
@@ -833,6 +883,33 @@ CHECKS = (
         ErrorCode.cluster_authorization_failed,
         # The user has no credential; the answer says so rather than refusing.
         ErrorCode.resource_not_found,
+    ),
+    Check(
+        "describe-log-dirs",
+        35,
+        4,
+        lambda: describe_log_dirs_request(None, version=4),
+        _top_level,
+        ((Op.DESCRIBE, Type.CLUSTER, CLUSTER_NAME),),
+        ErrorCode.cluster_authorization_failed,
+        ErrorCode.none,
+    ),
+    Check(
+        "alter-replica-log-dirs",
+        34,
+        2,
+        lambda: _s(34, 2).AlterReplicaLogDirsRequest(
+            dirs=(
+                _s(34, 2).AlterReplicaLogDir(
+                    path="/not/a/log/dir", topics=(_s(34, 2).AlterReplicaLogDirTopic(name=TOPIC, partitions=(0,)),)
+                ),
+            )
+        ),
+        _only_partition("results"),
+        ((Op.ALTER, Type.CLUSTER, CLUSTER_NAME),),
+        ErrorCode.cluster_authorization_failed,
+        # Allowed, the request is carried out: that path is not one of the broker's log dirs.
+        ErrorCode.log_dir_not_found,
     ),
     Check(
         "broker-heartbeat",

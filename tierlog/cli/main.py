@@ -16,6 +16,7 @@ from tierlog.cli.demo import demo
 from tierlog.cli.dump_log import dump_log
 from tierlog.cli.groups import groups
 from tierlog.cli.leaders import elect_leaders
+from tierlog.cli.log_dirs import log_dirs
 from tierlog.cli.pipeline import pipeline
 from tierlog.cli.produce import produce
 from tierlog.cli.quorum import quorum
@@ -108,6 +109,7 @@ cli.add_command(trace)
 cli.add_command(pipeline)
 cli.add_command(sim)
 cli.add_command(user)
+cli.add_command(log_dirs)
 
 
 def main() -> None:

@@ -75,6 +75,10 @@ _TABLE: tuple[ApiSupport, ...] = (
     # v2 adds IncludeFencedBrokers (KIP-1073), which we do not report.
     ApiSupport(60, "DescribeCluster", 0, 1, 0),
     ApiSupport(21, "DeleteRecords", 0, 2, 2),
+    # The log-dir APIs (docs/replication.md#log-dirs). Kafka 4.0 (KIP-896) and kio start both at v1. DescribeLogDirs
+    # v3 adds the top-level error code, v4 the file system's total and usable bytes; kio's v5 is past Kafka's 4.0.
+    ApiSupport(35, "DescribeLogDirs", 1, 4, 2),
+    ApiSupport(34, "AlterReplicaLogDirs", 1, 2, 2),
     # kio (and Kafka 4.0) start at v2; v4 is the newest.
     ApiSupport(23, "OffsetForLeaderEpoch", 2, 4, 4),
     # v5 adds TRANSACTION_ABORTABLE (KIP-890) and v6 share-group keys (KIP-932); we implement neither.

@@ -532,10 +532,11 @@ class Partition:
     ) -> bool:
         """The controller's answer to the proposal in flight; True if the HW moved.
 
-        Committed: adopt the new ISR and partition epoch, nothing else (AlterPartition never changes the
-        replica set, and its wire response does not carry one). Refused: the ISR stays as committed and the change
-        is proposed again when still due, except after errors saying the controller has a newer state,
-        which wait for that state to arrive as metadata."""
+        Committed: adopt the new ISR and partition epoch, nothing else (its wire response carries no replica
+        set; an ISR change that completes a reassignment removing replicas also bumps the leader epoch, so that
+        answer is left to the metadata: docs/reassignment.md#completion). Refused: the ISR stays as committed
+        and the change is proposed again when still due, except after errors saying the controller has a newer
+        state, which wait for that state to arrive as metadata."""
         if not self.is_leader:
             return False
         if self._proposal is not None and self._proposal_sent:

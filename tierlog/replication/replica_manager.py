@@ -6,7 +6,8 @@ their roles: leaders serve produce and fetch, followers are handed to one `Repli
 fetch until enough bytes arrive or its wait ends (DelayedFetch), an acks=all produce until the HW passes its
 records or its timeout (DelayedProduce), a consumer's fetch of an offset only the remote tier holds until
 the remote read answers or `remote.fetch.max.wait.ms` passes (DelayedRemoteFetch). The remote read itself
-runs in the shell (`AsyncRemoteRead`), which calls back with its result.
+runs in the shell (`AsyncRemoteRead`), which calls back with its result. Replicas move between the broker's
+log dirs through future logs the shell steps (`move_future_logs`, docs/replication.md#log-dir-moves).
 
 It holds the broker's two replication throttles (docs/replication.md#throttles): `leader_quota` for what its
 leaders serve to followers, `follower_quota` for what its fetchers fetch.
@@ -37,11 +38,14 @@ from tierlog.replication.partition import (
 from tierlog.replication.purgatory import DelayedOperation, DelayedOperationPurgatory
 from tierlog.replication.replication_quota import ReplicationQuotaConfig, ReplicationQuotaManager
 from tierlog.replication.trace import TraceSink, ignore_trace
-from tierlog.storage.log import LogAppendInfo
+from tierlog.storage.leader_epoch_cache import UNDEFINED_EPOCH
+from tierlog.storage.log import Log, LogAppendInfo
 from tierlog.storage.log_config import FOLLOWER_THROTTLED_REPLICAS, LEADER_THROTTLED_REPLICAS
-from tierlog.storage.log_manager import LogManager
+from tierlog.storage.log_manager import FUTURE_DIR_SUFFIX, LogManager
 
 CONSUMER_REPLICA_ID = -1
+# The longest file name a file system takes: a future log's directory name must fit (Kafka's KAFKA-4893 check).
+MAX_DIR_NAME_LENGTH = 255
 # Kafka's remote.fetch.max.wait.ms default.
 DEFAULT_REMOTE_FETCH_MAX_WAIT_MS = 500
 logger = logging.getLogger(__name__)
@@ -396,6 +400,89 @@ class ReplicaManager:
         self.fetch_purgatory.check_and_complete(tp)
         self.produce_purgatory.check_and_complete(tp)
 
+    # Log dirs (docs/replication.md#log-dirs)
+
+    def alter_replica_log_dirs(
+        self, partition_dirs: Mapping[TopicPartition, str], now_ms: int
+    ) -> dict[TopicPartition, str | None]:
+        """Kafka's ReplicaManager.alterReplicaLogDirs: per partition, None when it is in (or on its way to) the
+        log dir asked for, else the error. A log dir not in log.dirs is LOG_DIR_NOT_FOUND; a partition not on this
+        broker is REPLICA_NOT_AVAILABLE, and is created in that dir when it comes. A move to another dir starts a
+        future log there, which `move_future_logs` fills and swaps in; asking for the current dir stops a move in
+        progress (its future log is deleted), as asking for a third dir restarts it there."""
+        results: dict[TopicPartition, str | None] = {}
+        for tp, path in partition_dirs.items():
+            try:
+                results[tp] = self._alter_replica_log_dir(tp, path, now_ms)
+            except OSError as e:
+                logger.warning("Unable to alter log dirs for %s: %s", tp, e)
+                results[tp] = "KAFKA_STORAGE_ERROR"
+        return results
+
+    def _alter_replica_log_dir(self, tp: TopicPartition, path: str, now_ms: int) -> str | None:
+        if len(f"{tp}.{'0' * 32}{FUTURE_DIR_SUFFIX}") > MAX_DIR_NAME_LENGTH:
+            return "INVALID_TOPIC_EXCEPTION"  # "The topic name is too long."
+        log_dir = self.log_manager.configured_log_dir(path)
+        if log_dir is None:
+            return "LOG_DIR_NOT_FOUND"
+        partition = self.partitions.get(tp)
+        future = self.log_manager.get_future_log(tp)
+        if partition is not None and future is not None and future.dir.parent != log_dir:
+            self.log_manager.delete_future_log(tp)
+        self.log_manager.maybe_update_preferred_log_dir(tp, log_dir)
+        if partition is None:
+            return "REPLICA_NOT_AVAILABLE"
+        if partition.log.dir.parent != log_dir and self.log_manager.get_future_log(tp) is None:
+            self.log_manager.create_future_log(tp, now_ms)
+            logger.info("moving %s from %s to %s", tp, partition.log.dir.parent, log_dir)
+        return None
+
+    def move_future_logs(self, now_ms: int, max_bytes: int) -> int:
+        """One step of every move between log dirs (Kafka's ReplicaAlterLogDirsThread, the current log as the
+        leader): each future log gives up what no longer matches the current log, takes up to `max_bytes` more of
+        its batches, and replaces it once it holds everything (nothing appends between the check and the swap:
+        the core runs one call at a time). Returns the bytes copied; `has_future_logs` says whether moves remain."""
+        copied = 0
+        for tp in self.log_manager.future_partitions():
+            partition = self.partitions.get(tp)
+            future = self.log_manager.get_future_log(tp)
+            if partition is None or future is None:
+                continue  # a future log loaded at startup waits for its partition's metadata
+            copied += self._catch_up_future_log(partition, future, now_ms, max_bytes)
+        return copied
+
+    def has_future_logs(self) -> bool:
+        return bool(self.log_manager.future_partitions())
+
+    def _catch_up_future_log(self, partition: Partition, future: Log, now_ms: int, max_bytes: int) -> int:
+        current = partition.log
+        # As a follower's truncation, in rounds until the future log's latest epoch ends where the current log's
+        # does: each round removes something, so it ends (Kafka's truncationCompleted=false, again).
+        while (target := _future_truncation_offset(current, future)) < future.log_end_offset:
+            if target < future.segments[0].base_offset:
+                break
+            future.truncate_to(target)
+        if target < future.segments[0].base_offset or future.log_end_offset < current.local_log_start_offset:
+            future.truncate_fully_and_start_at(current.segments[0].base_offset)
+        copied = 0
+        if future.log_end_offset < current.log_end_offset:
+            records = current.read(future.log_end_offset, max_bytes, None, min_one_message=True).records
+            if records is not None:
+                data = records.read_bytes()
+                future.append_as_follower(data, now_ms)
+                copied = len(data)
+        future.update_high_watermark(min(current.high_watermark, future.log_end_offset))
+        if current.log_start_offset > future.log_start_offset:
+            future.maybe_increment_log_start_offset(min(current.log_start_offset, future.high_watermark))
+        if future.log_end_offset == current.log_end_offset:
+            latest = current.leader_epoch_cache.latest_entry
+            if latest is not None and future.leader_epoch_cache.latest_entry != latest:
+                # A leader's epoch that starts at the log end (nothing written in it yet) has no batch to copy.
+                future.leader_epoch_cache.assign(latest.epoch, latest.start_offset)
+            partition.log = self.log_manager.replace_current_with_future_log(partition.topic_partition, now_ms)
+            logger.info("%s moved to %s", partition.topic_partition, partition.log.dir.parent)
+        return copied
+
     def get_partition(self, tp: TopicPartition) -> Partition:
         partition = self.partitions.get(tp)
         if partition is None:
@@ -644,3 +731,19 @@ class ReplicaManager:
 
     def describe_partitions(self) -> list[dict[str, object]]:
         return [self.partitions[tp].describe() for tp in sorted(self.partitions)]
+
+
+def _future_truncation_offset(current: Log, future: Log) -> int:
+    """Where the future log stops matching the current one, found as a follower finds it with its leader
+    (docs/replication.md#truncation): the current log's end of the future log's latest epoch. The future log's
+    LEO when they match; below its first offset when nothing can be trusted (start over)."""
+    latest = future.leader_epoch_cache.latest_epoch
+    if latest is None:
+        return min(future.log_end_offset, current.log_end_offset)
+    epoch, end = current.leader_epoch_cache.end_offset_for(latest, current.log_end_offset)
+    if epoch == UNDEFINED_EPOCH:
+        return -1
+    if epoch != latest:
+        # The current log has no such epoch: the future log matches up to the end of the one before it.
+        end = min(end, future.leader_epoch_cache.end_offset_for(epoch, future.log_end_offset)[1])
+    return min(end, future.log_end_offset, current.log_end_offset)

@@ -45,6 +45,7 @@ from tierlog.server.http_server import HttpServer
 from tierlog.server.kafka_apis import KafkaApis
 from tierlog.server.lifecycle import BrokerLifecycleTask
 from tierlog.server.log_cleaner_threads import LogCleanerThreads, cleaner_config
+from tierlog.server.log_dir_apis import FutureLogMover, LogDirApis
 from tierlog.server.meta_properties import cluster_id_on_disk, ensure_meta_properties
 from tierlog.server.metadata_loader import MetadataLoaderTask
 from tierlog.server.metrics import broker_metrics, metrics_route
@@ -165,6 +166,10 @@ class Broker:
         )
         self._update_replication_quotas()
         self.metadata_publisher = BrokerMetadataPublisher(self.replica_manager)
+        # Moves between log dirs (AlterReplicaLogDirs) copy as a follower fetches: replica.fetch.max.bytes a step.
+        self.future_log_mover = FutureLogMover(
+            self.replica_manager, config.get_int("replica.fetch.max.bytes"), config.get_int("replica.fetch.backoff.ms")
+        )
         self.alter_partition_manager = AlterPartitionManager(config.node_id, self.replica_manager)
         if self.rlmm is not None and rsm is not None and self.remote_storage_readers is not None:
             self.remote_log = RemoteLogTasks(
@@ -206,6 +211,7 @@ class Broker:
                 self.forwarding_manager.sync_metadata,
                 auth,
             ),
+            log_dir_apis=LogDirApis(self.replica_manager, auth, self.future_log_mover),
             acl_apis=AclApis(self.authorizer, auth, self.forwarding_manager.forward),
             controller_apis=controller_apis,
             remote_log=self.remote_log,
@@ -264,6 +270,7 @@ class Broker:
         self._background.append(asyncio.create_task(self.loader.run(), name="metadata-loader"))
         self._background.append(asyncio.create_task(self.lifecycle.run(), name="broker-lifecycle"))
         self._background.append(asyncio.create_task(self._send_alter_partitions(), name="alter-partition"))
+        self._background.append(asyncio.create_task(self.future_log_mover.run(), name="replica-alter-log-dirs"))
         await self.lifecycle.unfenced.wait()
         for server in client_servers:
             await server.start_serving()

@@ -4,9 +4,9 @@ one dispatch table of every API the broker serves.
 Handlers are thin: validation rules and state live in the controller and the replication core. Every
 handler answers every version the broker advertises, through `ResponseSchema` (fields a version lacks
 are dropped). The table also holds the handlers of the other API classes the broker is built with: the
-group APIs (`GroupApis`), the config APIs (`ConfigApis`), the ACL APIs (`AclApis`), the admin requests only the
-controller decides (through the `ForwardingManager`) and, on the controller's own node, the controller's APIs
-(`ControllerApis`).
+group APIs (`GroupApis`), the config APIs (`ConfigApis`), the log-dir APIs (`LogDirApis`), the ACL APIs
+(`AclApis`), the admin requests only the controller decides (through the `ForwardingManager`) and, on the
+controller's own node, the controller's APIs (`ControllerApis`).
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from tierlog.server.controller_channel import ControllerChannel
 from tierlog.server.entities import NO_THROTTLE, ResponseSchema, response_schema, timestamp_or_none
 from tierlog.server.forwarding_manager import ForwardingManager
 from tierlog.server.group_apis import GroupApis
+from tierlog.server.log_dir_apis import LogDirApis
 from tierlog.server.metadata_loader import MetadataLoaderTask
 from tierlog.server.metrics import BrokerMetrics
 from tierlog.server.remote_log_tasks import RemoteLogTasks
@@ -123,6 +124,7 @@ class KafkaApis:
         auto_topic_creation: AutoTopicCreationManager,
         group_apis: GroupApis,
         config_apis: ConfigApis,
+        log_dir_apis: LogDirApis,
         acl_apis: AclApis,
         controller_apis: ControllerApis | None,
         remote_log: RemoteLogTasks | None,
@@ -164,6 +166,7 @@ class KafkaApis:
         }
         self.handlers.update(group_apis.handlers)
         self.handlers.update(config_apis.handlers)
+        self.handlers.update(log_dir_apis.handlers)
         # Only the controller decides these (Kafka's ForwardingManager), once checked here.
         self._forwarding_manager = forwarding_manager
         self.handlers.update(dict.fromkeys(ADMIN_APIS, forwarding_manager.forward))

@@ -12,7 +12,8 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from tierlog.common import TopicPartition
@@ -24,6 +25,7 @@ from tierlog.storage.checkpoints import (
     OffsetCheckpointFile,
     PartitionMetadataFile,
     atomic_write_text,
+    fsync_directory,
 )
 from tierlog.storage.errors import InconsistentTopicIdError, KafkaStorageError
 from tierlog.storage.log import Log
@@ -33,10 +35,31 @@ from tierlog.storage.producer_state import ProducerStateManagerConfig
 CLEAN_SHUTDOWN_FILENAME = ".kafka_cleanshutdown"
 DELETE_DIR_SUFFIX = "-delete"
 STRAY_DIR_SUFFIX = "-stray"
+# A replica being moved to another log dir (AlterReplicaLogDirs): `topic-N.<uuid>-future` until it replaces the
+# current log (docs/replication.md#log-dirs).
+FUTURE_DIR_SUFFIX = "-future"
 
 
 # Opened by the controller (tierlog.controller.metadata_log), never by the LogManager.
 METADATA_LOG_DIR_NAME = "__cluster_metadata-0"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaLogDescription:
+    """One partition's log in a log dir, as DescribeLogDirs reports it (docs/replication.md#log-dirs)."""
+
+    topic_partition: TopicPartition
+    size_bytes: int
+    # Kafka's: how far a current log's end is behind its high watermark (never negative), a future log's behind
+    # the current log's end.
+    offset_lag: int
+    is_future: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirDescription:
+    path: Path
+    replicas: list[ReplicaLogDescription]
 
 
 class LogManager:
@@ -56,6 +79,10 @@ class LogManager:
         self._broker_log_defaults = dict(broker_log_defaults)
         self._remote_storage_system_enable = remote_storage_system_enable
         self._logs: dict[TopicPartition, Log] = {}
+        # Logs being filled in another log dir, to replace the current one (AlterReplicaLogDirs).
+        self._future_logs: dict[TopicPartition, Log] = {}
+        # Where AlterReplicaLogDirs asked a partition not yet here to be created (Kafka's preferredLogDirs).
+        self._preferred_log_dirs: dict[TopicPartition, Path] = {}
         self._topic_ids: dict[TopicPartition, uuid.UUID] = {}
         # Logs of deleted partitions, their `*-delete` directory and the time they may be removed (set by
         # the first cleanup_logs call that sees them, as deletion itself is not told the time).
@@ -63,7 +90,9 @@ class LogManager:
 
     def startup(self, topic_configs: Mapping[str, Mapping[str, str]], now_ms: int) -> None:
         """Load every partition of every log dir, recovering those of a dir without the clean-shutdown
-        marker from their recovery points; remove directories left by an unfinished deletion."""
+        marker from their recovery points; remove directories left by an unfinished deletion; take up the future
+        logs of moves to another log dir (from offset 0 after a crash: they have no checkpoint)."""
+        futures: list[tuple[Path, bool]] = []
         for log_dir in self.log_dirs:
             log_dir.mkdir(parents=True, exist_ok=True)
             marker = log_dir / CLEAN_SHUTDOWN_FILENAME
@@ -79,6 +108,9 @@ class LogManager:
                     continue
                 if child.name == METADATA_LOG_DIR_NAME:
                     continue  # the controller's metadata log shares the first log dir, as in Kafka
+                if child.name.endswith(FUTURE_DIR_SUFFIX):
+                    futures.append((child, had_clean_shutdown))
+                    continue
                 try:
                     tp = TopicPartition.parse_dir_name(child.name)
                 except ValueError:
@@ -102,6 +134,36 @@ class LogManager:
                     producer_state_config=self._producer_state_config,
                 )
             marker.unlink(missing_ok=True)
+        for directory, had_clean_shutdown in futures:
+            self._load_future_log(directory, topic_configs, had_clean_shutdown, now_ms)
+
+    def _load_future_log(
+        self,
+        directory: Path,
+        topic_configs: Mapping[str, Mapping[str, str]],
+        had_clean_shutdown: bool,
+        now_ms: int,
+    ) -> None:
+        """A `topic-N.<uuid>-future` directory found at startup: the move goes on. One whose partition has no
+        current log is set aside as stray (never deleted: it may be the only copy)."""
+        name, _, _ = directory.name.rpartition(".")
+        tp = TopicPartition.parse_dir_name(name)
+        if tp not in self._logs or tp in self._future_logs:
+            os.replace(directory, directory.with_name(f"{tp}.{self._new_uuid().hex}{STRAY_DIR_SUFFIX}"))
+            return
+        config = self._config_for(topic_configs.get(tp.topic, {}))
+        self._future_logs[tp] = Log.open(
+            directory,
+            config,
+            topic_partition=tp,
+            recovery_point=0,
+            log_start_offset=0,
+            high_watermark=0,
+            had_clean_shutdown=had_clean_shutdown,
+            now_ms=now_ms,
+            remote_log_enabled=self.remote_log_enabled(tp.topic, config),
+            producer_state_config=self._producer_state_config,
+        )
 
     def get_log(self, tp: TopicPartition) -> Log | None:
         return self._logs.get(tp)
@@ -112,13 +174,17 @@ class LogManager:
     def get_or_create_log(
         self, tp: TopicPartition, topic_id: uuid.UUID, topic_overrides: Mapping[str, str], now_ms: int
     ) -> Log:
-        """The partition's log, created empty in the log dir holding the fewest partitions if it is new.
+        """The partition's log, created empty if it is new: in the log dir AlterReplicaLogDirs preferred for it,
+        else in the one holding the fewest partitions.
         Raises InconsistentTopicIdError if the directory belongs to another incarnation of the topic."""
         log = self._logs.get(tp)
         if log is not None:
             self._check_topic_id(log, topic_id)
             return log
-        log_dir = min(self.log_dirs, key=lambda d: sum(1 for log in self._logs.values() if log.dir.parent == d))
+        # Where AlterReplicaLogDirs asked for it, once; else the log dir holding the fewest partitions.
+        log_dir = self._preferred_log_dirs.pop(tp, None) or min(
+            self.log_dirs, key=lambda d: sum(1 for log in self._logs.values() if log.dir.parent == d)
+        )
         directory = log_dir / str(tp)
         directory.mkdir(parents=True, exist_ok=True)
         PartitionMetadataFile(directory / PARTITION_METADATA_FILENAME).write(topic_id)
@@ -159,10 +225,16 @@ class LogManager:
     def delete_log(self, tp: TopicPartition) -> None:
         """Kafka's asyncDelete: rename the directory to `topic-N.<uuid>-delete` at once, so a crash never
         brings the partition back, and remove it file.delete.delay.ms later (reads in flight finish)."""
+        self._preferred_log_dirs.pop(tp, None)
+        self.delete_future_log(tp)
         log = self._logs.pop(tp, None)
         if log is None:
             return
         self._topic_ids.pop(tp, None)
+        self._delete_later(log)
+
+    def _delete_later(self, log: Log) -> None:
+        tp = log.topic_partition
         renamed = log.dir.with_name(f"{tp}.{self._new_uuid().hex}{DELETE_DIR_SUFFIX}")
         os.replace(log.dir, renamed)
         self._logs_to_delete.append((log, renamed, None))
@@ -170,6 +242,7 @@ class LogManager:
     def mark_stray(self, tp: TopicPartition) -> Path | None:
         """Kafka's stray logs: a partition on disk that the metadata does not know is set aside as
         `topic-N.<uuid>-stray`, never deleted, so a lost or foreign metadata store cannot destroy data."""
+        self.delete_future_log(tp)  # a copy of what is set aside
         log = self._logs.pop(tp, None)
         if log is None:
             return None
@@ -178,6 +251,121 @@ class LogManager:
         renamed = log.dir.with_name(f"{tp}.{self._new_uuid().hex}{STRAY_DIR_SUFFIX}")
         os.replace(log.dir, renamed)
         return renamed
+
+    def describe_log_dirs(self, partitions: Collection[TopicPartition] | None) -> list[LogDirDescription]:
+        """Kafka's ReplicaManager.describeLogDirs: every configured log dir (absolute, in configuration order)
+        with the logs of `partitions` it holds (of every partition when None): the bytes of their local
+        segments and the lag of their log end behind the high watermark, never negative. A log dir holding
+        none of them is listed empty; a partition not on this broker is left out."""
+        by_dir: dict[Path, list[ReplicaLogDescription]] = {log_dir: [] for log_dir in self.log_dirs}
+        for tp, log in sorted(self._logs.items()):
+            if partitions is not None and tp not in partitions:
+                continue
+            by_dir[log.dir.parent].append(
+                ReplicaLogDescription(
+                    topic_partition=tp,
+                    size_bytes=log.size_in_bytes,
+                    offset_lag=max(log.high_watermark - log.log_end_offset, 0),
+                    is_future=False,
+                )
+            )
+            future = self._future_logs.get(tp)
+            if future is not None:
+                by_dir[future.dir.parent].append(
+                    ReplicaLogDescription(
+                        topic_partition=tp,
+                        size_bytes=future.size_in_bytes,
+                        offset_lag=log.log_end_offset - future.log_end_offset,
+                        is_future=True,
+                    )
+                )
+        return [LogDirDescription(Path(os.path.abspath(d)), replicas) for d, replicas in by_dir.items()]
+
+    def configured_log_dir(self, path: str) -> Path | None:
+        """The log dir of `log.dirs` an AlterReplicaLogDirs path names (Kafka compares absolute paths), or None."""
+        return next((d for d in self.log_dirs if os.path.abspath(d) == os.path.abspath(path)), None)
+
+    def get_future_log(self, tp: TopicPartition) -> Log | None:
+        return self._future_logs.get(tp)
+
+    def future_partitions(self) -> list[TopicPartition]:
+        return sorted(self._future_logs)
+
+    def maybe_update_preferred_log_dir(self, tp: TopicPartition, log_dir: Path) -> None:
+        """Kafka's: remember `log_dir` for when the partition's log is created, unless its current or future log
+        is already there."""
+        current, future = self._logs.get(tp), self._future_logs.get(tp)
+        if (current is None or current.dir.parent != log_dir) and (future is None or future.dir.parent != log_dir):
+            self._preferred_log_dirs[tp] = log_dir
+
+    def create_future_log(self, tp: TopicPartition, now_ms: int) -> Log:
+        """The empty future log of `tp` in its preferred log dir (which this uses up), starting where the current
+        log's local segments start; the current log's configuration and topic id."""
+        current = self._logs[tp]
+        log_dir = self._preferred_log_dirs.pop(tp)
+        if log_dir == current.dir.parent:
+            raise ValueError(f"Can not create the future log for {tp} in the current log directory of this partition")
+        directory = log_dir / f"{tp}.{self._new_uuid().hex}{FUTURE_DIR_SUFFIX}"
+        directory.mkdir(parents=True)
+        topic_id = PartitionMetadataFile(current.dir / PARTITION_METADATA_FILENAME).read()
+        if topic_id is not None:
+            PartitionMetadataFile(directory / PARTITION_METADATA_FILENAME).write(topic_id)
+        start = current.segments[0].base_offset
+        future = Log.open(
+            directory,
+            current.config,
+            topic_partition=tp,
+            recovery_point=start,
+            log_start_offset=start,
+            high_watermark=start,
+            had_clean_shutdown=True,
+            now_ms=now_ms,
+            remote_log_enabled=current.remote_log_enabled,
+            producer_state_config=self._producer_state_config,
+        )
+        self._future_logs[tp] = future
+        return future
+
+    def delete_future_log(self, tp: TopicPartition) -> None:
+        """Give up a move: the future log is deleted as a deleted partition's is."""
+        future = self._future_logs.pop(tp, None)
+        if future is not None:
+            self._delete_later(future)
+
+    def replace_current_with_future_log(self, tp: TopicPartition, now_ms: int) -> Log:
+        """Kafka's replaceCurrentWithFutureLog, for a future log that holds everything the current one does (the
+        caller checked, with nothing able to append in between): the future log's directory takes the
+        partition's name in its log dir, then the current one is renamed for deletion (as a deleted partition's,
+        reads in flight finish). Returns the partition's log from now on, reopened at its new path with the
+        current log's high watermark and log start. Between the two renames a crash leaves both directories,
+        and startup refuses them until one is removed, as Kafka's does."""
+        current = self._logs[tp]
+        future = self._future_logs.pop(tp)
+        future.flush()
+        future.close()
+        directory = future.dir.parent / str(tp)
+        os.replace(future.dir, directory)
+        fsync_directory(directory.parent)
+        self._delete_later(current)
+        log = Log.open(
+            directory,
+            future.config,
+            topic_partition=tp,
+            recovery_point=future.log_end_offset,
+            log_start_offset=current.log_start_offset,
+            high_watermark=current.high_watermark,
+            had_clean_shutdown=True,
+            now_ms=now_ms,
+            remote_log_enabled=current.remote_log_enabled,
+            producer_state_config=self._producer_state_config,
+        )
+        log.update_highest_offset_in_remote_storage(current.highest_offset_in_remote_storage)
+        self._logs[tp] = log
+        # The partition left the old dir and joined the new one: both dirs' checkpoints say so at once.
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+        self.checkpoint_high_watermarks()
+        return log
 
     def update_topic_config(self, topic: str, overrides: Mapping[str, str]) -> None:
         config = self._config_for(overrides)
@@ -214,7 +402,7 @@ class LogManager:
         """Retention for every log, removal of `*.deleted` segments and deleted partitions whose delay has
         passed. Returns the number of segments retention deleted."""
         deleted = 0
-        for log in self._logs.values():
+        for log in [*self._logs.values(), *self._future_logs.values()]:
             deleted += log.delete_old_segments(now_ms)
             log.remove_deleted_segments(now_ms)
         pending: list[tuple[Log, Path, int | None]] = []
@@ -273,6 +461,10 @@ class LogManager:
         self.checkpoint_log_start_offsets()
         for log in self._logs.values():
             log.close()
+        # A future log carries on from its files at the next start (it has no checkpoint entry of its own).
+        for future in self._future_logs.values():
+            future.flush()
+            future.close()
         # Directories still awaiting deletion keep their `-delete` name; the next startup removes them.
         for log, _, _ in self._logs_to_delete:
             log.close_handlers()
