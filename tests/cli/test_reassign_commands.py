@@ -11,7 +11,7 @@ from pathlib import Path
 
 from cli_helpers import CliCluster, Ran, tierlog
 from cluster_helpers import ClusterFactory
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from tierlog.cli.cluster import read_cluster_info
 from tierlog.testing.local_cluster import wait_until
@@ -28,6 +28,22 @@ def create_topic(bootstrap: str, name: str, partitions: int, replication_factor:
 def partition_replicas(bootstrap: str, topic: str) -> dict[int, list[int]]:
     metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=CLIENT_TIMEOUT_S)
     return {p.id: list(p.replicas) for p in metadata.topics[topic].partitions.values()}
+
+
+BROKER_RATES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+
+
+def throttles(bootstrap: str, topic: str, brokers: list[int]) -> dict[str, str]:
+    """The throttle configs set: the topic's throttled replicas by name, each broker's rates as `broker:name`."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resources = [ConfigResource(ResourceType.TOPIC, topic)]
+    resources += [ConfigResource(ResourceType.BROKER, str(b)) for b in brokers]
+    found = {}
+    for resource in resources:  # librdkafka takes one broker resource per call
+        for name, entry in admin.describe_configs([resource])[resource].result(CLIENT_TIMEOUT_S).items():
+            if "throttled" in name and entry.value and not entry.is_default:
+                found[name if resource.restype == ResourceType.TOPIC else f"{resource.name}:{name}"] = entry.value
+    return found
 
 
 def test_reassign_takes_exactly_one_action() -> None:
@@ -190,26 +206,42 @@ def test_reassign_rebalance_and_decommission_a_local_cluster(cli_cluster: CliClu
     assert added.returncode == 0, added.stdout + added.stderr
     bootstrap = read_cluster_info(cli_cluster.directory).bootstrap
 
-    # kafka-reassign-partitions.sh's round trip: execute, verify until done, cancel finds nothing to cancel.
+    # kafka-reassign-partitions.sh's round trip: execute with a throttle, verify until done (which removes the
+    # throttles), cancel finds nothing to cancel.
+    before = partition_replicas(bootstrap, "orders")[0]
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": "orders", "partition": 0, "replicas": [4, 1]}]}))
-    executed = tierlog("topic", "reassign", "--execute", "--reassignment-json-file", str(plan), "-b", bootstrap)
+    executed = tierlog(
+        "topic", "reassign", "--execute", "--throttle", "50000000", "--reassignment-json-file", str(plan),
+        "-b", bootstrap,
+    )  # fmt: skip
     assert executed.code == 0, executed.stderr
     assert executed.first_line == "Current partition replica assignment"
-    assert executed.stdout.splitlines()[-1] == "Successfully started partition reassignment for orders-0"
+    assert executed.stdout.splitlines()[-3:] == [
+        "Warning: You must run --verify periodically, until the reassignment completes, to ensure the throttle is "
+        "removed.",
+        "The inter-broker throttle limit was set to 50000000 B/s",
+        "Successfully started partition reassignment for orders-0",
+    ]
+    assert throttles(bootstrap, "orders", sorted({*before, 4, 1})) == {
+        "leader.replication.throttled.replicas": ",".join(f"0:{b}" for b in sorted(before)),
+        "follower.replication.throttled.replicas": ",".join(f"0:{b}" for b in sorted({4, 1} - set(before))),
+        **{f"{b}:{rate}": "50000000" for b in sorted({*before, 4, 1}) for rate in BROKER_RATES},
+    }
 
     def verified() -> Ran | None:
-        ran = tierlog(
-            "topic", "reassign", "--verify", "--preserve-throttles", "--reassignment-json-file", str(plan),
-            "-b", bootstrap,
-        )  # fmt: skip
+        ran = tierlog("topic", "reassign", "--verify", "--reassignment-json-file", str(plan), "-b", bootstrap)
         return ran if "is completed" in ran.stdout else None
 
     done = wait_until(verified, MOVE_S, "orders-0 moved to brokers 4,1")
     assert (done.code, done.stdout) == (
         0,
-        "Status of partition reassignment:\nReassignment of partition orders-0 is completed.\n",
+        "Status of partition reassignment:\n"
+        "Reassignment of partition orders-0 is completed.\n"
+        "Clearing broker-level throttles on brokers 1,2,3,4\n"
+        "Clearing topic-level throttles on topic orders\n",
     )
+    assert throttles(bootstrap, "orders", [1, 2, 3, 4]) == {}
     cancelled = tierlog(
         "topic", "reassign", "--cancel", "--preserve-throttles", "--reassignment-json-file", str(plan), "-b", bootstrap
     )
