@@ -79,6 +79,10 @@ def _ids(ids: Collection[int]) -> str:
     return ",".join(map(str, sorted(ids)))
 
 
+def _partitions(count: int) -> str:
+    return f"{count} partition{'s' if count != 1 else ''}"
+
+
 # --- rebalance ----------------------------------------------------------------------------------------------
 
 
@@ -149,8 +153,8 @@ def _show_plan(console: Console, plan: Plan, view: ClusterView, brokers: list[in
     leaders_only = sum(not plan.adding(tp) for tp in plan.targets)
     console.print(
         f"\n{plan.replica_moves} replica move{'s' if plan.replica_moves != 1 else ''} ({total} to copy) and "
-        f"{leaders_only} preferred leader change{'s' if leaders_only != 1 else ''} only, in {len(plan.targets)} "
-        f"partition{'s' if len(plan.targets) != 1 else ''}, over brokers {_ids(brokers)}",
+        f"{leaders_only} preferred leader change{'s' if leaders_only != 1 else ''} only, in "
+        f"{_partitions(len(plan.targets))}, over brokers {_ids(brokers)}",
         highlight=False,
     )
 
@@ -186,7 +190,7 @@ def run_rebalance(request: Rebalance, client: ClientOptions, console: Console) -
         raise CliError(
             "Error reassigning partition(s): " + "; ".join(f"{tp}: {failed[tp]}" for tp in sorted_partitions(failed))
         )
-    console.print(f"Started the reassignment of {len(plan.targets)} partitions.")
+    console.print(f"Started the reassignment of {_partitions(len(plan.targets))}.", highlight=False)
     if not request.wait:
         console.print(
             "It goes on in the cluster: `tierlog cluster rebalance` shows the spread, `--wait` follows a new one."
@@ -202,7 +206,11 @@ def run_rebalance(request: Rebalance, client: ClientOptions, console: Console) -
 def _bytes_progress(console: Console) -> Progress:
     """Like `progress_bar`, for bytes: description, bar, bytes copied of the total, time elapsed."""
     return Progress(
-        TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(), console=console
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(binary_units=True),  # as the plan's sizes
+        TimeElapsedColumn(),
+        console=console,
     )
 
 
@@ -290,7 +298,7 @@ def _finish(
         raise CliError(f"{len(not_done)} partition(s) did not get their target replicas: {', '.join(not_done)}")
     elected, failed = elect_preferred_leaders(admin, plan.targets, client)
     console.print(
-        f"Reassignment of {len(plan.targets)} partitions complete; preferred leader elected for {len(elected)}",
+        f"Reassignment of {_partitions(len(plan.targets))} complete; preferred leader elected for {len(elected)}",
         highlight=False,
     )
     if failed:
