@@ -91,6 +91,10 @@ def test_reassignment_json_is_kafkas_compact_sorted_form() -> None:
             '{"partitions": [{"topic": "a", "partition": 0, "replicas": [1, 2], "log_dirs": ["any"]}]}',
             "Size of replicas list [1, 2] is different from size of log dirs list ['any'] for partition a-0",
         ),
+        (
+            '{"partitions": [{"topic": "a", "partition": 0, "replicas": [1], "log_dirs": ["/data/2"]}]}',
+            "a-0: log_dirs other than 'any' (a replica moved between a broker's log dirs, AlterReplicaLogDirs)",
+        ),
         ('{"partitions": [{"topic": "a", "replicas": [1]}]}', '{"topic": "a", "replicas": [1]} needs "topic"'),
     ],
 )

@@ -122,8 +122,8 @@ def parse_reassignment(text: str) -> Assignment:
             )
         if any(d != ANY_LOG_DIR for d in log_dirs):
             raise PlanError(
-                f"{tp}: log_dirs other than {ANY_LOG_DIR!r} move a replica between a broker's log dirs "
-                "(AlterReplicaLogDirs), which tierlog does not do"
+                f"{tp}: log_dirs other than {ANY_LOG_DIR!r} (a replica moved between a broker's log dirs, "
+                "AlterReplicaLogDirs) are not done by this tool yet: give 'any'"
             )
         targets.append((tp, list(replicas)))
     if not targets:
