@@ -74,6 +74,14 @@ def test_a_bad_reassignment_file_is_one_line(tmp_path: Path) -> None:
         "Error: Partition replica lists may not contain duplicate entries: a-0 contains multiple entries for 1\n"
     )
 
+    one = tmp_path / "one.json"
+    one.write_text('{"version": 1, "partitions": [{"topic": "a", "partition": 0, "replicas": [1]}]}')
+    unreachable = tierlog("topic", "reassign", "--verify", "--reassignment-json-file", str(one), "-b", "127.0.0.1:1")
+    assert (unreachable.code, unreachable.stderr) == (
+        1,
+        "Error: cannot reach 127.0.0.1:1: is a broker running? start one with `tierlog broker`\n",
+    )
+
     missing = tierlog("topic", "reassign", "--verify", "--reassignment-json-file", str(tmp_path / "no.json"))
     assert missing.code == 1
     assert missing.first_error_line.startswith(f"Error: cannot read {tmp_path / 'no.json'}:")

@@ -21,6 +21,7 @@ from tierlog.cli.clients import (
     ClientOptions,
     CliError,
     bootstrap_addresses,
+    ensure_reachable,
     future_result,
     kafka_error_message,
     results_or_errors,
@@ -87,7 +88,10 @@ async def _send(address: tuple[str, int], api_key: int, request: Any, client: Cl
 def send(api_key: int, request: Any, client: ClientOptions, address: str | None = None) -> Any:
     """`request`'s response from the broker at `address`, else from the first bootstrap server that answers; a
     one-line CliError when none does or the broker does not serve the API."""
-    addresses = bootstrap_addresses(address if address is not None else client.bootstrap)
+    target = address if address is not None else client.bootstrap
+    # The client commands' one line for servers that do not answer (refused, silent, TLS, DNS), within --timeout.
+    ensure_reachable(target, client.remaining_s(), client.security())
+    addresses = bootstrap_addresses(target)
     failures = []
     for host, port in addresses:
         try:
