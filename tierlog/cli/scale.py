@@ -394,9 +394,11 @@ def add_broker(directory: Path, count: int, timeout_s: float) -> None:
         console.print(
             f"broker {node_id} added (registered in {seconds:.1f}s): pid {pid}, {node.kafka}", highlight=False
         )
-    bootstrap = read_cluster_info(directory).bootstrap
+    info = read_cluster_info(directory)
+    secured = f" --command-config {info.client_config}" if info.client_config else ""
     console.print(
-        f"next: spread the replicas onto the new brokers: tierlog cluster rebalance -b {bootstrap} --execute --wait",
+        f"next: spread the replicas onto the new brokers: tierlog cluster rebalance -b {info.bootstrap}{secured} "
+        "--execute --wait",
         highlight=False,
     )
 
