@@ -6,10 +6,14 @@ tests/cluster/test_grow_and_shrink.py."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import time
 from collections import Counter
 from pathlib import Path
 
-from cli_helpers import CliCluster, Ran, tierlog
+from cli_helpers import TIERLOG, CliCluster, Ran, tierlog
 from cluster_helpers import ClusterFactory
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
@@ -88,9 +92,6 @@ def test_a_bad_reassignment_file_is_one_line(tmp_path: Path) -> None:
 
 
 def test_rebalance_usage_errors() -> None:
-    wait = tierlog("cluster", "rebalance", "--wait", "-b", "127.0.0.1:1")
-    assert wait.code == 2
-    assert "Error: --wait goes with --execute" in wait.stderr
     throttle = tierlog("cluster", "rebalance", "--throttle", "5", "-b", "127.0.0.1:1")
     assert throttle.code == 2
     assert "Error: --throttle goes with --execute" in throttle.stderr
@@ -122,6 +123,9 @@ def test_generate_and_rebalance_plan_an_even_spread(cluster_factory: ClusterFact
     ]
     assert proposed["partitions"][0]["replicas"] in ([1], [2])
     assert proposed["partitions"][0]["log_dirs"] == ["any"]
+
+    idle = tierlog("cluster", "rebalance", "--wait", "-b", bootstrap)
+    assert (idle.code, idle.stdout) == (0, "No reassignment in progress.\n")
 
     balanced = tierlog("cluster", "rebalance", "-b", bootstrap)
     assert (balanced.code, balanced.first_line) == (
@@ -254,6 +258,36 @@ def test_reassign_rebalance_and_decommission_a_local_cluster(cli_cluster: CliClu
         "topic", "reassign", "--cancel", "--preserve-throttles", "--reassignment-json-file", str(plan), "-b", bootstrap
     )
     assert (cancelled.code, cancelled.stdout) == (0, "None of the specified partition reassignments are active.\n")
+
+    # A reassignment started elsewhere: `rebalance --wait` follows it to the end, then removes the throttles. Broker
+    # 4, which the move adds, is paused meanwhile (SIGSTOP: still registered, fetching nothing), so the move is
+    # surely in progress when the command starts; the commands ask brokers 1-3.
+    others = ",".join(n.kafka for n in read_cluster_info(cli_cluster.directory).nodes if n.node_id != 4)
+    paused = next(n.pid for n in read_cluster_info(cli_cluster.directory).nodes if n.node_id == 4)
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": "orders", "partition": 1, "replicas": [4, 3]}]}))
+    os.kill(paused, signal.SIGSTOP)
+    try:
+        started = tierlog("topic", "reassign", "--execute", "--reassignment-json-file", str(plan), "-b", others)
+        assert started.code == 0, started.stderr
+        follower = subprocess.Popen(
+            [str(TIERLOG), "cluster", "rebalance", "--wait", "--wait-timeout", str(MOVE_S), "-b", others],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(2.0)
+    finally:
+        os.kill(paused, signal.SIGCONT)
+    try:
+        out, err = follower.communicate(timeout=MOVE_S + 30)
+    finally:
+        follower.kill()
+    assert follower.returncode == 0, out + err
+    lines = out.splitlines()
+    assert lines[0] == "Following the reassignment of 1 partition."
+    assert lines[-2] == "Removed the replication throttles of brokers 1,2,3,4"
+    assert lines[-1].startswith("Reassignment of 1 partition complete; preferred leader elected for ")
+    assert partition_replicas(bootstrap, "orders")[1] == [4, 3]
 
     # rebalance spreads the 8 replicas two per broker, and the preferred leaders one per broker.
     rebalanced = tierlog("cluster", "rebalance", "--execute", "--wait", "--wait-timeout", str(MOVE_S), "-b", bootstrap)

@@ -164,6 +164,8 @@ def run_rebalance(request: Rebalance, client: ClientOptions, console: Console) -
     throttles and elect the preferred leaders. The plan."""
     admin = admin_client(client)
     view = cluster_view(admin, client)
+    if request.wait and not request.execute:
+        return _follow_in_progress(admin, view, request, client, console)
     brokers = sorted(set(view.brokers) - set(request.excluded))
     plan = _plan(view, request.excluded, client)
     if not plan.targets:
@@ -193,13 +195,38 @@ def run_rebalance(request: Rebalance, client: ClientOptions, console: Console) -
     console.print(f"Started the reassignment of {_partitions(len(plan.targets))}.", highlight=False)
     if not request.wait:
         console.print(
-            "It goes on in the cluster: `tierlog cluster rebalance` shows the spread, `--wait` follows a new one."
-            + (" The throttles stay until removed (tierlog topic reassign --verify)." if request.throttle else ""),
+            "It goes on in the cluster: `tierlog cluster rebalance --wait` follows it to the end"
+            + (", then removes the throttles." if request.throttle is not None else "."),
             highlight=False,
         )
         return plan
     _follow(plan, view, request, client, console)
-    _finish(admin, plan, view, request, client, console)
+    _finish(admin, plan, request.throttle is not None, client, console)
+    return plan
+
+
+def _follow_in_progress(
+    admin: AdminClient, view: ClusterView, request: Rebalance, client: ClientOptions, console: Console
+) -> Plan:
+    """`--wait` alone: follow the reassignments in progress (whoever started them) to their end, then remove the
+    replication throttles, as kafka-reassign-partitions.sh --verify does once nothing moves, and elect the
+    preferred leaders. A reassignment lists its target first, then the replicas it removes."""
+    in_progress = list_reassignments(None, client)
+    if not in_progress:
+        console.print("No reassignment in progress.")
+        return Plan({}, {})
+    plan = Plan(
+        current={tp: [b for b in r.replicas if b not in r.adding] for tp, r in in_progress.items()},
+        targets={tp: [b for b in r.replicas if b not in r.removing] for tp, r in in_progress.items()},
+    )
+    try:
+        sizes = leader_sizes(view, plan.targets, client)
+    except NotServed:
+        sizes = {}
+    plan = replace(plan, sizes=sizes)
+    console.print(f"Following the reassignment of {_partitions(len(plan.targets))}.", highlight=False)
+    _follow(plan, view, request, client, console)
+    _finish(admin, plan, True, client, console)
     return plan
 
 
@@ -283,14 +310,14 @@ def _update_copied(
         progress.update(tasks[tp], completed=amount if total is None else min(amount, total - 1))
 
 
-def _finish(
-    admin: AdminClient, plan: Plan, view: ClusterView, request: Rebalance, client: ClientOptions, console: Console
-) -> None:
+def _finish(admin: AdminClient, plan: Plan, throttled: bool, client: ClientOptions, console: Console) -> None:
+    """Once nothing moves: remove the throttles (`throttled`), check every partition has its target replicas and
+    elect the preferred leaders."""
     client = renewed(client)
     now = cluster_view(admin, client, sorted({tp.topic for tp in plan.targets}))
     states = partition_states(plan.targets, now.replicas, {})
     not_done = [str(tp) for tp, state in states.items() if state.state != COMPLETE]
-    if request.throttle is not None:
+    if throttled:
         brokers = set(now.brokers) | {b for r in plan.targets.values() for b in r}
         clear_throttles(admin, brokers, {tp.topic for tp in plan.targets}, client)
         console.print(f"Removed the replication throttles of brokers {_ids(brokers)}", highlight=False)
@@ -321,7 +348,12 @@ def _finish(
     help="--execute: cap the copying at this rate on every broker involved (removed at the end of --wait).",
 )
 @click.option("--execute", is_flag=True, help="Start the plan (without it: only show it).")
-@click.option("--wait", is_flag=True, help="With --execute: follow it to the end, then elect the preferred leaders.")
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="Follow the moves to the end, then remove the throttles and elect the preferred leaders (without "
+    "--execute: the reassignments in progress).",
+)
 @click.option(
     "--wait-timeout",
     "wait_timeout_s",
@@ -346,8 +378,6 @@ def rebalance(
     and leaders now and after. --execute starts it (AlterPartitionReassignments), --wait follows it."""
     if throttle is not None and not execute:
         raise click.UsageError("--throttle goes with --execute")
-    if wait and not execute:
-        raise click.UsageError("--wait goes with --execute")
     run_rebalance(Rebalance(excluded, throttle, execute, wait, wait_timeout_s), client, output_console())
 
 
