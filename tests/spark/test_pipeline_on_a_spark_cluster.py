@@ -1,6 +1,7 @@
 """`tierlog pipeline run --master spark://...` on a Spark standalone cluster (tierlog.testing.local_spark): a
 master and two workers on 127.0.0.1, each its own process, whose Python has tierlog's dependencies but not
-tierlog, so the job only runs if it ships tierlog to the executors itself."""
+tierlog, so the job only runs if it ships tierlog to the executors itself. The topic is tiered to S3 and the
+executors read the remote tier straight from the bucket."""
 
 from __future__ import annotations
 
@@ -18,9 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cluster_helpers import ClusterFactory
 from pyspark.sql import SparkSession
+from tiered_helpers import create_topic, start_tiered_broker, tiered_topic_configs, wait_tiered
 
-from tierlog.testing.local_cluster import BrokerProcess, wait_until
+from tierlog.testing.local_cluster import LocalCluster, wait_until
+from tierlog.testing.local_s3 import LocalS3Server
 from tierlog.testing.local_spark import LocalSparkCluster
 
 pytestmark = pytest.mark.spark
@@ -62,6 +66,28 @@ def python_without_tierlog(directory: Path) -> Path:
     return wrapper
 
 
+def tiered_topic(cluster_factory: ClusterFactory, rsm_config: dict[str, str], kafka: Any) -> tuple[LocalCluster, str]:
+    """A broker tiering to S3 and a topic of EVENTS JSON events most of which are in the remote tier only."""
+    cluster = start_tiered_broker(cluster_factory, rsm_config)
+    topic = kafka.topic_name()
+    # No retention.ms: the events' fixed timestamps are older than the default 7 days.
+    configs = tiered_topic_configs(**{"retention.ms": "-1"})
+    create_topic(cluster.bootstrap, topic, configs, partitions=PARTITIONS, replication_factor=1)
+    produce_events(kafka, cluster.bootstrap, topic)
+    for partition in range(PARTITIONS):
+        wait_tiered(cluster, 1, topic, EVENTS // PARTITIONS // 2, partition, settled=True)
+    return cluster, topic
+
+
+def remote_fetches_served(cluster: LocalCluster) -> float:
+    """The broker's count of reads it served from the remote tier (Kafka's RemoteFetchRequestsPerSec)."""
+    with urllib.request.urlopen(f"http://{cluster.http_address(1)}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    samples = [line.split()[-1] for line in text.splitlines() if line.startswith("tierlog_remote_fetch_requests_total")]
+    assert samples, "the broker exports tierlog_remote_fetch_requests_total"
+    return sum(float(sample) for sample in samples)
+
+
 def produce_events(kafka: Any, bootstrap: str, topic: str) -> None:
     records = [
         {
@@ -71,7 +97,7 @@ def produce_events(kafka: Any, bootstrap: str, topic: str) -> None:
         }
         for i in range(EVENTS)
     ]
-    kafka.produce(bootstrap, topic, records)
+    kafka.produce(bootstrap, topic, records, batch_size=2048)
 
 
 def _batch_ids(directory: Path) -> set[int]:
@@ -116,19 +142,24 @@ def lost_tasks(event_log_dir: Path) -> list[dict[str, Any]]:
 def test_pipeline_on_a_spark_cluster_writes_every_record_exactly_once_though_a_worker_dies_mid_job(
     spark: SparkSession,
     spark_cluster: LocalSparkCluster,
-    shared_broker: BrokerProcess,
+    cluster_factory: ClusterFactory,
+    s3_server: LocalS3Server,
+    s3_bucket: str,
     kafka: Any,
     tmp_path: Path,
 ) -> None:
-    topic = kafka.new_topic(shared_broker.bootstrap, partitions=PARTITIONS)
-    produce_events(kafka, shared_broker.bootstrap, topic)
+    brokers = s3_server.rsm_properties(s3_bucket, prefix=tmp_path.name)
+    rsm_config = {key.removeprefix("rsm.config."): value for key, value in brokers.items()}
+    cluster, topic = tiered_topic(cluster_factory, rsm_config, kafka)
+    remote_fetches_before = remote_fetches_served(cluster)
     # The table on a path every worker reaches (one host here; a shared filesystem or S3 on a real cluster).
     table, checkpoint = tmp_path / "table", tmp_path / "table" / "_checkpoint"
     events, out, err = tmp_path / "events", tmp_path / "stdout", tmp_path / "stderr"
     events.mkdir()
     command = [
         *(sys.executable, "-m", "tierlog.cli.main", "pipeline", "run", "--master", spark_cluster.master_url),
-        *("-b", shared_broker.bootstrap, "-t", topic, "-o", str(table)),
+        *("-b", cluster.bootstrap, "-t", topic, "-o", str(table)),
+        *(arg for key, value in rsm_config.items() for arg in ("--remote", f"{key}={value}")),
         *("--max-offsets-per-trigger", str(PER_BATCH), "--spark-ui", "--spark-log", str(tmp_path / "spark.log")),
         # Spark's event log keeps every task's end and its reason: the proof that the kill cost running tasks.
         *("--conf", "spark.eventLog.enabled=true", "--conf", f"spark.eventLog.dir={events.as_uri()}"),
@@ -175,6 +206,9 @@ def test_pipeline_on_a_spark_cluster_writes_every_record_exactly_once_though_a_w
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(30)
 
+    assert out.read_text().splitlines()[0].endswith(f"(the remote tier read straight from {rsm_config['url']})")
+    # The executors read the remote tier from the bucket: the broker served none of it.
+    assert remote_fetches_served(cluster) == remote_fetches_before
     # The job went on past the kill on the surviving worker, to the end of the topic.
     assert max(_batch_ids(checkpoint / "commits")) > committed_at_kill
     assert spark_cluster.alive_workers() == 1
