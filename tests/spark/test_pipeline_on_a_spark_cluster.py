@@ -33,8 +33,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # The driver's JVM, the executors' and their Python workers start, then a dozen micro-batches.
 PIPELINE_TIMEOUT_S = 150
 PARTITIONS = 4
-EVENTS = 4800
-PER_BATCH = 800  # six micro-batches of four tasks, one per topic partition
+EVENTS = 4000
+PER_BATCH = 800  # five micro-batches
 BASE_MS = 1_795_600_800_000  # 2026-11-25T10:00:00Z
 
 
@@ -212,6 +212,10 @@ def test_pipeline_on_a_spark_cluster_writes_every_record_exactly_once_though_a_w
     # The job went on past the kill on the surviving worker, to the end of the topic.
     assert max(_batch_ids(checkpoint / "commits")) > committed_at_kill
     assert spark_cluster.alive_workers() == 1
+    # The survivor's executor ran the shipped tierlog, its compiled kernels cached in its own directory.
+    survivor = spark_cluster.work_dir(1 - victim)
+    assert list(survivor.glob("app-*/*/tierlog.zip")), sorted(survivor.rglob("*"))[:20]
+    assert list(survivor.glob("app-*/*/tierlog-cache/numba/*/*.nbi")), sorted(survivor.rglob("*"))[:20]
     lost = lost_tasks(events)
     assert lost, "no task was running on the killed worker's executor"
     rows = spark.read.parquet(str(table)).select("kafka_partition", "kafka_offset", "event_id").collect()

@@ -22,11 +22,12 @@ from pathlib import Path
 
 from pyspark import SparkContext
 
-import tierlog
-
 ZIP_NAME = "tierlog.zip"
-# The directory of the installed tierlog package: what is zipped.
-PACKAGE_DIRECTORY = Path(tierlog.__file__).resolve().parent
+# The executors' Python workers' cache directory (XDG_CACHE_HOME), relative to their working directory: the
+# executor's own, which goes with the application.
+EXECUTOR_CACHE_DIR = "tierlog-cache"
+# The directory of the tierlog package this module belongs to: what is zipped.
+PACKAGE_DIRECTORY = Path(__file__).resolve().parents[1]
 # A fixed time for every entry: the zip's bytes depend on the sources alone.
 _ENTRY_TIME = (1980, 1, 1, 0, 0, 0)
 
@@ -63,6 +64,10 @@ def ship_tierlog(context: SparkContext) -> Path | None:
     atexit.register(shutil.rmtree, directory, ignore_errors=True)
     archive = package_zip(directory)
     context.addPyFile(str(archive))
+    # numba caches the converter's kernels (tierlog.spark.record_kernels) imported from a zip in the user's
+    # cache directory, under a name made from the zip's path, which is new for every job: in the user's home
+    # that would be a directory left behind per job and executor; in the executor's directory it goes with it.
+    context.environment.setdefault("XDG_CACHE_HOME", EXECUTOR_CACHE_DIR)
     return archive
 
 
