@@ -98,7 +98,7 @@ def spark_session(
     starts print (Spark's log, their tracebacks); without it they print to this process's stdout and stderr."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     conf = SparkConf().setMaster(master).setAppName(app_name)
-    if runs_in_this_process(master) or _master_on_loopback(master):
+    if runs_in_this_process(master) or master_on_loopback(master):
         local_ip = os.environ.setdefault("SPARK_LOCAL_IP", DEFAULT_LOCAL_IP)
         conf.setAll([("spark.driver.host", local_ip), ("spark.driver.bindAddress", local_ip)])
     conf.setAll(
@@ -123,7 +123,7 @@ def spark_session(
     return session
 
 
-def _master_on_loopback(master: str) -> bool:
+def master_on_loopback(master: str) -> bool:
     """Whether a standalone master's URL (spark://HOST:PORT[,HOST:PORT...]) names this host's loopback only."""
     if not master.startswith("spark://"):
         return False
