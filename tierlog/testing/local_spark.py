@@ -58,11 +58,13 @@ class SparkStartError(RuntimeError):
 
 
 class SparkDaemon(LocalProcess):
-    """One master or worker JVM in a process group of its own, its output appended to `log_file`."""
+    """One master or worker JVM in a process group of its own, its output appended to `log_file`, its scratch
+    space (a worker's executors' block managers and shuffle files) in `local_dir`."""
 
-    def __init__(self, name: str, main_class: str, arguments: list[str], log_file: Path) -> None:
+    def __init__(self, name: str, main_class: str, arguments: list[str], log_file: Path, local_dir: Path) -> None:
         super().__init__(log_file)
         self.name = name
+        self.local_dir = local_dir
         # spark-class sets up the environment (SPARK_SCALA_VERSION, which a worker needs to build its executors'
         # command) and then execs the JVM, so the process started is the daemon itself.
         self.command = ["bash", str(SPARK_HOME / "bin" / "spark-class"), main_class, *arguments]
@@ -71,8 +73,15 @@ class SparkDaemon(LocalProcess):
         if self.running:
             raise RuntimeError(f"{self.name} is already running (pid {self.pid})")
         environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-        # A worker builds its executors' command from SPARK_HOME's jars; both bind to the loopback address.
-        environment |= {"SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": _HOST, "SPARK_DAEMON_MEMORY": _DAEMON_HEAP}
+        # A worker builds its executors' command from SPARK_HOME's jars; both bind to the loopback address. Scratch
+        # space under our directory rather than /tmp, where a killed worker would leave its executors' behind.
+        self.local_dir.mkdir(parents=True, exist_ok=True)
+        environment |= {
+            "SPARK_HOME": str(SPARK_HOME),
+            "SPARK_LOCAL_IP": _HOST,
+            "SPARK_DAEMON_MEMORY": _DAEMON_HEAP,
+            "SPARK_LOCAL_DIRS": str(self.local_dir),
+        }
         self._spawn(
             self.command,
             env=environment,
@@ -150,6 +159,7 @@ class LocalSparkCluster:
             "org.apache.spark.deploy.master.Master",
             ["--host", _HOST, "--port", str(port), "--webui-port", str(ui_port)],
             self.base_dir / "master.log",
+            self.base_dir / "local" / "master",
         )
         self.workers = [
             SparkDaemon(
@@ -161,6 +171,7 @@ class LocalSparkCluster:
                     *("--work-dir", str(self.work_dir(index)), "--webui-port", str(ui)),
                 ],
                 self.base_dir / f"worker-{index}.log",
+                self.base_dir / "local" / f"worker-{index}",
             )
             for index, ui in enumerate(worker_ui_ports)
         ]
