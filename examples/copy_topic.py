@@ -8,19 +8,17 @@ import sys
 
 from pyspark.sql import SparkSession
 
+from tierlog.spark.shipping import ship_tierlog
 from tierlog.spark.source import TierlogDataSource
 
 bootstrap, source, target = sys.argv[1:4]
 # Spark's Python workers must run this interpreter, the one that has tierlog (unless the venv is active).
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-# A local job listens on the loopback interface only (Spark's default is every interface) and serves no web UI.
-spark = (
-    SparkSession.builder.master("local[*]")
-    .config("spark.driver.bindAddress", "127.0.0.1")
-    .config("spark.driver.host", "127.0.0.1")
-    .config("spark.ui.enabled", "false")
-    .getOrCreate()
-)
+# Run with python, the job is local (local[*]) and listens on the loopback interface only (Spark's default is
+# every interface); run with spark-submit --master, it is the cluster's, and SPARK_LOCAL_IP is as the shell has it.
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+spark = SparkSession.builder.config("spark.ui.enabled", "false").getOrCreate()
+ship_tierlog(spark.sparkContext)  # on a cluster: the executors import this tierlog (before registering)
 spark.dataSource.register(TierlogDataSource)
 
 (

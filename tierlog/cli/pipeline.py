@@ -87,6 +87,9 @@ class JobOptions:
     broker_config: Path | None
     spark_log: Path | None
     spark_ui: bool
+    # Spark's master URL (local[*] or a cluster's) and the Spark properties of --conf.
+    master: str
+    spark_conf: dict[str, str]
     # -X and --command-config: librdkafka settings (security among them) for the check and for Spark's clients.
     client_settings: dict[str, str]
     client_origins: dict[str, str]
@@ -106,6 +109,8 @@ def _job_options(command: F) -> F:
         broker_config: Path | None,
         spark_log: Path | None,
         spark_ui: bool,
+        master: str,
+        spark_conf: tuple[str, ...],
         client_settings: tuple[str, ...],
         command_config: Path | None,
         **kwargs: Any,
@@ -113,7 +118,18 @@ def _job_options(command: F) -> F:
         settings, origins = read_client_settings(client_settings, command_config)
         bootstrap = take_bootstrap(settings, bootstrap)
         job = JobOptions(
-            bootstrap, topic, output, event_schema, remote, broker_config, spark_log, spark_ui, settings, origins
+            bootstrap,
+            topic,
+            output,
+            event_schema,
+            remote,
+            broker_config,
+            spark_log,
+            spark_ui,
+            master,
+            dict(parse_key_values(spark_conf, "--conf")),
+            settings,
+            origins,
         )
         return command(*args, job=job, **kwargs)
 
@@ -147,6 +163,21 @@ def _job_options(command: F) -> F:
             "file, kept and named only when the job fails).",
         ),
         click.option("--spark-ui", is_flag=True, help="Serve Spark's web UI (on SPARK_LOCAL_IP, default 127.0.0.1)."),
+        click.option(
+            "--master",
+            default="local[*]",
+            show_default=True,
+            metavar="URL",
+            help="Spark's master: local[*], or a cluster's (spark://HOST:7077, yarn, k8s://...), to whose executors "
+            "tierlog is shipped; OUTPUT must then be a path every worker reaches (docs/spark.md#on-a-spark-cluster).",
+        ),
+        click.option(
+            "--conf",
+            "spark_conf",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="A Spark property, as spark-submit's --conf (repeatable), e.g. spark.executor.memory=4g.",
+        ),
         client_settings_options,
     ]
     decorated: Any = with_job
@@ -200,10 +231,8 @@ def _exit_interrupted(stopped: Callable[[], str], at_once: bool = False) -> NoRe
 
 
 @contextmanager
-def _local_spark(
-    app_name: str, job: JobOptions, console: Console, stopped: Callable[[], str]
-) -> Iterator[SparkSession]:
-    """A local Spark for the body of the `with`, stopped after it, its output in a log file.
+def _spark(app_name: str, job: JobOptions, console: Console, stopped: Callable[[], str]) -> Iterator[SparkSession]:
+    """A Spark (local, or a cluster's driver) for the body of the `with`, stopped after it, its output in a log file.
 
     A Spark failure becomes a one-line CliError naming the cause and the log. On Ctrl-C the running query is
     stopped, then Spark, before the KeyboardInterrupt goes on to _ctrl_c_stops; a second Ctrl-C meanwhile ends
@@ -231,8 +260,10 @@ def _local_spark(
     try:
         with jvm_output:
             try:
-                with console.status("starting Spark (local)"):
-                    spark = spark_session(app_name, jvm_output=jvm_output, ui=job.spark_ui)
+                with console.status(f"starting Spark ({job.master})"):
+                    spark = spark_session(
+                        app_name, job.master, jvm_output=jvm_output, ui=job.spark_ui, spark_conf=job.spark_conf
+                    )
                 # PySpark's SIGINT handler cancels every job through py4j from inside the handler, re-entering the
                 # py4j call the main thread is blocked in. Python's own raises KeyboardInterrupt, and stopping the
                 # query cancels its jobs.
@@ -360,7 +391,7 @@ def _stream(
         totals["batches"] += 1
         console.print(f"batch {progress['batchId']}: {rows:,} rows, {_ranges_text(moved)}")
 
-    with _local_spark("tierlog-pipeline", job, console, stopped) as spark:
+    with _spark("tierlog-pipeline", job, console, stopped) as spark:
         query = stream_to_parquet(spark, config, checkpoint_dir, trigger)
         watch(query, report)
     position = checkpoint_position(checkpoint_dir)
@@ -418,7 +449,7 @@ def backfill(job: JobOptions, from_time: str, to_time: str) -> None:
         console = output_console()
         from tierlog.spark.pipeline import backfill as run_backfill
 
-        with _local_spark("tierlog-backfill", job, console, stopped) as spark:
+        with _spark("tierlog-backfill", job, console, stopped) as spark:
             with console.status(f"reading {job.topic} from {from_time} to {to_time} and writing {config.output}"):
                 rows = run_backfill(spark, config, from_ms, to_ms)
             table = Table("date", "hour", "rows")

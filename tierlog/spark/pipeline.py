@@ -11,6 +11,7 @@ the raw value, as Spark's PERMISSIVE JSON reader does, so bad input is visible i
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -31,6 +32,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 from tierlog.spark.offsets import DataLossError
 from tierlog.spark.options import KAFKA_OPTION_PREFIX, RSM_OPTION_PREFIX
 from tierlog.spark.remote_tier import RemoteTierError
+from tierlog.spark.shipping import runs_in_this_process, ship_tierlog
 from tierlog.spark.source import TierlogDataSource
 
 # The events `tierlog demo` produces; a job over other events passes its own DDL.
@@ -77,22 +79,30 @@ class PipelineConfig:
 
 
 def spark_session(
-    app_name: str, master: str = "local[*]", jvm_output: IO[Any] | None = None, ui: bool = False
+    app_name: str,
+    master: str = "local[*]",
+    jvm_output: IO[Any] | None = None,
+    ui: bool = False,
+    spark_conf: Mapping[str, str] | None = None,
 ) -> SparkSession:
-    """A local SparkSession with the tierlog source registered, its Python workers on this interpreter (the
-    one that has tierlog) and every timestamp in UTC, so the table's date/hour partitions do not depend on
-    the machine's time zone.
+    """A SparkSession with the tierlog source registered, its Python workers on this interpreter (the one that
+    has tierlog) unless PYSPARK_PYTHON names another, and every timestamp in UTC, so the table's date/hour
+    partitions do not depend on the machine's time zone.
 
-    The driver listens on SPARK_LOCAL_IP (default 127.0.0.1) only, and the web UI is off unless `ui`.
-    `jvm_output`: a file for everything the JVM and the Python workers it starts print (Spark's log, their
-    tracebacks); without it they print to this process's stdout and stderr."""
+    `master` is Spark's master URL: `local[*]`, or a cluster's (`spark://HOST:7077`, `yarn`, `k8s://...`), to
+    which the driver's tierlog is shipped (tierlog.spark.shipping). A driver on the same host as its master
+    (local, or a master on a loopback address) listens on SPARK_LOCAL_IP (default 127.0.0.1) only; one whose
+    master is elsewhere listens where Spark's defaults say (SPARK_LOCAL_IP, else the host's address), since the
+    executors connect back to it. The web UI is off unless `ui`. `spark_conf`: Spark properties, as
+    spark-submit's --conf, applied last. `jvm_output`: a file for everything the JVM and the Python workers it
+    starts print (Spark's log, their tracebacks); without it they print to this process's stdout and stderr."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    local_ip = os.environ.setdefault("SPARK_LOCAL_IP", DEFAULT_LOCAL_IP)
     conf = SparkConf().setMaster(master).setAppName(app_name)
+    if runs_in_this_process(master) or master_on_loopback(master):
+        local_ip = os.environ.setdefault("SPARK_LOCAL_IP", DEFAULT_LOCAL_IP)
+        conf.setAll([("spark.driver.host", local_ip), ("spark.driver.bindAddress", local_ip)])
     conf.setAll(
         [
-            ("spark.driver.host", local_ip),
-            ("spark.driver.bindAddress", local_ip),
             ("spark.ui.enabled", str(ui).lower()),
             ("spark.sql.session.timeZone", "UTC"),
             ("spark.sql.shuffle.partitions", "4"),
@@ -100,15 +110,32 @@ def spark_session(
             ("spark.sql.streaming.stopTimeout", QUERY_STOP_TIMEOUT),
             ("spark.ui.showConsoleProgress", "false"),
             ("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile={LOG4J_CONFIG}"),
+            *(spark_conf or {}).items(),
         ]
     )
     # PySpark's own launcher, told where the JVM's output goes (the JVM ignores SIGINT either way: Ctrl-C is
     # this process's to handle).
     gateway = None if jvm_output is None else launch_gateway(conf, {"stdout": jvm_output, "stderr": jvm_output})
-    SparkContext(conf=conf, gateway=gateway)
+    context = SparkContext(conf=conf, gateway=gateway)
+    ship_tierlog(context)
     session = SparkSession.builder.getOrCreate()
     session.dataSource.register(TierlogDataSource)
     return session
+
+
+def master_on_loopback(master: str) -> bool:
+    """Whether a standalone master's URL (spark://HOST:PORT[,HOST:PORT...]) names this host's loopback only."""
+    if not master.startswith("spark://"):
+        return False
+    hosts = [address.rsplit(":", 1)[0].strip("[]") for address in master.removeprefix("spark://").split(",")]
+    return all(host == "localhost" or _is_loopback(host) for host in hosts)
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def parse_events(records: DataFrame, event_schema: str) -> DataFrame:

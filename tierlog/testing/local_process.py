@@ -3,11 +3,18 @@ output appended to a log file, and that log's tail, which is where the reason of
 
 from __future__ import annotations
 
+import ctypes
+import signal
 import subprocess
+import sys
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+
+# From <linux/prctl.h>.
+_PR_SET_PDEATHSIG = 1
 
 
 def with_log_tail(reason: str, log_file: Path, tail: str) -> str:
@@ -73,3 +80,24 @@ class LocalProcess(ABC):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A preexec_fn asking Linux to SIGKILL the child when we die, however we die (SIGKILL, SIGTERM's default
+    action, os._exit), which no exit hook survives.
+
+    The kernel ties this to the *thread* that forks, so it is only set up from the main thread, whose end
+    is the process's end; a server started from another thread relies on stop() and the exit hook. The
+    function runs between fork and exec, so it only calls prctl through a pointer resolved here."""
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+
+    def set_parent_death_signal() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+    return set_parent_death_signal

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import json
 import os
 import shutil
@@ -32,9 +31,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Self
 
@@ -43,7 +40,7 @@ from botocore.client import BaseClient, Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tierlog.testing.local_cluster import free_ports
-from tierlog.testing.local_process import LocalProcess, with_log_tail
+from tierlog.testing.local_process import LocalProcess, die_with_parent, with_log_tail
 
 _HOST = "127.0.0.1"
 _POLL_INTERVAL_S = 0.05
@@ -59,8 +56,6 @@ _START_ATTEMPTS = 3
 # weed's default gRPC port is its HTTP port plus this.
 _GRPC_PORT_OFFSET = 10000
 _PORT_PICK_ATTEMPTS = 50
-# From <linux/prctl.h>.
-_PR_SET_PDEATHSIG = 1
 
 ACCESS_KEY = "tierlog-access-key"
 SECRET_KEY = "tierlog-secret-key"
@@ -287,7 +282,7 @@ class LocalS3Server(LocalProcess):
             env={**os.environ, "TMPDIR": str(self._require_temp_dir())},
             start_new_session=True,
             cwd=self.base_dir,
-            preexec_fn=_die_with_parent(),
+            preexec_fn=die_with_parent(),
             header=f"\n==== {' '.join(command)}\n",
         )
         _LIVE_SERVERS.add(self)
@@ -413,27 +408,6 @@ class LocalS3Server(LocalProcess):
             shutil.rmtree(self._temp_dir, ignore_errors=True)
             self._temp_dir = None
             self._owns_temp_dir = False
-
-
-def _die_with_parent() -> Callable[[], None] | None:
-    """A preexec_fn asking Linux to SIGKILL weed when we die, however we die (SIGKILL, SIGTERM's default
-    action, os._exit), which no exit hook survives.
-
-    The kernel ties this to the *thread* that forks, so it is only set up from the main thread, whose end
-    is the process's end; a server started from another thread relies on stop() and the exit hook. The
-    function runs between fork and exec, so it only calls prctl through a pointer resolved here."""
-    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-
-    def set_parent_death_signal() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-    return set_parent_death_signal
 
 
 def _port_free(port: int) -> bool:
