@@ -287,18 +287,19 @@ def clear_throttles(admin: AdminClient, brokers: Iterable[int], topics: Iterable
 
 def elect_preferred_leaders(
     admin: AdminClient, partitions: Iterable[TopicPartition], client: ClientOptions
-) -> tuple[list[TopicPartition], list[str]]:
-    """ElectLeaders PREFERRED for `partitions`: those whose leader changed, and one line per failure (a partition
-    already led by its preferred replica is neither)."""
+) -> tuple[list[TopicPartition], dict[TopicPartition, str]]:
+    """ElectLeaders PREFERRED for `partitions`: those whose leader changed, and why each failure failed (a
+    partition already led by its preferred replica is neither)."""
     wanted = [KafkaTopicPartition(tp.topic, tp.partition) for tp in sorted_partitions(partitions)]
     if not wanted:
-        return [], []
+        return [], {}
     results = future_result(admin.elect_leaders(ElectionType.PREFERRED, wanted), "preferred leader election", client)
-    elected, failed = [], []
+    elected: list[TopicPartition] = []
+    failed: dict[TopicPartition, str] = {}
     for ktp, error in sorted(results.items(), key=lambda item: (item[0].topic, item[0].partition)):
         tp = TopicPartition(ktp.topic, ktp.partition)
         if error is None:
             elected.append(tp)
         elif error.code() != KafkaError.ELECTION_NOT_NEEDED:
-            failed.append(f"{tp}: {error.str()} ({error.name()})")
+            failed[tp] = f"{error.str()} ({error.name()})"
     return elected, failed

@@ -72,6 +72,7 @@ from tierlog.common import TopicPartition
 from tierlog.testing.local_cluster import broker_settings_like, next_broker_id
 
 _POLL_S = 0.5
+_ELECTION_RETRY_S = 30.0
 DEFAULT_WAIT_S = 600.0
 
 
@@ -323,13 +324,25 @@ def _finish(admin: AdminClient, plan: Plan, throttled: bool, client: ClientOptio
         console.print(f"Removed the replication throttles of brokers {_ids(brokers)}", highlight=False)
     if not_done:
         raise CliError(f"{len(not_done)} partition(s) did not get their target replicas: {', '.join(not_done)}")
-    elected, failed = elect_preferred_leaders(admin, plan.targets, client)
+    # A preferred replica that has just restarted is not in the ISR yet (PREFERRED_LEADER_NOT_AVAILABLE): its
+    # partitions are asked again for a while.
+    deadline = time.monotonic() + _ELECTION_RETRY_S
+    elected: list[TopicPartition] = []
+    pending: Collection[TopicPartition] = list(plan.targets)
+    while True:
+        newly, failed = elect_preferred_leaders(admin, pending, renewed(client))
+        elected += newly
+        if not failed or time.monotonic() >= deadline:
+            break
+        pending = list(failed)
+        time.sleep(_POLL_S)
     console.print(
         f"Reassignment of {_partitions(len(plan.targets))} complete; preferred leader elected for {len(elected)}",
         highlight=False,
     )
     if failed:
-        raise CliError(f"preferred leader election failed for {len(failed)} partition(s): {'; '.join(failed)}")
+        reasons = "; ".join(f"{tp}: {why}" for tp, why in failed.items())
+        raise CliError(f"preferred leader election failed for {len(failed)} partition(s): {reasons}")
 
 
 @click.command()
