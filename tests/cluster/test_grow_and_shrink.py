@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_helpers import ClusterFactory, partition_states, quorum_leader
+from cluster_helpers import ClusterFactory, describe_partitions, partition_states, quorum_leader
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -208,7 +208,7 @@ def test_grow_rebalance_under_crashes_and_shrink_back(cluster_factory: ClusterFa
         cluster.restart(active, WAIT_S)
 
         out, err = rebalance.communicate(timeout=WAIT_S * 2)
-        assert rebalance.returncode == 0, out + err
+        assert rebalance.returncode == 0, f"{out}{err}\nreplicas now: {describe_partitions(cluster, topic)}"
         assert out.splitlines()[-1].startswith("Reassignment of ")
         assert not reassigning(cluster)
         spread = replicas_of(cluster, topic)
