@@ -304,14 +304,18 @@ def list_partition_reassignments_request(
     s = request_schema(API_LIST_PARTITION_REASSIGNMENTS, version)
     topics = None
     if partitions is not None:
-        by_topic: dict[str, list[int]] = {}
-        for tp in partitions:
-            by_topic.setdefault(tp.topic, []).append(tp.partition)
         topics = tuple(
-            s.ListPartitionReassignmentsTopics(name=topic, partition_indexes=tuple(indexes))
-            for topic, indexes in by_topic.items()
+            s.ListPartitionReassignmentsTopics(name=topic, partition_indexes=indexes)
+            for topic, indexes in _indexes_by_topic(partitions).items()
         )
     return s.ListPartitionReassignmentsRequest(timeout=datetime.timedelta(milliseconds=timeout_ms), topics=topics)
+
+
+def _indexes_by_topic(partitions: Iterable[TopicPartition]) -> dict[str, tuple[int, ...]]:
+    by_topic: dict[str, list[int]] = {}
+    for tp in partitions:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    return {topic: tuple(indexes) for topic, indexes in by_topic.items()}
 
 
 def unregister_broker_request(broker_id: int, *, version: int = UNREGISTER_BROKER_VERSION) -> Any:
@@ -326,11 +330,9 @@ def describe_log_dirs_request(
     s = request_schema(API_DESCRIBE_LOG_DIRS, version)
     topics = None
     if partitions is not None:
-        by_topic: dict[str, list[int]] = {}
-        for tp in partitions:
-            by_topic.setdefault(tp.topic, []).append(tp.partition)
         topics = tuple(
-            s.DescribableLogDirTopic(topic=topic, partitions=tuple(indexes)) for topic, indexes in by_topic.items()
+            s.DescribableLogDirTopic(topic=topic, partitions=indexes)
+            for topic, indexes in _indexes_by_topic(partitions).items()
         )
     return s.DescribeLogDirsRequest(topics=topics)
 

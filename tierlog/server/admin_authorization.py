@@ -27,6 +27,7 @@ from tierlog.server.controller_apis import (
     API_ELECT_LEADERS,
     API_LIST_PARTITION_REASSIGNMENTS,
     API_UNREGISTER_BROKER,
+    list_partition_reassignments_refused,
 )
 from tierlog.server.entities import NO_THROTTLE, ResponseSchema, response_schema
 
@@ -227,27 +228,10 @@ async def _alter_partition_reassignments(
 async def _list_partition_reassignments(
     auth: AuthHelper, _image: ClusterMetadata, s: ResponseSchema, request: Request, forward: Forward
 ) -> Any:
-    """DESCRIBE on the cluster, else the whole request is refused, each partition it names listed with no
-    replicas (Kafka's ListPartitionReassignmentsRequest.getErrorResponse)."""
+    """DESCRIBE on the cluster, else the whole request is refused."""
     if auth.authorize_cluster(AclOperation.DESCRIBE):
         return await forward(request)
-    return s.ListPartitionReassignmentsResponse(
-        throttle_time=NO_THROTTLE,
-        error_code=error_code("CLUSTER_AUTHORIZATION_FAILED"),
-        error_message=_CLUSTER_REFUSAL,
-        topics=tuple(
-            s.OngoingTopicReassignment(
-                name=t.name,
-                partitions=tuple(
-                    s.OngoingPartitionReassignment(
-                        partition_index=index, replicas=(), adding_replicas=(), removing_replicas=()
-                    )
-                    for index in t.partition_indexes
-                ),
-            )
-            for t in request.body.topics or ()
-        ),
-    )
+    return list_partition_reassignments_refused(s, request, "CLUSTER_AUTHORIZATION_FAILED", _CLUSTER_REFUSAL)
 
 
 async def _unregister_broker(

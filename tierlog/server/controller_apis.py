@@ -406,23 +406,7 @@ class ControllerApis:
         try:
             ongoing = self.controller.list_partition_reassignments(partitions)
         except NotControllerError as e:
-            return s.ListPartitionReassignmentsResponse(
-                throttle_time=NO_THROTTLE,
-                error_code=error_code(e.error_name),
-                error_message=str(e),
-                topics=tuple(
-                    s.OngoingTopicReassignment(
-                        name=t.name,
-                        partitions=tuple(
-                            s.OngoingPartitionReassignment(
-                                partition_index=index, replicas=(), adding_replicas=(), removing_replicas=()
-                            )
-                            for index in t.partition_indexes
-                        ),
-                    )
-                    for t in topics or ()
-                ),
-            )
+            return list_partition_reassignments_refused(s, request, e.error_name, str(e))
         by_topic: dict[str, list[Any]] = {}
         for tp, registration in ongoing.items():
             by_topic.setdefault(tp.topic, []).append(
@@ -706,3 +690,25 @@ class ControllerApis:
                 for node_id, (host, port) in self.config.quorum_voters.items()
             },
         )
+
+
+def list_partition_reassignments_refused(s: ResponseSchema, request: Request, error_name: str, message: str) -> Any:
+    """The whole ListPartitionReassignments refused, each partition it names listed with no replicas (Kafka's
+    ListPartitionReassignmentsRequest.getErrorResponse)."""
+    return s.ListPartitionReassignmentsResponse(
+        throttle_time=NO_THROTTLE,
+        error_code=error_code(error_name),
+        error_message=message,
+        topics=tuple(
+            s.OngoingTopicReassignment(
+                name=t.name,
+                partitions=tuple(
+                    s.OngoingPartitionReassignment(
+                        partition_index=index, replicas=(), adding_replicas=(), removing_replicas=()
+                    )
+                    for index in t.partition_indexes
+                ),
+            )
+            for t in request.body.topics or ()
+        ),
+    )
