@@ -72,7 +72,7 @@ class ConfigApis:
         config: KafkaConfig,
         image: Callable[[], ClusterMetadata],
         controller_server: ControllerServer | None,
-        channel: ControllerChannel,
+        channel: ControllerChannel | None,
         sync_metadata: Callable[[], Awaitable[None]],
         auth: AuthHelper,
     ) -> None:
@@ -81,6 +81,8 @@ class ConfigApis:
         self._image = image
         # Set on a controller's node, where requests are decided while its controller is the active one.
         self._controller_server = controller_server
+        # A broker's way to the active controller; None on a dedicated controller, which serves only controller
+        # listeners, where every request counts as forwarded (docs/configuration.md#dedicated-controllers).
         self._channel = channel
         self._sync_metadata = sync_metadata
         self.handlers: dict[int, Callable[[Request], Awaitable[Any]]] = {
@@ -188,6 +190,7 @@ class ConfigApis:
                 except ConfigRequestError as e:
                     outcomes[index] = (e.error_name, str(e))
             if checked:
+                assert self._channel is not None, "a dedicated controller's requests all count as forwarded"
                 forwarded = dataclasses.replace(body, resources=tuple(body.resources[i] for i in checked))
                 response = await self._channel.forward(forwarded)
                 for index, answer in zip(checked, response.responses, strict=True):

@@ -21,6 +21,7 @@ from tierlog.security.authorizer import StandardAuthorizer
 from tierlog.server.acl_apis import AclApis
 from tierlog.server.admin_authorization import CHECKED_ADMIN_APIS, forward_authorized
 from tierlog.server.auth_helper import AuthHelper, configured_authorizer
+from tierlog.server.config_apis import ConfigApis
 from tierlog.server.controller_apis import ADMIN_APIS, BROKER_TO_CONTROLLER_APIS, ControllerApis
 from tierlog.server.controller_server import ControllerServer
 from tierlog.server.entities import NO_THROTTLE, response_schema
@@ -44,14 +45,16 @@ logger = logging.getLogger(__name__)
 class ControllerNodeApis:
     """What a dedicated controller answers on its controller listeners: the controller's APIs (ControllerApis:
     brokers' registrations, heartbeats, AlterPartition, producer ids, and the admin requests brokers forward),
-    the Fetch of the metadata log, the ACL APIs, ApiVersions, and ILLEGAL_SASL_STATE for a SASL request after
-    authentication. The forwarded admin requests are checked as a combined node's controller listener checks
-    them (the peer needs CLUSTER_ACTION: docs/security.md#api-checks)."""
+    the config APIs (config changes brokers forward, decided by the active controller; described from the
+    committed metadata), the Fetch of the metadata log, the ACL APIs, ApiVersions, and ILLEGAL_SASL_STATE for a
+    SASL request after authentication. The forwarded admin requests are checked as a combined node's controller
+    listener checks them (the peer needs CLUSTER_ACTION: docs/security.md#api-checks)."""
 
     def __init__(
         self,
         server: ControllerServer,
         controller_apis: ControllerApis,
+        config_apis: ConfigApis,
         authorizer: StandardAuthorizer | None,
         auth: AuthHelper,
     ) -> None:
@@ -72,6 +75,7 @@ class ControllerNodeApis:
         self.handlers.update(controller_apis.quorum_handlers)
         self.handlers.update(dict.fromkeys(CHECKED_ADMIN_APIS & set(ADMIN_APIS), self.handle_admin))
         self.handlers.update(AclApis(authorizer, auth, controller_apis.handle).handlers)
+        self.handlers.update(config_apis.handlers)
 
     async def handle(self, request: Request) -> Any:
         if self._authorizer is not None:
@@ -116,7 +120,9 @@ class ControllerNode:
         auth = AuthHelper(self.authorizer, [listener.name for listener in config.controller_listeners])
         self.controller_server = ControllerServer(config)
         controller_apis = ControllerApis(config, self.controller_server, auth)
-        self.apis = ControllerNodeApis(self.controller_server, controller_apis, self.authorizer, auth)
+        server = self.controller_server
+        config_apis = ConfigApis(config, lambda: server.security_image, server, None, _nothing_to_sync, auth)
+        self.apis = ControllerNodeApis(server, controller_apis, config_apis, self.authorizer, auth)
         self.socket_server = SocketServer(config, config.controller_listeners)
 
     async def start(self) -> None:
@@ -171,3 +177,7 @@ class ControllerNode:
         await self.socket_server.close_connections()
         await self.controller_server.stop()
         logger.info("[ControllerNode id=%d] shut down cleanly", self.config.node_id)
+
+
+async def _nothing_to_sync() -> None:
+    """A controller's image is the committed metadata itself: a config change has no broker image to wait for."""
