@@ -45,6 +45,30 @@ def consume_in_group(broker: BrokerProcess, topic: str, group: str, *args: str) 
     return consumed.stdout.splitlines()
 
 
+def start_follower(command: list[str]) -> subprocess.Popen[bytes]:
+    """`tierlog consume` following a group, as a person runs it in a terminal: with Ctrl-C's default action,
+    even when these tests run as a background job (whose shell starts them ignoring SIGINT, an ignore Python keeps
+    and passes on, so the follower would never see Ctrl-C)."""
+    return subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
+def stop_follower(follower: subprocess.Popen[bytes]) -> bytes:
+    """Ctrl-C: the follower closes its consumer, leaving the group, and exits; killed if it does not within the
+    bound (the test fails, and no process outlives it). Its stderr."""
+    follower.send_signal(signal.SIGINT)
+    try:
+        return follower.communicate(timeout=MEMBER_S)[1]
+    except subprocess.TimeoutExpired:
+        follower.kill()
+        follower.communicate()
+        raise
+
+
 def describe_rows(output: str, columns: int = 5) -> dict[int, list[str]]:
     """partition -> CURRENT-OFFSET, LOG-END-OFFSET, LAG (and with `-o wide`, 8 columns: CONSUMER-ID, HOST,
     CLIENT-ID) of its row."""
@@ -132,7 +156,7 @@ def test_a_group_with_a_running_consumer_is_described_with_it_and_cannot_be_dele
     assert run(group_broker, "topic", "create", "events", "-p", "2", "-r", "1").exit_code == 0
     produce(group_broker, "events", 0, "x")
     command = [sys.executable, "-m", "tierlog", "consume", "events", "-g", "watchers", "-b", group_broker.bootstrap]
-    follower = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    follower = start_follower(command)
     try:
 
         def stable() -> str | None:
@@ -152,9 +176,8 @@ def test_a_group_with_a_running_consumer_is_described_with_it_and_cannot_be_dele
         assert refused.exit_code == 1
         assert "group 'watchers' has active members" in refused.stdout
     finally:
-        # Ctrl-C: the follower closes its consumer, leaving the group, and exits without a traceback.
-        follower.send_signal(signal.SIGINT)
-        _, stderr = follower.communicate(timeout=MEMBER_S)
+        # Without a traceback, too.
+        stderr = stop_follower(follower)
     assert follower.returncode == 0, stderr.decode()
     assert run(group_broker, "groups", "delete", "watchers").exit_code == 0
 
@@ -164,7 +187,7 @@ def test_describe_fits_80_columns_and_wide_puts_the_member_in_each_row(group_bro
     assert run(group_broker, "topic", "create", topic, "-p", "2", "-r", "1").exit_code == 0
     produce(group_broker, topic, 0, "x")
     command = [sys.executable, "-m", "tierlog", "consume", topic, "-g", group, "-b", group_broker.bootstrap]
-    follower = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    follower = start_follower(command)
     describe = ["groups", "describe", group, "-b", group_broker.bootstrap, "--timeout", "15"]
     try:
         wait_until(
@@ -175,8 +198,7 @@ def test_describe_fits_80_columns_and_wide_puts_the_member_in_each_row(group_bro
         code, lines = run_in_terminal(describe, columns=80)
         wide_code, wide = run_in_terminal([*describe, "-o", "wide"], columns=200)
     finally:
-        follower.send_signal(signal.SIGINT)
-        follower.communicate(timeout=MEMBER_S)
+        stop_follower(follower)
     assert code == 0, "\n".join(lines)
     assert_fits(lines, 80)
     assert lines[0].startswith(f"{group}  state Stable, 1 members, assignor range,")
