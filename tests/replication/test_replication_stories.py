@@ -214,7 +214,7 @@ def test_fetch_errors_back_the_partition_off_until_new_metadata(tmp_path: Path) 
     cluster.managers[1].apply_metadata(cluster.image(), cluster.now)
     assert cluster.fetch(2)[0].error == "FENCED_LEADER_EPOCH"
     assert fetcher.build_fetch_request(cluster.now) is None
-    assert fetcher.next_wakeup_ms() == cluster.now + fetcher.config.backoff_ms
+    assert fetcher.next_wakeup_ms(cluster.now) == cluster.now + fetcher.config.backoff_ms
     cluster.managers[2].apply_metadata(cluster.image(), cluster.now)
     assert cluster.managers[2].fetchers[1].build_fetch_request(cluster.now) is not None
     cluster.managers[2].fetchers[1].on_fetch_failed(cluster.now)

@@ -239,3 +239,17 @@ def test_follower_fetches_unthrottled_partitions_whatever_the_quota(tmp_path: Pa
         cluster.fetch(2)
         assert cluster.log(2).log_end_offset == expected_end
     assert follower.follower_quota.byte_rate(cluster.now) == 1
+
+
+def test_follower_already_at_the_hw_is_in_sync_after_an_answer_without_records(tmp_path: Path) -> None:
+    """Kafka sets the lag from every answer: a follower that restarts with everything is never held back, though no
+    record has come since."""
+    cluster = lagging_follower(tmp_path, 0)
+    follower = cluster.managers[2]
+    ((_, fetcher),) = follower.fetchers.items()
+    (response,) = cluster.fetch(2)
+    assert not response.records
+    assert fetcher.partitions[TP].is_replica_in_sync
+    follower.follower_quota.update_quota(0)
+    follower.follower_quota.record(1, cluster.now)
+    assert fetcher.build_fetch_request(cluster.now) is not None

@@ -80,13 +80,13 @@ class PartitionFetchState:
     state: FetchStateName
     delayed_until_ms: int = 0
     remote_build: RemoteLogAuxStateBuild | None = None
-    # How far the leader's HW was ahead of our LEO after the last fetch that brought records (Kafka's
-    # PartitionFetchState.lag); None until one did.
+    # How far the leader's HW was ahead of our LEO after the last answer (Kafka's PartitionFetchState.lag); None
+    # until one came.
     lag: int | None = None
 
     @property
     def is_replica_in_sync(self) -> bool:
-        """Kafka's isReplicaInSync: the last records fetched reached the leader's HW."""
+        """Kafka's isReplicaInSync: after the last answer, our LEO had reached the leader's HW."""
         return self.lag is not None and self.lag <= 0
 
 
@@ -217,10 +217,8 @@ class ReplicaFetcher:
         request = self.build_fetch_request(now_ms)
         if request is not None:
             return request
-        if any(self._should_throttle(tp, state, now_ms) for tp, state in ready if state.state == FETCHING):
-            # Kafka backs off when the throttle empties its Fetch; the rate falls as time passes.
-            return Idle(now_ms + IDLE_POLL_MS)
-        wake_at = self.next_wakeup_ms()
+        # Nothing to fetch (every partition backed off, or held back by the throttle until its rate falls).
+        wake_at = self.next_wakeup_ms(now_ms)
         return Idle(now_ms + (IDLE_POLL_MS if wake_at is None else max(1, min(IDLE_POLL_MS, wake_at - now_ms))))
 
     def build_fetch_request(self, now_ms: int) -> FetchRequestData | None:
@@ -310,11 +308,9 @@ class ReplicaFetcher:
         if records is not None:
             partition.append_records_to_follower(records, now_ms)
         partition.update_follower_high_watermark(response.high_watermark, response.log_start_offset, now_ms)
-        fetched_offset = state.fetch_offset
         state.fetch_offset = partition.log.log_end_offset
         state.last_fetched_epoch = partition.log.latest_epoch
-        if state.fetch_offset > fetched_offset:
-            state.lag = max(0, response.high_watermark - state.fetch_offset)
+        state.lag = max(0, response.high_watermark - state.fetch_offset)
         quota = self._quota
         if records and quota is not None and quota.is_throttled(partition.topic_partition):
             # Both in-sync and lagging replicas count, so the throttled traffic as a whole stays under the quota.
@@ -476,6 +472,7 @@ class ReplicaFetcher:
             state.delayed_until_ms = now_ms + self.config.backoff_ms
             state.remote_build = None
 
-    def next_wakeup_ms(self) -> int | None:
-        """When the earliest backed-off partition may fetch again; None without partitions."""
-        return min((state.delayed_until_ms for state in self.partitions.values()), default=None)
+    def next_wakeup_ms(self, now_ms: int) -> int | None:
+        """When the earliest partition backed off after an error may fetch again; None if none is backed off (a
+        partition that may fetch already is no reason to wake sooner: one the throttle held back would spin)."""
+        return min((s.delayed_until_ms for s in self.partitions.values() if s.delayed_until_ms > now_ms), default=None)
