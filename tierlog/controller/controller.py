@@ -387,7 +387,7 @@ class Controller:
         live = self._live_brokers() - {broker_id}
         changes = []
         for topic in self.metadata.topics.values():
-            election = _UNCLEAN if self._unclean_enabled(topic.configs) else _ONLINE
+            election = self._election(topic.configs)
             for partition_id, current in enumerate(topic.partitions):
                 if broker_id not in current.isr:
                     continue
@@ -423,7 +423,7 @@ class Controller:
     ) -> list[PartitionRecord]:
         """Leaders for the offline partitions of `topic` that `live` brokers can now lead (with `configs` as the
         topic's overrides and `cluster_defaults` as the dynamic broker defaults, when those are changing)."""
-        election = _UNCLEAN if self._unclean_enabled(configs, cluster_defaults) else _ONLINE
+        election = self._election(configs, cluster_defaults)
         changes = []
         for partition_id, current in enumerate(topic.partitions):
             if current.leader != NO_LEADER:
@@ -446,6 +446,10 @@ class Controller:
         if value is None:
             return self._config.unclean_leader_election_enable
         return bool(parse_config_value(TOPIC_CONFIGS[UNCLEAN_LEADER_ELECTION_ENABLE], value))
+
+    def _election(self, topic_configs: Mapping[str, str], cluster_defaults: Mapping[str, str] | None = None) -> str:
+        """How a partition of this topic elects a leader when it must: UNCLEAN where unclean election is enabled."""
+        return _UNCLEAN if self._unclean_enabled(topic_configs, cluster_defaults) else _ONLINE
 
     # Partitions
 
@@ -501,7 +505,7 @@ class Controller:
             current,
             acceptable=live,
             isr=isr,
-            election=_UNCLEAN if self._unclean_enabled(topic.configs) else _ONLINE,
+            election=self._election(topic.configs),
         )
         if change is not None:
             self._commit([change])
@@ -604,15 +608,15 @@ class Controller:
             raise UnknownTopicError(f"Unable to find partition {tp.topic}:{tp.partition}.")
         current = topic.partitions[tp.partition]
         live = self._live_brokers()
-        unclean = self._unclean_enabled(topic.configs)
         if target is None:
             # docs/reassignment.md#cancel
             if not current.is_reassigning:
                 raise NoReassignmentInProgressError("No partition reassignment is in progress for the topic partition.")
             replicas = [r for r in current.replicas if r not in current.adding_replicas]
             isr = [r for r in current.isr if r not in current.adding_replicas]
+            election = self._election(topic.configs)
             if not isr:
-                if not unclean:
+                if election != _UNCLEAN:
                     raise InvalidReplicaAssignmentError(
                         f"Unable to revert partition assignment for {tp.topic}:{tp.partition} because it would "
                         f"require an unclean leader election."
@@ -627,7 +631,7 @@ class Controller:
                 replicas=replicas,
                 adding=[],
                 removing=[],
-                election=_UNCLEAN if unclean else _ONLINE,
+                election=election,
             )
         self._validate_reassignment_target(target)
         # docs/reassignment.md#start: against the replicas now listed, those of a reassignment in progress
