@@ -27,6 +27,7 @@ from tierlog.server.controller_apis import (
     API_ELECT_LEADERS,
     API_LIST_PARTITION_REASSIGNMENTS,
     API_UNREGISTER_BROKER,
+    alter_partition_reassignments_refused,
     list_partition_reassignments_refused,
 )
 from tierlog.server.entities import NO_THROTTLE, ResponseSchema, response_schema
@@ -201,28 +202,10 @@ async def _alter_user_scram_credentials(
 async def _alter_partition_reassignments(
     auth: AuthHelper, _image: ClusterMetadata, s: ResponseSchema, request: Request, forward: Forward
 ) -> Any:
-    """ALTER on the cluster, else the whole request is refused, with each partition it names (Kafka's
-    AlterPartitionReassignmentsRequest.getErrorResponse)."""
+    """ALTER on the cluster, else the whole request is refused."""
     if auth.authorize_cluster(AclOperation.ALTER):
         return await forward(request)
-    refused = error_code("CLUSTER_AUTHORIZATION_FAILED")
-    return s.AlterPartitionReassignmentsResponse(
-        throttle_time=NO_THROTTLE,
-        error_code=refused,
-        error_message=_CLUSTER_REFUSAL,
-        responses=tuple(
-            s.ReassignableTopicResponse(
-                name=t.name,
-                partitions=tuple(
-                    s.ReassignablePartitionResponse(
-                        partition_index=p.partition_index, error_code=refused, error_message=_CLUSTER_REFUSAL
-                    )
-                    for p in t.partitions
-                ),
-            )
-            for t in request.body.topics
-        ),
-    )
+    return alter_partition_reassignments_refused(s, request, "CLUSTER_AUTHORIZATION_FAILED", _CLUSTER_REFUSAL)
 
 
 async def _list_partition_reassignments(

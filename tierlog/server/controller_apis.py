@@ -365,18 +365,13 @@ class ControllerApis:
             for p in t.partitions:
                 targets[TopicPartition(t.name, p.partition_index)] = p.replicas
         try:
-            results: dict[TopicPartition, ControllerError | None] = dict(
-                self.controller.alter_partition_reassignments(targets)
-            )
-            error = None
+            results = self.controller.alter_partition_reassignments(targets)
         except NotControllerError as e:
-            # Kafka's AlterPartitionReassignmentsRequest.getErrorResponse: the error everywhere.
-            error = e
-            results = dict.fromkeys(targets, e)
+            return alter_partition_reassignments_refused(s, request, e.error_name, str(e))
         return s.AlterPartitionReassignmentsResponse(
             throttle_time=NO_THROTTLE,
-            error_code=error_code(error.error_name if error else None),
-            error_message=str(error) if error else None,
+            error_code=error_code(None),
+            error_message=None,
             responses=tuple(
                 s.ReassignableTopicResponse(
                     name=t.name,
@@ -690,6 +685,29 @@ class ControllerApis:
                 for node_id, (host, port) in self.config.quorum_voters.items()
             },
         )
+
+
+def alter_partition_reassignments_refused(s: ResponseSchema, request: Request, error_name: str, message: str) -> Any:
+    """The whole AlterPartitionReassignments refused, with each partition it names (Kafka's
+    AlterPartitionReassignmentsRequest.getErrorResponse)."""
+    refused = error_code(error_name)
+    return s.AlterPartitionReassignmentsResponse(
+        throttle_time=NO_THROTTLE,
+        error_code=refused,
+        error_message=message,
+        responses=tuple(
+            s.ReassignableTopicResponse(
+                name=t.name,
+                partitions=tuple(
+                    s.ReassignablePartitionResponse(
+                        partition_index=p.partition_index, error_code=refused, error_message=message
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in request.body.topics
+        ),
+    )
 
 
 def list_partition_reassignments_refused(s: ResponseSchema, request: Request, error_name: str, message: str) -> Any:
