@@ -24,17 +24,20 @@ from kio.schema.metadata.v12 import response as metadata_v12_response
 from kio.serial import entity_writer
 from kio.static.primitive import i16, i32
 
-from tierlog.client.connection import KafkaConnection, KafkaConnectionError, send_blocking
+from tierlog.client.connection import ApiNotServedError, KafkaConnection, KafkaConnectionError, send_blocking
 from tierlog.client.requests import (
+    API_DESCRIBE_LOG_DIRS,
     PartitionFetch,
     api_versions_request,
     create_topics_request,
+    describe_log_dirs_request,
     fetch_request,
     list_offsets_request,
     metadata_request,
     produce_request,
 )
 from tierlog.common import TopicPartition
+from tierlog.protocol.api_versions import SUPPORTED_APIS
 from tierlog.protocol.framing import read_frame
 from tierlog.records.codec import build_batch, decode_batches
 from tierlog.testing.local_cluster import BrokerProcess, free_port
@@ -181,6 +184,26 @@ def test_concurrent_sends_on_one_connection_each_get_their_own_response(real_bro
     responses = with_connection(real_broker.port, body)
     assert [r.topics[0].name for r in responses] == names
     assert all(r.topics[0].error_code == ErrorCode.none for r in responses)
+
+
+def test_send_negotiated_sends_the_newest_version_both_serve_and_names_an_api_the_broker_lacks(
+    real_broker: BrokerProcess,
+) -> None:
+    async def body(connection: KafkaConnection) -> tuple[Any, str]:
+        # Newer than any broker serves: the broker's newest is used. A key no broker serves: refused by name.
+        response = await connection.send_negotiated(
+            API_DESCRIBE_LOG_DIRS,
+            lambda version: describe_log_dirs_request(None, version=version),
+            99,
+            timeout_s=TIMEOUT_S,
+        )
+        with pytest.raises(ApiNotServedError) as refused:
+            await connection.send_negotiated(9999, lambda _: describe_log_dirs_request(None), 0, timeout_s=TIMEOUT_S)
+        return response, str(refused.value)
+
+    response, refusal = with_connection(real_broker.port, body)
+    assert type(response).__version__ == SUPPORTED_APIS[API_DESCRIBE_LOG_DIRS].max_version
+    assert response.results and refusal == "does not serve API 9999 (API 9999)"
 
 
 # --- a scripted fake server -----------------------------------------------------------------------------

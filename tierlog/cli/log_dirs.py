@@ -28,11 +28,10 @@ from tierlog.cli.clients import (
     output_console,
 )
 from tierlog.cli.tables import TABLE, WIDE, plain_table
-from tierlog.client.connection import KafkaConnection, KafkaConnectionError
+from tierlog.client.connection import ApiNotServedError, KafkaConnection, KafkaConnectionError
 from tierlog.client.requests import (
     API_DESCRIBE_LOG_DIRS,
     DESCRIBE_LOG_DIRS_VERSION,
-    api_versions_request,
     describe_cluster_request,
     describe_log_dirs_request,
 )
@@ -208,12 +207,12 @@ async def describe_broker(broker: BrokerAddress, security: ClientSecurity, timeo
         broker.host, broker.port, client_id=CLIENT_ID, timeout_s=timeout_s, security=security
     )
     try:
-        versions = await connection.send(api_versions_request(), timeout_s=timeout_s)
-        served = {entry.api_key: entry for entry in versions.api_keys}
-        if API_DESCRIBE_LOG_DIRS not in served:
-            raise LogDirsError("does not serve DescribeLogDirs (API 35)")
-        version = min(DESCRIBE_LOG_DIRS_VERSION, int(served[API_DESCRIBE_LOG_DIRS].max_version))
-        response = await connection.send(describe_log_dirs_request(None, version=version), timeout_s=timeout_s)
+        response = await connection.send_negotiated(
+            API_DESCRIBE_LOG_DIRS,
+            lambda version: describe_log_dirs_request(None, version=version),
+            DESCRIBE_LOG_DIRS_VERSION,
+            timeout_s=timeout_s,
+        )
         return log_dirs_of(response)
     finally:
         await connection.close()
@@ -237,7 +236,7 @@ async def describe_log_dirs(
     async def ask(broker: BrokerAddress) -> list[LogDirInfo]:
         try:
             return await describe_broker(broker, security, timeout_s)
-        except (KafkaConnectionError, LogDirsError) as e:
+        except (KafkaConnectionError, ApiNotServedError, LogDirsError) as e:
             raise CliError(f"broker {broker.node_id} ({broker.host}:{broker.port}): {e}") from None
 
     answers = await asyncio.wait_for(asyncio.gather(*(ask(b) for b in chosen)), timeout_s)

@@ -30,11 +30,10 @@ from tierlog.cli.clients import (
     output_console,
 )
 from tierlog.cli.tables import plain_table
-from tierlog.client.connection import KafkaConnection, KafkaConnectionError
+from tierlog.client.connection import ApiNotServedError, KafkaConnection, KafkaConnectionError
 from tierlog.client.requests import (
     API_DESCRIBE_QUORUM,
     DESCRIBE_QUORUM_VERSION,
-    api_versions_request,
     describe_cluster_request,
     describe_quorum_request,
 )
@@ -236,7 +235,7 @@ async def describe_quorum(
     async def attempt(host: str, port: int) -> QuorumStatus | None:
         try:
             return await _ask(host, port, security, ask_cluster_id, timeout_s)
-        except (KafkaConnectionError, QuorumError) as e:
+        except (KafkaConnectionError, ApiNotServedError, QuorumError) as e:
             said[f"{host}:{port}"] = str(e)
             return None
 
@@ -258,12 +257,12 @@ async def describe_quorum(
 async def _ask(host: str, port: int, security: ClientSecurity, ask_cluster_id: bool, timeout_s: float) -> QuorumStatus:
     connection = await KafkaConnection.open(host, port, client_id=CLIENT_ID, timeout_s=timeout_s, security=security)
     try:
-        versions = await connection.send(api_versions_request(), timeout_s=timeout_s)
-        served = {entry.api_key: entry for entry in versions.api_keys}
-        if API_DESCRIBE_QUORUM not in served:
-            raise QuorumError("does not serve DescribeQuorum (API 55)")
-        version = min(DESCRIBE_QUORUM_VERSION, int(served[API_DESCRIBE_QUORUM].max_version))
-        response = await connection.send(describe_quorum_request(METADATA_TOPIC, version=version), timeout_s=timeout_s)
+        response = await connection.send_negotiated(
+            API_DESCRIBE_QUORUM,
+            lambda version: describe_quorum_request(METADATA_TOPIC, version=version),
+            DESCRIBE_QUORUM_VERSION,
+            timeout_s=timeout_s,
+        )
         cluster_id = None
         if ask_cluster_id:
             cluster_id = str((await connection.send(describe_cluster_request(), timeout_s=timeout_s)).cluster_id)

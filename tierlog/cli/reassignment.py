@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import ElectionType, KafkaError
@@ -34,28 +34,26 @@ from tierlog.cli.reassignment_plan import (
     Throttles,
     sorted_partitions,
 )
-from tierlog.client.connection import KafkaConnection, KafkaConnectionError
+from tierlog.client.connection import ApiNotServedError, KafkaConnection, KafkaConnectionError
 from tierlog.client.requests import (
+    ALTER_PARTITION_REASSIGNMENTS_VERSION,
     API_ALTER_PARTITION_REASSIGNMENTS,
     API_DESCRIBE_LOG_DIRS,
     API_LIST_PARTITION_REASSIGNMENTS,
     API_UNREGISTER_BROKER,
+    DESCRIBE_LOG_DIRS_VERSION,
+    LIST_PARTITION_REASSIGNMENTS_VERSION,
+    UNREGISTER_BROKER_VERSION,
     alter_partition_reassignments_request,
-    api_versions_request,
     describe_log_dirs_request,
     list_partition_reassignments_request,
     unregister_broker_request,
 )
 from tierlog.common import TopicPartition
+from tierlog.protocol.api_versions import api_name
 from tierlog.protocol.errors import error_code
 
 CLIENT_ID = "tierlog-reassign"
-_API_NAMES = {
-    API_ALTER_PARTITION_REASSIGNMENTS: "AlterPartitionReassignments",
-    API_LIST_PARTITION_REASSIGNMENTS: "ListPartitionReassignments",
-    API_DESCRIBE_LOG_DIRS: "DescribeLogDirs",
-    API_UNREGISTER_BROKER: "UnregisterBroker",
-}
 
 
 class NotServed(CliError):
@@ -70,35 +68,38 @@ def renewed(client: ClientOptions) -> ClientOptions:
 # --- tierlog's own requests ---------------------------------------------------------------------------------
 
 
-async def _send(address: tuple[str, int], api_key: int, request: Any, client: ClientOptions) -> Any:
+async def _send(
+    address: tuple[str, int], api_key: int, build: Callable[[int], Any], newest: int, client: ClientOptions
+) -> Any:
     host, port = address
     timeout_s = client.remaining_s()
     connection = await KafkaConnection.open(
         host, port, client_id=CLIENT_ID, timeout_s=timeout_s, security=client.security()
     )
     try:
-        versions = await connection.send(api_versions_request(), timeout_s=timeout_s)
-        if api_key not in {entry.api_key for entry in versions.api_keys}:
-            raise NotServed(f"the broker at {host}:{port} does not serve {_API_NAMES[api_key]} (API {api_key})")
-        return await connection.send(request, timeout_s=client.remaining_s())
+        return await connection.send_negotiated(api_key, build, newest, timeout_s=client.remaining_s())
+    except ApiNotServedError as e:
+        raise NotServed(f"the broker at {host}:{port} {e}") from None
     finally:
         await connection.close()
 
 
-def send(api_key: int, request: Any, client: ClientOptions, address: str | None = None) -> Any:
-    """`request`'s response from the broker at `address`, else from the first bootstrap server that answers; a
-    one-line CliError when none does or the broker does not serve the API."""
+def send(
+    api_key: int, build: Callable[[int], Any], newest: int, client: ClientOptions, address: str | None = None
+) -> Any:
+    """The response to `build(version)` (the newest version up to `newest` the broker serves) from the broker at
+    `address`, else from the first bootstrap server that answers; a one-line CliError when none does or the broker
+    does not serve the API."""
     target = address if address is not None else client.bootstrap
     # The client commands' one line for servers that do not answer (refused, silent, TLS, DNS), within --timeout.
     ensure_reachable(target, client.remaining_s(), client.security())
-    addresses = bootstrap_addresses(target)
     failures = []
-    for host, port in addresses:
+    for host, port in bootstrap_addresses(target):
         try:
-            return asyncio.run(_send((host, port), api_key, request, client))
+            return asyncio.run(_send((host, port), api_key, build, newest, client))
         except KafkaConnectionError as e:
             failures.append(str(e))
-    raise CliError(f"{_API_NAMES[api_key]}: {'; '.join(failures)}")
+    raise CliError(f"{api_name(api_key)}: {'; '.join(failures)}")
 
 
 def _failed(code: Any, message: str | None) -> str | None:
@@ -112,8 +113,14 @@ def alter_reassignments(
     targets: Mapping[TopicPartition, Sequence[int] | None], client: ClientOptions
 ) -> dict[TopicPartition, str | None]:
     """Start (a replica list) or cancel (None) each partition's reassignment: each partition's error, or None."""
-    request = alter_partition_reassignments_request(targets, timeout_ms=int(client.timeout_s * 1000))
-    response = send(API_ALTER_PARTITION_REASSIGNMENTS, request, client)
+    response = send(
+        API_ALTER_PARTITION_REASSIGNMENTS,
+        lambda version: alter_partition_reassignments_request(
+            targets, timeout_ms=int(client.timeout_s * 1000), version=version
+        ),
+        ALTER_PARTITION_REASSIGNMENTS_VERSION,
+        client,
+    )
     refused = _failed(response.error_code, response.error_message)
     if refused is not None:
         raise CliError(f"the controller refused the reassignment: {refused}")
@@ -129,8 +136,14 @@ def list_reassignments(
     partitions: Iterable[TopicPartition] | None, client: ClientOptions
 ) -> dict[TopicPartition, InProgress]:
     """The reassignments in progress, of `partitions` or of every partition."""
-    request = list_partition_reassignments_request(partitions, timeout_ms=int(client.timeout_s * 1000))
-    response = send(API_LIST_PARTITION_REASSIGNMENTS, request, client)
+    response = send(
+        API_LIST_PARTITION_REASSIGNMENTS,
+        lambda version: list_partition_reassignments_request(
+            partitions, timeout_ms=int(client.timeout_s * 1000), version=version
+        ),
+        LIST_PARTITION_REASSIGNMENTS_VERSION,
+        client,
+    )
     refused = _failed(response.error_code, response.error_message)
     if refused is not None:
         raise CliError(f"listing the reassignments in progress: {refused}")
@@ -147,7 +160,13 @@ def log_dir_sizes(
     address: str, partitions: Iterable[TopicPartition] | None, client: ClientOptions
 ) -> dict[TopicPartition, int]:
     """The bytes each partition takes in the log dirs of the broker at `address` (DescribeLogDirs)."""
-    response = send(API_DESCRIBE_LOG_DIRS, describe_log_dirs_request(partitions), client, address)
+    response = send(
+        API_DESCRIBE_LOG_DIRS,
+        lambda version: describe_log_dirs_request(partitions, version=version),
+        DESCRIBE_LOG_DIRS_VERSION,
+        client,
+        address,
+    )
     refused = _failed(response.error_code, None)
     if refused is not None:
         raise CliError(f"DescribeLogDirs of {address}: {refused}")
@@ -162,7 +181,12 @@ def log_dir_sizes(
 
 
 def unregister_broker(broker_id: int, client: ClientOptions) -> None:
-    response = send(API_UNREGISTER_BROKER, unregister_broker_request(broker_id), client)
+    response = send(
+        API_UNREGISTER_BROKER,
+        lambda version: unregister_broker_request(broker_id, version=version),
+        UNREGISTER_BROKER_VERSION,
+        client,
+    )
     refused = _failed(response.error_code, response.error_message)
     if refused is not None:
         raise CliError(f"unregistering broker {broker_id}: {refused}")

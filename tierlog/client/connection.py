@@ -6,6 +6,9 @@ timeout, EOF, a frame that does not decode, a cancelled send) closes the connect
 was written without its response being read, the stream's position is unknown, so the caller opens a new
 connection rather than risk reading the next response as the answer to an older request.
 
+`send_negotiated` sends a request at the newest version both sides serve, as Kafka's clients pick it from the
+broker's ApiVersions (asked once per connection).
+
 `send_blocking` is the same exchange on a connected blocking socket, for callers without an event loop
 (the probes).
 
@@ -20,16 +23,18 @@ import asyncio
 import contextlib
 import socket
 import ssl
+from collections.abc import Callable
 
 from kio.static.protocol import RequestPayload, ResponsePayload
 from scramp import ScramClient, ScramException
 
-from tierlog.client.requests import sasl_authenticate_request, sasl_handshake_request
+from tierlog.client.requests import api_versions_request, sasl_authenticate_request, sasl_handshake_request
 from tierlog.client.security import PLAINTEXT, ClientSecurity
 from tierlog.client.wire import MAX_RESPONSE_BYTES, MalformedResponseError, decode_response, encode_request
+from tierlog.protocol.api_versions import api_name
 from tierlog.protocol.framing import SIZE_PREFIX, FramingError, TruncatedFrame, check_frame_size, read_frame
 
-__all__ = ["KafkaConnection", "KafkaConnectionError", "send_blocking"]
+__all__ = ["ApiNotServedError", "KafkaConnection", "KafkaConnectionError", "send_blocking"]
 
 # How long close() waits for the peer to acknowledge; the socket is gone either way.
 _CLOSE_TIMEOUT_S = 1.0
@@ -38,6 +43,10 @@ _INT32_MAX = 2**31 - 1
 
 class KafkaConnectionError(Exception):
     """The connection failed (connect, timeout, EOF, malformed response); it is closed and unusable."""
+
+
+class ApiNotServedError(Exception):
+    """The broker serves no version of an API the request needs that this client can send."""
 
 
 class KafkaConnection:
@@ -53,6 +62,8 @@ class KafkaConnection:
         self._lock = asyncio.Lock()
         self._next_correlation_id = 0
         self._closed = False
+        # The broker's ApiVersions answer, api key -> (min, max) version, once asked.
+        self._served_versions: dict[int, tuple[int, int]] | None = None
 
     @classmethod
     async def open(
@@ -146,6 +157,19 @@ class KafkaConnection:
             # Failed or cancelled mid-request: a late response would be read as the answer to the next one.
             self._abort()
             raise
+
+    async def send_negotiated(
+        self, api_key: int, build: Callable[[int], RequestPayload], newest: int, *, timeout_s: float
+    ) -> ResponsePayload:
+        """`build(version)`'s response, sent at the newest version both this client (up to `newest`) and the
+        broker serve. Raises ApiNotServedError if there is none, KafkaConnectionError as `send`."""
+        if self._served_versions is None:
+            answer = await self.send(api_versions_request(), timeout_s=timeout_s)
+            self._served_versions = {int(e.api_key): (int(e.min_version), int(e.max_version)) for e in answer.api_keys}
+        served = self._served_versions.get(api_key)
+        if served is None or served[0] > newest:
+            raise ApiNotServedError(f"does not serve {api_name(api_key)} (API {api_key})")
+        return await self.send(build(min(newest, served[1])), timeout_s=timeout_s)
 
     async def _exchange(self, request: RequestPayload, what: str) -> ResponsePayload:
         if self._closed:

@@ -132,6 +132,12 @@ _TABLE: tuple[ApiSupport, ...] = (
 SUPPORTED_APIS: Mapping[int, ApiSupport] = MappingProxyType({api.api_key: api for api in _TABLE})
 
 
+def api_name(api_key: int) -> str:
+    """Kafka's name of an API tierlog serves (e.g. "DescribeQuorum"), else "API <key>"."""
+    support = SUPPORTED_APIS.get(api_key)
+    return support.name if support is not None else f"API {api_key}"
+
+
 def enabled_apis(enabled_keys: Iterable[int]) -> Mapping[int, ApiSupport]:
     """The subset of SUPPORTED_APIS the server enables; ApiVersions must be among them (KIP-511).
 
