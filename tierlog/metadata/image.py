@@ -53,11 +53,6 @@ class PartitionRegistration:
     def is_reassigning(self) -> bool:
         return bool(self.adding_replicas or self.removing_replicas)
 
-    @property
-    def target_replicas(self) -> list[int]:
-        """Where the partition's replicas will be once its reassignment completes."""
-        return [replica for replica in self.replicas if replica not in self.removing_replicas]
-
 
 @dataclass(slots=True)
 class TopicMetadata:
