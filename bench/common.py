@@ -57,6 +57,22 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+def tiered_broker_overrides(
+    rsm_properties: dict[str, str], brokers: int, task_interval_ms: int = 500
+) -> dict[str, str]:
+    """Broker settings for a benchmark's tiered cluster: the remote tier on (its RSM's `rsm_properties`), the copier
+    and retention checked every `task_interval_ms`, and the remote log metadata topic one partition replicated on
+    every broker (the numbers are about tiering, not about that topic)."""
+    return {
+        "remote.log.storage.system.enable": "true",
+        **rsm_properties,
+        "remote.log.manager.task.interval.ms": str(task_interval_ms),
+        "log.retention.check.interval.ms": str(task_interval_ms),
+        "rlmm.config.remote.log.metadata.topic.num.partitions": "1",
+        "rlmm.config.remote.log.metadata.topic.replication.factor": str(brokers),
+    }
+
+
 def producer_config(bootstrap: str, acks: str | int, linger_ms: int, queue: int, timeout_s: float) -> dict[str, Any]:
     """The benchmarks' producer: big uncompressed batches, a deep queue, no idempotence (it would rule out
     acks=1, and the benchmarks measure the log, not sequencing)."""

@@ -25,7 +25,14 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from common import argument_parser, machine_info, produce_flat_out, producer_config, write_report
+from common import (
+    argument_parser,
+    machine_info,
+    produce_flat_out,
+    producer_config,
+    tiered_broker_overrides,
+    write_report,
+)
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -87,14 +94,7 @@ def main() -> None:
     work_dir = Path(tempfile.mkdtemp(prefix="tierlog-bench-spark-"))
     s3 = LocalS3Server(work_dir / "s3")
     rsm = s3.rsm_properties(BUCKET, PREFIX)
-    overrides = {
-        "remote.log.storage.system.enable": "true",
-        **rsm,
-        "remote.log.manager.task.interval.ms": "500",
-        "log.retention.check.interval.ms": "500",
-        "rlmm.config.remote.log.metadata.topic.num.partitions": "1",
-        "rlmm.config.remote.log.metadata.topic.replication.factor": "1",
-    }
+    overrides = tiered_broker_overrides(rsm, brokers=1)
     cluster = LocalCluster(work_dir / "cluster", brokers=1, overrides=overrides)
     load_before = os.getloadavg()
     runs: dict[str, list[float]] = {key: [] for key, _, _ in WAYS}

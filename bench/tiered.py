@@ -54,6 +54,7 @@ from common import (
     machine_info,
     produce_flat_out,
     producer_config,
+    tiered_broker_overrides,
     write_report,
 )
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -396,14 +397,7 @@ def main() -> None:
 
     work_dir = Path(tempfile.mkdtemp(prefix="tierlog-bench-tiered-"))
     s3 = LocalS3Server(work_dir / "s3")
-    overrides = {
-        "remote.log.storage.system.enable": "true",
-        **s3.rsm_properties(BUCKET, PREFIX),
-        "remote.log.manager.task.interval.ms": str(TASK_INTERVAL_MS),
-        "log.retention.check.interval.ms": str(TASK_INTERVAL_MS),
-        "rlmm.config.remote.log.metadata.topic.num.partitions": "1",
-        "rlmm.config.remote.log.metadata.topic.replication.factor": "1",
-    }
+    overrides = tiered_broker_overrides(s3.rsm_properties(BUCKET, PREFIX), brokers=1, task_interval_ms=TASK_INTERVAL_MS)
     cluster = LocalCluster(work_dir / "cluster", brokers=1, overrides=overrides)
     tiered_configs = {
         "remote.storage.enable": "true",
