@@ -53,13 +53,15 @@ def test_isr_changes_go_to_the_controller_one_request_at_a_time() -> None:
     assert manager.poll(10) == AlterPartitionRequest(1, 10, proposal(1))
 
 
-def test_a_request_without_an_answer_tells_the_partition_it_timed_out() -> None:
-    replica_manager = ProposingReplicaManager([proposal(0)])
+def test_a_request_without_an_answer_is_sent_again_before_anything_else() -> None:
+    """Its outcome is unknown (the controller may have committed it): the partition hears nothing and keeps the
+    change in flight, and the same proposal goes again, with the broker's current epoch."""
+    replica_manager = ProposingReplicaManager([proposal(0), proposal(1)])
     manager = sender(replica_manager)
     manager.poll(10)
     manager.on_request_failed("no answer", NOW)
-    assert replica_manager.answers == [(TopicPartition("t", 0), None, "REQUEST_TIMED_OUT")]
-    assert manager.poll(10) is None
+    assert replica_manager.answers == []
+    assert manager.poll(11) == AlterPartitionRequest(1, 11, proposal(0))
 
 
 def test_a_follower_that_caught_up_joins_the_isr_through_the_sender(tmp_path: Path) -> None:

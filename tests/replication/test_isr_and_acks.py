@@ -286,3 +286,21 @@ def test_describe_shows_the_leader_view_of_its_followers(tmp_path: Path) -> None
     (follower_status,) = cluster.managers[2].describe_partitions()
     assert follower_status["role"] == "follower" and "remote_replicas" not in follower_status
     assert follower_status["leader"] == 1 and follower_status["log_end_offset"] == 1
+
+
+def test_an_expansion_committed_in_a_newer_leader_epoch_keeps_the_hw_waiting_until_the_metadata_comes(
+    tmp_path: Path,
+) -> None:
+    """The controller committed the leader's ISR expansion and with it completed a reassignment that removed a
+    replica, bumping the leader epoch. The answer cannot be taken up before that epoch's metadata, but the joining
+    follower is in the committed ISR: the HW must not pass it meanwhile, or electing it loses committed records
+    (simulator seed 207903 with --brokers 4 --reassign)."""
+    cluster, proposal = proposed_expansion(tmp_path)
+    leader = cluster.managers[1]
+    partition = leader.get_partition(TP)
+    r = cluster.registration
+    answer = PartitionRegistration([], proposal.new_isr, r.leader, r.leader_epoch + 1, r.partition_epoch + 1)
+    leader.on_alter_partition_response(TP, answer, None, cluster.now)
+    assert partition.isr == [1] and partition.maximal_isr == [1, 2]
+    cluster.produce(1, b"m0", acks=1)
+    assert cluster.log(1).high_watermark == 0

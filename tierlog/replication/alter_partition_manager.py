@@ -63,12 +63,18 @@ class AlterPartitionManager:
         self._replica_manager.on_alter_partition_response(proposal.topic_partition, registration, error, now_ms)
 
     def on_request_failed(self, reason: str, now_ms: int) -> None:
-        """No answer came: the partition hears REQUEST_TIMED_OUT and proposes again while the change is due."""
-        if self._in_flight is not None:
-            logger.info(
-                "[Broker id=%d] AlterPartition for %s failed: %s",
-                self._broker_id,
-                self._in_flight.proposal.topic_partition,
-                reason,
-            )
-        self.on_response(None, "REQUEST_TIMED_OUT", now_ms)
+        """No answer came, so whether the controller committed the change is unknown: the same proposal goes
+        again first (Kafka's AlterPartitionManager retries it). The partition keeps it in flight meanwhile, so the
+        HW keeps waiting for a replica it adds, which the controller may have put in the ISR already; a retry of
+        what was committed is answered INVALID_UPDATE_VERSION, and the partition then waits for the metadata
+        (docs/replication.md#alter-partition)."""
+        request, self._in_flight = self._in_flight, None
+        if request is None:
+            return
+        logger.info(
+            "[Broker id=%d] AlterPartition for %s failed, sent again: %s",
+            self._broker_id,
+            request.proposal.topic_partition,
+            reason,
+        )
+        self._pending.appendleft(request.proposal)

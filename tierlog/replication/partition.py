@@ -534,13 +534,19 @@ class Partition:
 
         Committed: adopt the new ISR and partition epoch, nothing else (its wire response carries no replica
         set; an ISR change that completes a reassignment removing replicas also bumps the leader epoch, so that
-        answer is left to the metadata: docs/reassignment.md#completion). Refused: the ISR stays as committed
+        answer is left to the metadata, the change staying in flight until then: docs/reassignment.md#completion).
+        Refused: the ISR stays as committed
         and the change is proposed again when still due, except after errors saying the controller has a newer
         state, which wait for that state to arrive as metadata."""
         if not self.is_leader:
             return False
         if self._proposal is not None and self._proposal_sent:
             if error in _WAIT_FOR_METADATA_ERRORS:
+                return False
+            if error is None and registration is not None and registration.leader_epoch > self.leader_epoch:
+                # Committed in a newer leader epoch (it completed a reassignment that removed a replica,
+                # docs/reassignment.md#completion): taken up with that epoch's metadata. Until then the change
+                # stays in flight, so the HW keeps waiting for a replica it adds, as Kafka's pending ISR state.
                 return False
             self._clear_proposal()
         if error is not None or registration is None:
