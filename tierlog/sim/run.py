@@ -9,6 +9,7 @@ Everything random (network conditions, fault times and targets, client choices) 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import logging
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from tierlog.common import TopicPartition
 from tierlog.controller.controller import Controller, ControllerConfig
+from tierlog.controller.errors import ControllerError
 from tierlog.controller.metadata_log import QuorumMetadataLog
 from tierlog.metadata.image import ClusterMetadata
 from tierlog.raft.raft_client import RaftConfig
@@ -558,14 +560,17 @@ def _run(cluster: Cluster) -> None:
 
     def topic_created() -> bool:
         """The set-up's CreateTopics, as an admin client retries it: sent to the active controller until the topic
-        is committed (a leadership change before the commit loses it, as the client's NOT_CONTROLLER says)."""
+        is committed (a leadership change before the commit loses it, as the client's NOT_CONTROLLER says; a broker
+        fenced meanwhile leaves too few to place it, and the run's exploration must not end there)."""
         active = active_controller(cluster.controllers)
         if active is None or active.controller is None or active.snapshotter is None:
             return False
         if TOPIC in active.snapshotter.image.topics:
             return True
         if TOPIC not in active.controller.metadata.topics:
-            active.create_topic(TOPIC, config.partitions, REPLICATION_FACTOR, configs)
+            # A broker fenced meanwhile (a lost heartbeat) leaves too few to place the replicas: asked again.
+            with contextlib.suppress(ControllerError):
+                active.create_topic(TOPIC, config.partitions, REPLICATION_FACTOR, configs)
         return False
 
     if not _run_until(sim, topic_created, 30_000, step):
