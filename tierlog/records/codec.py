@@ -33,6 +33,7 @@ from tierlog.records.record_batch import (
     NO_PRODUCER_ID,
     NO_TIMESTAMP,
     RECORD_BATCH_OVERHEAD,
+    TRANSACTIONAL_FLAG_MASK,
     CompressionType,
     InvalidRecordError,
     RecordBatchHeader,
@@ -161,9 +162,12 @@ def build_batch(
     base_sequence: int = NO_SEQUENCE,
     partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
     control: bool = False,
+    transactional: bool = False,
 ) -> bytes:
     """One RecordBatch v2 as a producer would send it, with the given offsets and epoch already stamped;
-    with `control`, a control batch (each record's key is then a control record key: version, type).
+    with `control`, a control batch (each record's key is then a control record key: version, type); with
+    `transactional`, the batch carries the transactional attribute (a transactional producer's batch, or a
+    transaction marker).
 
     Unlike aiokafka's producer, the requested codec is always applied, even when it does not shrink the
     records, so tests of compressed batches get compressed batches.
@@ -183,9 +187,10 @@ def build_batch(
     for offset_delta, (key, value, headers, timestamp_ms) in enumerate(records):
         builder.append(offset_delta, timestamp_ms, key, value, list(headers))
     buffer = builder.build()
-    if control:
-        # aiokafka's builder writes no control batches: set the flag and sign the batch again.
-        attributes = int.from_bytes(buffer[ATTRIBUTES_OFFSET : ATTRIBUTES_OFFSET + 2], "big") | CONTROL_FLAG_MASK
+    if control or transactional:
+        # aiokafka's builder writes neither flag: set them and sign the batch again.
+        flags = (CONTROL_FLAG_MASK if control else 0) | (TRANSACTIONAL_FLAG_MASK if transactional else 0)
+        attributes = int.from_bytes(buffer[ATTRIBUTES_OFFSET : ATTRIBUTES_OFFSET + 2], "big") | flags
         buffer[ATTRIBUTES_OFFSET : ATTRIBUTES_OFFSET + 2] = attributes.to_bytes(2, "big")
         buffer[CRC_OFFSET : CRC_OFFSET + 4] = crc32c(buffer[ATTRIBUTES_OFFSET:]).to_bytes(4, "big")
     if compression != CompressionType.NONE:
