@@ -1,6 +1,7 @@
-"""Kafka's LogSegment: one `.log` file of record batches with its `.index` and `.timeindex`.
+"""Kafka's LogSegment: one `.log` file of record batches with its `.index`, `.timeindex` and `.txnindex`.
 
-A segment with base offset B lives in `{B:020d}.log`, `{B:020d}.index` and `{B:020d}.timeindex`; B is at or
+A segment with base offset B lives in `{B:020d}.log`, `{B:020d}.index` and `{B:020d}.timeindex` (and
+`{B:020d}.txnindex` once it holds an aborted transaction's marker); B is at or
 below every offset in it and above every offset of earlier segments. The log file stays open for the
 segment's lifetime (O_APPEND for writes, `os.pread` for reads, so neither disturbs the other) and its size
 is tracked in memory: an append is one `write` and never reads the file back.
@@ -34,6 +35,7 @@ from tierlog.storage.file_records import (
 )
 from tierlog.storage.offset_index import OffsetIndex
 from tierlog.storage.time_index import TimeIndex, TimestampOffset
+from tierlog.storage.transaction_index import TXN_INDEX_FILE_SUFFIX, TransactionIndex
 
 if TYPE_CHECKING:
     from tierlog.storage.leader_epoch_cache import LeaderEpochFileCache
@@ -66,6 +68,10 @@ def time_index_file_path(directory: Path, base_offset: int, suffix: str = "") ->
     return directory / f"{filename_prefix_from_offset(base_offset)}{TIME_INDEX_FILE_SUFFIX}{suffix}"
 
 
+def txn_index_file_path(directory: Path, base_offset: int, suffix: str = "") -> Path:
+    return directory / f"{filename_prefix_from_offset(base_offset)}{TXN_INDEX_FILE_SUFFIX}{suffix}"
+
+
 def offset_from_file_name(name: str) -> int:
     """The base offset a segment file's name starts with; ValueError if it does not start with digits."""
     return int(name[: name.index(".")])
@@ -78,6 +84,7 @@ class LogSegment:
         log_path: Path,
         offset_index: OffsetIndex,
         time_index: TimeIndex,
+        txn_index: TransactionIndex,
         base_offset: int,
         index_interval_bytes: int,
         created_ms: int,
@@ -87,6 +94,7 @@ class LogSegment:
         self.log_path = log_path
         self.offset_index = offset_index
         self.time_index = time_index
+        self.txn_index = txn_index
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self._created_ms = created_ms
@@ -117,11 +125,15 @@ class LogSegment:
         time_index = TimeIndex(
             time_index_file_path(directory, base_offset, file_suffix), base_offset, config.segment_index_bytes
         )
+        txn_index = TransactionIndex(txn_index_file_path(directory, base_offset, file_suffix), base_offset)
         if not file_already_exists:
             os.ftruncate(file.fileno(), 0)
             offset_index.reset()
             time_index.reset()
-        return cls(file, log_path, offset_index, time_index, base_offset, config.index_interval_bytes, now_ms)
+            txn_index.reset()
+        return cls(
+            file, log_path, offset_index, time_index, txn_index, base_offset, config.index_interval_bytes, now_ms
+        )
 
     @property
     def file(self) -> BinaryIO:
@@ -158,6 +170,7 @@ class LogSegment:
             if not index.path.exists():
                 raise CorruptIndexError(f"Index file {index.path} does not exist")
             index.sanity_check()
+        self.txn_index.sanity_check()
         if self.offset_index.last_position >= max(self._size, 1):
             raise CorruptIndexError(
                 f"Index file {self.offset_index.path} points to position {self.offset_index.last_position} "
@@ -293,6 +306,7 @@ class LogSegment:
         batch = self.translate_offset(offset)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         truncated = 0
         if batch is not None:
             truncated = self._size - batch.position
@@ -367,11 +381,12 @@ class LogSegment:
         os.fsync(self._fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
         """Rename the segment's files (e.g. to `.deleted`); the open handle keeps serving reads."""
         self.log_path = _rename(self.log_path, old_suffix, new_suffix)
-        for index in (self.offset_index, self.time_index):
+        for index in (self.offset_index, self.time_index, self.txn_index):
             index.rename_to(_replace_suffix(index.path, old_suffix, new_suffix))
 
     def close(self) -> None:
@@ -379,6 +394,7 @@ class LogSegment:
             self.on_become_inactive()
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
         self._file.close()
 
     def close_handlers(self) -> None:
@@ -386,12 +402,14 @@ class LogSegment:
         directory was renamed or removed."""
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
         self._file.close()
 
     def delete(self) -> None:
         """Close the segment and remove its files."""
         self.offset_index.delete()
         self.time_index.delete()
+        self.txn_index.delete()
         self._file.close()
         self.log_path.unlink(missing_ok=True)
 
