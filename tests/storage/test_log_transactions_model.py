@@ -15,6 +15,7 @@ from storage_helpers import T0, log_config, make_batch, open_log
 
 from tierlog.records.codec import build_batch
 from tierlog.records.control_batch import ControlRecordType, EndTxnMarker, build_end_txn_marker_batch
+from tierlog.records.record_batch import iter_batches
 from tierlog.storage.log import Log
 from tierlog.storage.producer_state import AppendOrigin
 from tierlog.storage.transaction_index import AbortedTxn
@@ -185,4 +186,20 @@ def test_the_log_agrees_with_the_model(ops: list[tuple[str, object]]) -> None:
                     log_start_offset=log.log_start_offset,
                 )
             check(log, model)
+        # A follower copying the log from its start, a fetch at a time, builds the same index entries.
+        chunks = []
+        offset = log.local_log_start_offset
+        while offset < log.log_end_offset:
+            data = log.read(offset, 1 << 30, None, True).records
+            assert data is not None
+            chunks.append(data.read_bytes())
+            offset = [header.last_offset for header in iter_batches(chunks[-1])][-1] + 1
+        start = next(iter_batches(chunks[0])).base_offset if chunks else log.log_end_offset
+        follower = open_log(path / "follower", CONFIG, log_start_offset=start)
+        for chunk in chunks:
+            follower.append_as_follower(chunk, T0)
+        entries = [entry for segment in log.segments for entry in segment.txn_index.all_aborted_txns()]
+        copied = [entry for segment in follower.segments for entry in segment.txn_index.all_aborted_txns()]
+        assert copied == [entry for entry in entries if entry.first_offset >= start]
+        follower.close()
         log.close()
