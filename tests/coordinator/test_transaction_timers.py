@@ -171,3 +171,17 @@ def test_expiry_batches_one_append_per_partition() -> None:
     h.appends.release()
     assert sum(len(records) for records in h.appends.log.values()) == appends_before + len(ids)
     assert not any(h.has(txn_id) for txn_id in ids)
+
+
+def test_a_failed_fence_of_the_last_epoch_is_retried_with_it() -> None:
+    h = harness()
+    pid, _ = h.begin("tx", TP0)
+    h.metadata("tx").producer_epoch = 32766
+    h.appends.fail_with = "NOT_ENOUGH_REPLICAS"
+    h.advance(TIMEOUT_MS + 1)
+    assert (h.metadata("tx").producer_epoch, h.metadata("tx").has_failed_epoch_fence) == (32767, True)
+    h.appends.fail_with = None
+    h.advance(ABORT_INTERVAL_MS)
+    assert h.markers[-1].producer_epoch == 32767
+    h.write_markers()
+    assert h.init("tx") == InitProducerIdResult(pid + 1, 0, None)
