@@ -206,3 +206,17 @@ def test_the_next_deadline_follows_every_change() -> None:
     assert h.coordinator.next_deadline_ms() == t0 + 10 + EXPIRATION_MS
     h.reload()
     assert h.coordinator.next_deadline_ms() == t0 + 10 + EXPIRATION_MS
+
+
+def test_the_timer_keeps_no_more_than_it_needs() -> None:
+    """Each transaction moves its id's deadline (the timeout, then the expiry a week later): the superseded ones are
+    not kept until they come up."""
+    h = harness()
+    for _ in range(300):
+        for txn_id in ("a", "b", "c"):
+            h.now += 1
+            pid, epoch = h.begin(txn_id, TP0)
+            h.end(txn_id, pid, epoch, True)
+            h.write_markers()
+    assert len(h.coordinator._deadlines) <= 2 * 3 + 64 + 1
+    assert h.coordinator.next_deadline_ms() == h.now - 2 + EXPIRATION_MS

@@ -196,7 +196,9 @@ class TransactionCoordinator:
         self._completions: dict[str, _Completion] = {}
         # Transactional ids whose timed-out abort or expiry was tried and failed: not before this time again.
         self._timer_backoff: dict[str, int] = {}
-        # (deadline, transactional id): a lazy heap of when the timer acts on each id (_deadline_of).
+        # When the timer acts on each id (_deadline_of), and a heap of (deadline, id) entries in which those of
+        # `_scheduled` are live and the others stale (dropped when they come up, or when they outnumber the live).
+        self._scheduled: dict[str, int] = {}
         self._deadlines: list[tuple[int, str]] = []
 
     # Partitions (loading and unloading)
@@ -280,6 +282,7 @@ class TransactionCoordinator:
         for transactional_id in entry.transactions:
             self._completions.pop(transactional_id, None)
             self._timer_backoff.pop(transactional_id, None)
+            self._scheduled.pop(transactional_id, None)
 
     def _lookup(self, transactional_id: str) -> tuple[str | None, int, TransactionMetadata | None]:
         """(error, coordinator epoch, metadata or None): Kafka's getTransactionState."""
@@ -686,11 +689,22 @@ class TransactionCoordinator:
         return max(deadline, self._timer_backoff.get(metadata.transactional_id, deadline))
 
     def _schedule(self, metadata: TransactionMetadata) -> None:
-        """Note the id's deadline after a change. The heap is lazy: an entry is checked against the id's current
-        deadline when it comes up, so entries left behind by later changes cost nothing but their pop."""
-        deadline = self._deadline_of(metadata)
-        if deadline is not None:
-            heapq.heappush(self._deadlines, (deadline, metadata.transactional_id))
+        """Note the id's deadline after a change of its state."""
+        self._set_deadline(metadata.transactional_id, self._deadline_of(metadata))
+
+    def _set_deadline(self, transactional_id: str, deadline: int | None) -> None:
+        if deadline is None:
+            self._scheduled.pop(transactional_id, None)
+            return
+        if self._scheduled.get(transactional_id) == deadline:
+            return
+        self._scheduled[transactional_id] = deadline
+        heapq.heappush(self._deadlines, (deadline, transactional_id))
+        if len(self._deadlines) > 2 * len(self._scheduled) + 64:
+            # Every transaction moves its id's deadline (timeout, then expiry a week on): rebuild rather than keep
+            # the stale entries until they come up.
+            self._deadlines = [(d, t) for t, d in self._scheduled.items()]
+            heapq.heapify(self._deadlines)
 
     def _current_deadline(self, transactional_id: str) -> tuple[TransactionMetadata | None, int | None]:
         error, _, metadata = self._lookup(transactional_id)
@@ -701,12 +715,16 @@ class TransactionCoordinator:
     def next_deadline_ms(self) -> int | None:
         while self._deadlines:
             deadline, transactional_id = self._deadlines[0]
-            _, current = self._current_deadline(transactional_id)
-            if current == deadline:
-                break
-            heapq.heappop(self._deadlines)
-            if current is not None:
-                heapq.heappush(self._deadlines, (current, transactional_id))
+            if self._scheduled.get(transactional_id) == deadline:
+                # A write may be pending since (its completion schedules again): check the id itself.
+                _, current = self._current_deadline(transactional_id)
+                if current == deadline:
+                    break
+                heapq.heappop(self._deadlines)
+                self._scheduled.pop(transactional_id, None)
+                self._set_deadline(transactional_id, current)
+            else:
+                heapq.heappop(self._deadlines)
         deadlines = [c.retry_at_ms for c in self._completions.values() if c.retry_at_ms is not None]
         if self._deadlines:
             deadlines.append(self._deadlines[0][0])
@@ -719,14 +737,15 @@ class TransactionCoordinator:
                 self._write_completion(transactional_id, now_ms)
         due: dict[str, TransactionMetadata] = {}
         while self._deadlines and self._deadlines[0][0] <= now_ms:
-            _, transactional_id = heapq.heappop(self._deadlines)
-            metadata, current = self._current_deadline(transactional_id)
-            if metadata is None or current is None:
+            deadline, transactional_id = heapq.heappop(self._deadlines)
+            if self._scheduled.get(transactional_id) != deadline:
                 continue
-            if current <= now_ms:
+            del self._scheduled[transactional_id]
+            metadata, current = self._current_deadline(transactional_id)
+            if metadata is not None and current is not None and current <= now_ms:
                 due[transactional_id] = metadata
             else:
-                heapq.heappush(self._deadlines, (current, transactional_id))
+                self._set_deadline(transactional_id, current)
         timed_out = [m for m in due.values() if m.state is TransactionState.ONGOING]
         expired = [m for m in due.values() if m.state is not TransactionState.ONGOING]
         self._abort_timed_out_transactions(timed_out, now_ms)
@@ -784,6 +803,7 @@ class TransactionCoordinator:
                     ):
                         del self._partitions[self.partition_for(transactional_id)].transactions[transactional_id]
                         self._timer_backoff.pop(transactional_id, None)
+                        self._scheduled.pop(transactional_id, None)
                         logger.info("transactional id %s expired", transactional_id)
                     else:
                         logger.warning("the tombstone of expired %s failed: %s", transactional_id, error)
