@@ -220,3 +220,15 @@ def test_the_timer_keeps_no_more_than_it_needs() -> None:
             h.write_markers()
     assert len(h.coordinator._deadlines) <= 2 * 3 + 64 + 1
     assert h.coordinator.next_deadline_ms() == h.now - 2 + EXPIRATION_MS
+
+
+def test_an_id_whose_first_write_failed_expires_too() -> None:
+    """Kafka's testTransactionExpirationShouldNotFailWithUninitializedTransactionMetadata: epoch -1, never written."""
+    h = harness()
+    h.appends.fail_with = "NOT_ENOUGH_REPLICAS"
+    h.init("tx")
+    h.appends.fail_with = None
+    assert h.metadata("tx").producer_epoch == -1
+    h.advance(EXPIRATION_MS)
+    assert not h.has("tx")
+    assert h.logged("tx") == [None]
