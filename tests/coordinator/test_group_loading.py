@@ -18,7 +18,7 @@ TPS = [TopicPartition("events", p) for p in range(3)]
 
 def reload(h: Harness) -> GroupCoordinator:
     """A fresh coordinator that loads every partition from what `h` appended."""
-    loaded = GroupCoordinator(h.config, lambda partition, records, now, on_done: on_done(None, now))
+    loaded = GroupCoordinator(h.config, lambda partition, records, now, on_done, producer=None: on_done(None, now))
     for partition in range(h.config.offsets_topic_num_partitions):
         loaded.on_election(partition, 1)
         loaded.complete_load(partition, 1, h.appends.log.get(partition, []), h.now)
