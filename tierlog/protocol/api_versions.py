@@ -107,6 +107,9 @@ _TABLE: tuple[ApiSupport, ...] = (
     ApiSupport(42, "DeleteGroups", 0, 2, 2),
     # No flexible version exists (the first would be v1).
     ApiSupport(47, "OffsetDelete", 0, 0, 1),
+    # Offsets committed in a transaction (docs/transactions.md#offsets). v3 adds KIP-447's member id, generation
+    # and instance id; v4 means the broker verifies the transaction itself (KIP-890 part 2), which we do not.
+    ApiSupport(28, "TxnOffsetCommit", 0, 3, 3),
     # SASL (KIP-43, KIP-152): a SASL listener's connection sends these before it is authenticated (the
     # authenticator answers them, docs/security.md#sasl); afterwards, and on other listeners, the broker answers
     # ILLEGAL_SASL_STATE, as Kafka. SaslHandshake has no flexible version (the first would be v2).
