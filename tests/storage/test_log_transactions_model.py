@@ -103,6 +103,8 @@ def check(log: Log, model: Model) -> None:
         indexed.extend(entries)
     assert indexed == aborted
     assert log.collect_aborted_transactions(0, log.log_end_offset) == aborted
+    # Never past the HW nor an open transaction's start; markers not yet below the HW may hold it lower.
+    assert log.last_stable_offset <= min([*open_txns.values(), log.high_watermark])
     if log.high_watermark == log.log_end_offset:
         # Every marker is replicated: only open transactions are unstable.
         assert log.last_stable_offset == min([*open_txns.values(), log.high_watermark])
