@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import itertools
 import threading
 import time
 import uuid
@@ -61,6 +62,8 @@ from tierlog.server.request_context import authenticated_as, enter_connection
 T = TypeVar("T")
 
 TOPIC = "events"
+# Where the transactional checks write (their transactions stay open, holding that partition's LSO back).
+TRANSACTIONAL_TOPIC = "transactional"
 ADMIN = KafkaPrincipal("User", "admin")
 TIMEOUT = datetime.timedelta(seconds=5)
 RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
@@ -90,7 +93,7 @@ class InProcessBroker:
     async def _start(self, config: KafkaConfig) -> Broker:
         self.broker = Broker(config)
         await self.broker.start()
-        for name in (TOPIC, "doomed", "growing", "team.orders"):
+        for name in (TOPIC, "doomed", "growing", "team.orders", TRANSACTIONAL_TOPIC):
             await self.create_topic(name)
         return self.broker
 
@@ -213,6 +216,56 @@ def _produce() -> Any:
     return produce_request(TopicPartition(TOPIC, 0), batch, acks=1, timeout_ms=5000)
 
 
+# Each transactional Produce and WriteTxnMarkers as a producer of its own.
+_data_path_producer_ids = itertools.count(8000)
+
+
+def _transactional_produce(transactional_id: str) -> Callable[[], Any]:
+    def request() -> Any:
+        batch = build_batch(
+            [(None, b"v", [], int(time.time() * 1000))],
+            producer_id=next(_data_path_producer_ids),
+            producer_epoch=0,
+            base_sequence=0,
+            transactional=True,
+        )
+        s = _s(0, 9)
+        return s.ProduceRequest(
+            transactional_id=transactional_id,
+            acks=1,
+            timeout=TIMEOUT,
+            topic_data=(
+                s.TopicProduceData(
+                    name=TRANSACTIONAL_TOPIC, partition_data=(s.PartitionProduceData(index=0, records=batch),)
+                ),
+            ),
+        )
+
+    return request
+
+
+def _write_txn_markers() -> Any:
+    s = _s(27, 1)
+    return s.WriteTxnMarkersRequest(
+        markers=(
+            s.WritableTxnMarker(
+                producer_id=next(_data_path_producer_ids),
+                producer_epoch=0,
+                transaction_result=False,
+                topics=(s.WritableTxnMarkerTopic(name=TRANSACTIONAL_TOPIC, partition_indexes=(0,)),),
+                coordinator_epoch=0,
+            ),
+        )
+    )
+
+
+def _only_marker_partition(response: Any) -> ErrorCode:
+    (marker,) = response.markers
+    (topic,) = marker.topics
+    (partition,) = topic.partitions
+    return ErrorCode(partition.error_code)
+
+
 def _fetch(replica_id: int, topic: str = TOPIC) -> Callable[[], Any]:
     def request() -> Any:
         partition = PartitionFetch(TopicPartition(topic, 0), fetch_offset=0, partition_max_bytes=1 << 20)
@@ -290,6 +343,36 @@ def _offset_delete(group: str) -> Callable[[], Any]:
             group_id=group,
             topics=(
                 s.OffsetDeleteRequestTopic(name=TOPIC, partitions=(s.OffsetDeleteRequestPartition(partition_index=0),)),
+            ),
+        )
+
+    return request
+
+
+# Each TxnOffsetCommit as a producer of its own, so no append of the offsets batch is another's retry.
+_txn_producer_ids = itertools.count(7000)
+
+
+def _txn_offset_commit(group: str, transactional_id: str) -> Callable[[], Any]:
+    def request() -> Any:
+        s = _s(28, 3)
+        return s.TxnOffsetCommitRequest(
+            transactional_id=transactional_id,
+            group_id=group,
+            producer_id=next(_txn_producer_ids),
+            producer_epoch=0,
+            generation_id=-1,
+            member_id="",
+            group_instance_id=None,
+            topics=(
+                s.TxnOffsetCommitRequestTopic(
+                    name=TOPIC,
+                    partitions=(
+                        s.TxnOffsetCommitRequestPartition(
+                            partition_index=0, committed_offset=0, committed_leader_epoch=-1, committed_metadata=""
+                        ),
+                    ),
+                ),
             ),
         )
 
@@ -464,6 +547,26 @@ CHECKS = (
         _only_partition("responses", "partition_responses"),
         ((Op.WRITE, Type.TOPIC, TOPIC),),
         ErrorCode.topic_authorization_failed,
+        ErrorCode.none,
+    ),
+    Check(
+        "transactional-produce",
+        0,
+        9,
+        _transactional_produce("t-produce"),
+        _only_partition("responses", "partition_responses"),
+        ((Op.WRITE, Type.TRANSACTIONAL_ID, "t-produce"), (Op.WRITE, Type.TOPIC, TRANSACTIONAL_TOPIC)),
+        ErrorCode.transactional_id_authorization_failed,
+        ErrorCode.none,
+    ),
+    Check(
+        "write-txn-markers",
+        27,
+        1,
+        _write_txn_markers,
+        _only_marker_partition,
+        ((Op.CLUSTER_ACTION, Type.CLUSTER, CLUSTER_NAME),),
+        ErrorCode.cluster_authorization_failed,
         ErrorCode.none,
     ),
     Check(
@@ -834,6 +937,20 @@ CHECKS = (
         ErrorCode.group_id_not_found,
     ),
     Check(
+        "txn-offset-commit",
+        28,
+        3,
+        _txn_offset_commit("g-txn-commit", "t-txn-commit"),
+        _only_partition("topics"),
+        (
+            (Op.WRITE, Type.TRANSACTIONAL_ID, "t-txn-commit"),
+            (Op.READ, Type.GROUP, "g-txn-commit"),
+            (Op.READ, Type.TOPIC, TOPIC),
+        ),
+        ErrorCode.transactional_id_authorization_failed,
+        ErrorCode.none,
+    ),
+    Check(
         "create-acls",
         30,
         3,
@@ -951,6 +1068,17 @@ def test_offset_commit_and_fetch_need_the_topic_too(broker: InProcessBroker) -> 
         ErrorCode.none,
         ErrorCode.topic_authorization_failed,
     )
+
+
+def test_txn_offset_commit_needs_the_group_then_each_topic(broker: InProcessBroker) -> None:
+    producer = KafkaPrincipal("User", "txn-producer")
+    broker.grant(acl(producer, Op.WRITE, Type.TRANSACTIONAL_ID, "t-partial"))
+    request = _txn_offset_commit("g-partial", "t-partial")
+    assert _only_partition("topics")(broker.call(producer, 28, 3, request())) == ErrorCode.group_authorization_failed
+    broker.grant(acl(producer, Op.READ, Type.GROUP, "g-partial"))
+    assert _only_partition("topics")(broker.call(producer, 28, 3, request())) == ErrorCode.topic_authorization_failed
+    broker.grant(acl(producer, Op.READ, Type.TOPIC, TOPIC))
+    assert _only_partition("topics")(broker.call(producer, 28, 3, request())) == ErrorCode.none
 
 
 def test_deny_beats_allow(broker: InProcessBroker) -> None:

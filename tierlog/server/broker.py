@@ -203,6 +203,7 @@ class Broker:
             forwarding_manager=self.forwarding_manager,
             auto_topic_creation=self.auto_topic_creation,
             group_apis=GroupApis(config, self.group_coordinator, lambda: self.loader.image, auth),
+            offsets_transaction_completed=self.group_coordinator.complete_transaction,
             config_apis=ConfigApis(
                 config,
                 lambda: self.loader.image,
