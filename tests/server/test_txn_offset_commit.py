@@ -41,6 +41,7 @@ async def txn_commit(
     member: str = "",
     generation: int = -1,
     version: int = 3,
+    producer_epoch: int = 0,
 ) -> ErrorCode:
     s = request_schema(API_TXN_OFFSET_COMMIT, version)
     # The schema's builder drops the fields a version lacks (v0-v2 have no member fields).
@@ -48,7 +49,7 @@ async def txn_commit(
         transactional_id="txn-1",
         group_id=group,
         producer_id=producer_id,
-        producer_epoch=0,
+        producer_epoch=producer_epoch,
         generation_id=generation,
         member_id=member,
         group_instance_id=None,
@@ -138,6 +139,9 @@ def test_offsets_committed_in_a_transaction_are_unstable_until_the_marker(tmp_pa
             assert await txn_commit(broker, "g", 11, version=0) == ErrorCode.none
             await write_marker(broker, "g", PRODUCER_ID, committed=False)
             assert await fetch(broker, "g", require_stable=True) == (9, ErrorCode.none)
+            # A producer fenced by a newer epoch: the log refuses its batch and the error is passed on.
+            assert await txn_commit(broker, "g", 12, producer_epoch=1) == ErrorCode.none
+            assert await txn_commit(broker, "g", 13, producer_epoch=0) == ErrorCode.invalid_producer_epoch
 
     asyncio.run(main())
 
