@@ -223,7 +223,14 @@ def test_a_transaction_is_listed_described_and_ended(tmp_path: Path) -> None:
             committed=False,
         )
         assert ended.error_code == ErrorCode.none
-        after = await call(apis, API_DESCRIBE_TRANSACTIONS, 0, transactional_ids=("tx",))
-        assert after.transaction_states[0].transaction_state in ("PrepareAbort", "CompleteAbort")
+        # The markers go out through the marker channel (WriteTxnMarkers to this broker), then CompleteAbort.
+        async with asyncio.timeout(10):
+            while True:
+                after = await call(apis, API_DESCRIBE_TRANSACTIONS, 0, transactional_ids=("tx",))
+                if after.transaction_states[0].transaction_state == "CompleteAbort":
+                    break
+                assert after.transaction_states[0].transaction_state == "PrepareAbort"
+                await asyncio.sleep(0.05)
+        assert after.transaction_states[0].topics == ()
 
     run_broker(tmp_path, test)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,8 @@ from tierlog.metadata.records import Endpoint
 from tierlog.protocol.errors import error_code
 from tierlog.server.entities import response_schema
 from tierlog.server.transaction_marker_channel import TransactionMarkerChannel
+from tierlog.server.txn_marker_apis import MarkerResults
+from tierlog.server.txn_marker_apis import TxnMarker as LocalTxnMarker
 
 API_WRITE_TXN_MARKERS = 27
 
@@ -68,23 +71,29 @@ def response(request: Any, errors: dict[TopicPartition, str | None]) -> Any:
 
 
 class Harness:
-    def __init__(self, metadata: ClusterMetadata) -> None:
+    def __init__(self, metadata: ClusterMetadata, node_id: int = 0) -> None:
         self.metadata = metadata
         self.owned = True
         self.completed: list[Any] = []
         self.sent: list[tuple[int, Any]] = []
         # Answers per broker, in order; the default is success.
         self.answers: dict[int, list[dict[TopicPartition, str | None] | Exception]] = {}
+        self.written_locally: list[Any] = []
         self.channel = TransactionMarkerChannel(
-            0,
+            node_id,
             lambda: self.metadata,
             lambda: "PLAINTEXT",
             PLAINTEXT,
             1000,
             lambda _id, _epoch: self.owned,
             self.completed.append,
+            self._write_local,
         )
         self.channel._request = self._request  # type: ignore[method-assign]
+
+    async def _write_local(self, markers: Sequence[LocalTxnMarker]) -> MarkerResults:
+        self.written_locally.extend(markers)
+        return {m.producer_id: dict.fromkeys(m.partitions, None) for m in markers}
 
     async def _request(self, broker_id: int, body: Any) -> Any:
         self.sent.append((broker_id, body))
@@ -157,6 +166,20 @@ def test_fenced_markers_and_markers_of_a_lost_coordinator_are_never_completed() 
         harness.channel.add(Request("t2", 8, 0, 1, True, frozenset({TopicPartition("a", 0)})))
         await settle(0.05)
         assert harness.completed == [] and len(harness.sent) == 1
+        await harness.channel.stop()
+
+    asyncio.run(main())
+
+
+def test_the_partitions_this_broker_leads_are_written_by_its_own_handler() -> None:
+    async def main() -> None:
+        harness = Harness(image({"a": [1, 2]}), node_id=1)
+        request = Request("t1", 7, 2, 4, True, frozenset({TopicPartition("a", 0), TopicPartition("a", 1)}))
+        harness.channel.add(request)
+        await settle(0.05)
+        assert [(broker, sent_partitions(body)) for broker, body in harness.sent] == [(2, {TopicPartition("a", 1)})]
+        assert harness.written_locally == [LocalTxnMarker(7, 2, 4, True, (TopicPartition("a", 0),))]
+        assert harness.completed == [request]
         await harness.channel.stop()
 
     asyncio.run(main())
