@@ -194,7 +194,7 @@ def test_a_transaction_is_listed_described_and_ended(tmp_path: Path) -> None:
             0,
         )
         assert tx.transaction_timeout == TIMEOUT
-        assert tx.transaction_start_time is not None
+        assert tx.transaction_start_time.timestamp() > 0
         partitions = {(t.topic, p) for t in tx.topics for p in t.partitions}
         assert ("events", 0) in partitions and ("events", 1) in partitions
         assert any(topic == "__consumer_offsets" for topic, _ in partitions)

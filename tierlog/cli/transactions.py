@@ -183,8 +183,8 @@ async def describe_transaction(
 
 
 def describe_row(coordinator: int, state: Any, now_ms: int) -> list[str]:
-    start = state.transaction_start_time
-    start_ms = None if start is None else round(start.timestamp() * 1000)
+    # Kafka's admin client: a start time < 0 is none (no transaction has started).
+    start_ms = state.transaction_start_time_ms if state.transaction_start_time_ms >= 0 else None
     partitions = ",".join(f"{t.topic}-{p}" for t in state.topics for p in t.partitions)
     return [
         str(coordinator),

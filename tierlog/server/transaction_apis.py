@@ -31,7 +31,7 @@ from tierlog.security.acl import AclOperation, ResourceType
 from tierlog.server.auth_helper import AuthHelper
 from tierlog.server.clock import now_ms
 from tierlog.server.controller_channel import ControllerUnavailableError
-from tierlog.server.entities import NO_THROTTLE, ResponseSchema, response_schema, timestamp_or_none
+from tierlog.server.entities import NO_THROTTLE, ResponseSchema, response_schema
 from tierlog.server.producer_id_manager import ProducerIdManager
 from tierlog.server.request_context import listener_name
 from tierlog.server.transaction_coordinator import TransactionCoordinatorService
@@ -56,6 +56,11 @@ Handler = Callable[[Request], Awaitable[Any]]
 
 def _ms(value: Any) -> int:
     return round(value.total_seconds() * 1000)
+
+
+def _instant(epoch_ms: int) -> datetime.datetime:
+    """A non-nullable int64 timestamp field's value: -1 (none) stays -1 on the wire, as Kafka sends it."""
+    return datetime.datetime.fromtimestamp(epoch_ms / 1000, tz=datetime.UTC)
 
 
 class TransactionApis:
@@ -305,7 +310,7 @@ class TransactionApis:
                     transactional_id=transactional_id,
                     transaction_state=d.state,
                     transaction_timeout=datetime.timedelta(milliseconds=d.transaction_timeout_ms),
-                    transaction_start_time=timestamp_or_none(d.transaction_start_time_ms),
+                    transaction_start_time=_instant(d.transaction_start_time_ms),
                     producer_id=d.producer_id,
                     producer_epoch=d.producer_epoch,
                     topics=tuple(s.TopicData(topic=t, partitions=ps) for t, ps in d.topics if t in describable),
@@ -320,7 +325,7 @@ class TransactionApis:
             transactional_id=transactional_id,
             transaction_state="",
             transaction_timeout=NO_THROTTLE,
-            transaction_start_time=None,
+            transaction_start_time=_instant(-1),
             producer_id=NO_PRODUCER_ID,
             producer_epoch=NO_PRODUCER_EPOCH,
             topics=(),
