@@ -32,9 +32,10 @@ from tierlog.server.auth_helper import AuthHelper
 from tierlog.server.clock import now_ms
 from tierlog.server.controller_channel import ControllerUnavailableError
 from tierlog.server.entities import NO_THROTTLE, ResponseSchema, response_schema
+from tierlog.server.group_coordinator import GROUP_METADATA_TOPIC
 from tierlog.server.producer_id_manager import ProducerIdManager
 from tierlog.server.request_context import listener_name
-from tierlog.server.transaction_coordinator import TransactionCoordinatorService
+from tierlog.server.transaction_coordinator import TRANSACTION_STATE_TOPIC, TransactionCoordinatorService
 
 API_FIND_COORDINATOR = 10
 API_INIT_PRODUCER_ID = 22
@@ -45,8 +46,8 @@ API_DESCRIBE_TRANSACTIONS = 65
 API_LIST_TRANSACTIONS = 66
 
 COORDINATOR_KEY_TRANSACTION = 1
-GROUP_METADATA_TOPIC = "__consumer_offsets"
-INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC, "__transaction_state"})
+# Kafka's Topic.isInternal: never added to a transaction by a client.
+INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC})
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 
