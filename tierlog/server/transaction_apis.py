@@ -1,13 +1,13 @@
 """Handlers of the transaction APIs (KIP-98, KIP-664): FindCoordinator for transactional ids, InitProducerId,
 AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, DescribeTransactions and ListTransactions
-(docs/transactions.md#coordinator-shell).
+(docs/transactions.md#txn-apis).
 
 Each turns a request entity (any version the broker advertises) into a call on the TransactionCoordinator core
 and its answer back into the response of that version. They first check what Kafka's KafkaApis checks: WRITE on
 the transactional id for the producer's requests, WRITE on each topic added (internal topics never), READ on the
 group of AddOffsetsToTxn, DESCRIBE on the transactional id to find its coordinator, describe it or list it
 (docs/security.md#api-checks). InitProducerId without a transactional id is the idempotent producer's: a fresh id
-from the shared ProducerIdManager, as before.
+from the shared ProducerIdManager (docs/transactions.md#producer-ids).
 """
 
 from __future__ import annotations
