@@ -65,6 +65,8 @@ class FakeRemoteStorageManager:
             IndexType.TIMESTAMP.value: data.time_index.read_bytes(),
             IndexType.LEADER_EPOCH.value: data.leader_epoch_checkpoint,
         }
+        if data.transaction_index is not None:
+            files[IndexType.TRANSACTION.value] = data.transaction_index.read_bytes()
         with self._lock:
             self.objects.update({(segment_id, suffix): content for suffix, content in files.items()})
 
@@ -161,7 +163,7 @@ def upload_log(log: Log, rsm: FakeRemoteStorageManager) -> list[RemoteLogSegment
                 log_segment=segment.log_path,
                 offset_index=segment.offset_index.path,
                 time_index=segment.time_index.path,
-                transaction_index=None,
+                transaction_index=segment.txn_index.path if segment.txn_index.path.exists() else None,
                 producer_snapshot=None,
                 leader_epoch_checkpoint=b"",
             ),

@@ -90,6 +90,8 @@ class RemoteFetchInfo:
     # The epoch of the fetch offset in this leader's history: remote segments are looked up by (epoch,
     # offset), so a copy from another lineage is never served.
     leader_epoch: int | None
+    # A read_committed consumer's: its answer carries the aborted transactions (docs/transactions.md#tiered).
+    read_committed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -418,6 +420,7 @@ class Partition:
                     max_bytes,
                     min_one_message,
                     log.leader_epoch_cache.epoch_for_offset(fetch_offset),
+                    isolation_level == READ_COMMITTED,
                 ),
             )
         return self._read_result(data.records, high_watermark)

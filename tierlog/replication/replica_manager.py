@@ -42,6 +42,7 @@ from tierlog.storage.leader_epoch_cache import UNDEFINED_EPOCH
 from tierlog.storage.log import Log, LogAppendInfo
 from tierlog.storage.log_config import FOLLOWER_THROTTLED_REPLICAS, LEADER_THROTTLED_REPLICAS
 from tierlog.storage.log_manager import FUTURE_DIR_SUFFIX, LogManager
+from tierlog.storage.transaction_index import AbortedTxn
 
 CONSUMER_REPLICA_ID = -1
 # The longest file name a file system takes: a future log's directory name must fit (Kafka's KAFKA-4893 check).
@@ -172,10 +173,12 @@ def _can_answer(results: Sequence[FetchPartitionResult], min_bytes: int) -> bool
 
 @dataclass(frozen=True, slots=True)
 class RemoteLogReadResult:
-    """What a remote read gave: the records, or the Kafka error name the partition is answered with."""
+    """What a remote read gave: the records, or the Kafka error name the partition is answered with; for a
+    read_committed read, the aborted transactions overlapping the records (None for read_uncommitted)."""
 
     records: bytes | None
     error: str | None = None
+    aborted_transactions: list[AbortedTxn] | None = None
 
 
 # The shell's remote read (Kafka's RemoteLogManager.asyncRead): starts reading the partition from the remote

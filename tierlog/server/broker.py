@@ -140,6 +140,7 @@ class Broker:
                 self.rlmm.store,
                 rsm,
                 remote_log_stats,
+                self.log_manager.get_log,
                 index_cache_dir=config.log_dirs[0] / REMOTE_INDEX_CACHE_DIR,
                 index_cache_bytes=config.get_int("remote.log.index.file.cache.total.size.bytes"),
                 reader_threads=config.get_int("remote.log.reader.threads"),

@@ -49,7 +49,9 @@ def copy_candidates(log: Log, copied_offset: int, last_stable_offset: int) -> li
 def copy_lag_bytes(log: Log) -> int:
     """Kafka's RemoteCopyLagBytes: bytes of the rolled segments the leader copies next (above Ry, below the
     LSO); a segment Ry falls inside counts whole, as it is copied whole."""
-    return sum(c.segment.size for c in copy_candidates(log, log.highest_offset_in_remote_storage, log.high_watermark))
+    return sum(
+        c.segment.size for c in copy_candidates(log, log.highest_offset_in_remote_storage, log.last_stable_offset)
+    )
 
 
 def epochs_in_range(entries: Sequence[EpochEntry], start_offset: int, end_offset: int) -> tuple[tuple[int, int], ...]:
