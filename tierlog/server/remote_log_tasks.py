@@ -36,23 +36,21 @@ from tierlog.storage.errors import OffsetOutOfRangeError
 from tierlog.storage.file_records import TimestampAndOffset
 from tierlog.storage.log import Log
 from tierlog.storage.producer_state import CorruptSnapshotError, decode_snapshot
-from tierlog.storage.segment import offset_index_file_path, time_index_file_path
 from tierlog.storage.transaction_index import AbortedTxn
 from tierlog.tiered.remote_index_cache import RemoteIndexCache
 from tierlog.tiered.remote_log_manager import (
     copy_candidates,
-    epoch_checkpoint_bytes,
     epochs_in_range,
     highest_remote_offset,
     is_within_lineage,
     parse_epoch_checkpoint,
     plan_remote_expiration,
+    segment_data,
 )
 from tierlog.tiered.remote_log_metadata_cache import RemoteLogMetadataCache, RemoteLogMetadataStore
 from tierlog.tiered.remote_log_reader import RemoteLogReader
 from tierlog.tiered.remote_storage_manager import (
     IndexType,
-    LogSegmentData,
     RemoteResourceNotFoundError,
     RemoteStorageError,
     RemoteStorageManager,
@@ -327,18 +325,7 @@ class RemoteLogTasks:
                 segment_size_in_bytes=segment.size,
                 segment_leader_epochs=epochs_in_range(entries, segment.base_offset, candidate.end_offset),
             )
-            data = LogSegmentData(
-                log_segment=segment.log_path,
-                offset_index=offset_index_file_path(log.dir, segment.base_offset),
-                time_index=time_index_file_path(log.dir, segment.base_offset),
-                # Kafka's copyLogSegment: the segment's `.txnindex` if it has one (an aborted transaction's
-                # marker in it); segments copied below the LSO never gain entries afterwards.
-                transaction_index=segment.txn_index.path if segment.txn_index.path.exists() else None,
-                # Kafka's copyLogSegment: the snapshot taken when the next segment was rolled, i.e. the producer
-                # state as of this segment's end (missing only for segments rolled before snapshots existed).
-                producer_snapshot=log.fetch_producer_snapshot(candidate.end_offset + 1),
-                leader_epoch_checkpoint=epoch_checkpoint_bytes(entries, candidate.end_offset + 1),
-            )
+            data = segment_data(log, candidate)
             await self.rlmm.publish(metadata)
             self._copying.add(metadata.segment_id.id)
             try:

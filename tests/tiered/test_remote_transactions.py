@@ -1,0 +1,187 @@
+"""Transactions and the remote tier (docs/transactions.md#tiered): each copied segment's transaction index goes
+to the remote store under Kafka's name and comes back entry for entry; a read_committed read's aborted
+transactions are collected from the remote segment read, the following remote segments, then the local log."""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fake_rsm import FakeRemoteStorageManager, batch, build_log, upload_log
+from storage_helpers import TP
+
+from tierlog.storage.log import Log
+from tierlog.storage.transaction_index import ABORTED_TXN_SIZE, AbortedTxn, TxnIndexSearchResult
+from tierlog.tiered.fsspec_storage import FsspecRemoteStorageManager
+from tierlog.tiered.remote_index_cache import RemoteIndexCache
+from tierlog.tiered.remote_log_manager import copy_candidates, segment_data
+from tierlog.tiered.remote_storage_manager import IndexType, RemoteResourceNotFoundError
+from tierlog.tiered.remote_transactions import (
+    collect_remote_aborted_transactions,
+    fetch_remote_aborted_txns,
+    with_local_aborted_transactions,
+)
+from tierlog.tiered.segment_metadata import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+)
+
+TOPIC_ID = uuid.UUID(int=0x7A7)
+
+
+def _metadata(log: Log, segment_index: int, *, segment_id: int) -> RemoteLogSegmentMetadata:
+    segment, next_segment = log.segments[segment_index], log.segments[segment_index + 1]
+    return RemoteLogSegmentMetadata(
+        segment_id=RemoteLogSegmentId(TopicIdPartition(TOPIC_ID, TP), uuid.UUID(int=segment_id)),
+        start_offset=segment.base_offset,
+        end_offset=next_segment.base_offset - 1,
+        max_timestamp_ms=segment.max_timestamp_so_far,
+        broker_id=0,
+        event_timestamp_ms=0,
+        segment_size_in_bytes=segment.size,
+        segment_leader_epochs=((0, segment.base_offset),),
+        state=RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
+    )
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Iterator[Log]:
+    """Three closed segments of five one-record batches each (offsets 0-4, 5-9, 10-14) and an empty active one."""
+    log = build_log(tmp_path / "topic-0", [batch([i]) for i in range(15)], segment_bytes=450, index_interval_bytes=1)
+    assert [s.base_offset for s in log.segments] == [0, 5, 10, 15], "the fixture's segment layout changed"
+    yield log
+    log.close()
+
+
+def test_copy_uploads_the_txn_index_under_kafkas_name_and_it_comes_back_entry_for_entry(
+    log: Log, tmp_path: Path
+) -> None:
+    aborted = [AbortedTxn(7, 1, 3, 1), AbortedTxn(8, 2, 4, 5)]
+    for txn in aborted:
+        log.segments[0].txn_index.append(txn)
+    candidates = copy_candidates(log, -1, log.log_end_offset)
+    assert [c.segment.base_offset for c in candidates] == [0, 5, 10]
+    with FsspecRemoteStorageManager(f"file://{tmp_path / 'remote'}") as rsm:
+        copied = []
+        for index, candidate in enumerate(candidates):
+            data = segment_data(log, candidate)
+            metadata = _metadata(log, index, segment_id=index + 1)
+            rsm.copy_log_segment_data(metadata, data)
+            copied.append((metadata, data))
+        first, second = copied[0], copied[1]
+        # Only the segment holding an ABORT marker's entries has a `.txnindex` (Kafka creates it lazily).
+        assert first[1].transaction_index == log.segments[0].txn_index.path
+        assert second[1].transaction_index is None
+        names = rsm.list_segment_objects()
+        expected = f"{TP}-{TOPIC_ID}/{0:020d}-{first[0].segment_id.id}.txnindex"
+        assert expected in names
+        assert [name for name in names if name.endswith(".txnindex")] == [expected]
+        raw = rsm.fetch_index(first[0], IndexType.TRANSACTION)
+        assert raw == log.segments[0].txn_index.path.read_bytes()
+        assert len(raw) == 2 * ABORTED_TXN_SIZE
+        assert fetch_remote_aborted_txns(rsm, first[0]) == aborted
+        assert fetch_remote_aborted_txns(rsm, second[0]) == []
+        rsm.delete_log_segment_data(first[0])
+        with pytest.raises(RemoteResourceNotFoundError):
+            rsm.fetch_index(first[0], IndexType.TRANSACTION)
+
+
+def _segments(*ranges: tuple[int, int]) -> list[RemoteLogSegmentMetadata]:
+    return [
+        RemoteLogSegmentMetadata(
+            segment_id=RemoteLogSegmentId(TopicIdPartition(TOPIC_ID, TP), uuid.UUID(int=i + 1)),
+            start_offset=start,
+            end_offset=end,
+            max_timestamp_ms=0,
+            broker_id=0,
+            event_timestamp_ms=0,
+            segment_size_in_bytes=1,
+            segment_leader_epochs=((0, start),),
+        )
+        for i, (start, end) in enumerate(ranges)
+    ]
+
+
+def test_search_goes_on_through_later_segments_until_an_entry_completes_it() -> None:
+    seg_a, seg_b, seg_c, seg_d = _segments((0, 9), (10, 19), (20, 29), (30, 39))
+    # pid 1 aborted [2, 12] (marker in b), pid 2 aborted [5, 25] (marker in c, LSO then 26), pid 3 aborted later.
+    entries = {
+        seg_a.segment_id: [],
+        seg_b.segment_id: [AbortedTxn(1, 2, 12, 5)],
+        seg_c.segment_id: [AbortedTxn(2, 5, 25, 26), AbortedTxn(3, 27, 28, 29)],
+        seg_d.segment_id: [AbortedTxn(4, 1, 31, 32)],
+    }
+    consulted: list[RemoteLogSegmentMetadata] = []
+
+    def aborted_txns_of(segment: RemoteLogSegmentMetadata) -> list[AbortedTxn]:
+        consulted.append(segment)
+        return entries[segment.segment_id]
+
+    result = collect_remote_aborted_transactions(3, 9, iter([seg_a, seg_b, seg_c, seg_d]), aborted_txns_of)
+    # pid 2's entry has LSO 26 >= 9: nothing aborted later started below 9, so d is never read.
+    assert result == TxnIndexSearchResult([AbortedTxn(1, 2, 12, 5), AbortedTxn(2, 5, 25, 26)], True)
+    assert consulted == [seg_a, seg_b, seg_c]
+
+
+def test_search_that_runs_out_of_remote_segments_is_incomplete_and_the_local_log_finishes_it() -> None:
+    (seg_a,) = _segments((0, 9))
+    remote = collect_remote_aborted_transactions(0, 10, [seg_a], lambda _: [AbortedTxn(1, 0, 4, 0)])
+    assert remote == TxnIndexSearchResult([AbortedTxn(1, 0, 4, 0)], False)
+    local_marker_txn = AbortedTxn(2, 8, 14, 15)
+    assert with_local_aborted_transactions(remote, lambda: [AbortedTxn(1, 0, 4, 0), local_marker_txn]) == [
+        AbortedTxn(1, 0, 4, 0),
+        local_marker_txn,
+    ]
+    complete = TxnIndexSearchResult([], True)
+    assert with_local_aborted_transactions(complete, lambda: pytest.fail("the local log must not be read")) == []
+
+
+def test_overlapping_copies_of_a_segment_give_each_aborted_transaction_once() -> None:
+    copy_1, copy_2 = _segments((0, 9), (0, 9))
+    txn = AbortedTxn(1, 0, 4, 0)
+    result = collect_remote_aborted_transactions(0, 10, [copy_1, copy_2], lambda _: [txn])
+    assert result.aborted == [txn]
+
+
+def test_index_cache_fetches_a_txn_index_once_and_forgets_it_with_its_segment(tmp_path: Path) -> None:
+    log = build_log(tmp_path / "topic-0", [batch([i]) for i in range(10)], segment_bytes=450, index_interval_bytes=1)
+    try:
+        txn = AbortedTxn(9, 0, 3, 1)
+        log.segments[0].txn_index.append(txn)
+        rsm = FakeRemoteStorageManager()
+        with_index, without_index = upload_log(log, rsm)
+        cache = RemoteIndexCache(tmp_path / "cache", rsm, 1 << 20)
+        try:
+            assert cache.aborted_txns(with_index) == [txn]
+            assert cache.aborted_txns(without_index) == []
+            fetches = rsm.calls["fetch_index"]
+            assert cache.aborted_txns(with_index) == [txn]
+            assert cache.aborted_txns(without_index) == []
+            assert rsm.calls["fetch_index"] == fetches, "served from memory the second time"
+            cache.remove(with_index.segment_id.id)
+            assert cache.aborted_txns(with_index) == [txn]
+            assert rsm.calls["fetch_index"] == fetches + 1
+        finally:
+            cache.close()
+    finally:
+        log.close()
+
+
+def test_index_cache_keeps_txn_indexes_within_its_bound(tmp_path: Path) -> None:
+    rsm = FakeRemoteStorageManager()
+    segments = _segments(*((10 * i, 10 * i + 9) for i in range(4)))
+    # Room for two empty transaction indexes (64 bytes each), not three.
+    cache = RemoteIndexCache(tmp_path / "cache", rsm, 150)
+    try:
+        for segment in itertools.chain(segments, segments[-2:]):
+            assert cache.aborted_txns(segment) == []
+        assert rsm.calls["fetch_index"] == 4, "the last two stayed cached"
+        cache.aborted_txns(segments[0])
+        assert rsm.calls["fetch_index"] == 5, "the first was evicted"
+    finally:
+        cache.close()
