@@ -492,7 +492,9 @@ class KafkaApis:
                 last_sequence=entry.last_seq,
                 last_timestamp=entry.last_timestamp,
                 coordinator_epoch=entry.coordinator_epoch,
-                current_txn_start_offset=-1,
+                current_txn_start_offset=(
+                    -1 if entry.current_txn_first_offset is None else entry.current_txn_first_offset
+                ),
             )
             for producer_id, entry in sorted(log.producer_state_manager.active_producers.items())
         )

@@ -13,11 +13,14 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
+from tierlog.records.control_batch import read_end_txn_marker
 from tierlog.records.record_batch import (
     LOG_OVERHEAD,
+    NO_PRODUCER_ID,
     NO_TIMESTAMP,
     RECORD_BATCH_OVERHEAD,
     InvalidRecordError,
+    RecordBatchHeader,
     batch_size_at,
     validate_batch,
 )
@@ -34,12 +37,14 @@ from tierlog.storage.file_records import (
     search_for_timestamp,
 )
 from tierlog.storage.offset_index import OffsetIndex
+from tierlog.storage.producer_state import AppendOrigin
 from tierlog.storage.time_index import TimeIndex, TimestampOffset
-from tierlog.storage.transaction_index import TXN_INDEX_FILE_SUFFIX, TransactionIndex
+from tierlog.storage.transaction_index import TXN_INDEX_FILE_SUFFIX, AbortedTxn, TransactionIndex
 
 if TYPE_CHECKING:
     from tierlog.storage.leader_epoch_cache import LeaderEpochFileCache
     from tierlog.storage.log_config import LogConfig
+    from tierlog.storage.producer_state import CompletedTxn, ProducerStateManager
 
 LOG_FILE_SUFFIX = ".log"
 INDEX_FILE_SUFFIX = ".index"
@@ -250,11 +255,16 @@ class LogSegment:
         size = limit - batch.position
         return FetchDataInfo(start_offset, FileSlice(self._file, batch.position, size) if size > 0 else None)
 
-    def recover(self, leader_epoch_cache: LeaderEpochFileCache | None = None) -> int:
-        """Validate every batch (CRC included), rebuild both indexes, and truncate the log at the first
-        invalid or torn batch. Returns the number of bytes truncated."""
+    def recover(
+        self, leader_epoch_cache: LeaderEpochFileCache | None = None, producer_state: ProducerStateManager | None = None
+    ) -> int:
+        """Validate every batch (CRC included), rebuild the indexes, and truncate the log at the first
+        invalid or torn batch. Returns the number of bytes truncated. With `producer_state` (as of this
+        segment's base offset) every batch updates it, and each aborted transaction a marker here ends goes
+        into the rebuilt txn index (docs/transactions.md#recovery)."""
         self.offset_index.reset()
         self.time_index.reset()
+        self.txn_index.reset()
         max_so_far = TimestampOffset(NO_TIMESTAMP, self.base_offset)
         valid_bytes = 0
         last_index_entry = 0
@@ -289,6 +299,12 @@ class LogSegment:
                 latest = leader_epoch_cache.latest_epoch
                 if latest is None or epoch > latest:
                     leader_epoch_cache.assign(epoch, header.base_offset)
+            if producer_state is not None:
+                try:
+                    self._update_producer_state(producer_state, buffer, header)
+                except InvalidRecordError:
+                    # Kafka's recover: a batch whose marker cannot be read ends the valid part after it.
+                    break
         truncated = self._size - valid_bytes
         if truncated:
             os.ftruncate(self._fd, valid_bytes)
@@ -299,6 +315,31 @@ class LogSegment:
         self._rolling_based_timestamp = None
         self._bytes_since_last_index_entry = valid_bytes - last_index_entry
         return truncated
+
+    def _update_producer_state(
+        self, producer_state: ProducerStateManager, buffer: bytes, header: RecordBatchHeader
+    ) -> None:
+        """Kafka's LogSegment.updateProducerState: replay one recovered batch, indexing the transaction its
+        marker aborts."""
+        if header.producer_id != NO_PRODUCER_ID:
+            info = producer_state.prepare_update(header.producer_id, AppendOrigin.REPLICATION)
+            marker = None
+            if header.is_control and header.records_count:
+                start = header.position
+                marker = read_end_txn_marker(memoryview(buffer)[start : start + header.size_in_bytes])
+            completed = info.append(header, header.base_offset, header.last_offset, marker)
+            producer_state.update(info)
+            if completed is not None:
+                self.complete_txn(producer_state, completed)
+        producer_state.update_map_end_offset(header.last_offset + 1)
+
+    def complete_txn(self, producer_state: ProducerStateManager, txn: CompletedTxn) -> None:
+        """A marker in this segment completed `txn` (Kafka's updateTxnIndex, then completeTxn): an aborted one
+        goes into the txn index with the LSO as it is once the transaction is complete."""
+        if txn.is_aborted:
+            last_stable_offset = producer_state.last_stable_offset(txn)
+            self.txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, last_stable_offset))
+        producer_state.complete_txn(txn)
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch ending at or after `offset` (a batch holding it goes whole) and the index
