@@ -4,20 +4,30 @@ transactions are collected from the remote segment read, the following remote se
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from fake_rsm import FakeRemoteStorageManager, batch, build_log, upload_log
-from storage_helpers import TP
+from storage_helpers import T0, TP, log_config, open_log
 
+from tierlog.records.codec import build_batch
+from tierlog.records.control_batch import ControlRecordType, EndTxnMarker, build_end_txn_marker_batch
+from tierlog.records.record_batch import iter_batches
+from tierlog.replication.partition import RemoteFetchInfo
+from tierlog.replication.replica_manager import RemoteLogReadResult
+from tierlog.server.remote_log_tasks import RemoteLogStats, RemoteStorageReaderThreadPool
 from tierlog.storage.log import Log
+from tierlog.storage.producer_state import AppendOrigin
 from tierlog.storage.transaction_index import ABORTED_TXN_SIZE, AbortedTxn, TxnIndexSearchResult
 from tierlog.tiered.fsspec_storage import FsspecRemoteStorageManager
 from tierlog.tiered.remote_index_cache import RemoteIndexCache
 from tierlog.tiered.remote_log_manager import copy_candidates, segment_data
+from tierlog.tiered.remote_log_metadata_cache import RemoteLogMetadataStore
 from tierlog.tiered.remote_storage_manager import IndexType, RemoteResourceNotFoundError
 from tierlog.tiered.remote_transactions import (
     collect_remote_aborted_transactions,
@@ -27,6 +37,7 @@ from tierlog.tiered.remote_transactions import (
 from tierlog.tiered.segment_metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
     TopicIdPartition,
 )
@@ -185,3 +196,116 @@ def test_index_cache_keeps_txn_indexes_within_its_bound(tmp_path: Path) -> None:
         assert rsm.calls["fetch_index"] == 5, "the first was evicted"
     finally:
         cache.close()
+
+
+class TransactionalLog:
+    """A log whose transactions' markers land in later segments than their records:
+    segment 0: [0] txn of producer 1, [1] plain | segment 1: [2] plain, [3] ABORT 1 |
+    segment 2: [4] txn of producer 2, [5] plain | segment 3: [6] ABORT 2 | active, empty.
+    Segments 0-2 are in the remote tier, segment 3 only local."""
+
+    ABORTED_1, ABORTED_2 = 1, 2
+
+    def __init__(self, directory: Path) -> None:
+        self.log = open_log(directory / "topic-0", log_config(segment_bytes=1 << 20))
+        self.sequences: dict[int, int] = {}
+        self._send(self.ABORTED_1)
+        self._send()
+        self.log.roll(T0)
+        self._send()
+        self._abort(self.ABORTED_1)
+        self.log.roll(T0)
+        self._send(self.ABORTED_2)
+        self._send()
+        self.log.roll(T0)
+        self._abort(self.ABORTED_2)
+        self.log.roll(T0)
+        assert [s.base_offset for s in self.log.segments] == [0, 2, 4, 6, 7]
+        self.rsm = FakeRemoteStorageManager()
+        self.store = RemoteLogMetadataStore()
+        self.segments = upload_log(self.log, self.rsm)[:3]
+        for metadata in self.segments:
+            self.store.apply(replace(metadata, state=RemoteLogSegmentState.COPY_SEGMENT_STARTED))
+            self.store.apply(
+                RemoteLogSegmentMetadataUpdate(metadata.segment_id, T0, RemoteLogSegmentState.COPY_SEGMENT_FINISHED, 0)
+            )
+
+    def _send(self, producer_id: int = -1) -> None:
+        transactional = producer_id >= 0
+        records = build_batch(
+            [(b"k", b"v", (), T0)],
+            producer_id=producer_id,
+            producer_epoch=0 if transactional else -1,
+            base_sequence=0 if transactional else -1,
+            transactional=transactional,
+        )
+        self.log.append_as_leader(bytearray(records), 0, T0)
+        self.log.update_high_watermark(self.log.log_end_offset)
+
+    def _abort(self, producer_id: int) -> None:
+        marker = build_end_txn_marker_batch(producer_id, 0, EndTxnMarker(ControlRecordType.ABORT, 0), T0)
+        self.log.append_as_leader(marker, 0, T0, AppendOrigin.COORDINATOR)
+        self.log.update_high_watermark(self.log.log_end_offset)
+
+    def read(self, tmp_path: Path, fetch_offset: int, *, read_committed: bool) -> RemoteLogReadResult:
+        """A consumer's fetch at `fetch_offset` served from the remote tier, as the ReplicaManager starts it."""
+
+        async def main() -> RemoteLogReadResult:
+            pool = RemoteStorageReaderThreadPool(
+                self.store,
+                self.rsm,
+                RemoteLogStats(),
+                lambda tp: self.log if tp == TP else None,
+                index_cache_dir=tmp_path / "remote-log-index-cache",
+                index_cache_bytes=1 << 20,
+                reader_threads=2,
+            )
+            answered: asyncio.Future[RemoteLogReadResult] = asyncio.get_running_loop().create_future()
+            try:
+                topic_id = self.segments[0].segment_id.topic_id_partition.topic_id
+                info = RemoteFetchInfo(topic_id, fetch_offset, 1 << 20, True, 0, read_committed)
+                pool.async_read(TP, info, answered.set_result)
+                return await asyncio.wait_for(answered, 10)
+            finally:
+                await pool.stop()
+
+        return asyncio.run(main())
+
+
+def test_remote_read_committed_gets_the_aborted_transaction_whose_marker_is_in_a_later_remote_segment(
+    tmp_path: Path,
+) -> None:
+    tier = TransactionalLog(tmp_path)
+    try:
+        result = tier.read(tmp_path, 0, read_committed=True)
+        assert result.error is None and result.records is not None
+        assert [(h.base_offset, h.last_offset) for h in iter_batches(result.records)] == [(0, 0), (1, 1)]
+        assert result.aborted_transactions is not None
+        assert [(t.producer_id, t.first_offset, t.last_offset) for t in result.aborted_transactions] == [(1, 0, 3)]
+        assert result.aborted_transactions == tier.log.collect_aborted_transactions(0, 2)
+        # The segment's offset and time indexes, then the transaction indexes of segments 0 and 1 (complete there).
+        assert tier.rsm.calls["fetch_index"] == 4
+    finally:
+        tier.log.close()
+
+
+def test_remote_read_committed_goes_on_to_the_local_log_when_the_remote_segments_run_out(tmp_path: Path) -> None:
+    tier = TransactionalLog(tmp_path)
+    try:
+        result = tier.read(tmp_path, 4, read_committed=True)
+        assert result.records is not None
+        assert [(h.base_offset, h.last_offset) for h in iter_batches(result.records)] == [(4, 4), (5, 5)]
+        assert result.aborted_transactions is not None
+        assert [(t.producer_id, t.first_offset, t.last_offset) for t in result.aborted_transactions] == [(2, 4, 6)]
+    finally:
+        tier.log.close()
+
+
+def test_remote_read_uncommitted_carries_no_aborted_transactions(tmp_path: Path) -> None:
+    tier = TransactionalLog(tmp_path)
+    try:
+        result = tier.read(tmp_path, 0, read_committed=False)
+        assert result.records is not None and result.aborted_transactions is None
+        assert tier.rsm.calls["fetch_index"] == 2, "the offset and time indexes only"
+    finally:
+        tier.log.close()
