@@ -280,6 +280,8 @@ _BROKER_OWN_CONFIGS: tuple[ConfigDef, ...] = (
     _d("auto.create.topics.enable", "true", "boolean", "Create unknown topics on metadata request."),
     _d("delete.topic.enable", "true", "boolean", "Allow DeleteTopics."),
     _d("socket.request.max.bytes", "104857600", "int", "Largest request frame accepted.", at_least=1),
+    # The wait of a transaction marker's acks=all append (docs/transactions.md#write-txn-markers).
+    _d("request.timeout.ms", "30000", "int", "Longest wait of a broker's own acks=all appends.", at_least=0),
     _d("message.max.bytes", "1048588", "int", "Largest record batch accepted (max.message.bytes).", at_least=0),
     _d("fetch.max.bytes", "57671680", "int", "Upper bound of bytes in one fetch response.", at_least=1024),
     _d("min.insync.replicas", "1", "int", "ISR size needed for acks=all.", at_least=1),

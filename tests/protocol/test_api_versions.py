@@ -44,6 +44,7 @@ def test_table_is_the_agreed_one() -> None:
         "FindCoordinator": (0, 4),
         "InitProducerId": (0, 4),
         "DescribeProducers": (0, 0),
+        "WriteTxnMarkers": (1, 1),
         "JoinGroup": (0, 9),
         "SyncGroup": (0, 5),
         "Heartbeat": (0, 4),

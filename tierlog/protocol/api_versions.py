@@ -87,6 +87,9 @@ _TABLE: tuple[ApiSupport, ...] = (
     ApiSupport(22, "InitProducerId", 0, 4, 2),
     # kio's only (and Kafka's newest) version; flexible from v0.
     ApiSupport(61, "DescribeProducers", 0, 0, 0),
+    # The transaction coordinator's markers (docs/transactions.md#write-txn-markers). kio starts at v1 (Kafka 4.0
+    # dropped v0); v2 adds the marker's TransactionVersion of KIP-890 part 2, which we do not implement.
+    ApiSupport(27, "WriteTxnMarkers", 1, 1, 1),
     # The classic group protocol (docs/groups.md). JoinGroup v9's SkipAssignment is always false here, which
     # a v9 broker may answer; kio's newest are JoinGroup v9, SyncGroup v5, Heartbeat v4, LeaveGroup v5.
     ApiSupport(11, "JoinGroup", 0, 9, 6),

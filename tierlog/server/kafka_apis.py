@@ -12,6 +12,7 @@ controller's own node, the controller's APIs (`ControllerApis`).
 from __future__ import annotations
 
 import asyncio
+import struct
 import time
 import uuid
 from collections import Counter
@@ -25,11 +26,16 @@ from tierlog.metadata.records import SCRAM_MECHANISM_NAMES
 from tierlog.protocol.api_versions import supported_api_versions
 from tierlog.protocol.codec import Request
 from tierlog.protocol.errors import error_code
-from tierlog.records.record_batch import batch_size_at
+from tierlog.records.record_batch import (
+    ATTRIBUTES_OFFSET,
+    RECORD_BATCH_OVERHEAD,
+    TRANSACTIONAL_FLAG_MASK,
+    batch_size_at,
+)
 from tierlog.replication.errors import UnknownTopicOrPartitionError
 from tierlog.replication.fetch_request import fetch_messages_for_request
 from tierlog.replication.fetcher import FetchRequestData, FetchRequestPartition
-from tierlog.replication.partition import OffsetAndEpoch
+from tierlog.replication.partition import LogReadResult, OffsetAndEpoch
 from tierlog.replication.replica_manager import (
     AppendResult,
     FetchPartitionResult,
@@ -54,7 +60,9 @@ from tierlog.server.log_dir_apis import LogDirApis
 from tierlog.server.metadata_loader import MetadataLoaderTask
 from tierlog.server.metrics import BrokerMetrics
 from tierlog.server.remote_log_tasks import RemoteLogTasks
+from tierlog.server.txn_marker_apis import OffsetsTransactionCompleted, TxnMarkerApis
 from tierlog.storage.errors import KafkaStorageError
+from tierlog.storage.producer_state import AppendOrigin
 from tierlog.tiered.remote_storage_manager import RemoteStorageError
 
 API_PRODUCE = 0
@@ -131,6 +139,7 @@ class KafkaApis:
         auth: AuthHelper,
         metrics: BrokerMetrics | None = None,
         after_request: Callable[[], None] = lambda: None,
+        offsets_transaction_completed: OffsetsTransactionCompleted | None = None,
     ) -> None:
         self.config = config
         self.loader = loader
@@ -167,6 +176,11 @@ class KafkaApis:
         self.handlers.update(group_apis.handlers)
         self.handlers.update(config_apis.handlers)
         self.handlers.update(log_dir_apis.handlers)
+        # The markers of transactions (docs/transactions.md#write-txn-markers), appended as a produce is.
+        self.txn_marker_apis = TxnMarkerApis(
+            replica_manager, auth, self._append, config.get_int("request.timeout.ms"), offsets_transaction_completed
+        )
+        self.handlers.update(self.txn_marker_apis.handlers)
         # Only the controller decides these (Kafka's ForwardingManager), once checked here.
         self._forwarding_manager = forwarding_manager
         self.handlers.update(dict.fromkeys(ADMIN_APIS, forwarding_manager.forward))
@@ -513,12 +527,18 @@ class KafkaApis:
         writable = self.auth.filter_authorized(
             AclOperation.WRITE, ResourceType.TOPIC, (t.name for t in body.topic_data)
         )
+        # docs/transactions.md#produce: transactional batches need WRITE on the request's transactional id, or the
+        # whole request is refused (Kafka's handleProduceRequest).
+        transactional_refused = any(
+            _is_transactional(p.records) for t in body.topic_data for p in t.partition_data
+        ) and (
+            body.transactional_id is None
+            or not self.auth.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id)
+        )
         for topic_data in body.topic_data:
             for partition_data in topic_data.partition_data:
                 tp = TopicPartition(topic_data.name, partition_data.index)
-                if body.transactional_id is not None:
-                    # Transactions are not implemented: refused as Kafka refuses a transactional id the
-                    # principal may not write, the whole request.
+                if transactional_refused:
                     early_errors[tp] = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
                 elif topic_data.name not in writable:
                     early_errors[tp] = "TOPIC_AUTHORIZATION_FAILED"
@@ -573,7 +593,11 @@ class KafkaApis:
         )
 
     async def _append(
-        self, entries: dict[TopicPartition, bytearray], acks: int, timeout_ms: int
+        self,
+        entries: dict[TopicPartition, bytearray],
+        acks: int,
+        timeout_ms: int,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> dict[TopicPartition, AppendResult]:
         """Append, then wait (acks=all) in the produce purgatory until the HW passes every batch."""
         loop = asyncio.get_running_loop()
@@ -583,7 +607,7 @@ class KafkaApis:
             if not answered.done():
                 answered.set_result(results)
 
-        delayed = self.replica_manager.append_records(entries, acks, timeout_ms, now_ms(), respond)
+        delayed = self.replica_manager.append_records(entries, acks, timeout_ms, now_ms(), respond, origin=origin)
         if delayed is not None:
             self._arm_timer(delayed.deadline_ms)
         return await answered
@@ -681,7 +705,7 @@ class KafkaApis:
                         epoch=read.diverging_epoch[0] if read and read.diverging_epoch else -1,
                         end_offset=read.diverging_epoch[1] if read and read.diverging_epoch else -1,
                     ),
-                    aborted_transactions=None,
+                    aborted_transactions=self._aborted_transactions(s, read),
                     preferred_read_replica=-1,
                     records=read.records if read and read.records is not None else b"",
                 )
@@ -708,6 +732,16 @@ class KafkaApis:
             )
         return s.FetchResponse(
             throttle_time=NO_THROTTLE, error_code=error_code(None), session_id=0, responses=tuple(responses)
+        )
+
+    @staticmethod
+    def _aborted_transactions(s: ResponseSchema, read: LogReadResult | None) -> tuple[Any, ...] | None:
+        """A read_committed read's aborted transactions (docs/transactions.md#fetch): None (null) otherwise."""
+        if read is None or read.aborted_transactions is None:
+            return None
+        return tuple(
+            s.AbortedTransaction(producer_id=txn.producer_id, first_offset=txn.first_offset)
+            for txn in read.aborted_transactions
         )
 
     def _topic_name(self, topic_id: uuid.UUID | None) -> str | None:
@@ -847,6 +881,14 @@ class KafkaApis:
                 )
             topics.append(s.DeleteRecordsTopicResult(name=topic.name, partitions=tuple(partitions)))
         return s.DeleteRecordsResponse(throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+def _is_transactional(records: bytes | None) -> bool:
+    """Whether a partition's first batch is transactional (Kafka's RequestUtils.hasTransactionalRecords)."""
+    if records is None or len(records) < RECORD_BATCH_OVERHEAD:
+        return False
+    (attributes,) = struct.unpack_from(">h", records, ATTRIBUTES_OFFSET)
+    return bool(attributes & TRANSACTIONAL_FLAG_MASK)
 
 
 def _holds_several_batches(records: bytes) -> bool:
