@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -30,9 +31,9 @@ from tierlog.tiered.remote_log_manager import copy_candidates, segment_data
 from tierlog.tiered.remote_log_metadata_cache import RemoteLogMetadataStore
 from tierlog.tiered.remote_storage_manager import IndexType, RemoteResourceNotFoundError
 from tierlog.tiered.remote_transactions import (
+    AbortedTxnSearch,
     collect_remote_aborted_transactions,
     fetch_remote_aborted_txns,
-    with_local_aborted_transactions,
 )
 from tierlog.tiered.segment_metadata import (
     RemoteLogSegmentId,
@@ -40,6 +41,8 @@ from tierlog.tiered.segment_metadata import (
     RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
     TopicIdPartition,
+    decode_event,
+    encode_event,
 )
 
 TOPIC_ID = uuid.UUID(int=0x7A7)
@@ -143,13 +146,22 @@ def test_search_that_runs_out_of_remote_segments_is_incomplete_and_the_local_log
     (seg_a,) = _segments((0, 9))
     remote = collect_remote_aborted_transactions(0, 10, [seg_a], lambda _: [AbortedTxn(1, 0, 4, 0)])
     assert remote == TxnIndexSearchResult([AbortedTxn(1, 0, 4, 0)], False)
+    search = AbortedTxnSearch(0, 10)
+    assert not search.add([AbortedTxn(1, 0, 4, 0)])
     local_marker_txn = AbortedTxn(2, 8, 14, 15)
-    assert with_local_aborted_transactions(remote, lambda: [AbortedTxn(1, 0, 4, 0), local_marker_txn]) == [
-        AbortedTxn(1, 0, 4, 0),
-        local_marker_txn,
+    asked: list[tuple[int, int]] = []
+
+    def local(start: int, upper: int) -> list[AbortedTxn]:
+        asked.append((start, upper))
+        return [AbortedTxn(1, 0, 4, 0), local_marker_txn]
+
+    assert search.with_local(local) == [AbortedTxn(1, 0, 4, 0), local_marker_txn]
+    assert asked == [(0, 10)]
+    complete = AbortedTxnSearch(0, 10)
+    assert complete.add([AbortedTxn(1, 0, 4, 10)])
+    assert complete.with_local(lambda start, upper: pytest.fail("the local log must not be read")) == [
+        AbortedTxn(1, 0, 4, 10)
     ]
-    complete = TxnIndexSearchResult([], True)
-    assert with_local_aborted_transactions(complete, lambda: pytest.fail("the local log must not be read")) == []
 
 
 def test_overlapping_copies_of_a_segment_give_each_aborted_transaction_once() -> None:
@@ -283,8 +295,10 @@ def test_remote_read_committed_gets_the_aborted_transaction_whose_marker_is_in_a
         assert result.aborted_transactions is not None
         assert [(t.producer_id, t.first_offset, t.last_offset) for t in result.aborted_transactions] == [(1, 0, 3)]
         assert result.aborted_transactions == tier.log.collect_aborted_transactions(0, 2)
-        # The segment's offset and time indexes, then the transaction indexes of segments 0 and 1 (complete there).
-        assert tier.rsm.calls["fetch_index"] == 4
+        # The segment's offset and time indexes, then the transaction index of segment 1 (complete there); segment
+        # 0 was copied without one, which its metadata says.
+        assert not tier.segments[0].has_txn_index and tier.segments[1].has_txn_index
+        assert tier.rsm.calls["fetch_index"] == 3
     finally:
         tier.log.close()
 
@@ -309,3 +323,24 @@ def test_remote_read_uncommitted_carries_no_aborted_transactions(tmp_path: Path)
         assert tier.rsm.calls["fetch_index"] == 2, "the offset and time indexes only"
     finally:
         tier.log.close()
+
+
+def test_a_segment_copied_without_a_txn_index_is_not_asked_for_one(tmp_path: Path) -> None:
+    rsm = FakeRemoteStorageManager()
+    (segment,) = _segments((0, 9))
+    without = replace(segment, has_txn_index=False)
+    assert fetch_remote_aborted_txns(rsm, without) == []
+    cache = RemoteIndexCache(tmp_path / "cache", rsm, 1 << 20)
+    try:
+        assert cache.aborted_txns(without) == []
+    finally:
+        cache.close()
+    assert rsm.calls["fetch_index"] == 0
+    # Metadata written before the field existed says nothing: the index is asked for (and found missing).
+    assert decode_event(encode_event(without)) == without
+    fields = json.loads(encode_event(segment))
+    del fields["has_txn_index"]
+    older = decode_event(json.dumps(fields).encode())
+    assert isinstance(older, RemoteLogSegmentMetadata) and older.has_txn_index
+    assert fetch_remote_aborted_txns(rsm, older) == []
+    assert rsm.calls["fetch_index"] == 1

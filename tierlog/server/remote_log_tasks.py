@@ -55,7 +55,7 @@ from tierlog.tiered.remote_storage_manager import (
     RemoteStorageError,
     RemoteStorageManager,
 )
-from tierlog.tiered.remote_transactions import collect_remote_aborted_transactions, with_local_aborted_transactions
+from tierlog.tiered.remote_transactions import AbortedTxnSearch
 from tierlog.tiered.segment_metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -181,45 +181,31 @@ class RemoteStorageReaderThreadPool:
     async def _aborted_transactions(
         self, tp: TopicPartition, metadata: RemoteLogSegmentMetadata, records: bytes
     ) -> list[AbortedTxn]:
-        """The aborted transactions overlapping the batches read (docs/transactions.md#tiered): from the
-        transaction indexes of the segment and the following remote segments of the log's lineage (fetched on
+        """The aborted transactions overlapping the batches read (docs/transactions.md#tiered-read): from the
+        transaction indexes of the segment and of each following remote segment of the log's lineage (fetched on
         a reader thread), then, if those do not complete the search, from the local log."""
         positions = [position for position, _ in complete_batches(records)]
         if not positions:
             return []
         # Kafka bounds the search by the offset index entry past the bytes read; the batches' own last offset
         # is a tighter bound of the same range.
-        start_offset = read_header(records, positions[0]).base_offset
-        upper_bound_offset = read_header(records, positions[-1]).last_offset + 1
+        search = AbortedTxnSearch(
+            read_header(records, positions[0]).base_offset, read_header(records, positions[-1]).last_offset + 1
+        )
         log = self._log_of(tp)
         if log is None:
             raise NotLeaderOrFollowerError(f"{tp} left this broker during its remote read")
-        segments = self._lineage_from(metadata, log)
-        remote = await self.run(
-            collect_remote_aborted_transactions,
-            start_offset,
-            upper_bound_offset,
-            segments,
-            self.index_cache.aborted_txns,
-        )
-        return with_local_aborted_transactions(
-            remote, lambda: log.collect_aborted_transactions(start_offset, upper_bound_offset)
-        )
-
-    def _lineage_from(self, metadata: RemoteLogSegmentMetadata, log: Log) -> list[RemoteLogSegmentMetadata]:
-        """`metadata` and the copied segments that follow it in the log's lineage (Kafka's
-        findNextSegmentMetadata, repeated): the one holding each next offset in that offset's leader epoch."""
-        segments = [metadata]
         cache = self._store.cache(metadata.segment_id.topic_id_partition)
-        epochs = log.leader_epoch_cache
-        while cache is not None:
-            next_offset = segments[-1].end_offset + 1
-            epoch = epochs.epoch_for_offset(next_offset)
-            following = cache.remote_log_segment_metadata(epoch, next_offset) if epoch is not None else None
-            if following is None:
+        segment: RemoteLogSegmentMetadata | None = metadata
+        while segment is not None:
+            entries = await self.run(self.index_cache.aborted_txns, segment) if segment.has_txn_index else []
+            if search.add(entries):
                 break
-            segments.append(following)
-        return segments
+            # Kafka's findNextSegmentMetadata: the copied segment holding the next offset in that offset's epoch.
+            next_offset = segment.end_offset + 1
+            epoch = log.leader_epoch_cache.epoch_for_offset(next_offset)
+            segment = None if cache is None or epoch is None else cache.remote_log_segment_metadata(epoch, next_offset)
+        return search.with_local(log.collect_aborted_transactions)
 
     def remote_segment(
         self, partition: TopicIdPartition, leader_epoch: int | None, offset: int
@@ -315,6 +301,7 @@ class RemoteLogTasks:
                 return  # the new leader copies from its own log
             segment = candidate.segment
             entries = log.leader_epoch_cache.epoch_entries()
+            data = segment_data(log, candidate)
             metadata = RemoteLogSegmentMetadata(
                 segment_id=RemoteLogSegmentId(TopicIdPartition(topic_id, tp), uuid.uuid4()),
                 start_offset=segment.base_offset,
@@ -324,8 +311,8 @@ class RemoteLogTasks:
                 event_timestamp_ms=now_ms(),
                 segment_size_in_bytes=segment.size,
                 segment_leader_epochs=epochs_in_range(entries, segment.base_offset, candidate.end_offset),
+                has_txn_index=data.transaction_index is not None,
             )
-            data = segment_data(log, candidate)
             await self.rlmm.publish(metadata)
             self._copying.add(metadata.segment_id.id)
             try:

@@ -112,6 +112,8 @@ class RemoteIndexCache:
     def aborted_txns(self, metadata: RemoteLogSegmentMetadata) -> list[AbortedTxn]:
         """The entries of the segment's transaction index (none if it has none). Two threads missing on the
         same segment at once may both fetch it: it is small, and rarely wanted by two reads at once."""
+        if not metadata.has_txn_index:
+            return []
         segment_id = metadata.segment_id.id
         with self._lock:
             self._check_open()

@@ -1,4 +1,4 @@
-"""Aborted transactions of a read from the remote tier (docs/transactions.md#tiered).
+"""Aborted transactions of a read from the remote tier (docs/transactions.md#tiered-read).
 
 A `read_committed` consumer drops the records of aborted transactions itself, from the list of aborted
 transactions (producer id, first offset) the Fetch answer carries for the range it returns. For a range read
@@ -21,13 +21,50 @@ from tierlog.tiered.segment_metadata import RemoteLogSegmentMetadata
 
 def fetch_remote_aborted_txns(rsm: RemoteStorageManager, metadata: RemoteLogSegmentMetadata) -> list[AbortedTxn]:
     """The entries of the transaction index copied with the segment. A segment without one (no aborted
-    transaction's marker in it, so the broker had no `.txnindex` file, or copied before tierlog uploaded them)
-    has none. Raises RemoteStorageError from the store, CorruptIndexError for bytes that are not an index."""
+    transaction's marker in it, so the broker had no `.txnindex` file) has none, and is not asked for one when
+    its metadata says so. Raises RemoteStorageError from the store, CorruptIndexError for bytes that are not an
+    index."""
+    if not metadata.has_txn_index:
+        return []
     try:
         data = rsm.fetch_index(metadata, IndexType.TRANSACTION)
     except RemoteResourceNotFoundError:
         return []
     return parse_aborted_txns(data, f"of remote segment {metadata.segment_id.id}")
+
+
+class AbortedTxnSearch:
+    """The search over one index after another for the aborted transactions overlapping [start_offset,
+    upper_bound_offset): feed each index's entries in offset order to `add` until it says the search is
+    complete. Each transaction is listed once, even if two overlapping copies of a segment both hold it."""
+
+    def __init__(self, start_offset: int, upper_bound_offset: int) -> None:
+        self.start_offset = start_offset
+        self.upper_bound_offset = upper_bound_offset
+        self.aborted: list[AbortedTxn] = []
+        self.is_complete = False
+        self._seen: set[AbortedTxn] = set()
+
+    def add(self, entries: Iterable[AbortedTxn]) -> bool:
+        """Search one more index; whether the search is now complete."""
+        found = search_aborted_txns(entries, self.start_offset, self.upper_bound_offset)
+        for txn in found.aborted:
+            if txn not in self._seen:
+                self._seen.add(txn)
+                self.aborted.append(txn)
+        self.is_complete = self.is_complete or found.is_complete
+        return self.is_complete
+
+    @property
+    def result(self) -> TxnIndexSearchResult:
+        return TxnIndexSearchResult(list(self.aborted), self.is_complete)
+
+    def with_local(self, local: Callable[[int, int], Sequence[AbortedTxn]]) -> list[AbortedTxn]:
+        """The transactions found, and if the search is not complete those `local(start, upper bound)` adds (the
+        broker's Log.collect_aborted_transactions, which searches the local segments until complete)."""
+        if not self.is_complete:
+            self.add(local(self.start_offset, self.upper_bound_offset))
+        return list(self.aborted)
 
 
 def collect_remote_aborted_transactions(
@@ -38,27 +75,10 @@ def collect_remote_aborted_transactions(
 ) -> TxnIndexSearchResult:
     """The aborted transactions overlapping [start_offset, upper_bound_offset), from the transaction indexes of
     `segments` (the remote segment the range was read from, then the following ones of the log's lineage, in
-    offset order; consumed lazily, only as far as needed), and whether the search is complete. An entry is in
-    the list once even if two overlapping copies of a segment both hold it."""
-    aborted: list[AbortedTxn] = []
-    seen: set[AbortedTxn] = set()
+    offset order; consumed lazily, only as far as needed), and whether the search is complete. For a reader
+    with the remote store only: `aborted_txns_of` is `lambda m: fetch_remote_aborted_txns(rsm, m)`."""
+    search = AbortedTxnSearch(start_offset, upper_bound_offset)
     for segment in segments:
-        result = search_aborted_txns(aborted_txns_of(segment), start_offset, upper_bound_offset)
-        for txn in result.aborted:
-            if txn not in seen:
-                seen.add(txn)
-                aborted.append(txn)
-        if result.is_complete:
-            return TxnIndexSearchResult(aborted, True)
-    return TxnIndexSearchResult(aborted, False)
-
-
-def with_local_aborted_transactions(
-    remote: TxnIndexSearchResult, local: Callable[[], Sequence[AbortedTxn]]
-) -> list[AbortedTxn]:
-    """The remote search's transactions, and if it was not complete those the local log adds (`local()`: the
-    log's collect_aborted_transactions over the same range), each once."""
-    if remote.is_complete:
-        return list(remote.aborted)
-    seen = set(remote.aborted)
-    return [*remote.aborted, *(txn for txn in local() if txn not in seen)]
+        if search.add(aborted_txns_of(segment)):
+            break
+    return search.result
