@@ -27,12 +27,12 @@ TOPIC_ID = uuid.UUID(int=19)
 COMMITTER, ABORTER = 1001, 1002
 
 
-def new_log(log_dir: Path) -> tuple[LogManager, Log, LogCleaner]:
+def new_log(log_dir: Path, segment_bytes: int = 4096) -> tuple[LogManager, Log, LogCleaner]:
     manager = LogManager([log_dir], {})
     manager.startup({}, T0)
     config = {
         "cleanup.policy": "compact",
-        "segment.bytes": "4096",
+        "segment.bytes": str(segment_bytes),
         "min.cleanable.dirty.ratio": "0.01",
         "delete.retention.ms": str(DAY_MS),
     }
@@ -260,3 +260,36 @@ def test_nothing_at_or_past_the_first_unstable_offset_is_cleaned(tmp_path: Path)
     remaining = [s for index in range(len(log.segments) - 1) for s in (b.summary for b in batches(log, index))]
     assert (3, 3, COMMITTER, False, [(b"k", b"undecided")]) not in remaining
     assert remaining[-2:] == [(9, 9, -1, False, [(b"k", b"x2")]), (10, 10, COMMITTER, True, [commit_marker()])]
+
+
+def test_a_transaction_spanning_segments_cleaned_in_separate_groups_keeps_its_marker_and_index_entry(
+    tmp_path: Path,
+) -> None:
+    # Segments of two batches; no two fit one cleaned segment, so each is cleaned into its own.
+    _, log, cleaner = new_log(tmp_path, segment_bytes=200)
+    producers = Producers(log)
+    producers.send([(b"a", b"aborted")], ABORTER)
+    producers.send([(b"b", b"plain")])
+    producers.roll()
+    producers.send([(b"c", b"plain")])
+    producers.send([(b"d", b"aborted")], ABORTER)
+    producers.roll()
+    producers.send([(b"e", b"plain")])
+    producers.end(ABORTER, committed=False)
+    producers.roll()
+    producers.send([(b"f", b"committed")], ABORTER)
+    producers.end(ABORTER, committed=True)
+    producers.roll()
+    assert [s.base_offset for s in log.segments] == [0, 2, 4, 6, 8]
+    assert cleaner.clean_filthiest_log(T0)
+    assert [s.base_offset for s in log.segments] == [0, 2, 4, 6, 8], "each segment cleaned on its own"
+    assert [b.summary for b in batches(log, 0)] == [(1, 1, -1, False, [(b"b", b"plain")])]
+    assert [b.summary for b in batches(log, 1)] == [(2, 2, -1, False, [(b"c", b"plain")])]
+    assert [b.summary for b in batches(log, 2)] == [
+        (4, 4, -1, False, [(b"e", b"plain")]),
+        (5, 5, ABORTER, True, [abort_marker()]),
+    ]
+    # Its batches were seen in this pass (in earlier groups): the marker and its index entry stay, in the
+    # cleaned segment holding the marker.
+    assert [s.txn_index.all_aborted_txns() for s in log.segments] == [[], [], [AbortedTxn(ABORTER, 0, 5, 6)], [], []]
+    assert (log.dir / f"{4:020d}.txnindex").read_bytes() == AbortedTxn(ABORTER, 0, 5, 6).to_bytes()

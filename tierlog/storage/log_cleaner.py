@@ -393,14 +393,15 @@ class CleaningTask:
             producer_id: (entry.last_data_offset if entry.last_data_offset >= 0 else None, entry.producer_epoch)
             for producer_id, entry in log.producer_state_manager.active_producers.items()
         }
-        # Every source has a next segment (the active one is never cleaned): its range ends there.
+        # Every source has a next segment (the active one is never cleaned): its range ends there. One search
+        # over all of them finds every transaction overlapping any one's range (a search stops only where no
+        # later aborted transaction can start inside its range), so each is a filter of it.
+        ends = [segments[index + 1].base_offset for index in range(len(cleanable))]
+        aborted = log.collect_aborted_transactions(cleanable[0].base_offset, ends[-1]) if cleanable else []
         source_aborted_txns = [
-            log.collect_aborted_transactions(segment.base_offset, segments[index + 1].base_offset)
-            for index, segment in enumerate(cleanable)
+            _overlapping(aborted, segment.base_offset, end) for segment, end in zip(cleanable, ends, strict=True)
         ]
-        dirty_aborted_txns = log.collect_aborted_transactions(
-            to_clean.first_dirty_offset, to_clean.first_uncleanable_offset
-        )
+        dirty_aborted_txns = _overlapping(aborted, to_clean.first_dirty_offset, to_clean.first_uncleanable_offset)
         return cls(
             to_clean,
             log.dir,
@@ -597,6 +598,11 @@ class CleaningTask:
         if offset < offset_map.get(record.key):
             return False
         return record.value is not None or horizon is None or self.now_ms < horizon
+
+
+def _overlapping(txns: Sequence[AbortedTxn], start_offset: int, end_offset: int) -> list[AbortedTxn]:
+    """The transactions with an offset in [start_offset, end_offset) (from their first record to their marker)."""
+    return [txn for txn in txns if txn.last_offset >= start_offset and txn.first_offset < end_offset]
 
 
 class _SegmentWriter:
