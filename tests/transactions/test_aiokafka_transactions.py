@@ -61,7 +61,7 @@ def test_aiokafka_commits_and_aborts_across_partitions(txn_broker: BrokerProcess
                 try:
                     async with producer.transaction():
                         for partition in (0, 1):
-                            await producer.send(topic, label + b"-p%d" % partition, partition=partition)
+                            await producer.send_and_wait(topic, label + b"-p%d" % partition, partition=partition)
                         if not commit:
                             raise Deliberate
                 except Deliberate:
@@ -77,7 +77,7 @@ def test_aiokafka_commits_and_aborts_across_partitions(txn_broker: BrokerProcess
 def test_aiokafka_sends_the_group_offsets_with_the_transaction(txn_broker: BrokerProcess, kafka: Any) -> None:
     bootstrap = txn_broker.bootstrap
     source, sink = kafka.new_topic(bootstrap, 1, hint="-in"), kafka.new_topic(bootstrap, 1, hint="-out")
-    kafka.produce(bootstrap, source, [b"in-%d" % i for i in range(6)])
+    kafka.produce(bootstrap, source, [{"value": b"in-%d" % i} for i in range(6)])
     group = unique("aiokafka-ctp")
 
     async def scenario() -> None:

@@ -63,6 +63,7 @@ def test_kafka_python_commits_and_aborts_across_partitions(txn_broker: BrokerPro
             producer.begin_transaction()
             for partition in (0, 1):
                 producer.send(topic, label + b"-p%d" % partition, partition=partition)
+            producer.flush(timeout=TIMEOUT_S)  # the aborted records reach the log too
             if commit:
                 producer.commit_transaction()
             else:
@@ -75,7 +76,7 @@ def test_kafka_python_commits_and_aborts_across_partitions(txn_broker: BrokerPro
 def test_kafka_python_sends_the_group_offsets_with_the_transaction(txn_broker: BrokerProcess, kafka: Any) -> None:
     bootstrap = txn_broker.bootstrap
     source, sink = kafka.new_topic(bootstrap, 1, hint="-in"), kafka.new_topic(bootstrap, 1, hint="-out")
-    kafka.produce(bootstrap, source, [b"in-%d" % i for i in range(6)])
+    kafka.produce(bootstrap, source, [{"value": b"in-%d" % i} for i in range(6)])
     group = unique("kafka-python-ctp")
     consumer = KafkaConsumer(
         source,
