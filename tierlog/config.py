@@ -560,6 +560,55 @@ _BROKER_OWN_CONFIGS: tuple[ConfigDef, ...] = (
     _d("group.max.session.timeout.ms", "1800000", "int", "Largest session timeout a member may ask for."),
     _d("group.initial.rebalance.delay.ms", "3000", "int", "Wait for more members at a group's first join."),
     _d("group.max.size", "2147483647", "int", "Most members of one consumer group.", at_least=1),
+    # The transaction coordinator and __transaction_state, Kafka's names and defaults (docs/transactions.md).
+    _d("request.timeout.ms", "30000", "int", "Longest wait of a transaction coordinator write or marker.", at_least=0),
+    _d("transaction.state.log.num.partitions", "50", "int", "Partitions of __transaction_state.", at_least=1),
+    _d(
+        "transaction.state.log.replication.factor",
+        "3",
+        "short",
+        "__transaction_state replicas (1 if standalone).",
+        at_least=1,
+    ),
+    _d("transaction.state.log.min.isr", "2", "int", "min.insync.replicas of __transaction_state.", at_least=1),
+    _d(
+        "transaction.state.log.segment.bytes",
+        "104857600",
+        "int",
+        "Segment size of __transaction_state.",
+        at_least=1,
+    ),
+    _d(
+        "transaction.state.log.load.buffer.size",
+        "5242880",
+        "int",
+        "Bytes read at a time when loading transactions.",
+        at_least=1,
+    ),
+    _d(
+        "transaction.max.timeout.ms", "900000", "int", "Largest transaction timeout a producer may ask for.", at_least=1
+    ),
+    _d(
+        "transactional.id.expiration.ms",
+        "604800000",
+        "int",
+        "Idle time after which a transactional id is forgotten.",
+        at_least=1,
+    ),
+    _d(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        "10000",
+        "int",
+        "How often transactions past their timeout are aborted.",
+        at_least=1,
+    ),
+    _d(
+        "transaction.remove.expired.transaction.cleanup.interval.ms",
+        "3600000",
+        "int",
+        "How often expired transactional ids are removed.",
+        at_least=1,
+    ),
     # Broker settings of topic configs that Kafka resolves through coarser units (KafkaConfig
     # .logRetentionTimeMillis, .logRollTimeMillis, ...); LogConfig reads them in that order.
     _d("log.retention.ms", None, "long", "Retention time; overrides log.retention.minutes and .hours."),

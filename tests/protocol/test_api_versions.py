@@ -55,6 +55,7 @@ def test_table_is_the_agreed_one() -> None:
         "DescribeGroups": (0, 5),
         "DeleteGroups": (0, 2),
         "OffsetDelete": (0, 0),
+        "TxnOffsetCommit": (0, 3),
         "SaslHandshake": (0, 1),
         "SaslAuthenticate": (0, 2),
         "DescribeUserScramCredentials": (0, 0),

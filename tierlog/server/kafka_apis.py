@@ -16,7 +16,7 @@ import struct
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from tierlog.common import TopicPartition
@@ -60,6 +60,7 @@ from tierlog.server.log_dir_apis import LogDirApis
 from tierlog.server.metadata_loader import MetadataLoaderTask
 from tierlog.server.metrics import BrokerMetrics
 from tierlog.server.remote_log_tasks import RemoteLogTasks
+from tierlog.server.transaction_apis import TransactionApis
 from tierlog.server.txn_marker_apis import OffsetsTransactionCompleted, TxnMarkerApis
 from tierlog.storage.errors import KafkaStorageError
 from tierlog.storage.producer_state import AppendOrigin
@@ -69,7 +70,6 @@ API_PRODUCE = 0
 API_FETCH = 1
 API_LIST_OFFSETS = 2
 API_METADATA = 3
-API_INIT_PRODUCER_ID = 22
 API_OFFSET_FOR_LEADER_EPOCH = 23
 API_API_VERSIONS = 18
 API_DELETE_RECORDS = 21
@@ -131,6 +131,7 @@ class KafkaApis:
         forwarding_manager: ForwardingManager,
         auto_topic_creation: AutoTopicCreationManager,
         group_apis: GroupApis,
+        transaction_apis: TransactionApis,
         config_apis: ConfigApis,
         log_dir_apis: LogDirApis,
         acl_apis: AclApis,
@@ -167,13 +168,14 @@ class KafkaApis:
             API_API_VERSIONS: self.handle_api_versions,
             API_DELETE_RECORDS: self.handle_delete_records,
             API_DESCRIBE_CLUSTER: self.handle_describe_cluster,
-            API_INIT_PRODUCER_ID: self.handle_init_producer_id,
             API_DESCRIBE_PRODUCERS: self.handle_describe_producers,
             API_SASL_HANDSHAKE: handle_sasl_handshake,
             API_SASL_AUTHENTICATE: handle_sasl_authenticate,
             API_DESCRIBE_USER_SCRAM_CREDENTIALS: self.handle_describe_user_scram_credentials,
         }
         self.handlers.update(group_apis.handlers)
+        # FindCoordinator's transactional ids and InitProducerId (idempotent too) are the transaction APIs'.
+        self.handlers.update(transaction_apis.handlers)
         self.handlers.update(config_apis.handlers)
         self.handlers.update(log_dir_apis.handlers)
         # The markers of transactions (docs/transactions.md#write-txn-markers), appended as a produce is.
@@ -194,7 +196,6 @@ class KafkaApis:
         # From any listener, DescribeQuorum goes to the controller through the forwarding manager (on a controller
         # node, that decides whether this node's controller answers it).
         self.handlers[API_DESCRIBE_QUORUM] = self.handle_describe_quorum
-        self._producer_ids: Iterator[int] = iter(())
 
     @property
     def image(self) -> ClusterMetadata:
@@ -435,35 +436,6 @@ class KafkaApis:
 
     # Producer ids
 
-    async def handle_init_producer_id(self, request: Request) -> Any:
-        """A fresh producer id for each idempotent producer (never reused across restarts). Transactions
-        need a transaction coordinator, which does not exist yet. A transactional producer needs WRITE on its
-        transactional id; an idempotent one IDEMPOTENT_WRITE on the cluster or WRITE on some topic (KIP-679)."""
-        s = self._schema(request)
-        transactional_id = request.body.transactional_id
-        refusal = None
-        if transactional_id is not None:
-            refusal = "COORDINATOR_NOT_AVAILABLE"
-            if not self.auth.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
-                refusal = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
-        elif not (
-            self.auth.authorize_cluster(AclOperation.IDEMPOTENT_WRITE)
-            or self.auth.authorize_by_resource_type(AclOperation.WRITE, ResourceType.TOPIC)
-        ):
-            refusal = "CLUSTER_AUTHORIZATION_FAILED"
-        if refusal is not None:
-            return s.InitProducerIdResponse(
-                throttle_time=NO_THROTTLE, error_code=error_code(refusal), producer_id=-1, producer_epoch=-1
-            )
-        producer_id = next(self._producer_ids, None)
-        if producer_id is None:
-            block = await self.channel.allocate_producer_ids(self.node_id, self._broker_epoch())
-            self._producer_ids = iter(block)
-            producer_id = next(self._producer_ids)
-        return s.InitProducerIdResponse(
-            throttle_time=NO_THROTTLE, error_code=error_code(None), producer_id=producer_id, producer_epoch=0
-        )
-
     async def handle_describe_producers(self, request: Request) -> Any:
         """Kafka's DescribeProducers: every active producer of each partition as this replica's log has it
         (producer state is kept by followers too); UNKNOWN_TOPIC_OR_PARTITION for a partition not here. The topic's
@@ -513,10 +485,6 @@ class KafkaApis:
             for producer_id, entry in sorted(log.producer_state_manager.active_producers.items())
         )
         return producers, None, None
-
-    def _broker_epoch(self) -> int:
-        registration = self.image.brokers.get(self.node_id)
-        return registration.broker_epoch if registration is not None else -1
 
     # Produce and Fetch
 
