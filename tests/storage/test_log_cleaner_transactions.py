@@ -352,8 +352,8 @@ def test_a_crash_at_any_step_of_the_swap_keeps_the_old_segments_or_the_cleaned_o
                 assert [b.data for b in batches(reopened)] == old_batches, f"step {step}"
             else:
                 assert [b.header.base_offset for b in batches(reopened)] == [0, 4, 5, 6, 7, 8, 9, 10], f"step {step}"
-            # Both keep the ABORT marker and its transaction's batches (removed, then kept empty? no: removed,
-            # but seen in this pass), so the entry stays either way, in the segment holding the marker.
+            # The clean saw the aborted transaction's batches (and removed them), so it kept the marker and the
+            # index entry: both logs list the transaction, from the index of the segment holding the marker.
             assert reopened.collect_aborted_transactions(0, 11) == old_aborted, f"step {step}"
             assert reopened.segments[0].txn_index.path.exists(), f"step {step}"
             leftovers = [
