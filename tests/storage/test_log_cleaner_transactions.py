@@ -10,6 +10,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from storage_helpers import open_log
 
 from tierlog.common import TopicPartition
@@ -363,3 +366,82 @@ def test_a_crash_at_any_step_of_the_swap_keeps_the_old_segments_or_the_cleaned_o
         finally:
             reopened.close()
         step += 1
+
+
+# The model: whatever the interleaving of transactions, a read_committed reader of the cleaned log reads the latest
+# committed record of each key, at its offset.
+
+Op = tuple[int, int, bool]  # (producer: 0 plain, 1-3 transactional; key; for a producer, end its transaction?)
+operations = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 5), st.booleans()), min_size=1, max_size=50)
+
+
+def read_committed(log: Log) -> list[tuple[int, bytes | None, bytes | None]]:
+    """(offset, key, value) of every record a read_committed consumer reads from the log start (Kafka's
+    consumer: a producer's transactional batches are dropped from its aborted transaction's first offset to its
+    ABORT marker; control batches are skipped)."""
+    pending = sorted(log.collect_aborted_transactions(0, log.log_end_offset), key=lambda txn: txn.first_offset)
+    aborted: set[int] = set()
+    out = []
+    for index in range(len(log.segments)):
+        for batch in batches(log, index):
+            header = batch.header
+            while pending and pending[0].first_offset <= header.last_offset:
+                aborted.add(pending.pop(0).producer_id)
+            if header.is_control:
+                records = decode_raw_records(batch.data, header)
+                if records and records[0].key == abort_marker()[0]:
+                    aborted.discard(header.producer_id)
+                continue
+            if header.is_transactional and header.producer_id in aborted:
+                continue
+            out += [
+                (header.base_offset + r.offset_delta, r.key, r.value) for r in decode_raw_records(batch.data, header)
+            ]
+    return out
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=operations, segment_bytes=st.sampled_from([150, 300, 1000, 100_000]), commit_last=st.booleans())
+def test_read_committed_of_the_cleaned_log_is_the_latest_committed_record_per_key(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[Op], segment_bytes: int, commit_last: bool
+) -> None:
+    _, log, cleaner = new_log(tmp_path_factory.mktemp("model"), segment_bytes=segment_bytes)
+    producers = Producers(log)
+    committed: list[tuple[int, bytes, bytes]] = []
+    # producer -> the records of its open transaction
+    pending: dict[int, list[tuple[int, bytes, bytes]]] = {}
+
+    def end(producer: int, commit: bool) -> None:
+        producers.end(producer, committed=commit)
+        records = pending.pop(producer)
+        if commit:
+            committed.extend(records)
+
+    for n, (producer, key, ends) in enumerate(ops):
+        if producer and ends and producer in pending:
+            end(producer, commit=n % 3 != 0)
+            continue
+        record = (b"key-%d" % key, b"value-%d" % n)
+        offset = producers.send([record], producer_id=producer if producer else -1)
+        if producer:
+            pending.setdefault(producer, []).append((offset, *record))
+        else:
+            committed.append((offset, *record))
+    for producer in list(pending):
+        end(producer, commit_last)
+    producers.roll()
+    assert log.last_stable_offset == log.high_watermark
+
+    def latest(records: list[tuple[int, bytes, bytes]]) -> list[tuple[int, bytes | None, bytes | None]]:
+        by_key = {key: (offset, key, value) for offset, key, value in sorted(records)}
+        return sorted(by_key.values())
+
+    assert read_committed(log) == sorted(committed)
+    assert cleaner.clean_filthiest_log(T0)
+    assert read_committed(log) == latest(committed)
+    # Past every delete horizon (markers of transactions without batches go), with new dirty data to clean.
+    offset = producers.send([(b"key-new", b"new")])
+    committed.append((offset, b"key-new", b"new"))
+    producers.roll()
+    assert cleaner.clean_filthiest_log(T0 + DAY_MS)
+    assert read_committed(log) == latest(committed)
