@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import re
+import resource
 import signal
 import struct
 import subprocess
@@ -238,6 +239,15 @@ def s3_bucket(s3_server: LocalS3Server) -> str:
 # A test that asks for one of these (directly or through another fixture) starts broker processes.
 _BROKER_FIXTURES = frozenset({"local_brokers", "module_local_brokers", "cli_cluster"})
 _SIM_TESTS = Path(__file__).parent / "sim"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The whole suite runs in one process, whose logs, clients and in-process brokers are closed when they are
+    collected rather than when their test ends: a machine whose soft limit of open files is 1024 would run out."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 65536 if hard == resource.RLIM_INFINITY else min(hard, 65536)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

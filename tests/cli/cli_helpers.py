@@ -10,7 +10,7 @@ import json
 import os
 import pty
 import re
-import select
+import selectors
 import signal
 import struct
 import subprocess
@@ -188,12 +188,15 @@ def run_in_terminal(args: list[str], columns: int, timeout_s: float = 60.0) -> t
     os.close(terminal)
     output = bytearray()
     deadline = time.monotonic() + timeout_s
+    # A selector, not select.select: the test process may hold more than FD_SETSIZE (1024) descriptors.
+    readable = selectors.DefaultSelector()
+    readable.register(controller, selectors.EVENT_READ)
     try:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError(f"tierlog {' '.join(args)} still runs after {timeout_s}s:\n{output.decode()}")
-            if not select.select([controller], [], [], remaining)[0]:
+            if not readable.select(remaining):
                 continue
             try:
                 chunk = os.read(controller, 65536)
@@ -204,6 +207,7 @@ def run_in_terminal(args: list[str], columns: int, timeout_s: float = 60.0) -> t
             output += chunk
         code = process.wait(max(0.1, deadline - time.monotonic()))
     finally:
+        readable.close()
         os.close(controller)
         if process.poll() is None:
             process.kill()

@@ -406,42 +406,46 @@ def test_read_committed_of_the_cleaned_log_is_the_latest_committed_record_per_ke
     tmp_path_factory: pytest.TempPathFactory, ops: list[Op], segment_bytes: int, commit_last: bool
 ) -> None:
     _, log, cleaner = new_log(tmp_path_factory.mktemp("model"), segment_bytes=segment_bytes)
-    producers = Producers(log)
-    committed: list[tuple[int, bytes, bytes]] = []
-    # producer -> the records of its open transaction
-    pending: dict[int, list[tuple[int, bytes, bytes]]] = {}
+    # Hypothesis runs this body many times in one test: each example closes its log's files.
+    try:
+        producers = Producers(log)
+        committed: list[tuple[int, bytes, bytes]] = []
+        # producer -> the records of its open transaction
+        pending: dict[int, list[tuple[int, bytes, bytes]]] = {}
 
-    def end(producer: int, commit: bool) -> None:
-        producers.end(producer, committed=commit)
-        records = pending.pop(producer)
-        if commit:
-            committed.extend(records)
+        def end(producer: int, commit: bool) -> None:
+            producers.end(producer, committed=commit)
+            records = pending.pop(producer)
+            if commit:
+                committed.extend(records)
 
-    for n, (producer, key, ends) in enumerate(ops):
-        if producer and ends and producer in pending:
-            end(producer, commit=n % 3 != 0)
-            continue
-        record = (b"key-%d" % key, b"value-%d" % n)
-        offset = producers.send([record], producer_id=producer if producer else -1)
-        if producer:
-            pending.setdefault(producer, []).append((offset, *record))
-        else:
-            committed.append((offset, *record))
-    for producer in list(pending):
-        end(producer, commit_last)
-    producers.roll()
-    assert log.last_stable_offset == log.high_watermark
+        for n, (producer, key, ends) in enumerate(ops):
+            if producer and ends and producer in pending:
+                end(producer, commit=n % 3 != 0)
+                continue
+            record = (b"key-%d" % key, b"value-%d" % n)
+            offset = producers.send([record], producer_id=producer if producer else -1)
+            if producer:
+                pending.setdefault(producer, []).append((offset, *record))
+            else:
+                committed.append((offset, *record))
+        for producer in list(pending):
+            end(producer, commit_last)
+        producers.roll()
+        assert log.last_stable_offset == log.high_watermark
 
-    def latest(records: list[tuple[int, bytes, bytes]]) -> list[tuple[int, bytes | None, bytes | None]]:
-        by_key = {key: (offset, key, value) for offset, key, value in sorted(records)}
-        return sorted(by_key.values())
+        def latest(records: list[tuple[int, bytes, bytes]]) -> list[tuple[int, bytes | None, bytes | None]]:
+            by_key = {key: (offset, key, value) for offset, key, value in sorted(records)}
+            return sorted(by_key.values())
 
-    assert read_committed(log) == sorted(committed)
-    assert cleaner.clean_filthiest_log(T0)
-    assert read_committed(log) == latest(committed)
-    # Past every delete horizon (markers of transactions without batches go), with new dirty data to clean.
-    offset = producers.send([(b"key-new", b"new")])
-    committed.append((offset, b"key-new", b"new"))
-    producers.roll()
-    assert cleaner.clean_filthiest_log(T0 + DAY_MS)
-    assert read_committed(log) == latest(committed)
+        assert read_committed(log) == sorted(committed)
+        assert cleaner.clean_filthiest_log(T0)
+        assert read_committed(log) == latest(committed)
+        # Past every delete horizon (markers of transactions without batches go), with new dirty data to clean.
+        offset = producers.send([(b"key-new", b"new")])
+        committed.append((offset, b"key-new", b"new"))
+        producers.roll()
+        assert cleaner.clean_filthiest_log(T0 + DAY_MS)
+        assert read_committed(log) == latest(committed)
+    finally:
+        log.close()
