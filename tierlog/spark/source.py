@@ -48,7 +48,7 @@ from tierlog.spark.offsets import (
     split_ranges,
     starting_offset,
 )
-from tierlog.spark.options import SourceOptions, parse_batch_options, parse_stream_options
+from tierlog.spark.options import SourceOptions, option, parse_batch_options, parse_stream_options
 from tierlog.spark.remote_tier import (
     RemoteSegmentSlice,
     RemoteTierError,
@@ -58,7 +58,13 @@ from tierlog.spark.remote_tier import (
     remote_tier_problem,
     split_slice,
 )
-from tierlog.spark.sink import TierlogStreamWriter, TierlogWriter, parse_sink_options
+from tierlog.spark.sink import (
+    TRANSACTIONAL_OPTION,
+    TierlogStreamWriter,
+    TierlogWriter,
+    complete_decided_batches,
+    parse_sink_options,
+)
 from tierlog.tiered.remote_storage_manager import RemoteResourceNotFoundError, RemoteStorageError
 
 # Per-request bounds on an executor's fetches; a range is read in as many fetches as it takes.
@@ -185,10 +191,20 @@ class TierlogDataSource(DataSource):
             raise ValueError(
                 "save mode overwrite is not allowed for tierlog; allowed save modes are append and errorifexists"
             )
+        if (option(self.options, TRANSACTIONAL_OPTION) or "").strip().lower() == "true":
+            raise ValueError(
+                f"option '{TRANSACTIONAL_OPTION}' is for streaming queries (writeStream), whose micro-batches "
+                "Spark commits once; a batch write is at-least-once"
+            )
         return TierlogWriter(parse_sink_options(self.options, schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        return TierlogStreamWriter(parse_sink_options(self.options, schema))
+        options = parse_sink_options(self.options, schema)
+        if options.transactional:
+            # Called on the driver when each micro-batch's write is planned, before its tasks run (and again
+            # for its commit): the point where a restart completes or aborts what a crash left.
+            complete_decided_batches(options)
+        return TierlogStreamWriter(options)
 
 
 class TierlogBatchReader(DataSourceReader):
