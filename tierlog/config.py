@@ -280,6 +280,8 @@ _BROKER_OWN_CONFIGS: tuple[ConfigDef, ...] = (
     _d("auto.create.topics.enable", "true", "boolean", "Create unknown topics on metadata request."),
     _d("delete.topic.enable", "true", "boolean", "Allow DeleteTopics."),
     _d("socket.request.max.bytes", "104857600", "int", "Largest request frame accepted.", at_least=1),
+    # The wait of a transaction marker's acks=all append (docs/transactions.md#write-txn-markers).
+    _d("request.timeout.ms", "30000", "int", "Longest wait of a broker's own acks=all appends.", at_least=0),
     _d("message.max.bytes", "1048588", "int", "Largest record batch accepted (max.message.bytes).", at_least=0),
     _d("fetch.max.bytes", "57671680", "int", "Upper bound of bytes in one fetch response.", at_least=1024),
     _d("min.insync.replicas", "1", "int", "ISR size needed for acks=all.", at_least=1),
@@ -558,6 +560,54 @@ _BROKER_OWN_CONFIGS: tuple[ConfigDef, ...] = (
     _d("group.max.session.timeout.ms", "1800000", "int", "Largest session timeout a member may ask for."),
     _d("group.initial.rebalance.delay.ms", "3000", "int", "Wait for more members at a group's first join."),
     _d("group.max.size", "2147483647", "int", "Most members of one consumer group.", at_least=1),
+    # The transaction coordinator and __transaction_state, Kafka's names and defaults (docs/transactions.md).
+    _d("transaction.state.log.num.partitions", "50", "int", "Partitions of __transaction_state.", at_least=1),
+    _d(
+        "transaction.state.log.replication.factor",
+        "3",
+        "short",
+        "__transaction_state replicas (1 if standalone).",
+        at_least=1,
+    ),
+    _d("transaction.state.log.min.isr", "2", "int", "min.insync.replicas of __transaction_state.", at_least=1),
+    _d(
+        "transaction.state.log.segment.bytes",
+        "104857600",
+        "int",
+        "Segment size of __transaction_state.",
+        at_least=1,
+    ),
+    _d(
+        "transaction.state.log.load.buffer.size",
+        "5242880",
+        "int",
+        "Bytes read at a time when loading transactions.",
+        at_least=1,
+    ),
+    _d(
+        "transaction.max.timeout.ms", "900000", "int", "Largest transaction timeout a producer may ask for.", at_least=1
+    ),
+    _d(
+        "transactional.id.expiration.ms",
+        "604800000",
+        "int",
+        "Idle time after which a transactional id is forgotten.",
+        at_least=1,
+    ),
+    _d(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        "10000",
+        "int",
+        "How often transactions past their timeout are aborted.",
+        at_least=1,
+    ),
+    _d(
+        "transaction.remove.expired.transaction.cleanup.interval.ms",
+        "3600000",
+        "int",
+        "How often expired transactional ids are removed.",
+        at_least=1,
+    ),
     # Broker settings of topic configs that Kafka resolves through coarser units (KafkaConfig
     # .logRetentionTimeMillis, .logRollTimeMillis, ...); LogConfig reads them in that order.
     _d("log.retention.ms", None, "long", "Retention time; overrides log.retention.minutes and .hours."),

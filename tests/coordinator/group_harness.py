@@ -8,7 +8,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tierlog.common import TopicPartition
-from tierlog.coordinator.group.group_coordinator import AppendCallback, GroupConfig, GroupCoordinator, Record
+from tierlog.coordinator.group.group_coordinator import (
+    AppendCallback,
+    GroupConfig,
+    GroupCoordinator,
+    LoadEntry,
+    Record,
+    TxnMarker,
+    TxnProducer,
+    TxnRecord,
+)
 from tierlog.coordinator.group.member_metadata import JoinGroupResult, SyncGroupResult
 from tierlog.coordinator.group.records import OffsetAndMetadata
 
@@ -29,30 +38,41 @@ def subscription(*topics: str) -> bytes:
 
 @dataclass
 class Appends:
-    """__consumer_offsets in memory: every appended record per partition; appends complete at once unless held."""
+    """__consumer_offsets in memory: every appended record per partition (a transactional batch's as TxnRecord,
+    markers as TxnMarker), as a load reads them back; appends complete at once unless held."""
 
-    log: dict[int, list[Record]] = field(default_factory=dict)
+    log: dict[int, list[LoadEntry]] = field(default_factory=dict)
     hold: bool = False
     fail_with: str | None = None
-    held: list[tuple[int, list[Record], AppendCallback]] = field(default_factory=list)
+    held: list[tuple[int, list[LoadEntry], AppendCallback]] = field(default_factory=list)
     # The harness's clock: when a held append completes.
     clock: Callable[[], int] = lambda: 0
 
-    def __call__(self, partition: int, records: list[Record], now_ms: int, on_done: AppendCallback) -> None:
+    def __call__(
+        self,
+        partition: int,
+        records: list[Record],
+        now_ms: int,
+        on_done: AppendCallback,
+        producer: TxnProducer | None = None,
+    ) -> None:
+        entries: list[LoadEntry] = (
+            list(records) if producer is None else [TxnRecord(producer.producer_id, k, v) for k, v in records]
+        )
         if self.hold:
-            self.held.append((partition, records, on_done))
+            self.held.append((partition, entries, on_done))
             return
-        self._finish(partition, records, on_done, self.fail_with)
+        self._finish(partition, entries, on_done, self.fail_with)
 
-    def _finish(self, partition: int, records: list[Record], on_done: AppendCallback, error: str | None) -> None:
+    def _finish(self, partition: int, entries: list[LoadEntry], on_done: AppendCallback, error: str | None) -> None:
         if error is None:
-            self.log.setdefault(partition, []).extend(records)
+            self.log.setdefault(partition, []).extend(entries)
         on_done(error, self.clock())
 
     def release(self, error: str | None = None) -> None:
         held, self.held = self.held, []
-        for partition, records, on_done in held:
-            self._finish(partition, records, on_done, error)
+        for partition, entries, on_done in held:
+            self._finish(partition, entries, on_done, error)
 
 
 class Harness:
@@ -147,6 +167,37 @@ class Harness:
             answers.append,
         )
         return answers
+
+    def txn_commit(
+        self,
+        group: str,
+        producer_id: int,
+        offsets: dict[TopicPartition, int],
+        member_id: str = "",
+        generation: int = -1,
+        instance: str | None = None,
+        producer_epoch: int = 0,
+    ) -> list[dict[TopicPartition, str | None]]:
+        """A TxnOffsetCommit of `producer_id`; answers collect in the returned list."""
+        answers: list[dict[TopicPartition, str | None]] = []
+        self.coordinator.commit_transactional_offsets(
+            group,
+            TxnProducer(producer_id, producer_epoch),
+            member_id,
+            instance,
+            generation,
+            {tp: OffsetAndMetadata(o, -1, "", self.now) for tp, o in offsets.items()},
+            self.now,
+            answers.append,
+        )
+        return answers
+
+    def end_txn(self, group: str, producer_id: int, committed: bool) -> None:
+        """The producer's marker is written to the group's partition, then the coordinator is told (as
+        WriteTxnMarkers does)."""
+        partition = self.coordinator.partition_for(group)
+        self.appends.log.setdefault(partition, []).append(TxnMarker(producer_id, committed))
+        self.coordinator.complete_transaction(partition, producer_id, committed)
 
     def committed(self, group: str, tp: TopicPartition) -> int:
         error, offsets = self.coordinator.fetch_offsets(group, [tp])

@@ -18,7 +18,7 @@ TPS = [TopicPartition("events", p) for p in range(3)]
 
 def reload(h: Harness) -> GroupCoordinator:
     """A fresh coordinator that loads every partition from what `h` appended."""
-    loaded = GroupCoordinator(h.config, lambda partition, records, now, on_done: on_done(None, now))
+    loaded = GroupCoordinator(h.config, lambda partition, records, now, on_done, producer=None: on_done(None, now))
     for partition in range(h.config.offsets_topic_num_partitions):
         loaded.on_election(partition, 1)
         loaded.complete_load(partition, 1, h.appends.log.get(partition, []), h.now)
@@ -32,6 +32,8 @@ def assert_loaded_equals_live(h: Harness) -> None:
         group = live.groups.get(group_id)
         for tp in TPS:
             assert loaded.fetch_offsets(group_id, [tp]) == live.fetch_offsets(group_id, [tp]), (group_id, tp)
+            stable = loaded.fetch_offsets(group_id, [tp], require_stable=True)
+            assert stable == live.fetch_offsets(group_id, [tp], require_stable=True), (group_id, tp)
         if group is None:
             assert group_id not in loaded.groups
             continue
@@ -66,6 +68,11 @@ operations = st.lists(
                 "delete",
                 "delete-offset",
                 "tick",
+                # Transactions of producers 0-2: offsets pending until the marker (docs/transactions.md#offsets).
+                "txn-commit",
+                "txn-commit",
+                "end-commit",
+                "end-abort",
             ]
         ),
         st.sampled_from(GROUPS),
@@ -108,6 +115,10 @@ def test_replaying_the_partition_rebuilds_what_was_stored(steps: list[tuple[str,
             h.coordinator.delete_offsets(group_id, [TPS[n]], h.now)
         elif op == "tick":
             h.advance(2000 * (n + 1))
+        elif op == "txn-commit":
+            h.txn_commit(group_id, n, {TPS[(n + len(steps)) % 3]: h.now - T0 + n})
+        elif op in ("end-commit", "end-abort"):
+            h.end_txn(group_id, n, committed=op == "end-commit")
         h.advance(0)
         # After every step: a failover may happen at any moment.
         assert_loaded_equals_live(h)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import itertools
 import threading
 import time
 import uuid
@@ -290,6 +291,36 @@ def _offset_delete(group: str) -> Callable[[], Any]:
             group_id=group,
             topics=(
                 s.OffsetDeleteRequestTopic(name=TOPIC, partitions=(s.OffsetDeleteRequestPartition(partition_index=0),)),
+            ),
+        )
+
+    return request
+
+
+# Each TxnOffsetCommit as a producer of its own, so no append of the offsets batch is another's retry.
+_txn_producer_ids = itertools.count(7000)
+
+
+def _txn_offset_commit(group: str, transactional_id: str) -> Callable[[], Any]:
+    def request() -> Any:
+        s = _s(28, 3)
+        return s.TxnOffsetCommitRequest(
+            transactional_id=transactional_id,
+            group_id=group,
+            producer_id=next(_txn_producer_ids),
+            producer_epoch=0,
+            generation_id=-1,
+            member_id="",
+            group_instance_id=None,
+            topics=(
+                s.TxnOffsetCommitRequestTopic(
+                    name=TOPIC,
+                    partitions=(
+                        s.TxnOffsetCommitRequestPartition(
+                            partition_index=0, committed_offset=0, committed_leader_epoch=-1, committed_metadata=""
+                        ),
+                    ),
+                ),
             ),
         )
 
@@ -834,6 +865,20 @@ CHECKS = (
         ErrorCode.group_id_not_found,
     ),
     Check(
+        "txn-offset-commit",
+        28,
+        3,
+        _txn_offset_commit("g-txn-commit", "t-txn-commit"),
+        _only_partition("topics"),
+        (
+            (Op.WRITE, Type.TRANSACTIONAL_ID, "t-txn-commit"),
+            (Op.READ, Type.GROUP, "g-txn-commit"),
+            (Op.READ, Type.TOPIC, TOPIC),
+        ),
+        ErrorCode.transactional_id_authorization_failed,
+        ErrorCode.none,
+    ),
+    Check(
         "create-acls",
         30,
         3,
@@ -951,6 +996,17 @@ def test_offset_commit_and_fetch_need_the_topic_too(broker: InProcessBroker) -> 
         ErrorCode.none,
         ErrorCode.topic_authorization_failed,
     )
+
+
+def test_txn_offset_commit_needs_the_group_then_each_topic(broker: InProcessBroker) -> None:
+    producer = KafkaPrincipal("User", "txn-producer")
+    broker.grant(acl(producer, Op.WRITE, Type.TRANSACTIONAL_ID, "t-partial"))
+    request = _txn_offset_commit("g-partial", "t-partial")
+    assert _only_partition("topics")(broker.call(producer, 28, 3, request())) == ErrorCode.group_authorization_failed
+    broker.grant(acl(producer, Op.READ, Type.GROUP, "g-partial"))
+    assert _only_partition("topics")(broker.call(producer, 28, 3, request())) == ErrorCode.topic_authorization_failed
+    broker.grant(acl(producer, Op.READ, Type.TOPIC, TOPIC))
+    assert _only_partition("topics")(broker.call(producer, 28, 3, request())) == ErrorCode.none
 
 
 def test_deny_beats_allow(broker: InProcessBroker) -> None:

@@ -128,13 +128,14 @@ def test_recovery_after_an_unclean_shutdown_rebuilds_the_state_from_the_log(tmp_
     for i in range(30):
         log.append_as_leader(batch(i // 3, producer_id=PID + i % 3), 0, T0 + i)
     assert len(log.segments) > 3
-    before = dict(log.producer_state_manager.active_producers)
+    before = projection(log)
     crash(log)
-    # Without snapshots the whole log is replayed: every retained batch comes back.
+    # Without snapshots the whole log is replayed. As Kafka's LogLoader, each recovered segment ends in a
+    # snapshot, and the state is loaded from the last one: each producer's last batch, epoch and timestamp.
     for path in tmp_path.glob("*.snapshot"):
         path.unlink()
     recovered = open_log(tmp_path, config, had_clean_shutdown=False)
-    assert recovered.producer_state_manager.active_producers == before
+    assert projection(recovered) == before
     assert snapshot_offsets(tmp_path)[-1] == recovered.log_end_offset
 
 

@@ -25,6 +25,7 @@ from tierlog.cli.sim import sim
 from tierlog.cli.topic import topic
 from tierlog.cli.topic_reassign import reassign
 from tierlog.cli.trace import trace
+from tierlog.cli.transactions import transactions
 from tierlog.cli.users import user
 from tierlog.config import KafkaConfig
 from tierlog.config_def import ConfigException
@@ -97,6 +98,7 @@ cli.add_command(topic)
 cli.add_command(produce)
 cli.add_command(consume)
 cli.add_command(groups)
+cli.add_command(transactions)
 cli.add_command(acl)
 cli.add_command(demo)
 cluster.add_command(elect_leaders)

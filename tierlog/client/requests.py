@@ -29,6 +29,7 @@ API_SASL_HANDSHAKE, API_SASL_AUTHENTICATE = 17, 36
 API_DESCRIBE_QUORUM, API_DESCRIBE_CLUSTER = 55, 60
 API_DESCRIBE_LOG_DIRS, API_ALTER_PARTITION_REASSIGNMENTS, API_LIST_PARTITION_REASSIGNMENTS = 35, 45, 46
 API_UNREGISTER_BROKER = 64
+API_FIND_COORDINATOR, API_WRITE_TXN_MARKERS, API_DESCRIBE_TRANSACTIONS, API_LIST_TRANSACTIONS = 10, 27, 65, 66
 
 # The versions tierlog sends, and why.
 PRODUCE_VERSION = 9
@@ -56,6 +57,14 @@ DESCRIBE_LOG_DIRS_VERSION = 4
 ALTER_PARTITION_REASSIGNMENTS_VERSION = 0
 LIST_PARTITION_REASSIGNMENTS_VERSION = 0
 UNREGISTER_BROKER_VERSION = 0
+# v4 batches keys (KIP-699); the key type 1 is a transactional id.
+FIND_COORDINATOR_VERSION = 4
+# v1 is what Kafka 4.0 sends (and kio's oldest); v2 adds the marker's transaction version (KIP-890's TV2).
+WRITE_TXN_MARKERS_VERSION = 1
+DESCRIBE_TRANSACTIONS_VERSION = 0
+# v1 adds the duration filter (KIP-994), which is sent only when asked for.
+LIST_TRANSACTIONS_VERSION = 1
+COORDINATOR_KEY_TRANSACTION = 1
 
 CONSUMER_REPLICA_ID = -1  # not a replica: the leader answers up to the high watermark only
 NO_EPOCH = -1  # "unknown" for every epoch field of a request
@@ -428,3 +437,61 @@ def allocate_producer_ids_request(
 ) -> Any:
     s = request_schema(API_ALLOCATE_PRODUCER_IDS, version)
     return s.AllocateProducerIdsRequest(broker_id=broker_id, broker_epoch=broker_epoch)
+
+
+@dataclass(frozen=True)
+class TxnMarker:
+    """One transaction's marker for some partitions (WriteTxnMarkers' WritableTxnMarker)."""
+
+    producer_id: int
+    producer_epoch: int
+    committed: bool
+    coordinator_epoch: int
+    partitions: Sequence[TopicPartition]
+
+
+def write_txn_markers_request(markers: Iterable[TxnMarker], *, version: int = WRITE_TXN_MARKERS_VERSION) -> Any:
+    s = request_schema(API_WRITE_TXN_MARKERS, version)
+    return s.WriteTxnMarkersRequest(
+        markers=tuple(
+            s.WritableTxnMarker(
+                producer_id=marker.producer_id,
+                producer_epoch=marker.producer_epoch,
+                transaction_result=marker.committed,
+                topics=tuple(
+                    s.WritableTxnMarkerTopic(name=topic, partition_indexes=indexes)
+                    for topic, indexes in _indexes_by_topic(marker.partitions).items()
+                ),
+                coordinator_epoch=marker.coordinator_epoch,
+            )
+            for marker in markers
+        )
+    )
+
+
+def find_coordinator_request(key: str, key_type: int, *, version: int = FIND_COORDINATOR_VERSION) -> Any:
+    s = request_schema(API_FIND_COORDINATOR, version)
+    return s.FindCoordinatorRequest(key=key, key_type=key_type, coordinator_keys=(key,))
+
+
+def describe_transactions_request(
+    transactional_ids: Iterable[str], *, version: int = DESCRIBE_TRANSACTIONS_VERSION
+) -> Any:
+    s = request_schema(API_DESCRIBE_TRANSACTIONS, version)
+    return s.DescribeTransactionsRequest(transactional_ids=tuple(transactional_ids))
+
+
+def list_transactions_request(
+    state_filters: Iterable[str] = (),
+    producer_id_filters: Iterable[int] = (),
+    duration_filter_ms: int = -1,
+    *,
+    version: int = LIST_TRANSACTIONS_VERSION,
+) -> Any:
+    """`duration_filter_ms` >= 0 (v1+, KIP-994): only transactions running longer than that."""
+    s = request_schema(API_LIST_TRANSACTIONS, version)
+    return s.ListTransactionsRequest(
+        state_filters=tuple(state_filters),
+        producer_id_filters=tuple(producer_id_filters),
+        duration_filter=duration_filter_ms,
+    )

@@ -87,6 +87,19 @@ _TABLE: tuple[ApiSupport, ...] = (
     ApiSupport(22, "InitProducerId", 0, 4, 2),
     # kio's only (and Kafka's newest) version; flexible from v0.
     ApiSupport(61, "DescribeProducers", 0, 0, 0),
+    # Transactions (KIP-98, docs/transactions.md#coordinator-shell). AddPartitionsToTxn v4+ batches transactions for
+    # KIP-890's broker-side verification, AddOffsetsToTxn v4 and EndTxn v4 add TRANSACTION_ABORTABLE and EndTxn v5
+    # KIP-890's epoch bump on every commit: we implement none of them, so v3 is the cap of all three.
+    ApiSupport(24, "AddPartitionsToTxn", 0, 3, 3),
+    ApiSupport(25, "AddOffsetsToTxn", 0, 3, 3),
+    ApiSupport(26, "EndTxn", 0, 3, 3),
+    # KIP-664's admin APIs; ListTransactions v1 adds the duration filter (KIP-994), v2 a transactional id pattern
+    # (KIP-1152), which we do not implement.
+    ApiSupport(65, "DescribeTransactions", 0, 0, 0),
+    ApiSupport(66, "ListTransactions", 0, 1, 0),
+    # The transaction coordinator's markers (docs/transactions.md#write-txn-markers). kio starts at v1 (Kafka 4.0
+    # dropped v0); v2 adds the marker's TransactionVersion of KIP-890 part 2, which we do not implement.
+    ApiSupport(27, "WriteTxnMarkers", 1, 1, 1),
     # The classic group protocol (docs/groups.md). JoinGroup v9's SkipAssignment is always false here, which
     # a v9 broker may answer; kio's newest are JoinGroup v9, SyncGroup v5, Heartbeat v4, LeaveGroup v5.
     ApiSupport(11, "JoinGroup", 0, 9, 6),
@@ -104,6 +117,9 @@ _TABLE: tuple[ApiSupport, ...] = (
     ApiSupport(42, "DeleteGroups", 0, 2, 2),
     # No flexible version exists (the first would be v1).
     ApiSupport(47, "OffsetDelete", 0, 0, 1),
+    # Offsets committed in a transaction (docs/transactions.md#offsets). v3 adds KIP-447's member id, generation
+    # and instance id; v4 means the broker verifies the transaction itself (KIP-890 part 2), which we do not.
+    ApiSupport(28, "TxnOffsetCommit", 0, 3, 3),
     # SASL (KIP-43, KIP-152): a SASL listener's connection sends these before it is authenticated (the
     # authenticator answers them, docs/security.md#sasl); afterwards, and on other listeners, the broker answers
     # ILLEGAL_SASL_STATE, as Kafka. SaslHandshake has no flexible version (the first would be v2).

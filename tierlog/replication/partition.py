@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -39,8 +40,10 @@ from tierlog.storage.errors import (
     PolicyViolationError,
     UnexpectedAppendOffsetError,
 )
-from tierlog.storage.file_records import FileSlice
+from tierlog.storage.file_records import FileSlice, scan_batches
 from tierlog.storage.log import LATEST_TIMESTAMP, MAX_TIMESTAMP, Log, LogAppendInfo
+from tierlog.storage.producer_state import AppendOrigin
+from tierlog.storage.transaction_index import AbortedTxn
 
 NO_EPOCH = -1
 # Kafka's UnifiedLog.UnknownOffset: a new leader knows no follower's LEO until that follower fetches.
@@ -73,6 +76,9 @@ class LogReadResult:
     # Set instead of records when a consumer's offset lives only in the remote tier: the ReplicaManager has
     # it read from there (Kafka's RemoteStorageFetchInfo).
     remote_fetch: RemoteFetchInfo | None = None
+    # A read_committed read's aborted transactions that overlap the records (docs/transactions.md#fetch); None
+    # for any other read, as Kafka's FetchDataInfo.abortedTransactions.
+    aborted_transactions: tuple[AbortedTxn, ...] | None = None
 
     @property
     def size(self) -> int:
@@ -90,6 +96,8 @@ class RemoteFetchInfo:
     # The epoch of the fetch offset in this leader's history: remote segments are looked up by (epoch,
     # offset), so a copy from another lineage is never served.
     leader_epoch: int | None
+    # A read_committed consumer's: its answer carries the aborted transactions (docs/transactions.md#tiered).
+    read_committed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,7 +355,11 @@ class Partition:
         self.check_leader_epoch(current_leader_epoch)
         self._require_leader()
 
-    def append_records_to_leader(self, records: bytearray, required_acks: int, now_ms: int) -> LogAppendInfo:
+    def append_records_to_leader(
+        self, records: bytearray, required_acks: int, now_ms: int, origin: AppendOrigin = AppendOrigin.CLIENT
+    ) -> LogAppendInfo:
+        """Append as leader: a client's batches, or a coordinator's (transaction markers, group and transaction
+        state: docs/transactions.md#write-txn-markers)."""
         self._require_leader()
         log = self.log
         min_isr = log.config.min_insync_replicas
@@ -357,7 +369,7 @@ class Partition:
                 f"requirement of {min_isr} for partition {self.topic_partition}"
             )
         old_leo = log.log_end_offset
-        info = log.append_as_leader(records, self.leader_epoch, now_ms)
+        info = log.append_as_leader(records, self.leader_epoch, now_ms, origin=origin)
         self._emit(
             trace.LEADER_LEO,
             trace.PRODUCE,
@@ -380,7 +392,9 @@ class Partition:
         replica_id: int = -1,
         last_fetched_epoch: int = NO_EPOCH,
     ) -> LogReadResult:
-        """A fetch on the leader: followers (replica_id >= 0) read up to the LEO, consumers up to the HW.
+        """A fetch on the leader: followers (replica_id >= 0) read up to the LEO, read_uncommitted consumers up to
+        the HW, read_committed ones up to the LSO with the aborted transactions of what they read
+        (docs/transactions.md#fetch).
 
         A fetcher whose last fetched epoch ended earlier here, or ended before its fetch offset, gets the
         epoch's end instead of records (Kafka's Partition.readRecords; consumers sending LastFetchedEpoch
@@ -394,15 +408,15 @@ class Partition:
             )
         log = self.log
         high_watermark = log.high_watermark
-        # Without transactions every offset below the HW is stable, so LSO == HW.
-        last_stable_offset = high_watermark
+        last_stable_offset = log.last_stable_offset
         if last_fetched_epoch >= 0:
             epoch, end_offset = log.leader_epoch_cache.end_offset_for(last_fetched_epoch, log.log_end_offset)
             if epoch < last_fetched_epoch or end_offset < fetch_offset:
-                return self._read_result(None, high_watermark, diverging_epoch=(epoch, end_offset))
+                return self._read_result(None, high_watermark, last_stable_offset, diverging_epoch=(epoch, end_offset))
+        read_committed = replica_id < 0 and isolation_level == READ_COMMITTED
         max_offset: int | None = None
         if replica_id < 0:
-            max_offset = last_stable_offset if isolation_level == READ_COMMITTED else high_watermark
+            max_offset = last_stable_offset if read_committed else high_watermark
         try:
             data = log.read(fetch_offset, max_bytes, max_offset, min_one_message)
         except OffsetMovedToTieredStorageError:
@@ -412,34 +426,45 @@ class Partition:
             return self._read_result(
                 None,
                 high_watermark,
+                last_stable_offset,
                 remote_fetch=RemoteFetchInfo(
                     self.topic_id,
                     fetch_offset,
                     max_bytes,
                     min_one_message,
                     log.leader_epoch_cache.epoch_for_offset(fetch_offset),
+                    read_committed,
                 ),
             )
-        return self._read_result(data.records, high_watermark)
+        aborted: tuple[AbortedTxn, ...] | None = None
+        if read_committed:
+            aborted = ()
+            if data.records is not None:
+                upper_bound = fetch_upper_bound_offset(log, fetch_offset, data.records)
+                aborted = tuple(log.collect_aborted_transactions(fetch_offset, upper_bound))
+        return self._read_result(data.records, high_watermark, last_stable_offset, aborted_transactions=aborted)
 
     def _read_result(
         self,
         records: FileSlice | None,
         high_watermark: int,
+        last_stable_offset: int,
         *,
         diverging_epoch: tuple[int, int] | None = None,
         remote_fetch: RemoteFetchInfo | None = None,
+        aborted_transactions: tuple[AbortedTxn, ...] | None = None,
     ) -> LogReadResult:
-        """A read's answer with the log's offsets; the HW is the one the read was bounded by (LSO == HW)."""
+        """A read's answer with the log's offsets; the HW and LSO are the ones the read was bounded by."""
         log = self.log
         return LogReadResult(
             records=records,
             high_watermark=high_watermark,
-            last_stable_offset=high_watermark,
+            last_stable_offset=last_stable_offset,
             log_start_offset=log.log_start_offset,
             log_end_offset=log.log_end_offset,
             diverging_epoch=diverging_epoch,
             remote_fetch=remote_fetch,
+            aborted_transactions=aborted_transactions,
         )
 
     def update_follower_fetch_state(
@@ -568,9 +593,16 @@ class Partition:
     def fetch_offset_for_timestamp(
         self, timestamp: int, *, isolation_level: int, current_leader_epoch: int, from_consumer: bool
     ) -> OffsetAndEpoch | None:
-        """ListOffsets on the leader. Consumers never see offsets at or above the HW (the LEO for replicas)."""
+        """ListOffsets on the leader. Consumers never see offsets at or above the HW, read_committed ones at or above
+        the LSO (docs/transactions.md#list-offsets); replicas see up to the LEO."""
         self._require_leader_of(current_leader_epoch)
-        upper = self.log.high_watermark if from_consumer else self.log.log_end_offset
+        log = self.log
+        if not from_consumer:
+            upper = log.log_end_offset
+        elif isolation_level == READ_COMMITTED:
+            upper = log.last_stable_offset
+        else:
+            upper = log.high_watermark
         if timestamp == LATEST_TIMESTAMP:
             return OffsetAndEpoch(upper, -1, self.leader_epoch)
         found = self.log.fetch_offset_by_timestamp(timestamp)
@@ -753,3 +785,24 @@ class Partition:
                 for broker_id, state in self.remote_replicas.items()
             }
         return status
+
+
+def fetch_upper_bound_offset(log: Log, fetch_offset: int, records: FileSlice) -> int:
+    """The offset after the last batch of a local read: the aborted transactions a read_committed reader is told
+    of are those that start below it (Kafka's LogSegment.fetchUpperBoundOffset, which may overshoot to the next
+    index entry; this is exact). The scan starts at the offset index entry before the slice's end, so it reads
+    few headers."""
+    segments = log.segments
+    # The read came from the segment holding `fetch_offset` or, past its last batch, a later one.
+    first = max(bisect_right(segments, fetch_offset, key=lambda segment: segment.base_offset) - 1, 0)
+    for segment in segments[first:]:
+        if segment.file is not records.file:
+            continue
+        end = records.position + records.size
+        start = max(records.position, segment.offset_index.floor_position(end - 1))
+        last_offset = None
+        for batch in scan_batches(segment.file.fileno(), start, end):
+            last_offset = batch.last_offset
+        if last_offset is not None:
+            return last_offset + 1
+    return log.log_end_offset

@@ -29,6 +29,7 @@ from tierlog.replication.fetcher import FetcherConfig, ReplicaFetcher
 from tierlog.replication.partition import (
     DEFAULT_REPLICA_LAG_TIME_MAX_MS,
     NO_EPOCH,
+    READ_COMMITTED,
     AlterPartitionProposal,
     LogReadResult,
     OffsetAndEpoch,
@@ -42,6 +43,8 @@ from tierlog.storage.leader_epoch_cache import UNDEFINED_EPOCH
 from tierlog.storage.log import Log, LogAppendInfo
 from tierlog.storage.log_config import FOLLOWER_THROTTLED_REPLICAS, LEADER_THROTTLED_REPLICAS
 from tierlog.storage.log_manager import FUTURE_DIR_SUFFIX, LogManager
+from tierlog.storage.producer_state import AppendOrigin
+from tierlog.storage.transaction_index import AbortedTxn
 
 CONSUMER_REPLICA_ID = -1
 # The longest file name a file system takes: a future log's directory name must fit (Kafka's KAFKA-4893 check).
@@ -111,7 +114,8 @@ class DelayedFetch(DelayedOperation):
 
     Created right after a read found it unanswerable. A wake-up re-reads only if something that read depends
     on moved (Kafka's tryComplete compares offsets instead of reading): an append wakes a consumer's fetch,
-    but a consumer reads only below the HW, which a replicated partition's append does not move."""
+    but a consumer reads only below the HW (a read_committed one below the LSO: docs/transactions.md#fetch),
+    which a replicated partition's append does not move."""
 
     def __init__(
         self,
@@ -133,8 +137,10 @@ class DelayedFetch(DelayedOperation):
 
     def _positions(self) -> list[tuple[object, ...] | None]:
         """Per partition, everything its read depends on: which replica and role, epochs (fencing, diverging,
-        replica set), the readable end (LEO for a follower, HW for a consumer) and the log start."""
+        replica set), the readable end (LEO for a follower, HW for a consumer, LSO for a read_committed one) and
+        the log start."""
         from_follower = self._params.replica_id >= 0
+        read_committed = self._params.isolation_level == READ_COMMITTED
         positions: list[tuple[object, ...] | None] = []
         for tp, _ in self._infos:
             p = self._replica_manager.partitions.get(tp)
@@ -142,7 +148,12 @@ class DelayedFetch(DelayedOperation):
                 positions.append(None)
                 continue
             log = p.log
-            end = log.log_end_offset if from_follower else log.high_watermark
+            if from_follower:
+                end = log.log_end_offset
+            elif read_committed:
+                end = log.last_stable_offset
+            else:
+                end = log.high_watermark
             positions.append((p, p.leader_id, p.leader_epoch, p.partition_epoch, end, log.log_start_offset))
         return positions
 
@@ -172,10 +183,12 @@ def _can_answer(results: Sequence[FetchPartitionResult], min_bytes: int) -> bool
 
 @dataclass(frozen=True, slots=True)
 class RemoteLogReadResult:
-    """What a remote read gave: the records, or the Kafka error name the partition is answered with."""
+    """What a remote read gave: the records, or the Kafka error name the partition is answered with; for a
+    read_committed read, the aborted transactions overlapping the records (None for read_uncommitted)."""
 
     records: bytes | None
     error: str | None = None
+    aborted_transactions: list[AbortedTxn] | None = None
 
 
 # The shell's remote read (Kafka's RemoteLogManager.asyncRead): starts reading the partition from the remote
@@ -223,8 +236,20 @@ class DelayedRemoteFetch(DelayedOperation):
                 answered.append(FetchPartitionResult(result.topic_partition, remote.error, None))
             else:
                 # The records are bytes read from the remote tier, not a slice of a local segment.
-                answered.append(dataclasses.replace(result, read=dataclasses.replace(empty, records=remote.records)))
+                read = dataclasses.replace(
+                    empty, records=remote.records, aborted_transactions=_remote_aborted_transactions(read, remote)
+                )
+                answered.append(dataclasses.replace(result, read=read))
         self._respond(answered)
+
+
+def _remote_aborted_transactions(read: LogReadResult, remote: RemoteLogReadResult) -> tuple[AbortedTxn, ...] | None:
+    """A read_committed remote read always answers a list, as a local one (Kafka's
+    RemoteLogManager.addAbortedTransactions)."""
+    assert read.remote_fetch is not None
+    if not read.remote_fetch.read_committed:
+        return None
+    return tuple(remote.aborted_transactions or ())
 
 
 class DelayedProduce(DelayedOperation):
@@ -498,10 +523,13 @@ class ReplicaManager:
         timeout_ms: int,
         now_ms: int,
         respond: ProduceResponder,
+        *,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> DelayedProduce | None:
         """Append to each partition's leader and answer through `respond`, exactly once: at once for acks 0
         and 1 or when nothing was appended, else when the HW of every appended partition passes its records
-        (or `timeout_ms` passes). Returns the parked produce so the shell can arm a timer for its deadline."""
+        (or `timeout_ms` passes). Returns the parked produce so the shell can arm a timer for its deadline.
+        `origin` COORDINATOR: a coordinator's batches (transaction markers: docs/transactions.md#write-txn-markers)."""
         if required_acks not in (-1, 0, 1):
             raise InvalidRequiredAcksError(f"acks must be -1, 0 or 1, not {required_acks}")
         results: dict[TopicPartition, AppendResult] = {}
@@ -510,7 +538,7 @@ class ReplicaManager:
             try:
                 partition = self.get_partition(tp)
                 high_watermark = partition.log.high_watermark
-                info = partition.append_records_to_leader(records, required_acks, now_ms)
+                info = partition.append_records_to_leader(records, required_acks, now_ms, origin)
             except RecordValidationError as error:
                 # As Kafka's ReplicaManager: the records at fault, and the log start offset of the partition.
                 results[tp] = AppendResult(

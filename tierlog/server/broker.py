@@ -49,6 +49,7 @@ from tierlog.server.log_dir_apis import FutureLogMover, LogDirApis
 from tierlog.server.meta_properties import cluster_id_on_disk, ensure_meta_properties
 from tierlog.server.metadata_loader import MetadataLoaderTask
 from tierlog.server.metrics import broker_metrics, metrics_route
+from tierlog.server.producer_id_manager import ProducerIdManager
 from tierlog.server.remote_log_metadata_topic import (
     REPLICATION_FACTOR_CONFIG as RLMM_REPLICATION_FACTOR_CONFIG,
 )
@@ -57,6 +58,8 @@ from tierlog.server.remote_log_tasks import RemoteLogStats, RemoteLogTasks, Remo
 from tierlog.server.socket_server import SocketServer
 from tierlog.server.startup import StartupError, prepare_log_dir, reason_of
 from tierlog.server.trace_log import TraceLog, trace_stream_route
+from tierlog.server.transaction_apis import TransactionApis
+from tierlog.server.transaction_coordinator import TransactionCoordinatorService
 from tierlog.storage.log_manager import LogManager
 from tierlog.storage.producer_state import ProducerStateManagerConfig
 from tierlog.tiered.fsspec_storage import FsspecRemoteStorageManager
@@ -194,6 +197,31 @@ class Broker:
             self._arm_purgatory_timer,
             self._metrics_registry,
         )
+        # One source of producer ids for idempotent and transactional producers (docs/transactions.md#producer-ids).
+        self.producer_ids = ProducerIdManager(
+            lambda: self.channel.allocate_producer_ids(config.node_id, self._broker_epoch())
+        )
+        self.transaction_coordinator = TransactionCoordinatorService(
+            config,
+            self.replica_manager,
+            lambda: self.loader.image,
+            self.auto_topic_creation.create_topic,
+            self._arm_purgatory_timer,
+            self.producer_ids,
+            self.inter_broker_security,
+            # The markers of partitions this broker leads go straight to its WriteTxnMarkers appends.
+            lambda markers: self.apis.txn_marker_apis.write_markers(markers),
+        )
+        group_apis = GroupApis(config, self.group_coordinator, lambda: self.loader.image, auth)
+        transaction_apis = TransactionApis(
+            config,
+            self.transaction_coordinator,
+            self.producer_ids,
+            lambda: self.loader.image,
+            self.group_coordinator.coordinator.partition_for,
+            group_apis.handle_find_coordinator,
+            auth,
+        )
         self.apis = KafkaApis(
             config,
             self.loader,
@@ -202,7 +230,9 @@ class Broker:
             self.channel,
             forwarding_manager=self.forwarding_manager,
             auto_topic_creation=self.auto_topic_creation,
-            group_apis=GroupApis(config, self.group_coordinator, lambda: self.loader.image, auth),
+            group_apis=group_apis,
+            transaction_apis=transaction_apis,
+            offsets_transaction_completed=self.group_coordinator.complete_transaction,
             config_apis=ConfigApis(
                 config,
                 lambda: self.loader.image,
@@ -339,6 +369,7 @@ class Broker:
         self.metadata_publisher.publish(image, now_ms())
         self._reconcile_fetchers()
         self.group_coordinator.on_metadata(image)
+        self.transaction_coordinator.on_metadata(image)
         self._after_request()
 
     def _apply_dynamic_configs(self, image: ClusterMetadata) -> None:
@@ -399,6 +430,10 @@ class Broker:
                 self._fetcher_threads[leader_id] = thread
                 thread.start()
             thread.wakeup.set()
+
+    def _broker_epoch(self) -> int:
+        registration = self.loader.image.brokers.get(self.config.node_id)
+        return registration.broker_epoch if registration is not None else -1
 
     def _leader_endpoint(self, broker_id: int) -> Endpoint | None:
         return self.loader.image.endpoint_of(broker_id, self.config.inter_broker_listener_name)
@@ -508,6 +543,8 @@ class Broker:
         if self.http_server is not None:
             await self.http_server.stop()
         self.group_coordinator.stop()
+        await self.transaction_coordinator.stop()
+        self.producer_ids.stop()
         # Answer every parked request now, then end each connection.
         self._expire_delayed_operations(2**63 - 1)
         await asyncio.sleep(0)

@@ -1,5 +1,5 @@
 """Handlers of the group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
-OffsetFetch, ListGroups, DescribeGroups, DeleteGroups and OffsetDelete.
+OffsetFetch, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete and TxnOffsetCommit.
 
 Each turns a request entity (any version the broker advertises) into a call on the GroupCoordinator core
 and its answer back into the response of that version, through `ResponseSchema`. Parked requests
@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from tierlog.common import TopicPartition
 from tierlog.config import KafkaConfig
-from tierlog.coordinator.group.group_coordinator import GroupDescription
+from tierlog.coordinator.group.group_coordinator import GroupDescription, TxnProducer
 from tierlog.coordinator.group.member_metadata import JoinGroupResult, SyncGroupResult
 from tierlog.coordinator.group.records import OffsetAndMetadata
 from tierlog.metadata.image import ClusterMetadata
@@ -39,10 +39,10 @@ API_SYNC_GROUP = 14
 API_DESCRIBE_GROUPS = 15
 API_LIST_GROUPS = 16
 API_DELETE_GROUPS = 42
+API_TXN_OFFSET_COMMIT = 28
 API_OFFSET_DELETE = 47
 
 COORDINATOR_KEY_GROUP = 0
-COORDINATOR_KEY_TRANSACTION = 1
 
 T = TypeVar("T")
 Handler = Callable[[Request], Awaitable[Any]]
@@ -79,6 +79,7 @@ class GroupApis:
             API_DESCRIBE_GROUPS: self.handle_describe_groups,
             API_DELETE_GROUPS: self.handle_delete_groups,
             API_OFFSET_DELETE: self.handle_offset_delete,
+            API_TXN_OFFSET_COMMIT: self.handle_txn_offset_commit,
         }
 
     @staticmethod
@@ -109,15 +110,12 @@ class GroupApis:
     # FindCoordinator
 
     def _find(self, key_type: int, key: str) -> tuple[str | None, str | None, int, str, int]:
-        """(error, message, node id, host, port) for one coordinator key."""
+        """(error, message, node id, host, port) for one coordinator key (transactional ids, key type 1, are the
+        transaction APIs', which answer them before they reach here)."""
         if key_type == COORDINATOR_KEY_GROUP and not self.auth.authorize(
             AclOperation.DESCRIBE, ResourceType.GROUP, key
         ):
             return "GROUP_AUTHORIZATION_FAILED", None, -1, "", -1
-        if key_type == COORDINATOR_KEY_TRANSACTION:
-            if not self.auth.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
-                return "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", None, -1, "", -1
-            return "COORDINATOR_NOT_AVAILABLE", "transactions are not supported by tierlog", -1, "", -1
         if key_type != COORDINATOR_KEY_GROUP:
             return "INVALID_REQUEST", f"unknown coordinator key type {key_type}", -1, "", -1
         not_ready = self.service.topic_ready()
@@ -325,16 +323,78 @@ class GroupApis:
             throttle_time=NO_THROTTLE, topics=_by_topic(s.OffsetCommitResponseTopic, partitions)
         )
 
+    async def handle_txn_offset_commit(self, request: Request) -> Any:
+        """TxnOffsetCommit (docs/transactions.md#offsets): Kafka's handleTxnOffsetCommitRequest checks WRITE on the
+        transactional id, then READ on the group (either refuses every partition), then READ on each topic."""
+        body = request.body
+        now = now_ms()
+        requested = [TopicPartition(t.name, p.partition_index) for t in body.topics for p in t.partitions]
+        errors: dict[TopicPartition, str | None] = {}
+        offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+        if not self.auth.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id):
+            errors = dict.fromkeys(requested, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
+        elif not self._may_read(body.group_id):
+            errors = dict.fromkeys(requested, "GROUP_AUTHORIZATION_FAILED")
+        else:
+            readable = self.auth.filter_authorized(AclOperation.READ, ResourceType.TOPIC, (t.name for t in body.topics))
+            for topic in body.topics:
+                for p in topic.partitions:
+                    tp = TopicPartition(topic.name, p.partition_index)
+                    if topic.name not in readable:
+                        errors[tp] = "TOPIC_AUTHORIZATION_FAILED"
+                    elif not self._exists(tp):
+                        errors[tp] = "UNKNOWN_TOPIC_OR_PARTITION"
+                    else:
+                        offsets[tp] = OffsetAndMetadata(
+                            offset=p.committed_offset,
+                            leader_epoch=getattr(p, "committed_leader_epoch", -1),
+                            metadata=p.committed_metadata or "",
+                            commit_timestamp=now,
+                        )
+        if offsets:
+            errors |= await self._parked(
+                lambda respond: self.coordinator.commit_transactional_offsets(
+                    body.group_id,
+                    TxnProducer(body.producer_id, body.producer_epoch),
+                    getattr(body, "member_id", ""),
+                    getattr(body, "group_instance_id", None),
+                    getattr(body, "generation_id", -1),
+                    offsets,
+                    now,
+                    respond,
+                )
+            )
+        if request.api_version < 2:
+            # Kafka: producers before 2.0 (KAFKA-7296) do not retry COORDINATOR_LOAD_IN_PROGRESS here.
+            errors = {
+                tp: "COORDINATOR_NOT_AVAILABLE" if e == "COORDINATOR_LOAD_IN_PROGRESS" else e
+                for tp, e in errors.items()
+            }
+        s = self._schema(request)
+        partitions = [
+            (tp, s.TxnOffsetCommitResponsePartition(partition_index=tp.partition, error_code=error_code(errors[tp])))
+            for tp in dict.fromkeys(requested)
+        ]
+        return s.TxnOffsetCommitResponse(
+            throttle_time=NO_THROTTLE, topics=_by_topic(s.TxnOffsetCommitResponseTopic, partitions)
+        )
+
     async def handle_offset_fetch(self, request: Request) -> Any:
         body = request.body
         s = self._schema(request)
+        # KIP-447 (v7+): a read_committed consumer asks for offsets no transaction or commit is still writing.
+        require_stable = getattr(body, "require_stable", False)
         if request.api_version >= 8:
             groups = []
             for group in body.groups:
-                error, topics = self._fetch_group(s, group.group_id, group.topics, "Topics", "Partitions")
+                error, topics = self._fetch_group(
+                    s, group.group_id, group.topics, "Topics", "Partitions", require_stable=require_stable
+                )
                 groups.append(s.OffsetFetchResponseGroup(group_id=group.group_id, topics=topics, error_code=error))
             return s.OffsetFetchResponse(throttle_time=NO_THROTTLE, groups=tuple(groups))
-        error, topics = self._fetch_group(s, body.group_id, body.topics, "Topic", "Partition", request.api_version)
+        error, topics = self._fetch_group(
+            s, body.group_id, body.topics, "Topic", "Partition", request.api_version, require_stable
+        )
         return s.OffsetFetchResponse(throttle_time=NO_THROTTLE, topics=topics, error_code=error)
 
     def _fetch_group(
@@ -345,6 +405,7 @@ class GroupApis:
         topic_suffix: str,
         partition_suffix: str,
         version: int = 8,
+        require_stable: bool = False,
     ) -> tuple[Any, tuple[Any, ...]]:
         """One group's (error code, topics); kio names the nested classes differently before v8.
 
@@ -373,7 +434,7 @@ class GroupApis:
                 if t.name not in describable
                 for index in t.partition_indexes
             ]
-        error, fetched = self.coordinator.fetch_offsets(group_id, partitions)
+        error, fetched = self.coordinator.fetch_offsets(group_id, partitions, require_stable)
         if error is not None and partitions is not None and version < 2:
             # v0-1 have no group-level error: each partition carries it.
             fetched = {tp: None for tp in partitions}

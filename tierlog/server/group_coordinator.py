@@ -19,9 +19,19 @@ from prometheus_client import CollectorRegistry
 
 from tierlog.common import TopicPartition
 from tierlog.config import KafkaConfig
-from tierlog.coordinator.group.group_coordinator import AppendCallback, GroupConfig, GroupCoordinator, Record
+from tierlog.coordinator.group.group_coordinator import (
+    AppendCallback,
+    GroupConfig,
+    GroupCoordinator,
+    LoadEntry,
+    Record,
+    TxnMarker,
+    TxnProducer,
+    TxnRecord,
+)
 from tierlog.metadata.image import ClusterMetadata
 from tierlog.records.codec import build_batch, decode_batches
+from tierlog.records.control_batch import ControlRecordType, control_record_type
 from tierlog.replication.replica_manager import AppendResult, ReplicaManager
 from tierlog.server.clock import now_ms
 from tierlog.server.metrics import ScrapeCollector, ScrapedMetric
@@ -147,9 +157,30 @@ class GroupCoordinatorService:
 
     # Appends
 
-    def _append(self, partition: int, records: list[Record], now: int, on_done: AppendCallback) -> None:
+    def _append(
+        self,
+        partition: int,
+        records: list[Record],
+        now: int,
+        on_done: AppendCallback,
+        producer: TxnProducer | None = None,
+    ) -> None:
         tp = TopicPartition(GROUP_METADATA_TOPIC, partition)
-        batch = bytearray(build_batch([(key, value, (), now) for key, value in records]))
+        specs = [(key, value, (), now) for key, value in records]
+        if producer is None:
+            batch = bytearray(build_batch(specs))
+        else:
+            # Kafka's storeOffsets with a producer id: the producer's transactional batch, base sequence 0
+            # (docs/transactions.md#offsets-batch).
+            batch = bytearray(
+                build_batch(
+                    specs,
+                    producer_id=producer.producer_id,
+                    producer_epoch=producer.producer_epoch,
+                    base_sequence=0,
+                    transactional=True,
+                )
+            )
 
         def respond(results: dict[TopicPartition, AppendResult]) -> None:
             result = results.get(tp)
@@ -192,23 +223,35 @@ class GroupCoordinatorService:
 
     async def _load(self, index: int, epoch: int) -> None:
         """Read the partition from its log start to its log end offset and replay it; the groups answer
-        COORDINATOR_LOAD_IN_PROGRESS until then. Yields between reads so the broker keeps serving."""
+        COORDINATOR_LOAD_IN_PROGRESS until then. Yields between reads so the broker keeps serving. The log end
+        offset is read again before each read (Kafka's loadGroupsAndOffsets), so a marker appended meanwhile
+        is replayed too: the core is told of it only once it is loaded (docs/transactions.md#offsets-load)."""
         tp = TopicPartition(GROUP_METADATA_TOPIC, index)
-        records: list[Record] = []
+        entries: list[LoadEntry] = []
         try:
             log = self._replica_manager.get_partition(tp).log
-            offset, end = log.log_start_offset, log.log_end_offset
-            while offset < end:
+            offset = log.log_start_offset
+            while offset < (end := log.log_end_offset):
                 data = log.read(offset, self._load_buffer_size, end, True).records
                 if data is None:
                     break
                 for batch in decode_batches(data.read_bytes()):
-                    if batch.header.is_control:
-                        continue
-                    for record in batch.records:
-                        if record.offset >= offset and record.key is not None:
-                            records.append((record.key, record.value))
-                    offset = max(offset, batch.header.last_offset + 1)
+                    header = batch.header
+                    if header.is_control:
+                        if batch.records and header.last_offset >= offset:
+                            type_id = control_record_type(batch.records[0].key)
+                            if type_id in (ControlRecordType.COMMIT, ControlRecordType.ABORT):
+                                committed = type_id == ControlRecordType.COMMIT
+                                entries.append(TxnMarker(header.producer_id, committed))
+                    else:
+                        for record in batch.records:
+                            if record.offset < offset or record.key is None:
+                                continue
+                            if header.is_transactional:
+                                entries.append(TxnRecord(header.producer_id, record.key, record.value))
+                            else:
+                                entries.append((record.key, record.value))
+                    offset = max(offset, header.last_offset + 1)
                 await asyncio.sleep(0)
         except asyncio.CancelledError:
             raise
@@ -218,7 +261,15 @@ class GroupCoordinatorService:
             return
         finally:
             self._loads.pop(index, None)
-        self.coordinator.complete_load(index, epoch, records, now_ms())
+        self.coordinator.complete_load(index, epoch, entries, now_ms())
+        self._rearm()
+
+    # Transactions
+
+    def complete_transaction(self, offsets_partition: int, producer_id: int, committed: bool) -> None:
+        """WriteTxnMarkers appended the producer's marker to `offsets_partition` of __consumer_offsets: its
+        offsets pending there become committed, or are dropped (docs/transactions.md#offsets-pending)."""
+        self.coordinator.complete_transaction(offsets_partition, producer_id, committed)
         self._rearm()
 
     # Timers

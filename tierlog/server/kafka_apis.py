@@ -12,10 +12,11 @@ controller's own node, the controller's APIs (`ControllerApis`).
 from __future__ import annotations
 
 import asyncio
+import struct
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from tierlog.common import TopicPartition
@@ -25,11 +26,16 @@ from tierlog.metadata.records import SCRAM_MECHANISM_NAMES
 from tierlog.protocol.api_versions import supported_api_versions
 from tierlog.protocol.codec import Request
 from tierlog.protocol.errors import error_code
-from tierlog.records.record_batch import batch_size_at
+from tierlog.records.record_batch import (
+    ATTRIBUTES_OFFSET,
+    RECORD_BATCH_OVERHEAD,
+    TRANSACTIONAL_FLAG_MASK,
+    batch_size_at,
+)
 from tierlog.replication.errors import UnknownTopicOrPartitionError
 from tierlog.replication.fetch_request import fetch_messages_for_request
 from tierlog.replication.fetcher import FetchRequestData, FetchRequestPartition
-from tierlog.replication.partition import OffsetAndEpoch
+from tierlog.replication.partition import LogReadResult, OffsetAndEpoch
 from tierlog.replication.replica_manager import (
     AppendResult,
     FetchPartitionResult,
@@ -54,14 +60,16 @@ from tierlog.server.log_dir_apis import LogDirApis
 from tierlog.server.metadata_loader import MetadataLoaderTask
 from tierlog.server.metrics import BrokerMetrics
 from tierlog.server.remote_log_tasks import RemoteLogTasks
+from tierlog.server.transaction_apis import TransactionApis
+from tierlog.server.txn_marker_apis import OffsetsTransactionCompleted, TxnMarkerApis
 from tierlog.storage.errors import KafkaStorageError
+from tierlog.storage.producer_state import AppendOrigin
 from tierlog.tiered.remote_storage_manager import RemoteStorageError
 
 API_PRODUCE = 0
 API_FETCH = 1
 API_LIST_OFFSETS = 2
 API_METADATA = 3
-API_INIT_PRODUCER_ID = 22
 API_OFFSET_FOR_LEADER_EPOCH = 23
 API_API_VERSIONS = 18
 API_DELETE_RECORDS = 21
@@ -123,6 +131,7 @@ class KafkaApis:
         forwarding_manager: ForwardingManager,
         auto_topic_creation: AutoTopicCreationManager,
         group_apis: GroupApis,
+        transaction_apis: TransactionApis,
         config_apis: ConfigApis,
         log_dir_apis: LogDirApis,
         acl_apis: AclApis,
@@ -131,6 +140,7 @@ class KafkaApis:
         auth: AuthHelper,
         metrics: BrokerMetrics | None = None,
         after_request: Callable[[], None] = lambda: None,
+        offsets_transaction_completed: OffsetsTransactionCompleted | None = None,
     ) -> None:
         self.config = config
         self.loader = loader
@@ -158,15 +168,21 @@ class KafkaApis:
             API_API_VERSIONS: self.handle_api_versions,
             API_DELETE_RECORDS: self.handle_delete_records,
             API_DESCRIBE_CLUSTER: self.handle_describe_cluster,
-            API_INIT_PRODUCER_ID: self.handle_init_producer_id,
             API_DESCRIBE_PRODUCERS: self.handle_describe_producers,
             API_SASL_HANDSHAKE: handle_sasl_handshake,
             API_SASL_AUTHENTICATE: handle_sasl_authenticate,
             API_DESCRIBE_USER_SCRAM_CREDENTIALS: self.handle_describe_user_scram_credentials,
         }
         self.handlers.update(group_apis.handlers)
+        # FindCoordinator's transactional ids and InitProducerId (idempotent too) are the transaction APIs'.
+        self.handlers.update(transaction_apis.handlers)
         self.handlers.update(config_apis.handlers)
         self.handlers.update(log_dir_apis.handlers)
+        # The markers of transactions (docs/transactions.md#write-txn-markers), appended as a produce is.
+        self.txn_marker_apis = TxnMarkerApis(
+            replica_manager, auth, self._append, config.get_int("request.timeout.ms"), offsets_transaction_completed
+        )
+        self.handlers.update(self.txn_marker_apis.handlers)
         # Only the controller decides these (Kafka's ForwardingManager), once checked here.
         self._forwarding_manager = forwarding_manager
         self.handlers.update(dict.fromkeys(ADMIN_APIS, forwarding_manager.forward))
@@ -180,7 +196,6 @@ class KafkaApis:
         # From any listener, DescribeQuorum goes to the controller through the forwarding manager (on a controller
         # node, that decides whether this node's controller answers it).
         self.handlers[API_DESCRIBE_QUORUM] = self.handle_describe_quorum
-        self._producer_ids: Iterator[int] = iter(())
 
     @property
     def image(self) -> ClusterMetadata:
@@ -421,35 +436,6 @@ class KafkaApis:
 
     # Producer ids
 
-    async def handle_init_producer_id(self, request: Request) -> Any:
-        """A fresh producer id for each idempotent producer (never reused across restarts). Transactions
-        need a transaction coordinator, which does not exist yet. A transactional producer needs WRITE on its
-        transactional id; an idempotent one IDEMPOTENT_WRITE on the cluster or WRITE on some topic (KIP-679)."""
-        s = self._schema(request)
-        transactional_id = request.body.transactional_id
-        refusal = None
-        if transactional_id is not None:
-            refusal = "COORDINATOR_NOT_AVAILABLE"
-            if not self.auth.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
-                refusal = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
-        elif not (
-            self.auth.authorize_cluster(AclOperation.IDEMPOTENT_WRITE)
-            or self.auth.authorize_by_resource_type(AclOperation.WRITE, ResourceType.TOPIC)
-        ):
-            refusal = "CLUSTER_AUTHORIZATION_FAILED"
-        if refusal is not None:
-            return s.InitProducerIdResponse(
-                throttle_time=NO_THROTTLE, error_code=error_code(refusal), producer_id=-1, producer_epoch=-1
-            )
-        producer_id = next(self._producer_ids, None)
-        if producer_id is None:
-            block = await self.channel.allocate_producer_ids(self.node_id, self._broker_epoch())
-            self._producer_ids = iter(block)
-            producer_id = next(self._producer_ids)
-        return s.InitProducerIdResponse(
-            throttle_time=NO_THROTTLE, error_code=error_code(None), producer_id=producer_id, producer_epoch=0
-        )
-
     async def handle_describe_producers(self, request: Request) -> Any:
         """Kafka's DescribeProducers: every active producer of each partition as this replica's log has it
         (producer state is kept by followers too); UNKNOWN_TOPIC_OR_PARTITION for a partition not here. The topic's
@@ -492,15 +478,13 @@ class KafkaApis:
                 last_sequence=entry.last_seq,
                 last_timestamp=entry.last_timestamp,
                 coordinator_epoch=entry.coordinator_epoch,
-                current_txn_start_offset=-1,
+                current_txn_start_offset=(
+                    -1 if entry.current_txn_first_offset is None else entry.current_txn_first_offset
+                ),
             )
             for producer_id, entry in sorted(log.producer_state_manager.active_producers.items())
         )
         return producers, None, None
-
-    def _broker_epoch(self) -> int:
-        registration = self.image.brokers.get(self.node_id)
-        return registration.broker_epoch if registration is not None else -1
 
     # Produce and Fetch
 
@@ -511,12 +495,18 @@ class KafkaApis:
         writable = self.auth.filter_authorized(
             AclOperation.WRITE, ResourceType.TOPIC, (t.name for t in body.topic_data)
         )
+        # docs/transactions.md#produce: transactional batches need WRITE on the request's transactional id, or the
+        # whole request is refused (Kafka's handleProduceRequest).
+        transactional_refused = any(
+            _is_transactional(p.records) for t in body.topic_data for p in t.partition_data
+        ) and (
+            body.transactional_id is None
+            or not self.auth.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id)
+        )
         for topic_data in body.topic_data:
             for partition_data in topic_data.partition_data:
                 tp = TopicPartition(topic_data.name, partition_data.index)
-                if body.transactional_id is not None:
-                    # Transactions are not implemented: refused as Kafka refuses a transactional id the
-                    # principal may not write, the whole request.
+                if transactional_refused:
                     early_errors[tp] = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
                 elif topic_data.name not in writable:
                     early_errors[tp] = "TOPIC_AUTHORIZATION_FAILED"
@@ -571,7 +561,11 @@ class KafkaApis:
         )
 
     async def _append(
-        self, entries: dict[TopicPartition, bytearray], acks: int, timeout_ms: int
+        self,
+        entries: dict[TopicPartition, bytearray],
+        acks: int,
+        timeout_ms: int,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> dict[TopicPartition, AppendResult]:
         """Append, then wait (acks=all) in the produce purgatory until the HW passes every batch."""
         loop = asyncio.get_running_loop()
@@ -581,7 +575,7 @@ class KafkaApis:
             if not answered.done():
                 answered.set_result(results)
 
-        delayed = self.replica_manager.append_records(entries, acks, timeout_ms, now_ms(), respond)
+        delayed = self.replica_manager.append_records(entries, acks, timeout_ms, now_ms(), respond, origin=origin)
         if delayed is not None:
             self._arm_timer(delayed.deadline_ms)
         return await answered
@@ -679,7 +673,7 @@ class KafkaApis:
                         epoch=read.diverging_epoch[0] if read and read.diverging_epoch else -1,
                         end_offset=read.diverging_epoch[1] if read and read.diverging_epoch else -1,
                     ),
-                    aborted_transactions=None,
+                    aborted_transactions=self._aborted_transactions(s, read),
                     preferred_read_replica=-1,
                     records=read.records if read and read.records is not None else b"",
                 )
@@ -706,6 +700,16 @@ class KafkaApis:
             )
         return s.FetchResponse(
             throttle_time=NO_THROTTLE, error_code=error_code(None), session_id=0, responses=tuple(responses)
+        )
+
+    @staticmethod
+    def _aborted_transactions(s: ResponseSchema, read: LogReadResult | None) -> tuple[Any, ...] | None:
+        """A read_committed read's aborted transactions (docs/transactions.md#fetch): None (null) otherwise."""
+        if read is None or read.aborted_transactions is None:
+            return None
+        return tuple(
+            s.AbortedTransaction(producer_id=txn.producer_id, first_offset=txn.first_offset)
+            for txn in read.aborted_transactions
         )
 
     def _topic_name(self, topic_id: uuid.UUID | None) -> str | None:
@@ -845,6 +849,14 @@ class KafkaApis:
                 )
             topics.append(s.DeleteRecordsTopicResult(name=topic.name, partitions=tuple(partitions)))
         return s.DeleteRecordsResponse(throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+def _is_transactional(records: bytes | None) -> bool:
+    """Whether a partition's first batch is transactional (Kafka's RequestUtils.hasTransactionalRecords)."""
+    if records is None or len(records) < RECORD_BATCH_OVERHEAD:
+        return False
+    (attributes,) = struct.unpack_from(">h", records, ATTRIBUTES_OFFSET)
+    return bool(attributes & TRANSACTIONAL_FLAG_MASK)
 
 
 def _holds_several_batches(records: bytes) -> bool:

@@ -100,3 +100,16 @@ class InvalidProducerEpochError(StorageError):
     """Kafka's InvalidProducerEpochException: a batch from an older epoch of the producer than the log has seen."""
 
     error_name = "INVALID_PRODUCER_EPOCH"
+
+
+class TransactionCoordinatorFencedError(StorageError):
+    """Kafka's TransactionCoordinatorFencedException: a transaction marker from a coordinator epoch older than the
+    last one the partition heard from about the producer (a zombie coordinator)."""
+
+    error_name = "TRANSACTION_COORDINATOR_FENCED"
+
+
+class InvalidTxnStateError(StorageError):
+    """Kafka's InvalidTxnStateException: a non-transactional batch from a producer with an ongoing transaction."""
+
+    error_name = "INVALID_TXN_STATE"

@@ -7,7 +7,9 @@ Invariants kept here, as in Kafka:
   Rx = log start, Lx = local log start, and the highest offset in remote storage Ry stays below the HW);
 - every batch below the recovery point has been fsynced, so recovery after a crash starts there;
 - a segment removed from the log lingers as `*.deleted` for file.delete.delay.ms, so a FileSlice handed to
-  a fetch response stays readable while it is sent.
+  a fetch response stays readable while it is sent;
+- transactions (docs/transactions.md#storage): the last stable offset (LSO) is min(first unstable offset, HW),
+  and each ABORT marker that ends a transaction with records here adds an entry to its segment's `.txnindex`.
 Nothing here reads a clock: every time comes in as `now_ms`. Truncations carry no time, so a segment they
 create is dated by the latest time the log was given.
 """
@@ -23,6 +25,7 @@ from pathlib import Path
 
 from tierlog.common import TopicPartition
 from tierlog.records.codec import Compression, decode_raw_records, recompress_batch
+from tierlog.records.control_batch import EndTxnMarker, read_end_txn_marker
 from tierlog.records.record_batch import (
     NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_ID,
@@ -56,6 +59,7 @@ from tierlog.storage.log_config import LONG_MAX, LogConfig
 from tierlog.storage.producer_state import (
     AppendOrigin,
     BatchMetadata,
+    CompletedTxn,
     ProducerAppendInfo,
     ProducerStateManager,
     ProducerStateManagerConfig,
@@ -71,6 +75,7 @@ from tierlog.storage.segment import (
     log_file_path,
     offset_from_file_name,
 )
+from tierlog.storage.transaction_index import AbortedTxn
 
 # ListOffsets special timestamps (Kafka's ListOffsetsRequest).
 LATEST_TIMESTAMP = -1
@@ -169,9 +174,12 @@ class Log:
         leader_epoch_cache = LeaderEpochFileCache(LeaderEpochCheckpointFile(dir / LEADER_EPOCH_CHECKPOINT_FILENAME))
         swap_files = _remove_temp_files_and_collect_swap_files(dir)
         _complete_swaps(dir, swap_files, config, now_ms)
-        segments = _load_segment_files(dir, config, leader_epoch_cache, now_ms)
+        recoverer = _SegmentRecoverer(
+            dir, topic_partition, log_start_offset, leader_epoch_cache, producer_state_config, now_ms
+        )
+        segments = _load_segment_files(dir, config, recoverer, now_ms)
         if not had_clean_shutdown:
-            _recover_from(segments, recovery_point, leader_epoch_cache)
+            _recover_from(segments, recovery_point, recoverer)
         if segments and segments[-1].read_next_offset() < log_start_offset:
             # DeleteRecords moved the log start past everything that survived: Kafka starts over there.
             for segment in segments:
@@ -198,6 +206,7 @@ class Log:
             remote_log_enabled=remote_log_enabled,
         )
         log._rebuild_producer_state(log_end_offset, reload_from_clean_shutdown=had_clean_shutdown)
+        producer_state_manager.on_high_watermark_updated(log.high_watermark)
         return log
 
     # State
@@ -237,6 +246,20 @@ class Log:
     @property
     def high_watermark(self) -> int:
         return self._high_watermark
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the earliest transaction not yet decided (no marker) or whose marker is not yet
+        below the HW, never below the log start; None without one (Kafka's firstUnstableOffset)."""
+        offset = self._producer_state_manager.first_unstable_offset
+        return None if offset is None else max(offset, self._log_start_offset)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's UnifiedLog.lastStableOffset: the first unstable offset if below the HW, else the HW. A
+        read_committed consumer reads below it (docs/transactions.md#lso)."""
+        offset = self.first_unstable_offset
+        return offset if offset is not None and offset < self._high_watermark else self._high_watermark
 
     @property
     def recovery_point(self) -> int:
@@ -287,23 +310,27 @@ class Log:
 
     # Append
 
-    def append_as_leader(self, records: bytearray, leader_epoch: int, now_ms: int) -> LogAppendInfo:
+    def append_as_leader(
+        self, records: bytearray, leader_epoch: int, now_ms: int, origin: AppendOrigin = AppendOrigin.CLIENT
+    ) -> LogAppendInfo:
         """Validate every batch, recompress those whose codec is not the topic's compression.type, then
         assign offsets from the LEO and stamp the leader epoch in place (the CRC does not cover either) and
-        append. Nothing is written unless every batch is valid."""
+        append. Nothing is written unless every batch is valid. A client's batches get every check; a
+        coordinator's (transaction markers, transactional offset commits) no sequence checks and may be
+        control batches (docs/transactions.md#append-origin)."""
         self._now_ms = now_ms
         config = self._config
         headers = list(iter_batches(records))
         for header in headers:
-            self._validate_client_batch(header)
+            self._validate_batch(header, origin)
             self._validate_records(records, header, now_ms)
         compression = config.compression
         if compression is not None and any(header.compression_type != compression.type for header in headers):
             records, headers = self._recompress(records, headers, compression)
         self._check_append_size(len(records))
         log_append_time = config.log_append_time
-        producer_appends, duplicate = self._analyze_and_validate_producer_state(
-            headers, AppendOrigin.CLIENT, self._next_offset
+        producer_appends, completed_txns, duplicate = self._analyze_and_validate_producer_state(
+            records, headers, origin, self._next_offset
         )
         if duplicate is not None:
             # Kafka's UnifiedLog.append: a retried batch is not written again; the producer gets the offsets
@@ -336,7 +363,14 @@ class Log:
         if self._leader_epoch_cache.latest_epoch != leader_epoch:
             self._leader_epoch_cache.assign(leader_epoch, first_offset)
         self._append(
-            records, first_offset, offset - 1, max_timestamp, offset_of_max_timestamp, now_ms, producer_appends
+            records,
+            first_offset,
+            offset - 1,
+            max_timestamp,
+            offset_of_max_timestamp,
+            now_ms,
+            producer_appends,
+            completed_txns,
         )
         return LogAppendInfo(
             first_offset,
@@ -348,9 +382,16 @@ class Log:
             len(records),
         )
 
-    def _validate_client_batch(self, header: RecordBatchHeader) -> None:
-        """Kafka's LogValidator checks that need only the batch header."""
+    def _validate_batch(self, header: RecordBatchHeader, origin: AppendOrigin) -> None:
+        """Kafka's LogValidator checks that need only the batch header; all but the size are for clients only."""
         config = self._config
+        if header.size_in_bytes > config.max_message_bytes:
+            raise RecordTooLargeError(
+                f"The batch at position {header.position} is {header.size_in_bytes} bytes, larger than "
+                f"max.message.bytes ({config.max_message_bytes}) of partition {self._topic_partition}"
+            )
+        if origin is not AppendOrigin.CLIENT:
+            return
         if header.base_offset != 0:
             # The producer's base offset is a placeholder the leader overwrites; anything else is a bug or
             # an attempt to choose offsets.
@@ -358,11 +399,6 @@ class Log:
                 f"The baseOffset of the record batch in the append to {self._topic_partition} should be 0, "
                 f"but it is {header.base_offset}",
                 corrupt=False,
-            )
-        if header.size_in_bytes > config.max_message_bytes:
-            raise RecordTooLargeError(
-                f"The batch at position {header.position} is {header.size_in_bytes} bytes, larger than "
-                f"max.message.bytes ({config.max_message_bytes}) of partition {self._topic_partition}"
             )
         if header.records_count != header.last_offset_delta + 1:
             raise InvalidRecordError(
@@ -466,14 +502,23 @@ class Log:
                 last_offset,
             )
         self._check_append_size(len(records))
-        producer_appends, _ = self._analyze_and_validate_producer_state(headers, AppendOrigin.REPLICATION)
+        producer_appends, completed_txns, _ = self._analyze_and_validate_producer_state(
+            records, headers, AppendOrigin.REPLICATION
+        )
         cache = self._leader_epoch_cache
         for header in headers:
             epoch = header.partition_leader_epoch
             if epoch != NO_PARTITION_LEADER_EPOCH and epoch != cache.latest_epoch:
                 cache.assign(epoch, header.base_offset)
         self._append(
-            records, first_offset, last_offset, max_timestamp, offset_of_max_timestamp, now_ms, producer_appends
+            records,
+            first_offset,
+            last_offset,
+            max_timestamp,
+            offset_of_max_timestamp,
+            now_ms,
+            producer_appends,
+            completed_txns,
         )
         return LogAppendInfo(
             first_offset,
@@ -486,13 +531,19 @@ class Log:
         )
 
     def _analyze_and_validate_producer_state(
-        self, headers: list[RecordBatchHeader], origin: AppendOrigin, first_offset: int | None = None
-    ) -> tuple[list[ProducerAppendInfo], BatchMetadata | None]:
-        """Kafka's analyzeAndValidateProducerState: check every idempotent batch against its producer's state
-        (raising before anything is written) and collect the updates to apply once the batches are written;
-        or, for a client's retry of a batch the log already holds, that batch. Offsets are those the batches
-        will get: from `first_offset` on for a leader, the stamped ones for a follower."""
+        self,
+        records: bytes | bytearray | memoryview,
+        headers: list[RecordBatchHeader],
+        origin: AppendOrigin,
+        first_offset: int | None = None,
+    ) -> tuple[list[ProducerAppendInfo], list[CompletedTxn], BatchMetadata | None]:
+        """Kafka's analyzeAndValidateProducerState: check every idempotent or transactional batch and every
+        marker against its producer's state (raising before anything is written) and collect the updates to
+        apply once the batches are written, with the transactions the markers complete; or, for a client's
+        retry of a batch the log already holds, that batch. Offsets are those the batches will get: from
+        `first_offset` on for a leader, the stamped ones for a follower."""
         updated: dict[int, ProducerAppendInfo] = {}
+        completed: list[CompletedTxn] = []
         offset = first_offset
         for header in headers:
             base_offset = header.base_offset if offset is None else offset
@@ -506,12 +557,14 @@ class Log:
                 entry = self._producer_state_manager.last_entry(producer_id)
                 duplicate = entry.find_duplicate_batch(header) if entry is not None else None
                 if duplicate is not None:
-                    return [], duplicate
+                    return [], [], duplicate
             info = updated.get(producer_id)
             if info is None:
                 info = updated[producer_id] = self._producer_state_manager.prepare_update(producer_id, origin)
-            info.append(header, base_offset, last_offset)
-        return list(updated.values()), None
+            txn = info.append(header, base_offset, last_offset, _marker_of(records, header))
+            if txn is not None:
+                completed.append(txn)
+        return list(updated.values()), completed, None
 
     def _check_append_size(self, size: int) -> None:
         if size > self._config.segment_bytes:
@@ -529,6 +582,7 @@ class Log:
         offset_of_max_timestamp: int,
         now_ms: int,
         producer_appends: list[ProducerAppendInfo],
+        completed_txns: list[CompletedTxn],
     ) -> None:
         segment = self._maybe_roll(len(records), max_timestamp, first_offset, last_offset, now_ms)
         segment.append(last_offset, max_timestamp, offset_of_max_timestamp, records)
@@ -536,6 +590,8 @@ class Log:
         producer_state = self._producer_state_manager
         for info in producer_appends:
             producer_state.update(info)
+        for txn in completed_txns:
+            segment.complete_txn(producer_state, txn)
         producer_state.update_map_end_offset(self._next_offset)
         if self._next_offset - self._recovery_point >= self._config.flush_messages:
             self.flush()
@@ -685,6 +741,7 @@ class Log:
     def update_high_watermark(self, high_watermark: int) -> int:
         """Set the HW, clamped to [local log start, LEO]; returns the value set."""
         self._high_watermark = min(max(high_watermark, self._local_log_start_offset), self._next_offset)
+        self._producer_state_manager.on_high_watermark_updated(self._high_watermark)
         self._check_offsets()
         return self._high_watermark
 
@@ -958,35 +1015,26 @@ class Log:
     # Producer state
 
     def _rebuild_producer_state(self, last_offset: int, *, reload_from_clean_shutdown: bool) -> None:
-        """Kafka's UnifiedLog.rebuildProducerState: reload the latest snapshot at or below `last_offset` and
-        replay the batch headers after it, snapshotting at the last two segments' bases and at the end.
+        _rebuild_producer_state(
+            self._producer_state_manager,
+            self._segments,
+            self._log_start_offset,
+            last_offset,
+            reload_from_clean_shutdown=reload_from_clean_shutdown,
+            now_ms=self._now_ms,
+        )
 
-        With no snapshot after a clean shutdown (a log written before producer state was kept) Kafka skips
-        the scan and writes empty snapshots instead; so does this."""
-        producer_state = self._producer_state_manager
-        segments = self._segments
-        offsets_to_snapshot = {segment.base_offset for segment in segments[-2:]} | {last_offset}
-        if producer_state.latest_snapshot_offset is None and reload_from_clean_shutdown:
-            for offset in sorted(offsets_to_snapshot):
-                producer_state.update_map_end_offset(offset)
-                producer_state.take_snapshot()
-            return
-        log_start_offset = self._log_start_offset
-        # Nothing was known before a truncation, and truncating cannot add producers: skip the replay.
-        was_empty = producer_state.is_empty and producer_state.map_end_offset >= last_offset
-        producer_state.truncate_and_reload(log_start_offset, last_offset, self._now_ms)
-        if last_offset > producer_state.map_end_offset and not was_empty:
-            for index in range(self._floor_index(producer_state.map_end_offset), len(segments)):
-                segment = segments[index]
-                if segment.base_offset >= last_offset:
-                    break
-                start = max(segment.base_offset, producer_state.map_end_offset, log_start_offset)
-                producer_state.update_map_end_offset(start)
-                if segment.base_offset in offsets_to_snapshot:
-                    producer_state.take_snapshot()
-                producer_state.load_producers_from_headers(_batch_headers(segment, start, last_offset))
-        producer_state.update_map_end_offset(last_offset)
-        producer_state.take_snapshot()
+    def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [start_offset, upper_bound_offset) from the local segments' txn
+        indexes: from the segment holding `start_offset` on, until a search is complete (Kafka's LocalLog
+        collectAbortedTransactions; docs/transactions.md#txn-index)."""
+        aborted: list[AbortedTxn] = []
+        for segment in self._segments[self._floor_index(start_offset) :]:
+            result = segment.txn_index.collect_aborted_txns(start_offset, upper_bound_offset)
+            aborted.extend(result.aborted)
+            if result.is_complete:
+                break
+        return aborted
 
     def remove_expired_producers(self, now_ms: int) -> int:
         """Kafka's PeriodicProducerExpirationCheck: forget producers idle for producer.id.expiration.ms."""
@@ -1071,9 +1119,50 @@ class Log:
         )
 
 
-def _batch_headers(segment: LogSegment, start_offset: int, end_offset: int) -> Iterator[RecordBatchHeader]:
-    """The headers of the segment's batches holding offsets in [start_offset, end_offset): producer state is
-    rebuilt from headers alone (producer id, epoch, base sequence, last offset delta, max timestamp)."""
+def _rebuild_producer_state(
+    producer_state: ProducerStateManager,
+    segments: list[LogSegment],
+    log_start_offset: int,
+    last_offset: int,
+    *,
+    reload_from_clean_shutdown: bool,
+    now_ms: int,
+) -> None:
+    """Kafka's UnifiedLog.rebuildProducerState: reload the latest snapshot at or below `last_offset` and
+    replay the batches after it, snapshotting at the last two segments' bases and at the end.
+
+    With no snapshot after a clean shutdown (a log written before producer state was kept) Kafka skips
+    the scan and writes empty snapshots instead; so does this."""
+    offsets_to_snapshot = {segment.base_offset for segment in segments[-2:]} | {last_offset}
+    if producer_state.latest_snapshot_offset is None and reload_from_clean_shutdown:
+        for offset in sorted(offsets_to_snapshot):
+            producer_state.update_map_end_offset(offset)
+            producer_state.take_snapshot()
+        return
+    # Nothing was known before a truncation, and truncating cannot add producers: skip the replay.
+    was_empty = producer_state.is_empty and producer_state.map_end_offset >= last_offset
+    producer_state.truncate_and_reload(log_start_offset, last_offset, now_ms)
+    if last_offset > producer_state.map_end_offset and not was_empty:
+        bases = [segment.base_offset for segment in segments]
+        first = max(bisect_right(bases, producer_state.map_end_offset) - 1, 0)
+        for segment in segments[first:]:
+            if segment.base_offset >= last_offset:
+                break
+            start = max(segment.base_offset, producer_state.map_end_offset, log_start_offset)
+            producer_state.update_map_end_offset(start)
+            if segment.base_offset in offsets_to_snapshot:
+                producer_state.take_snapshot()
+            producer_state.load_producers_from_batches(_producer_batches(segment, start, last_offset))
+    producer_state.update_map_end_offset(last_offset)
+    producer_state.take_snapshot()
+
+
+def _producer_batches(
+    segment: LogSegment, start_offset: int, end_offset: int
+) -> Iterator[tuple[RecordBatchHeader, EndTxnMarker | None]]:
+    """The segment's batches holding offsets in [start_offset, end_offset) as producer state needs them: the
+    header (producer id, epoch, base sequence, last offset delta, max timestamp, attributes) and, for a
+    control batch, its marker. Only control batches are read whole."""
     batch = segment.translate_offset(start_offset)
     if batch is None:
         return
@@ -1083,8 +1172,21 @@ def _batch_headers(segment: LogSegment, start_offset: int, end_offset: int) -> I
         header = read_header(os.pread(fd, RECORD_BATCH_OVERHEAD, position))
         if header.base_offset >= end_offset:
             return
-        yield header
+        marker = None
+        if header.is_control and header.producer_id != NO_PRODUCER_ID:
+            data = os.pread(fd, header.size_in_bytes, position)
+            marker = _marker_of(data, read_header(data))
+        yield header, marker
         position += header.size_in_bytes
+
+
+def _marker_of(records: bytes | bytearray | memoryview, header: RecordBatchHeader) -> EndTxnMarker | None:
+    """The transaction marker of a producer's control batch; None for a data batch or a control batch the
+    log cleaner emptied (docs/transactions.md#producer-state)."""
+    if not header.is_control or header.producer_id == NO_PRODUCER_ID or header.records_count == 0:
+        return None
+    with memoryview(records) as view:
+        return read_end_txn_marker(view[header.position : header.position + header.size_in_bytes], header)
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -1154,8 +1256,46 @@ def _complete_swaps(directory: Path, swap_files: list[Path], config: LogConfig, 
         os.replace(path, path.with_name(path.name[: -len(SWAP_FILE_SUFFIX)]))
 
 
+class _SegmentRecoverer:
+    """Kafka's LogLoader.recoverSegment: a segment is recovered with the producer state as of its base offset,
+    rebuilt from the snapshots and the segments before it, so that the transactions it ends (some begun in
+    earlier segments) get their txn index entries and it learns the transactions still open at its end; a
+    snapshot at its end then spares the next segment's recovery a replay."""
+
+    def __init__(
+        self,
+        directory: Path,
+        topic_partition: TopicPartition,
+        log_start_offset: int,
+        leader_epoch_cache: LeaderEpochFileCache,
+        producer_state_config: ProducerStateManagerConfig | None,
+        now_ms: int,
+    ) -> None:
+        self._dir = directory
+        self._topic_partition = topic_partition
+        self._log_start_offset = log_start_offset
+        self.leader_epoch_cache = leader_epoch_cache
+        self._producer_state_config = producer_state_config
+        self._now_ms = now_ms
+
+    def recover(self, segment: LogSegment, earlier_segments: list[LogSegment]) -> int:
+        """Recover `segment` (see LogSegment.recover); returns the number of bytes truncated."""
+        producer_state = ProducerStateManager(self._topic_partition, self._dir, self._producer_state_config)
+        _rebuild_producer_state(
+            producer_state,
+            [*earlier_segments, segment],
+            self._log_start_offset,
+            segment.base_offset,
+            reload_from_clean_shutdown=False,
+            now_ms=self._now_ms,
+        )
+        truncated = segment.recover(self.leader_epoch_cache, producer_state)
+        producer_state.take_snapshot()
+        return truncated
+
+
 def _load_segment_files(
-    directory: Path, config: LogConfig, leader_epoch_cache: LeaderEpochFileCache, now_ms: int
+    directory: Path, config: LogConfig, recoverer: _SegmentRecoverer, now_ms: int
 ) -> list[LogSegment]:
     """Open every segment, deleting index files without a log and rebuilding missing or corrupt indexes."""
     segments: list[LogSegment] = []
@@ -1171,19 +1311,20 @@ def _load_segment_files(
             try:
                 segment.sanity_check()
             except CorruptIndexError:
-                segment.recover(leader_epoch_cache)
+                # Files are visited in name order, that is offset order: `segments` holds the earlier ones.
+                recoverer.recover(segment, segments)
             segments.append(segment)
     segments.sort(key=lambda segment: segment.base_offset)
     return segments
 
 
-def _recover_from(segments: list[LogSegment], recovery_point: int, leader_epoch_cache: LeaderEpochFileCache) -> None:
+def _recover_from(segments: list[LogSegment], recovery_point: int, recoverer: _SegmentRecoverer) -> None:
     """Kafka's recoverLog: validate each segment from the one holding the recovery point on; the first that
     loses bytes is truncated there and every later segment is deleted."""
     bases = [segment.base_offset for segment in segments]
     start = max(bisect_right(bases, recovery_point) - 1, 0)
     for index in range(start, len(segments)):
-        if segments[index].recover(leader_epoch_cache) > 0:
+        if recoverer.recover(segments[index], segments[:index]) > 0:
             for segment in segments[index + 1 :]:
                 segment.delete()
             del segments[index + 1 :]

@@ -8,8 +8,13 @@ Invariants kept here, as in Kafka:
   `<map end offset, 20 digits>.snapshot` holds the entries as of its offset, so recovery loads the latest
   snapshot and replays only the batch headers after it;
 - producers live until `producer.id.expiration.ms` after their last write, not until their batches leave the
-  log (KIP-360), so deleting segments removes only their snapshots.
-No transactions: an entry's current transaction first offset is always None (written as -1).
+  log (KIP-360), so deleting segments removes only their snapshots; a producer with an ongoing transaction
+  never expires here (the transaction coordinator aborts it after its timeout);
+- transactions (docs/transactions.md#producer-state): a producer's first transactional batch opens its
+  transaction at that batch's offset (`current_txn_first_offset`), its COMMIT or ABORT marker closes it. The
+  open ones are the ongoing transactions; closed ones whose marker is not yet below the high watermark are
+  the unreplicated ones. The first unstable offset is the lowest first offset of either: nothing at or
+  after it may be read by a read_committed consumer.
 Nothing here reads a clock: `now_ms` comes in as an argument.
 """
 
@@ -18,7 +23,7 @@ from __future__ import annotations
 import logging
 import struct
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -26,9 +31,15 @@ from pathlib import Path
 from crc32c import crc32c
 
 from tierlog.common import TopicPartition
+from tierlog.records.control_batch import ControlRecordType, EndTxnMarker
 from tierlog.records.record_batch import NO_PRODUCER_ID, RecordBatchHeader
 from tierlog.storage.checkpoints import atomic_write_bytes
-from tierlog.storage.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from tierlog.storage.errors import (
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
+)
 
 NUM_BATCHES_TO_RETAIN = 5
 NO_PRODUCER_EPOCH = -1
@@ -55,9 +66,12 @@ class CorruptSnapshotError(Exception):
 
 
 class AppendOrigin(Enum):
-    """Who appends: a client's batches get every check, the leader's batches on a follower only the epoch's."""
+    """Who appends: a client's batches get every check; a coordinator's (transaction markers, transactional
+    offset commits) the producer and coordinator epochs' but no sequence checks; the leader's batches on a
+    follower only a warning for an old epoch."""
 
     CLIENT = "client"
+    COORDINATOR = "coordinator"
     REPLICATION = "replication"
 
 
@@ -81,6 +95,25 @@ def last_sequence_of(header: RecordBatchHeader) -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """Kafka's CompletedTxn: a producer's transaction from its first offset to its marker at `last_offset`."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
+
+
+@dataclass(slots=True)
+class TxnMetadata:
+    """Kafka's TxnMetadata: a transaction's first offset, and its marker's offset once it has one."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class BatchMetadata:
     """Kafka's BatchMetadata: one batch a producer wrote."""
 
@@ -101,7 +134,14 @@ class BatchMetadata:
 class ProducerStateEntry:
     """Kafka's ProducerStateEntry: a producer's epoch and its latest batches, oldest first."""
 
-    __slots__ = ("batch_metadata", "coordinator_epoch", "last_timestamp", "producer_epoch", "producer_id")
+    __slots__ = (
+        "batch_metadata",
+        "coordinator_epoch",
+        "current_txn_first_offset",
+        "last_timestamp",
+        "producer_epoch",
+        "producer_id",
+    )
 
     def __init__(
         self,
@@ -110,12 +150,15 @@ class ProducerStateEntry:
         coordinator_epoch: int = -1,
         last_timestamp: int = -1,
         batch_metadata: Iterable[BatchMetadata] = (),
+        current_txn_first_offset: int | None = None,
     ) -> None:
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
         self.coordinator_epoch = coordinator_epoch
         self.last_timestamp = last_timestamp
         self.batch_metadata: deque[BatchMetadata] = deque(batch_metadata, maxlen=NUM_BATCHES_TO_RETAIN)
+        # The offset of the producer's first batch in its ongoing transaction; None outside a transaction.
+        self.current_txn_first_offset = current_txn_first_offset
 
     @property
     def is_empty(self) -> bool:
@@ -144,6 +187,7 @@ class ProducerStateEntry:
             self.coordinator_epoch,
             self.last_timestamp,
             self.batch_metadata if with_batches else (),
+            self.current_txn_first_offset,
         )
 
     def add_batch(
@@ -165,7 +209,15 @@ class ProducerStateEntry:
         self.maybe_update_producer_epoch(next_entry.producer_epoch)
         self.batch_metadata.extend(next_entry.batch_metadata)
         self.coordinator_epoch = next_entry.coordinator_epoch
+        self.current_txn_first_offset = next_entry.current_txn_first_offset
         self.last_timestamp = next_entry.last_timestamp
+
+    def end_transaction(self, producer_epoch: int, coordinator_epoch: int, timestamp: int) -> None:
+        """A marker: the transaction is over, the marker's epochs are the producer's and coordinator's."""
+        self.maybe_update_producer_epoch(producer_epoch)
+        self.coordinator_epoch = coordinator_epoch
+        self.current_txn_first_offset = None
+        self.last_timestamp = timestamp
 
     def find_duplicate_batch(self, header: RecordBatchHeader) -> BatchMetadata | None:
         """The retained batch with the same epoch and exactly the same sequence range, if any."""
@@ -186,12 +238,14 @@ class ProducerStateEntry:
             self.coordinator_epoch,
             self.last_timestamp,
             list(self.batch_metadata),
+            self.current_txn_first_offset,
         ) == (
             other.producer_id,
             other.producer_epoch,
             other.coordinator_epoch,
             other.last_timestamp,
             list(other.batch_metadata),
+            other.current_txn_first_offset,
         )
 
     __hash__ = None  # type: ignore[assignment]
@@ -199,8 +253,8 @@ class ProducerStateEntry:
     def __repr__(self) -> str:
         return (
             f"ProducerStateEntry(producer_id={self.producer_id}, producer_epoch={self.producer_epoch}, "
-            f"coordinator_epoch={self.coordinator_epoch}, last_timestamp={self.last_timestamp}, "
-            f"batch_metadata={list(self.batch_metadata)})"
+            f"current_txn_first_offset={self.current_txn_first_offset}, coordinator_epoch={self.coordinator_epoch}, "
+            f"last_timestamp={self.last_timestamp}, batch_metadata={list(self.batch_metadata)})"
         )
 
 
@@ -217,15 +271,77 @@ class ProducerAppendInfo:
         self._current_entry = current_entry
         self._origin = origin
         self.updated_entry = current_entry.copy(with_batches=False)
+        # The transactions this append opens, installed as ongoing by ProducerStateManager.update.
+        self.started_transactions: list[TxnMetadata] = []
 
-    def append(self, header: RecordBatchHeader, first_offset: int, last_offset: int) -> None:
-        """Check a data batch written at [first_offset, last_offset] and add it to the updated entry."""
+    def append(
+        self, header: RecordBatchHeader, first_offset: int, last_offset: int, marker: EndTxnMarker | None = None
+    ) -> CompletedTxn | None:
+        """Check a batch written at [first_offset, last_offset] and add it to the updated entry. A control batch
+        comes with its marker (None for one the log cleaner emptied: its transaction is gone from the log);
+        the transaction the marker ends is returned, if it wrote anything here."""
+        if header.is_control:
+            if marker is None:
+                return None
+            return self.append_end_txn_marker(marker, header.producer_epoch, first_offset, header.max_timestamp)
+        self.append_data_batch(header, first_offset, last_offset)
+        return None
+
+    def append_data_batch(self, header: RecordBatchHeader, first_offset: int, last_offset: int) -> None:
         epoch = header.producer_epoch
         self._check_producer_epoch(epoch, first_offset)
         if self._origin is AppendOrigin.CLIENT:
             self._check_sequence(epoch, header.base_sequence, first_offset)
-        self.updated_entry.add_batch(
-            epoch, last_sequence_of(header), last_offset, last_offset - first_offset, header.max_timestamp
+        updated = self.updated_entry
+        offset_delta = last_offset - first_offset
+        updated.add_batch(epoch, last_sequence_of(header), last_offset, offset_delta, header.max_timestamp)
+        in_transaction = updated.current_txn_first_offset is not None
+        if in_transaction and not header.is_transactional:
+            raise InvalidTxnStateError(
+                f"Expected transactional write from producer {self.producer_id} at offset {first_offset} in "
+                f"partition {self.topic_partition}"
+            )
+        if not in_transaction and header.is_transactional:
+            updated.current_txn_first_offset = first_offset
+            self.started_transactions.append(TxnMetadata(self.producer_id, first_offset))
+
+    def append_end_txn_marker(
+        self, marker: EndTxnMarker, producer_epoch: int, offset: int, timestamp: int
+    ) -> CompletedTxn | None:
+        """Kafka's appendEndTxnMarker (docs/transactions.md#marker-checks): the producer's epoch may not go back
+        and the coordinator's neither; a marker ending no transaction here completes nothing."""
+        self._check_producer_epoch(producer_epoch, offset)
+        self._check_coordinator_epoch(marker, offset)
+        updated = self.updated_entry
+        completed = None
+        if updated.current_txn_first_offset is not None:
+            completed = CompletedTxn(
+                self.producer_id,
+                updated.current_txn_first_offset,
+                offset,
+                marker.control_type == ControlRecordType.ABORT,
+            )
+        updated.end_transaction(producer_epoch, marker.coordinator_epoch, timestamp)
+        return completed
+
+    def _check_coordinator_epoch(self, marker: EndTxnMarker, offset: int) -> None:
+        current = self.updated_entry.coordinator_epoch
+        if current <= marker.coordinator_epoch:
+            return
+        if self._origin is AppendOrigin.REPLICATION:
+            logger.info(
+                "Detected invalid coordinator epoch for producerId %d at offset %d in partition %s: %d is older "
+                "than previously known coordinator epoch %d",
+                self.producer_id,
+                offset,
+                self.topic_partition,
+                marker.coordinator_epoch,
+                current,
+            )
+            return
+        raise TransactionCoordinatorFencedError(
+            f"Invalid coordinator epoch for producerId {self.producer_id} at offset {offset} in partition "
+            f"{self.topic_partition}: {marker.coordinator_epoch} (zombie), {current} (current)"
         )
 
     def _check_producer_epoch(self, producer_epoch: int, offset: int) -> None:
@@ -294,7 +410,7 @@ def encode_snapshot(entries: Iterable[ProducerStateEntry]) -> bytes:
             entry.last_offset_delta,
             entry.last_timestamp,
             entry.coordinator_epoch,
-            -1,
+            -1 if entry.current_txn_first_offset is None else entry.current_txn_first_offset,
         )
         for entry in entries
     ]
@@ -317,11 +433,19 @@ def decode_snapshot(data: bytes) -> list[ProducerStateEntry]:
     if count < 0 or len(data) != _SNAPSHOT_HEADER.size + count * _SNAPSHOT_ENTRY.size:
         raise CorruptSnapshotError(f"Snapshot failed schema validation: {count} entries in {len(data)} bytes")
     entries = []
-    for producer_id, epoch, seq, offset, offset_delta, timestamp, coordinator_epoch, _ in _SNAPSHOT_ENTRY.iter_unpack(
-        data[_SNAPSHOT_HEADER.size :]
-    ):
+    for fields in _SNAPSHOT_ENTRY.iter_unpack(data[_SNAPSHOT_HEADER.size :]):
+        producer_id, epoch, seq, offset, offset_delta, timestamp, coordinator_epoch, txn_first_offset = fields
         batches = [BatchMetadata(seq, offset, offset_delta, timestamp)] if offset >= 0 else []
-        entries.append(ProducerStateEntry(producer_id, epoch, coordinator_epoch, timestamp, batches))
+        entries.append(
+            ProducerStateEntry(
+                producer_id,
+                epoch,
+                coordinator_epoch,
+                timestamp,
+                batches,
+                txn_first_offset if txn_first_offset >= 0 else None,
+            )
+        )
     return entries
 
 
@@ -354,6 +478,10 @@ class ProducerStateManager:
         self.log_dir = log_dir
         self.config = config or ProducerStateManagerConfig()
         self._producers: dict[int, ProducerStateEntry] = {}
+        # Transactions by first offset, each dict in ascending key order: those without a marker yet, and those
+        # whose marker is at or above the high watermark.
+        self._ongoing_txns: dict[int, TxnMetadata] = {}
+        self._unreplicated_txns: dict[int, TxnMetadata] = {}
         self._snapshots: list[int] = list_snapshot_offsets(log_dir)
         self._last_map_offset = 0
         self._last_snap_offset = 0
@@ -370,7 +498,55 @@ class ProducerStateManager:
 
     @property
     def is_empty(self) -> bool:
-        return not self._producers
+        return not self._producers and not self._unreplicated_txns
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the earliest transaction without a marker or whose marker is not yet below the
+        high watermark; None if there is none (docs/transactions.md#lso)."""
+        firsts = [next(iter(txns)) for txns in (self._ongoing_txns, self._unreplicated_txns) if txns]
+        return min(firsts) if firsts else None
+
+    @property
+    def first_undecided_offset(self) -> int | None:
+        """The first offset of the earliest transaction without a marker (Kafka's firstUndecidedOffset)."""
+        return next(iter(self._ongoing_txns), None)
+
+    @property
+    def ongoing_transactions(self) -> list[TxnMetadata]:
+        return list(self._ongoing_txns.values())
+
+    def has_ongoing_transaction(self, producer_id: int) -> bool:
+        entry = self._producers.get(producer_id)
+        return entry is not None and entry.current_txn_first_offset is not None
+
+    def last_stable_offset(self, completed: CompletedTxn) -> int:
+        """The last stable offset once `completed` is: the first offset of the earliest other producer's
+        ongoing transaction, or just past the marker (Kafka's lastStableOffset(CompletedTxn), the value an
+        aborted transaction's index entry records)."""
+        for txn in self._ongoing_txns.values():
+            if txn.producer_id != completed.producer_id:
+                return txn.first_offset
+        return completed.last_offset + 1
+
+    def complete_txn(self, completed: CompletedTxn) -> None:
+        """The marker of `completed` is in the log: its transaction waits for the high watermark to pass it."""
+        txn = self._ongoing_txns.pop(completed.first_offset, None)
+        if txn is None:
+            raise ValueError(
+                f"Attempted to complete transaction {completed} on partition {self.topic_partition} which was not "
+                "started"
+            )
+        txn.last_offset = completed.last_offset
+        _insert_sorted(self._unreplicated_txns, completed.first_offset, txn)
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        self._remove_unreplicated_transactions(high_watermark)
+
+    def _remove_unreplicated_transactions(self, offset: int) -> None:
+        for first_offset, txn in list(self._unreplicated_txns.items()):
+            if txn.last_offset is not None and txn.last_offset < offset:
+                del self._unreplicated_txns[first_offset]
 
     def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
         return self._producers.get(producer_id)
@@ -389,18 +565,26 @@ class ProducerStateManager:
             self._producers[append_info.producer_id] = append_info.updated_entry
         else:
             current.update(append_info.updated_entry)
+        for txn in append_info.started_transactions:
+            _insert_sorted(self._ongoing_txns, txn.first_offset, txn)
 
     def update_map_end_offset(self, offset: int) -> None:
         self._last_map_offset = offset
 
     def load_producer_entry(self, entry: ProducerStateEntry) -> None:
         self._producers[entry.producer_id] = entry
+        if entry.current_txn_first_offset is not None:
+            offset = entry.current_txn_first_offset
+            _insert_sorted(self._ongoing_txns, offset, TxnMetadata(entry.producer_id, offset))
 
     def _is_producer_expired(self, now_ms: int, entry: ProducerStateEntry) -> bool:
-        return now_ms - entry.last_timestamp >= self.config.producer_id_expiration_ms
+        return (
+            entry.current_txn_first_offset is None
+            and now_ms - entry.last_timestamp >= self.config.producer_id_expiration_ms
+        )
 
     def remove_expired_producers(self, now_ms: int) -> int:
-        """Forget producers idle for producer.id.expiration.ms; returns how many."""
+        """Forget producers idle for producer.id.expiration.ms, except those in a transaction; returns how many."""
         expired = [pid for pid, entry in self._producers.items() if self._is_producer_expired(now_ms, entry)]
         for pid in expired:
             del self._producers[pid]
@@ -467,6 +651,9 @@ class ProducerStateManager:
                 self._remove_and_delete_snapshot(offset)
         if log_end_offset != self._last_map_offset:
             self._producers.clear()
+            self._ongoing_txns.clear()
+            # The offset truncated to is at or below the high watermark: every marker left is below it too.
+            self._unreplicated_txns.clear()
             self._load_from_snapshot(log_start_offset, now_ms)
         else:
             self.on_log_start_offset_incremented(log_start_offset)
@@ -503,13 +690,17 @@ class ProducerStateManager:
         self._last_snap_offset = self._last_map_offset = offset
 
     def on_log_start_offset_incremented(self, log_start_offset: int) -> None:
-        """Producers outlive their batches (they expire by time), so only the offsets move."""
+        """Producers outlive their batches (they expire by time), so only the offsets move, and transactions
+        whose marker went with the removed offsets are no longer unreplicated."""
+        self._remove_unreplicated_transactions(log_start_offset)
         self._last_map_offset = max(self._last_map_offset, log_start_offset)
         latest = self.latest_snapshot_offset
         self._last_snap_offset = latest if latest is not None else log_start_offset
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         self._producers.clear()
+        self._ongoing_txns.clear()
+        self._unreplicated_txns.clear()
         for snapshot in list(self._snapshots):
             self._remove_and_delete_snapshot(snapshot)
         self._last_snap_offset = 0
@@ -517,17 +708,33 @@ class ProducerStateManager:
 
     # Replay
 
-    def load_producers_from_headers(self, headers: Iterator[RecordBatchHeader]) -> None:
-        """Kafka's loadProducersFromRecords: rebuild entries from batches already in the log (no checks but the
-        epoch's, as for replication)."""
+    def load_producers_from_batches(self, batches: Iterable[tuple[RecordBatchHeader, EndTxnMarker | None]]) -> None:
+        """Kafka's loadProducersFromRecords: rebuild entries and transactions from batches already in the log,
+        each with its marker if it is a control batch (no checks but the epochs', as for replication)."""
         updated: dict[int, ProducerAppendInfo] = {}
-        for header in headers:
+        completed: list[CompletedTxn] = []
+        for header, marker in batches:
             producer_id = header.producer_id
             if producer_id == NO_PRODUCER_ID:
                 continue
             info = updated.get(producer_id)
             if info is None:
                 info = updated[producer_id] = self.prepare_update(producer_id, AppendOrigin.REPLICATION)
-            info.append(header, header.base_offset, header.last_offset)
+            txn = info.append(header, header.base_offset, header.last_offset, marker)
+            if txn is not None:
+                completed.append(txn)
         for info in updated.values():
             self.update(info)
+        for txn in completed:
+            self.complete_txn(txn)
+
+
+def _insert_sorted(txns: dict[int, TxnMetadata], first_offset: int, txn: TxnMetadata) -> None:
+    """Add to a dict kept in ascending key order; appends come in offset order, so a re-sort is rare (a snapshot's
+    entries load in producer order)."""
+    last = next(reversed(txns), None)
+    txns[first_offset] = txn
+    if last is not None and first_offset < last:
+        ordered = sorted(txns.items())
+        txns.clear()
+        txns.update(ordered)

@@ -1,6 +1,7 @@
-"""Kafka's LogSegment: one `.log` file of record batches with its `.index` and `.timeindex`.
+"""Kafka's LogSegment: one `.log` file of record batches with its `.index`, `.timeindex` and `.txnindex`.
 
-A segment with base offset B lives in `{B:020d}.log`, `{B:020d}.index` and `{B:020d}.timeindex`; B is at or
+A segment with base offset B lives in `{B:020d}.log`, `{B:020d}.index` and `{B:020d}.timeindex` (and
+`{B:020d}.txnindex` once it holds an aborted transaction's marker); B is at or
 below every offset in it and above every offset of earlier segments. The log file stays open for the
 segment's lifetime (O_APPEND for writes, `os.pread` for reads, so neither disturbs the other) and its size
 is tracked in memory: an append is one `write` and never reads the file back.
@@ -12,11 +13,14 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
+from tierlog.records.control_batch import read_end_txn_marker
 from tierlog.records.record_batch import (
     LOG_OVERHEAD,
+    NO_PRODUCER_ID,
     NO_TIMESTAMP,
     RECORD_BATCH_OVERHEAD,
     InvalidRecordError,
+    RecordBatchHeader,
     batch_size_at,
     validate_batch,
 )
@@ -33,11 +37,14 @@ from tierlog.storage.file_records import (
     search_for_timestamp,
 )
 from tierlog.storage.offset_index import OffsetIndex
+from tierlog.storage.producer_state import AppendOrigin
 from tierlog.storage.time_index import TimeIndex, TimestampOffset
+from tierlog.storage.transaction_index import TXN_INDEX_FILE_SUFFIX, AbortedTxn, TransactionIndex
 
 if TYPE_CHECKING:
     from tierlog.storage.leader_epoch_cache import LeaderEpochFileCache
     from tierlog.storage.log_config import LogConfig
+    from tierlog.storage.producer_state import CompletedTxn, ProducerStateManager
 
 LOG_FILE_SUFFIX = ".log"
 INDEX_FILE_SUFFIX = ".index"
@@ -66,6 +73,10 @@ def time_index_file_path(directory: Path, base_offset: int, suffix: str = "") ->
     return directory / f"{filename_prefix_from_offset(base_offset)}{TIME_INDEX_FILE_SUFFIX}{suffix}"
 
 
+def txn_index_file_path(directory: Path, base_offset: int, suffix: str = "") -> Path:
+    return directory / f"{filename_prefix_from_offset(base_offset)}{TXN_INDEX_FILE_SUFFIX}{suffix}"
+
+
 def offset_from_file_name(name: str) -> int:
     """The base offset a segment file's name starts with; ValueError if it does not start with digits."""
     return int(name[: name.index(".")])
@@ -78,6 +89,7 @@ class LogSegment:
         log_path: Path,
         offset_index: OffsetIndex,
         time_index: TimeIndex,
+        txn_index: TransactionIndex,
         base_offset: int,
         index_interval_bytes: int,
         created_ms: int,
@@ -87,6 +99,7 @@ class LogSegment:
         self.log_path = log_path
         self.offset_index = offset_index
         self.time_index = time_index
+        self.txn_index = txn_index
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self._created_ms = created_ms
@@ -117,11 +130,15 @@ class LogSegment:
         time_index = TimeIndex(
             time_index_file_path(directory, base_offset, file_suffix), base_offset, config.segment_index_bytes
         )
+        txn_index = TransactionIndex(txn_index_file_path(directory, base_offset, file_suffix), base_offset)
         if not file_already_exists:
             os.ftruncate(file.fileno(), 0)
             offset_index.reset()
             time_index.reset()
-        return cls(file, log_path, offset_index, time_index, base_offset, config.index_interval_bytes, now_ms)
+            txn_index.reset()
+        return cls(
+            file, log_path, offset_index, time_index, txn_index, base_offset, config.index_interval_bytes, now_ms
+        )
 
     @property
     def file(self) -> BinaryIO:
@@ -158,6 +175,7 @@ class LogSegment:
             if not index.path.exists():
                 raise CorruptIndexError(f"Index file {index.path} does not exist")
             index.sanity_check()
+        self.txn_index.sanity_check()
         if self.offset_index.last_position >= max(self._size, 1):
             raise CorruptIndexError(
                 f"Index file {self.offset_index.path} points to position {self.offset_index.last_position} "
@@ -237,11 +255,16 @@ class LogSegment:
         size = limit - batch.position
         return FetchDataInfo(start_offset, FileSlice(self._file, batch.position, size) if size > 0 else None)
 
-    def recover(self, leader_epoch_cache: LeaderEpochFileCache | None = None) -> int:
-        """Validate every batch (CRC included), rebuild both indexes, and truncate the log at the first
-        invalid or torn batch. Returns the number of bytes truncated."""
+    def recover(
+        self, leader_epoch_cache: LeaderEpochFileCache | None = None, producer_state: ProducerStateManager | None = None
+    ) -> int:
+        """Validate every batch (CRC included), rebuild the indexes, and truncate the log at the first
+        invalid or torn batch. Returns the number of bytes truncated. With `producer_state` (as of this
+        segment's base offset) every batch updates it, and each aborted transaction a marker here ends goes
+        into the rebuilt txn index (docs/transactions.md#recovery)."""
         self.offset_index.reset()
         self.time_index.reset()
+        self.txn_index.reset()
         max_so_far = TimestampOffset(NO_TIMESTAMP, self.base_offset)
         valid_bytes = 0
         last_index_entry = 0
@@ -276,6 +299,12 @@ class LogSegment:
                 latest = leader_epoch_cache.latest_epoch
                 if latest is None or epoch > latest:
                     leader_epoch_cache.assign(epoch, header.base_offset)
+            if producer_state is not None:
+                try:
+                    self._update_producer_state(producer_state, buffer, header)
+                except InvalidRecordError:
+                    # Kafka's recover: a batch whose marker cannot be read ends the valid part after it.
+                    break
         truncated = self._size - valid_bytes
         if truncated:
             os.ftruncate(self._fd, valid_bytes)
@@ -287,12 +316,38 @@ class LogSegment:
         self._bytes_since_last_index_entry = valid_bytes - last_index_entry
         return truncated
 
+    def _update_producer_state(
+        self, producer_state: ProducerStateManager, buffer: bytes, header: RecordBatchHeader
+    ) -> None:
+        """Kafka's LogSegment.updateProducerState: replay one recovered batch, indexing the transaction its
+        marker aborts."""
+        if header.producer_id != NO_PRODUCER_ID:
+            info = producer_state.prepare_update(header.producer_id, AppendOrigin.REPLICATION)
+            marker = None
+            if header.is_control and header.records_count:
+                start = header.position
+                marker = read_end_txn_marker(memoryview(buffer)[start : start + header.size_in_bytes])
+            completed = info.append(header, header.base_offset, header.last_offset, marker)
+            producer_state.update(info)
+            if completed is not None:
+                self.complete_txn(producer_state, completed)
+        producer_state.update_map_end_offset(header.last_offset + 1)
+
+    def complete_txn(self, producer_state: ProducerStateManager, txn: CompletedTxn) -> None:
+        """A marker in this segment completed `txn` (Kafka's updateTxnIndex, then completeTxn): an aborted one
+        goes into the txn index with the LSO as it is once the transaction is complete."""
+        if txn.is_aborted:
+            last_stable_offset = producer_state.last_stable_offset(txn)
+            self.txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, last_stable_offset))
+        producer_state.complete_txn(txn)
+
     def truncate_to(self, offset: int) -> int:
         """Remove every batch ending at or after `offset` (a batch holding it goes whole) and the index
         entries for them. Returns the number of log bytes removed."""
         batch = self.translate_offset(offset)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         truncated = 0
         if batch is not None:
             truncated = self._size - batch.position
@@ -367,11 +422,12 @@ class LogSegment:
         os.fsync(self._fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
         """Rename the segment's files (e.g. to `.deleted`); the open handle keeps serving reads."""
         self.log_path = _rename(self.log_path, old_suffix, new_suffix)
-        for index in (self.offset_index, self.time_index):
+        for index in (self.offset_index, self.time_index, self.txn_index):
             index.rename_to(_replace_suffix(index.path, old_suffix, new_suffix))
 
     def close(self) -> None:
@@ -379,6 +435,7 @@ class LogSegment:
             self.on_become_inactive()
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
         self._file.close()
 
     def close_handlers(self) -> None:
@@ -386,12 +443,14 @@ class LogSegment:
         directory was renamed or removed."""
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
         self._file.close()
 
     def delete(self) -> None:
         """Close the segment and remove its files."""
         self.offset_index.delete()
         self.time_index.delete()
+        self.txn_index.delete()
         self._file.close()
         self.log_path.unlink(missing_ok=True)
 

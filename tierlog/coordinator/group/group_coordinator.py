@@ -19,10 +19,10 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from tierlog.common import TopicPartition
-from tierlog.coordinator.group.group_metadata import DelayedJoin, GroupMetadata, GroupState
+from tierlog.coordinator.group.group_metadata import DelayedJoin, GroupMetadata, GroupState, PositionedOffset
 from tierlog.coordinator.group.member_metadata import (
     JoinCallback,
     JoinGroupResult,
@@ -55,9 +55,50 @@ NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
 Record = tuple[bytes, bytes | None]
 # on_done(error name or None, the time the append completed).
 AppendCallback = Callable[[str | None, int], None]
-# (partition of __consumer_offsets, records, now_ms, on_done).
-Append = Callable[[int, list[Record], int, AppendCallback], None]
 CommitCallback = Callable[[dict[TopicPartition, str | None]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class TxnProducer:
+    """The transactional producer whose batch the coordinator writes (docs/transactions.md#offsets-batch)."""
+
+    producer_id: int
+    producer_epoch: int
+
+
+class Append(Protocol):
+    """Appends `records` as one batch to partition `partition` of __consumer_offsets and calls `on_done`; with
+    `producer`, a transactional batch of that producer."""
+
+    def __call__(
+        self,
+        partition: int,
+        records: list[Record],
+        now_ms: int,
+        on_done: AppendCallback,
+        producer: TxnProducer | None = None,
+    ) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TxnRecord:
+    """A record of a transactional batch read back at load: pending until its producer's marker."""
+
+    producer_id: int
+    key: bytes
+    value: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarker:
+    """A COMMIT or ABORT marker read back at load."""
+
+    producer_id: int
+    committed: bool
+
+
+# What a load replays, in log order: plain records, transactional records and markers.
+LoadEntry = Record | TxnRecord | TxnMarker
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +124,7 @@ class _Api(enum.Enum):
     DESCRIBE_GROUP = enum.auto()
     DELETE_GROUP = enum.auto()
     OFFSET_DELETE = enum.auto()
+    TXN_OFFSET_COMMIT = enum.auto()
 
 
 # Kafka lets these name the empty group id (clients that commit without a group.id did so once).
@@ -141,6 +183,7 @@ class FetchedOffset:
 
 
 NO_OFFSET = FetchedOffset(-1, -1, "")
+UNSTABLE_OFFSET = FetchedOffset(-1, -1, "", "UNSTABLE_OFFSET_COMMIT")
 
 
 def store_group_error(error: str | None) -> str | None:
@@ -171,7 +214,10 @@ class GroupCoordinator:
         self._new_uuid = new_uuid or (lambda: str(uuid.uuid4()))
         self._partitions: dict[int, tuple[_PartitionState, int]] = {}
         self.groups: dict[str, GroupMetadata] = {}
-        self._next_commit_id = 0
+        # The position of the next write (PositionedOffset).
+        self._next_position = 0
+        # The groups each producer has offsets pending in (Kafka's openGroupsForProducer).
+        self._producer_groups: dict[int, set[str]] = {}
         self.offset_commits = 0
 
     # Partitions (loading and unloading)
@@ -195,23 +241,48 @@ class GroupCoordinator:
     def owned_partitions(self) -> set[int]:
         return set(self._partitions)
 
-    def complete_load(self, partition: int, leader_epoch: int, records: Iterable[Record], now_ms: int) -> None:
+    def complete_load(self, partition: int, leader_epoch: int, entries: Iterable[LoadEntry], now_ms: int) -> None:
         """Replay the partition's records in offset order and serve its groups. Ignored when the partition
-        was resigned (or re-elected at another epoch) while it was read."""
+        was resigned (or re-elected at another epoch) while it was read. A transaction's offsets stay pending
+        until its marker: applied at COMMIT, dropped at ABORT (docs/transactions.md#offsets-load)."""
         if self._partitions.get(partition) != (_PartitionState.LOADING, leader_epoch):
             return
-        offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
+        offsets: dict[str, dict[TopicPartition, PositionedOffset]] = {}
+        pending: dict[int, dict[str, dict[TopicPartition, PositionedOffset]]] = {}
         values: dict[str, GroupMetadataValue] = {}
-        for key_bytes, value_bytes in records:
+        for entry in entries:
+            position = self._take_position()
+            if isinstance(entry, TxnMarker):
+                ended = pending.pop(entry.producer_id, {})
+                if entry.committed:
+                    for group_id, group_pending in ended.items():
+                        group_offsets = offsets.setdefault(group_id, {})
+                        for tp, offset in group_pending.items():
+                            current = group_offsets.get(tp)
+                            if current is None or current.position < offset.position:
+                                group_offsets[tp] = offset
+                continue
+            if isinstance(entry, TxnRecord):
+                producer_id: int | None = entry.producer_id
+                key_bytes, value_bytes = entry.key, entry.value
+            else:
+                producer_id = None
+                key_bytes, value_bytes = entry
             try:
                 key = decode_key(key_bytes)
                 if isinstance(key, OffsetCommitKey):
                     tp = TopicPartition(key.topic, key.partition)
-                    group_offsets = offsets.setdefault(key.group, {})
                     if value_bytes is None:
-                        group_offsets.pop(tp, None)
+                        # A tombstone deletes the committed offset and any pending one.
+                        offsets.get(key.group, {}).pop(tp, None)
+                        for producer_pending in pending.values():
+                            producer_pending.get(key.group, {}).pop(tp, None)
+                        continue
+                    offset = PositionedOffset(position, decode_offset_commit_value(value_bytes))
+                    if producer_id is None:
+                        offsets.setdefault(key.group, {})[tp] = offset
                     else:
-                        group_offsets[tp] = decode_offset_commit_value(value_bytes)
+                        pending.setdefault(producer_id, {}).setdefault(key.group, {})[tp] = offset
                 elif isinstance(key, GroupMetadataKey):
                     if value_bytes is None:
                         values.pop(key.group, None)
@@ -221,7 +292,13 @@ class GroupCoordinator:
                 # Kafka fails the load on a record it cannot read; skipping one keeps every other group served.
                 logger.error("skipping an unreadable __consumer_offsets-%d record: %s", partition, e)
         self._partitions[partition] = (_PartitionState.ONLINE, leader_epoch)
-        for group_id in sorted(set(values) | {g for g, o in offsets.items() if o}):
+        pending_by_group: dict[str, dict[int, dict[TopicPartition, PositionedOffset]]] = {}
+        for producer_id, producer_pending in pending.items():
+            for group_id, group_pending in producer_pending.items():
+                if group_pending:
+                    pending_by_group.setdefault(group_id, {})[producer_id] = group_pending
+        with_offsets = {g for g, o in offsets.items() if o}
+        for group_id in sorted(set(values) | with_offsets | set(pending_by_group)):
             if self.partition_for(group_id) != partition:
                 continue
             value = values.get(group_id)
@@ -230,11 +307,18 @@ class GroupCoordinator:
             else:
                 group = GroupMetadata(group_id, GroupState.EMPTY, now_ms)
             group.offsets = dict(offsets.get(group_id, {}))
+            group.pending_txn_offsets = pending_by_group.get(group_id, {})
+            for producer_id in group.pending_txn_offsets:
+                self._producer_groups.setdefault(producer_id, set()).add(group_id)
             for member in group.members.values():
                 self._schedule_heartbeat(member, now_ms)
             self.groups[group_id] = group
         loaded = sum(1 for g in self.groups.values() if self.partition_for(g.group_id) == partition)
         logger.info("loaded %d groups of __consumer_offsets-%d", loaded, partition)
+
+    def _take_position(self) -> int:
+        self._next_position += 1
+        return self._next_position
 
     def on_resignation(self, partition: int, now_ms: int) -> None:
         """Another broker leads `partition` now: drop its groups; parked members answer NOT_COORDINATOR."""
@@ -244,6 +328,8 @@ class GroupCoordinator:
             if self.partition_for(group_id) != partition:
                 continue
             del self.groups[group_id]
+            for producer_id in group.pending_txn_offsets:
+                self._forget_producer_group(producer_id, group_id)
             previous = group.state
             group.transition_to(GroupState.DEAD, now_ms)
             group.delayed_join = None
@@ -878,12 +964,64 @@ class GroupCoordinator:
             return "UNKNOWN_MEMBER_ID"
         return None
 
+    def commit_transactional_offsets(
+        self,
+        group_id: str,
+        producer: TxnProducer,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        offsets: dict[TopicPartition, OffsetAndMetadata],
+        now_ms: int,
+        respond: CommitCallback,
+    ) -> None:
+        """TxnOffsetCommit (Kafka's handleTxnCommitOffsets): the offsets are written to the group's partition in
+        a transactional batch of `producer` and stay pending until its transaction ends
+        (docs/transactions.md#offsets)."""
+        error = self._validate(group_id, _Api.TXN_OFFSET_COMMIT)
+        if error is not None:
+            respond(dict.fromkeys(offsets, error))
+            return
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = GroupMetadata(group_id, GroupState.EMPTY, now_ms)
+        error = self._validate_txn_offset_commit(group, generation_id, member_id, group_instance_id)
+        if error is not None:
+            respond(dict.fromkeys(offsets, error))
+            return
+        self._store_offsets(group, offsets, now_ms, respond, producer)
+
+    @staticmethod
+    def _validate_txn_offset_commit(
+        group: GroupMetadata, generation_id: int, member_id: str, group_instance_id: str | None
+    ) -> str | None:
+        """KIP-447's fencing (docs/transactions.md#offsets-fencing): a request that names a member or a
+        generation must come from the current member at the current generation; one that names neither (v0-v2,
+        or a producer outside the group) is accepted in any state."""
+        if group.is_in(GroupState.DEAD):
+            return "COORDINATOR_NOT_AVAILABLE"
+        if generation_id < 0 and group.is_in(GroupState.EMPTY):
+            return None
+        if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
+            if group_instance_id is not None:
+                current = group.static_members.get(group_instance_id)
+                if current is None:
+                    return "UNKNOWN_MEMBER_ID"
+                if current != member_id:
+                    return "FENCED_INSTANCE_ID"
+            if not group.has(member_id):
+                return "UNKNOWN_MEMBER_ID"
+            if generation_id != group.generation_id:
+                return "ILLEGAL_GENERATION"
+        return None
+
     def _store_offsets(
         self,
         group: GroupMetadata,
         offsets: dict[TopicPartition, OffsetAndMetadata],
         now_ms: int,
         respond: CommitCallback,
+        producer: TxnProducer | None = None,
     ) -> None:
         too_large = {
             tp for tp, o in offsets.items() if len(o.metadata.encode()) > self.config.offset_metadata_max_bytes
@@ -893,10 +1031,13 @@ class GroupCoordinator:
         if not valid:
             respond(errors)
             return
-        self._next_commit_id += 1
-        commit_id = self._next_commit_id
-        for tp, o in valid.items():
-            group.pending_offset_commits[tp] = (commit_id, o)
+        position = self._take_position()
+        staged = {tp: PositionedOffset(position, o) for tp, o in valid.items()}
+        if producer is None:
+            group.pending_offset_commits.update(staged)
+        else:
+            group.prepare_txn_offset_commit(producer.producer_id, staged)
+            self._producer_groups.setdefault(producer.producer_id, set()).add(group.group_id)
         records: list[Record] = [
             (
                 encode_offset_commit_key(OffsetCommitKey(group.group_id, tp.topic, tp.partition)),
@@ -908,12 +1049,20 @@ class GroupCoordinator:
         def appended(error: str | None, done_ms: int) -> None:
             error = store_offsets_error(error)
             current = self.groups.get(group.group_id) is group and not group.is_in(GroupState.DEAD)
-            for tp, o in valid.items():
-                pending = group.pending_offset_commits.get(tp)
-                if pending is not None and pending[0] == commit_id:
-                    del group.pending_offset_commits[tp]
-                if error is None and current:
-                    group.offsets[tp] = o
+            if producer is not None:
+                if error is not None and current:
+                    for tp in staged:
+                        group.fail_pending_txn_offset_commit(producer.producer_id, tp, position)
+                    if producer.producer_id not in group.pending_txn_offsets:
+                        self._forget_producer_group(producer.producer_id, group.group_id)
+            else:
+                for tp, offset in staged.items():
+                    pending = group.pending_offset_commits.get(tp)
+                    # A commit whose partition was deleted meanwhile stays deleted, as its tombstone follows it.
+                    if error is None and current and pending is not None:
+                        group.materialize(tp, offset)
+                    if pending is not None and pending.position == position:
+                        del group.pending_offset_commits[tp]
             # A group unloaded or deleted meanwhile still gets success, as in Kafka: the record is committed
             # to the partition, so whichever coordinator loads it next has the offset.
             if error is None:
@@ -921,12 +1070,32 @@ class GroupCoordinator:
             errors.update(dict.fromkeys(valid, error))
             respond(errors)
 
-        self._append(self.partition_for(group.group_id), records, now_ms, appended)
+        self._append(self.partition_for(group.group_id), records, now_ms, appended, producer)
+
+    def complete_transaction(self, offsets_partition: int, producer_id: int, committed: bool) -> None:
+        """The producer's COMMIT or ABORT marker is written to `offsets_partition`: its pending offsets in that
+        partition's groups become committed, or are dropped (Kafka's handleTxnCompletion)."""
+        for group_id in list(self._producer_groups.get(producer_id, ())):
+            if self.partition_for(group_id) != offsets_partition:
+                continue
+            group = self.groups.get(group_id)
+            if group is not None and not group.is_in(GroupState.DEAD):
+                group.complete_pending_txn_offset_commit(producer_id, committed)
+            self._forget_producer_group(producer_id, group_id)
+
+    def _forget_producer_group(self, producer_id: int, group_id: str) -> None:
+        groups = self._producer_groups.get(producer_id)
+        if groups is not None:
+            groups.discard(group_id)
+            if not groups:
+                del self._producer_groups[producer_id]
 
     def fetch_offsets(
-        self, group_id: str, partitions: list[TopicPartition] | None
+        self, group_id: str, partitions: list[TopicPartition] | None, require_stable: bool = False
     ) -> tuple[str | None, dict[TopicPartition, FetchedOffset]]:
-        """(group error, offsets); `partitions` None means every partition the group committed."""
+        """(group error, offsets); `partitions` None means every partition the group committed. With
+        `require_stable` (KIP-447), a partition with a commit or transaction pending answers
+        UNSTABLE_OFFSET_COMMIT (docs/transactions.md#offsets-stable)."""
         error = self._validate(group_id, _Api.OFFSET_FETCH)
         if error is not None:
             return error, {}
@@ -937,8 +1106,11 @@ class GroupCoordinator:
             partitions = sorted(group.offsets, key=lambda tp: (tp.topic, tp.partition))
         fetched = {}
         for tp in partitions:
-            o = group.offsets.get(tp)
-            fetched[tp] = NO_OFFSET if o is None else FetchedOffset(o.offset, o.leader_epoch, o.metadata)
+            o = group.offset(tp)
+            if require_stable and group.has_pending_offset_commit(tp):
+                fetched[tp] = UNSTABLE_OFFSET
+            else:
+                fetched[tp] = NO_OFFSET if o is None else FetchedOffset(o.offset, o.leader_epoch, o.metadata)
         return None, fetched
 
     def delete_offsets(
@@ -965,13 +1137,13 @@ class GroupCoordinator:
     def _remove_offsets(self, group: GroupMetadata, partitions: Iterable[TopicPartition], now_ms: int) -> None:
         """Drop offsets now and append their tombstones without waiting (Kafka's cleanupGroupMetadata); a
         group that ends Empty without offsets is dead and gets a tombstone too."""
-        records: list[Record] = []
-        for tp in partitions:
-            group.pending_offset_commits.pop(tp, None)
-            if group.offsets.pop(tp, None) is not None:
-                records.append(
-                    (encode_offset_commit_key(OffsetCommitKey(group.group_id, tp.topic, tp.partition)), None)
-                )
+        producers = set(group.pending_txn_offsets)
+        records: list[Record] = [
+            (encode_offset_commit_key(OffsetCommitKey(group.group_id, tp.topic, tp.partition)), None)
+            for tp in group.remove_offsets(partitions)
+        ]
+        for producer_id in producers - group.pending_txn_offsets.keys():
+            self._forget_producer_group(producer_id, group.group_id)
         if group.is_in(GroupState.EMPTY) and not group.has_offsets():
             group.transition_to(GroupState.DEAD, now_ms)
         if group.is_in(GroupState.DEAD):
@@ -1048,7 +1220,7 @@ class GroupCoordinator:
                 results[group_id] = "NON_EMPTY_GROUP"
             else:
                 group.transition_to(GroupState.DEAD, now_ms)
-                self._remove_offsets(group, list(group.offsets), now_ms)
+                self._remove_offsets(group, group.all_offset_partitions(), now_ms)
                 results[group_id] = None
         return results
 

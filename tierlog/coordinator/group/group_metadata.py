@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from tierlog.common import TopicPartition
 from tierlog.coordinator.group.member_metadata import (
@@ -29,6 +29,16 @@ from tierlog.coordinator.group.records import GroupMetadataValue, MemberMetadata
 CONSUMER_PROTOCOL_TYPE = "consumer"
 
 _Result = TypeVar("_Result", JoinGroupResult, SyncGroupResult)
+
+
+class PositionedOffset(NamedTuple):
+    """An offset and where its commit record sits in `__consumer_offsets` (Kafka's CommitRecordMetadataAndOffset):
+    the position orders a transaction's offsets against plain commits of the same partition
+    (docs/transactions.md#offsets-order). Positions count appends, and at load the replayed records, which is
+    the log's order: the shell appends each write to the leader's log before it returns."""
+
+    position: int
+    offset: OffsetAndMetadata
 
 
 class GroupState(enum.Enum):
@@ -83,9 +93,11 @@ class GroupMetadata:
         self.sync_deadline_ms: int | None = None
         # Topics the consumer members subscribe to (None: unknown, e.g. a subscription that does not parse).
         self.subscribed_topics: set[str] | None = None
-        self.offsets: dict[TopicPartition, OffsetAndMetadata] = {}
-        # Commits appended but not yet acknowledged, by partition: (commit id, offset); the latest id wins.
-        self.pending_offset_commits: dict[TopicPartition, tuple[int, OffsetAndMetadata]] = {}
+        self.offsets: dict[TopicPartition, PositionedOffset] = {}
+        # Commits appended but not yet acknowledged, by partition; the latest position wins.
+        self.pending_offset_commits: dict[TopicPartition, PositionedOffset] = {}
+        # Offsets committed in transactions not yet ended, by producer id (docs/transactions.md#offsets-pending).
+        self.pending_txn_offsets: dict[int, dict[TopicPartition, PositionedOffset]] = {}
 
     def __repr__(self) -> str:
         return f"GroupMetadata({self.group_id!r}, {self.state.value}, generation {self.generation_id})"
@@ -332,12 +344,74 @@ class GroupMetadata:
     # Offsets
 
     def has_offsets(self) -> bool:
-        return bool(self.offsets) or bool(self.pending_offset_commits)
+        return bool(self.offsets) or bool(self.pending_offset_commits) or bool(self.pending_txn_offsets)
+
+    def offset(self, tp: TopicPartition) -> OffsetAndMetadata | None:
+        committed = self.offsets.get(tp)
+        return committed.offset if committed is not None else None
+
+    def materialize(self, tp: TopicPartition, committed: PositionedOffset) -> None:
+        """Make `committed` the partition's offset unless a later record already is
+        (docs/transactions.md#offsets-order)."""
+        current = self.offsets.get(tp)
+        if current is None or current.position < committed.position:
+            self.offsets[tp] = committed
+
+    def has_pending_txn_offset(self, tp: TopicPartition) -> bool:
+        return any(tp in offsets for offsets in self.pending_txn_offsets.values())
+
+    def has_pending_offset_commit(self, tp: TopicPartition) -> bool:
+        """A plain commit not yet acknowledged or a transaction not yet ended holds an offset for `tp`: what
+        OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT (docs/transactions.md#offsets-stable)."""
+        return tp in self.pending_offset_commits or self.has_pending_txn_offset(tp)
+
+    def prepare_txn_offset_commit(self, producer_id: int, offsets: dict[TopicPartition, PositionedOffset]) -> None:
+        self.pending_txn_offsets.setdefault(producer_id, {}).update(offsets)
+
+    def fail_pending_txn_offset_commit(self, producer_id: int, tp: TopicPartition, position: int) -> None:
+        """The append of a transactional commit failed: the client retries, perhaps at another coordinator."""
+        pending = self.pending_txn_offsets.get(producer_id)
+        if pending is None or tp not in pending or pending[tp].position != position:
+            return
+        del pending[tp]
+        if not pending:
+            del self.pending_txn_offsets[producer_id]
+
+    def complete_pending_txn_offset_commit(self, producer_id: int, committed: bool) -> None:
+        """The producer's marker is written: its offsets become the group's (committed) or are dropped."""
+        pending = self.pending_txn_offsets.pop(producer_id, {})
+        if committed:
+            for tp, offset in pending.items():
+                self.materialize(tp, offset)
+
+    def remove_offsets(self, partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
+        """Forget the partitions' offsets, committed and pending, as their tombstone does at load (Kafka's
+        OffsetMetadataManager.replay); the partitions that need a tombstone (docs/transactions.md#offsets-delete)."""
+        removed = []
+        for tp in partitions:
+            self.pending_offset_commits.pop(tp, None)
+            had_pending_txn = False
+            for producer_id, pending in list(self.pending_txn_offsets.items()):
+                if pending.pop(tp, None) is not None:
+                    had_pending_txn = True
+                    if not pending:
+                        del self.pending_txn_offsets[producer_id]
+            if self.offsets.pop(tp, None) is not None or had_pending_txn:
+                removed.append(tp)
+        return removed
+
+    def all_offset_partitions(self) -> set[TopicPartition]:
+        """Every partition with a committed offset or one pending in a transaction."""
+        partitions = set(self.offsets)
+        for pending in self.pending_txn_offsets.values():
+            partitions |= pending.keys()
+        return partitions
 
     def expired_offsets(self, now_ms: int, retention_ms: int) -> list[TopicPartition]:
         """Kafka's removeExpiredOffsets rules: an Empty group's offsets expire `retention_ms` after it became
         Empty; a Stable consumer group's offsets of topics nobody subscribes to expire `retention_ms` after
-        their commit; a standalone (no protocol) group's offsets likewise. An explicit expire timestamp wins."""
+        their commit; a standalone (no protocol) group's offsets likewise. An explicit expire timestamp wins.
+        An offset with a commit or a transaction pending does not expire (docs/transactions.md#offsets-delete)."""
         # The time retention counts from: when the group became Empty, or else (None) each offset's commit.
         empty_since: int | None = None
         if self.protocol_type is not None and self.is_in(GroupState.EMPTY):
@@ -354,8 +428,8 @@ class GroupMetadata:
         else:
             return []
         expired = []
-        for tp, offset in self.offsets.items():
-            if tp.topic in subscribed or tp in self.pending_offset_commits:
+        for tp, (_, offset) in self.offsets.items():
+            if tp.topic in subscribed or self.has_pending_offset_commit(tp):
                 continue
             if offset.expire_timestamp >= 0:
                 if now_ms >= offset.expire_timestamp:
