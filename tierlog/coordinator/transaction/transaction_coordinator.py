@@ -215,7 +215,7 @@ class TransactionCoordinator:
     def on_election(self, partition: int, coordinator_epoch: int) -> bool:
         """This broker leads `partition` at `coordinator_epoch`: its ids answer COORDINATOR_LOAD_IN_PROGRESS until
         `complete_load`. A new epoch reloads (what an older epoch did is dropped); False when the partition is
-        already loading or served at this epoch (nothing to do)."""
+        already loading or served at this epoch (nothing to do). docs/transactions.md#coordinator-loading"""
         entry = self._partitions.get(partition)
         if entry is not None and entry.coordinator_epoch == coordinator_epoch:
             return False
@@ -340,6 +340,7 @@ class TransactionCoordinator:
         now_ms: int,
         callback: Callable[[InitProducerIdResult], None],
     ) -> None:
+        """docs/transactions.md#coordinator-init"""
         if transactional_id is None:
             # An idempotent producer: a fresh producer id, always.
             producer_id = self._next_producer_id()
@@ -458,6 +459,7 @@ class TransactionCoordinator:
         now_ms: int,
         callback: Callable[[dict[TopicPartition, str | None]], None],
     ) -> None:
+        """docs/transactions.md#coordinator-add"""
         added = frozenset(partitions)
 
         def respond(error: str | None) -> None:
@@ -511,7 +513,7 @@ class TransactionCoordinator:
         callback: ErrorCallback,
     ) -> None:
         """Kafka's endTransaction (transaction.version 0/1): a client must name the current epoch; the coordinator
-        itself (a fence, a timeout) aborts with a bumped one."""
+        itself (a fence, a timeout) aborts with a bumped one. docs/transactions.md#coordinator-end"""
         if not transactional_id:
             callback("INVALID_REQUEST")
             return
@@ -587,7 +589,7 @@ class TransactionCoordinator:
 
     def _complete_transaction(self, metadata: TransactionMetadata, coordinator_epoch: int, now_ms: int) -> None:
         """Send the markers of a transaction in PrepareCommit/PrepareAbort; CompleteCommit/CompleteAbort is written
-        once every partition has its marker (at once when it has none)."""
+        once every partition has its marker (at once when it has none). docs/transactions.md#coordinator-markers"""
         transit = metadata.prepare_complete(now_ms)
         request = TxnMarkerRequest(
             transactional_id=metadata.transactional_id,
@@ -686,7 +688,7 @@ class TransactionCoordinator:
         return min(deadlines, default=None)
 
     def on_timer(self, now_ms: int) -> None:
-        """Everything whose deadline is at or before `now_ms`."""
+        """Everything whose deadline is at or before `now_ms` (docs/transactions.md#coordinator-timers)."""
         for transactional_id, completion in list(self._completions.items()):
             if completion.retry_at_ms is not None and completion.retry_at_ms <= now_ms:
                 self._write_completion(transactional_id, now_ms)
@@ -778,7 +780,8 @@ class TransactionCoordinator:
         now_ms: int | None = None,
     ) -> ListTransactionsResult:
         """The ids this broker coordinates, filtered as ListTransactions asks (an empty filter matches all; a
-        duration filter >= 0, KIP-994, keeps transactions running longer than it and needs `now_ms`)."""
+        duration filter >= 0, KIP-994, keeps transactions running longer than it and needs `now_ms`).
+        docs/transactions.md#coordinator-list"""
         if any(p.state is _PartitionState.LOADING for p in self._partitions.values()):
             return ListTransactionsResult("COORDINATOR_LOAD_IN_PROGRESS")
         if duration_filter_ms >= 0 and now_ms is None:
