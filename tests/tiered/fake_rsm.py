@@ -65,6 +65,8 @@ class FakeRemoteStorageManager:
             IndexType.TIMESTAMP.value: data.time_index.read_bytes(),
             IndexType.LEADER_EPOCH.value: data.leader_epoch_checkpoint,
         }
+        if data.transaction_index is not None:
+            files[IndexType.TRANSACTION.value] = data.transaction_index.read_bytes()
         with self._lock:
             self.objects.update({(segment_id, suffix): content for suffix, content in files.items()})
 
@@ -144,6 +146,7 @@ def upload_log(log: Log, rsm: FakeRemoteStorageManager) -> list[RemoteLogSegment
         if segment.size == 0:
             continue
         epoch = log.leader_epoch_cache.epoch_for_offset(segment.base_offset)
+        txn_index = segment.txn_index.path if segment.txn_index.path.exists() else None
         metadata = RemoteLogSegmentMetadata(
             segment_id=RemoteLogSegmentId(TopicIdPartition(TOPIC_ID, TP), uuid.uuid4()),
             start_offset=segment.base_offset,
@@ -154,6 +157,7 @@ def upload_log(log: Log, rsm: FakeRemoteStorageManager) -> list[RemoteLogSegment
             segment_size_in_bytes=segment.size,
             segment_leader_epochs=((0 if epoch is None else epoch, segment.base_offset),),
             state=RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
+            has_txn_index=txn_index is not None,
         )
         rsm.copy_log_segment_data(
             metadata,
@@ -161,7 +165,7 @@ def upload_log(log: Log, rsm: FakeRemoteStorageManager) -> list[RemoteLogSegment
                 log_segment=segment.log_path,
                 offset_index=segment.offset_index.path,
                 time_index=segment.time_index.path,
-                transaction_index=None,
+                transaction_index=txn_index,
                 producer_snapshot=None,
                 leader_epoch_checkpoint=b"",
             ),

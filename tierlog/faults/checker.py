@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Protocol
 
 MAX_EXAMPLES = 5
 
@@ -29,6 +30,15 @@ class Send:
     outcome: str = "unknown"
     partition: int = -1
     offset: int = -1
+
+
+class Timeline(Protocol):
+    """What the nemesis writes into a history, whichever workload it belongs to."""
+
+    # (seconds since start, what) for every fault and heal
+    faults: list[tuple[float, str]]
+    # (seconds since start, leader, epoch) whenever DescribeQuorum showed a new leader or epoch
+    quorum: list[tuple[float, int, int]]
 
 
 @dataclass(slots=True)

@@ -21,7 +21,7 @@ import random
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tierlog.faults.checker import History, Send, Verdict, check
+from tierlog.faults.checker import History, Send, Timeline, Verdict, check
 from tierlog.faults.cluster import ProxiedCluster, QuorumView
 from tierlog.faults.proxy import CutMode, FaultProxy
 from tierlog.testing.local_cluster import wait_until
@@ -151,7 +151,7 @@ ACTIVE_CONTROLLER = "the active controller"
 
 class Nemesis(threading.Thread):
     def __init__(
-        self, cluster: ProxiedCluster, seed: int, history: History, started: float, say: Callable[[str], None]
+        self, cluster: ProxiedCluster, seed: int, history: Timeline, started: float, say: Callable[[str], None]
     ) -> None:
         super().__init__(name="nemesis", daemon=True)
         self.stopping = threading.Event()
@@ -270,18 +270,7 @@ def fault_run(
         for thread in [*producers, *consumers, nemesis]:
             thread.start()
         time.sleep(seconds)
-        nemesis.stopping.set()
-        nemesis.join(120)
-        say("  healing: every link restored, every broker running")
-        cluster.heal_network()
-        for node in cluster.node_ids:
-            broker = cluster.broker(node)
-            if broker.paused:
-                cluster.resume(node)
-            if not broker.running:
-                cluster.restart(node)
-        if nemesis.error is not None:
-            raise RuntimeError(f"the nemesis failed: {nemesis.error!r}") from nemesis.error
+        stop_and_heal(cluster, nemesis, say)
         for producer in producers:
             producer.stopping.set()
         for producer in producers:
@@ -310,7 +299,23 @@ def fault_run(
     return history, check(history)
 
 
-def controller_failovers(history: History) -> list[str]:
+def stop_and_heal(cluster: ProxiedCluster, nemesis: Nemesis, say: Callable[[str], None]) -> None:
+    """Stop the nemesis, restore every link and have every broker running; raise what the nemesis failed with."""
+    nemesis.stopping.set()
+    nemesis.join(120)
+    say("  healing: every link restored, every broker running")
+    cluster.heal_network()
+    for node in cluster.node_ids:
+        broker = cluster.broker(node)
+        if broker.paused:
+            cluster.resume(node)
+        if not broker.running:
+            cluster.restart(node)
+    if nemesis.error is not None:
+        raise RuntimeError(f"the nemesis failed: {nemesis.error!r}") from nemesis.error
+
+
+def controller_failovers(history: Timeline) -> list[str]:
     """One line per fault aimed at the active controller: the leader and epoch before it, and the first new ones
     DescribeQuorum showed before the next fault (the election it caused, and when it completed), or none."""
     lines = []
@@ -341,16 +346,21 @@ def _consumed(records: list[tuple[int, int, str]], ends: dict[int, int]) -> bool
 
 
 def _converged(cluster: ProxiedCluster) -> bool:
-    """Every broker reports every partition's replica at one LEO equal to the HW, and each leader's ISR whole."""
+    return converged(cluster, {TOPIC: PARTITIONS})
+
+
+def converged(cluster: ProxiedCluster, topics: Mapping[str, int]) -> bool:
+    """Every broker reports every partition of `topics` (name -> partitions) with its replica at one LEO equal to
+    the HW, and each leader's ISR whole."""
     views: list[dict[str, Any]] = []
     for node in cluster.node_ids:
         try:
             with urllib.request.urlopen(f"http://{cluster.http_address(node)}/v1/partitions", timeout=5) as r:
-                views.extend(p for p in json.loads(r.read())["partitions"] if p["topic"] == TOPIC)
+                views.extend(p for p in json.loads(r.read())["partitions"] if p["topic"] in topics)
         except (OSError, ValueError):
             return False
-    for partition in range(PARTITIONS):
-        replicas = [v for v in views if v["partition"] == partition]
+    for topic, partition in ((topic, p) for topic, count in topics.items() for p in range(count)):
+        replicas = [v for v in views if v["topic"] == topic and v["partition"] == partition]
         leaders = [v for v in replicas if v["role"] == "leader"]
         if len(replicas) != 3 or len(leaders) != 1 or len(leaders[0]["isr"]) != 3:
             return False

@@ -143,6 +143,7 @@ class Broker:
                 self.rlmm.store,
                 rsm,
                 remote_log_stats,
+                self.log_manager.get_log,
                 index_cache_dir=config.log_dirs[0] / REMOTE_INDEX_CACHE_DIR,
                 index_cache_bytes=config.get_int("remote.log.index.file.cache.total.size.bytes"),
                 reader_threads=config.get_int("remote.log.reader.threads"),
@@ -248,6 +249,7 @@ class Broker:
             auth=auth,
             metrics=self.metrics,
             after_request=self._after_request,
+            offsets_transaction_completed=self.group_coordinator.complete_transaction,
         )
 
     def _remote_storage_manager(self) -> RemoteStorageManager:

@@ -2,14 +2,15 @@
 decisions in tiered/remote_log_manager.py.
 
 Every `remote.log.manager.task.interval.ms`, for each partition with the remote tier on:
-- leaders copy rolled segments below the LSO (metadata COPY_SEGMENT_STARTED, the data through the
-  RemoteStorageManager on a copier thread, then COPY_SEGMENT_FINISHED) and expire remote segments (their
-  log start moves first, then DELETE_SEGMENT_STARTED, the objects, DELETE_SEGMENT_FINISHED);
+- leaders copy rolled segments below the LSO, each with its transaction index (metadata COPY_SEGMENT_STARTED,
+  the data through the RemoteStorageManager on a copier thread, then COPY_SEGMENT_FINISHED) and expire remote
+  segments (their log start moves first, then DELETE_SEGMENT_STARTED, the objects, DELETE_SEGMENT_FINISHED);
 - followers learn from the remote log metadata how far the remote tier reaches, so their local retention
   may delete what is copied.
-Consumers' fetches below the local log start (the ReplicaManager's DelayedRemoteFetch), ListOffsets by
-timestamp and followers' BuildingRemoteLogAuxState read the remote tier on the reader threads of
-`RemoteStorageReaderThreadPool`, never on the event loop.
+Consumers' fetches below the local log start (the ReplicaManager's DelayedRemoteFetch; with read_committed,
+the aborted transactions of the range read too), ListOffsets by timestamp and followers'
+BuildingRemoteLogAuxState read the remote tier on the reader threads of `RemoteStorageReaderThreadPool`,
+never on the event loop.
 """
 
 from __future__ import annotations
@@ -24,34 +25,37 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tierlog.common import TopicPartition
+from tierlog.records.record_batch import complete_batches, read_header
 from tierlog.replication import trace
+from tierlog.replication.errors import NotLeaderOrFollowerError
 from tierlog.replication.partition import Partition, RemoteFetchInfo
 from tierlog.replication.replica_manager import RemoteLogReadResult, ReplicaManager, error_name_of
 from tierlog.server.clock import now_ms
 from tierlog.server.remote_log_metadata_topic import TopicBasedRemoteLogMetadataManager
 from tierlog.storage.errors import OffsetOutOfRangeError
 from tierlog.storage.file_records import TimestampAndOffset
+from tierlog.storage.log import Log
 from tierlog.storage.producer_state import CorruptSnapshotError, decode_snapshot
-from tierlog.storage.segment import offset_index_file_path, time_index_file_path
+from tierlog.storage.transaction_index import AbortedTxn
 from tierlog.tiered.remote_index_cache import RemoteIndexCache
 from tierlog.tiered.remote_log_manager import (
     copy_candidates,
-    epoch_checkpoint_bytes,
     epochs_in_range,
     highest_remote_offset,
     is_within_lineage,
     parse_epoch_checkpoint,
     plan_remote_expiration,
+    segment_data,
 )
 from tierlog.tiered.remote_log_metadata_cache import RemoteLogMetadataCache, RemoteLogMetadataStore
 from tierlog.tiered.remote_log_reader import RemoteLogReader
 from tierlog.tiered.remote_storage_manager import (
     IndexType,
-    LogSegmentData,
     RemoteResourceNotFoundError,
     RemoteStorageError,
     RemoteStorageManager,
 )
+from tierlog.tiered.remote_transactions import AbortedTxnSearch
 from tierlog.tiered.segment_metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -89,6 +93,7 @@ class RemoteStorageReaderThreadPool:
         store: RemoteLogMetadataStore,
         rsm: RemoteStorageManager,
         stats: RemoteLogStats,
+        log_of: Callable[[TopicPartition], Log | None],
         *,
         index_cache_dir: Path,
         index_cache_bytes: int,
@@ -96,6 +101,7 @@ class RemoteStorageReaderThreadPool:
     ) -> None:
         self._store = store
         self._stats = stats
+        self._log_of = log_of
         self.index_cache = RemoteIndexCache(index_cache_dir, rsm, index_cache_bytes)
         self.reader = RemoteLogReader(rsm, self.index_cache)
         self._threads = ThreadPoolExecutor(reader_threads, thread_name_prefix="remote-log-reader")
@@ -121,13 +127,13 @@ class RemoteStorageReaderThreadPool:
         task = asyncio.create_task(self._read(tp, info), name=f"remote-read-{tp}")
         self._tasks.add(task)
 
-        def done(task: asyncio.Task[bytes]) -> None:
+        def done(task: asyncio.Task[RemoteLogReadResult]) -> None:
             self._tasks.discard(task)
             if task.cancelled():
                 return
             error = task.exception()
             if error is None:
-                on_done(RemoteLogReadResult(task.result()))
+                on_done(task.result())
             elif isinstance(error, RemoteStorageError):
                 logger.warning("remote read of %s failed: %s", tp, error)
                 on_done(RemoteLogReadResult(None, "KAFKA_STORAGE_ERROR"))
@@ -141,10 +147,10 @@ class RemoteStorageReaderThreadPool:
 
         return cancel
 
-    async def _read(self, tp: TopicPartition, info: RemoteFetchInfo) -> bytes:
-        """A consumer's fetch below the local log start (Kafka's RemoteLogReader). Raises
-        OffsetOutOfRangeError if no remote segment of this log's lineage holds the offset, RemoteStorageError
-        if the remote tier fails."""
+    async def _read(self, tp: TopicPartition, info: RemoteFetchInfo) -> RemoteLogReadResult:
+        """A consumer's fetch below the local log start (Kafka's RemoteLogReader), with the aborted transactions
+        of what it returns for a read_committed one. Raises OffsetOutOfRangeError if no remote segment of this
+        log's lineage holds the offset, RemoteStorageError if the remote tier fails."""
         metadata = self.remote_segment(TopicIdPartition(info.topic_id, tp), info.leader_epoch, info.fetch_offset)
         if metadata is None:
             raise OffsetOutOfRangeError(
@@ -163,7 +169,43 @@ class RemoteStorageReaderThreadPool:
             prefetch = asyncio.create_task(self.run(self.reader.prefetch_next, metadata, result.next_position))
             self._tasks.add(prefetch)
             prefetch.add_done_callback(_discard_quietly(self._tasks))
-        return result.records
+        if not info.read_committed:
+            return RemoteLogReadResult(result.records)
+        try:
+            aborted = await self._aborted_transactions(tp, metadata, result.records)
+        except RemoteStorageError:
+            self._stats.fetch_errors += 1
+            raise
+        return RemoteLogReadResult(result.records, aborted_transactions=aborted)
+
+    async def _aborted_transactions(
+        self, tp: TopicPartition, metadata: RemoteLogSegmentMetadata, records: bytes
+    ) -> list[AbortedTxn]:
+        """The aborted transactions overlapping the batches read (docs/transactions.md#tiered-read): from the
+        transaction indexes of the segment and of each following remote segment of the log's lineage (fetched on
+        a reader thread), then, if those do not complete the search, from the local log."""
+        positions = [position for position, _ in complete_batches(records)]
+        if not positions:
+            return []
+        # Kafka bounds the search by the offset index entry past the bytes read; the batches' own last offset
+        # is a tighter bound of the same range.
+        search = AbortedTxnSearch(
+            read_header(records, positions[0]).base_offset, read_header(records, positions[-1]).last_offset + 1
+        )
+        log = self._log_of(tp)
+        if log is None:
+            raise NotLeaderOrFollowerError(f"{tp} left this broker during its remote read")
+        cache = self._store.cache(metadata.segment_id.topic_id_partition)
+        segment: RemoteLogSegmentMetadata | None = metadata
+        while segment is not None:
+            entries = await self.run(self.index_cache.aborted_txns, segment) if segment.has_txn_index else []
+            if search.add(entries):
+                break
+            # Kafka's findNextSegmentMetadata: the copied segment holding the next offset in that offset's epoch.
+            next_offset = segment.end_offset + 1
+            epoch = log.leader_epoch_cache.epoch_for_offset(next_offset)
+            segment = None if cache is None or epoch is None else cache.remote_log_segment_metadata(epoch, next_offset)
+        return search.with_local(log.collect_aborted_transactions)
 
     def remote_segment(
         self, partition: TopicIdPartition, leader_epoch: int | None, offset: int
@@ -253,12 +295,13 @@ class RemoteLogTasks:
         topic_id = partition.topic_id
         leader_epoch = partition.leader_epoch
         self._learn_remote_end(partition)
-        # Without transactions the LSO is the HW.
-        for candidate in copy_candidates(log, log.highest_offset_in_remote_storage, log.high_watermark):
+        # Below the LSO (docs/transactions.md#tiered): a copied segment's transactions are all decided.
+        for candidate in copy_candidates(log, log.highest_offset_in_remote_storage, log.last_stable_offset):
             if not self._still_leading(partition, leader_epoch):
                 return  # the new leader copies from its own log
             segment = candidate.segment
             entries = log.leader_epoch_cache.epoch_entries()
+            data = segment_data(log, candidate)
             metadata = RemoteLogSegmentMetadata(
                 segment_id=RemoteLogSegmentId(TopicIdPartition(topic_id, tp), uuid.uuid4()),
                 start_offset=segment.base_offset,
@@ -268,16 +311,7 @@ class RemoteLogTasks:
                 event_timestamp_ms=now_ms(),
                 segment_size_in_bytes=segment.size,
                 segment_leader_epochs=epochs_in_range(entries, segment.base_offset, candidate.end_offset),
-            )
-            data = LogSegmentData(
-                log_segment=segment.log_path,
-                offset_index=offset_index_file_path(log.dir, segment.base_offset),
-                time_index=time_index_file_path(log.dir, segment.base_offset),
-                transaction_index=None,
-                # Kafka's copyLogSegment: the snapshot taken when the next segment was rolled, i.e. the producer
-                # state as of this segment's end (missing only for segments rolled before snapshots existed).
-                producer_snapshot=log.fetch_producer_snapshot(candidate.end_offset + 1),
-                leader_epoch_checkpoint=epoch_checkpoint_bytes(entries, candidate.end_offset + 1),
+                has_txn_index=data.transaction_index is not None,
             )
             await self.rlmm.publish(metadata)
             self._copying.add(metadata.segment_id.id)

@@ -7,8 +7,8 @@ run on the event loop. Nothing here reads a clock or starts a thread.
 
 The rules, as in Kafka:
 - the dirty part of a log runs from the `cleaner-offset-checkpoint` entry (clamped to the log start) to the
-  first uncleanable offset: the segment holding min(high watermark (the LSO without transactions), active
-  segment, first segment younger than min.compaction.lag.ms); a log is cleaned once its dirty bytes exceed
+  first uncleanable offset: the segment holding min(last stable offset, active segment, first segment younger
+  than min.compaction.lag.ms); a log is cleaned once its dirty bytes exceed
   min.cleanable.dirty.ratio of it, or at once when max.compaction.lag.ms has passed for its oldest dirty
   record;
 - the offset map holds key -> latest offset over the dirty part, bounded by log.cleaner.dedupe.buffer.size;
@@ -17,6 +17,10 @@ The rules, as in Kafka:
   a record stays iff its offset is >= the map's offset for its key; offsets never change, batches keep their
   base offset, last offset delta, producer fields, leader epoch, codec and record timestamps; a batch left
   without records goes unless it is its producer's last (kept empty, for idempotence);
+- transactions (docs/transactions.md#compaction): the batches of aborted transactions go (their keys are not
+  mapped either); a transaction marker stays while a batch of its transaction does, then gets a delete
+  horizon and goes at the first cleaning at or after it (cleaned_transactions.py); the cleaned segment's
+  transaction index holds the aborted transactions whose markers it keeps;
 - a tombstone's batch gets a delete horizon (now + delete.retention.ms) when first cleaned (KIP-534) and the
   tombstone is removed by the first cleaning at or after it;
 - the new segment is written as `.cleaned`, renamed `.swap`, the old ones renamed `.deleted`, then `.swap`
@@ -42,10 +46,12 @@ from tierlog.records.record_batch import (
     validate_batch,
 )
 from tierlog.storage.checkpoints import OffsetCheckpointFile
+from tierlog.storage.cleaned_transactions import CleanedTransactionMetadata
 from tierlog.storage.file_records import scan_batches
 from tierlog.storage.log_config import LogConfig
 from tierlog.storage.offset_map import BYTES_PER_ENTRY, OffsetMap
 from tierlog.storage.segment import CLEANED_FILE_SUFFIX, LogSegment
+from tierlog.storage.transaction_index import AbortedTxn
 
 if TYPE_CHECKING:
     from tierlog.storage.log import Log
@@ -158,8 +164,8 @@ def cleanable_offsets(log: Log, last_clean_offset: int | None, now_ms: int) -> t
         )
         first_dirty, force_update = log_start_offset, True
     active = log.active_segment
-    # Without transactions the last stable offset is the high watermark.
-    candidates = [log.high_watermark, active.base_offset]
+    # Never past an undecided transaction (docs/transactions.md#compaction): whether its batches stay is unknown.
+    candidates = [log.last_stable_offset, active.base_offset]
     min_compaction_lag_ms = max(log.config.min_compaction_lag_ms, 0)
     if min_compaction_lag_ms > 0:
         for segment in _segments_overlapping(log, first_dirty, active.base_offset):
@@ -347,9 +353,14 @@ class CleaningTask:
     now_ms: int
     segments: list[LogSegment]
     sources: list[_SegmentSource]
-    # producer id -> last offset of its last data batch, for each producer the log's producer state still
-    # holds: the batches compaction keeps even when it empties them.
-    last_batches: dict[int, int]
+    # producer id -> (last offset of its last data batch, or None if it has none; its epoch), for each
+    # producer the log's producer state still holds (Kafka's lastRecordsOfActiveProducers): the batches
+    # compaction keeps even when it empties them.
+    last_batches: dict[int, tuple[int | None, int]]
+    # The aborted transactions overlapping each source's offsets, and the dirty range's (for the offset map):
+    # read from the transaction indexes on the event loop, before the clean runs elsewhere.
+    source_aborted_txns: list[list[AbortedTxn]]
+    dirty_aborted_txns: list[AbortedTxn]
     stats: CleanerStats = field(default_factory=CleanerStats)
 
     @classmethod
@@ -379,10 +390,30 @@ class CleaningTask:
                 os.close(source.fd)
             raise
         last_batches = {
-            producer_id: entry.last_data_offset
+            producer_id: (entry.last_data_offset if entry.last_data_offset >= 0 else None, entry.producer_epoch)
             for producer_id, entry in log.producer_state_manager.active_producers.items()
         }
-        return cls(to_clean, log.dir, log.config, cleaner_config, now_ms, cleanable, sources, last_batches)
+        # Every source has a next segment (the active one is never cleaned): its range ends there. One search
+        # over all of them finds every transaction overlapping any one's range (a search stops only where no
+        # later aborted transaction can start inside its range), so each is a filter of it.
+        ends = [segments[index + 1].base_offset for index in range(len(cleanable))]
+        aborted = log.collect_aborted_transactions(cleanable[0].base_offset, ends[-1]) if cleanable else []
+        source_aborted_txns = [
+            _overlapping(aborted, segment.base_offset, end) for segment, end in zip(cleanable, ends, strict=True)
+        ]
+        dirty_aborted_txns = _overlapping(aborted, to_clean.first_dirty_offset, to_clean.first_uncleanable_offset)
+        return cls(
+            to_clean,
+            log.dir,
+            log.config,
+            cleaner_config,
+            now_ms,
+            cleanable,
+            sources,
+            last_batches,
+            source_aborted_txns,
+            dirty_aborted_txns,
+        )
 
     def close(self) -> None:
         for source in self.sources:
@@ -402,6 +433,8 @@ class CleaningTask:
                 # included (a replica of a compacted log may lack the offsets below the next segment).
                 end_offset = self.to_clean.first_uncleanable_offset
             groups: list[CleanedGroup] = []
+            # One walk over the log's front across all groups: a transaction may span segments.
+            transactions = CleanedTransactionMetadata()
             try:
                 for indexes in group_segments_by_size(
                     [s for s in self.sources if s.base_offset < end_offset],
@@ -411,7 +444,7 @@ class CleaningTask:
                 ):
                     check_done()
                     group = [self.sources[i] for i in indexes]
-                    new_segment = self._clean_segments(group, offset_map, check_done)
+                    new_segment = self._clean_segments(indexes, offset_map, transactions, check_done)
                     groups.append(
                         CleanedGroup(
                             [self.segments[i] for i in indexes], [source.size for source in group], new_segment
@@ -431,6 +464,8 @@ class CleaningTask:
         end = self.to_clean.first_uncleanable_offset
         max_desired_size = int(offset_map.slots * self.cleaner_config.dedupe_buffer_load_factor)
         stats = self.stats
+        transactions = CleanedTransactionMetadata()
+        transactions.add_aborted_transactions(self.dirty_aborted_txns)
         for index, source in enumerate(self.sources):
             next_base = self.sources[index + 1].base_offset if index + 1 < len(self.sources) else end
             if next_base <= start or source.base_offset >= end:
@@ -439,7 +474,17 @@ class CleaningTask:
             for header, batch in _read_batches(source, self.cleaner_config.io_buffer_size):
                 check_done()
                 stats.map_bytes_read += header.size_in_bytes
+                # A marker's key is no record key, and an aborted batch's keys must not hide earlier values.
+                if header.is_control:
+                    transactions.on_control_batch_read(header, batch)
+                    aborted = True
+                else:
+                    aborted = transactions.on_batch_read(header)
                 if header.last_offset < start:
+                    continue
+                if aborted:
+                    stats.map_messages_read += header.records_count
+                    offset_map.update_latest_offset(header.last_offset)
                     continue
                 for record in decode_raw_records(batch, header):
                     offset = header.base_offset + record.offset_delta
@@ -453,23 +498,27 @@ class CleaningTask:
 
     def _clean_segments(
         self,
-        group: list[_SegmentSource],
+        indexes: list[int],
         offset_map: OffsetMap,
+        transactions: CleanedTransactionMetadata,
         check_done: Callable[[], None],
     ) -> LogSegment:
-        """Kafka's cleanSegments: one `.cleaned` segment holding what the group keeps."""
+        """Kafka's cleanSegments: one `.cleaned` segment holding what the group (indexes into the sources) keeps."""
         config = self.config
+        group = [self.sources[i] for i in indexes]
         cleaned = LogSegment.open(
             self.directory, group[0].base_offset, config, self.now_ms, file_suffix=CLEANED_FILE_SUFFIX
         )
+        transactions.cleaned_index = cleaned.txn_index
         try:
             writer = _SegmentWriter(cleaned, config.index_interval_bytes)
-            for source in group:
+            for index, source in zip(indexes, group, strict=True):
                 check_done()
+                transactions.add_aborted_transactions(self.source_aborted_txns[index])
                 for header, batch in _read_batches(source, self.cleaner_config.io_buffer_size):
                     check_done()
                     self.stats.bytes_read += header.size_in_bytes
-                    kept = self._filter_batch(header, batch, offset_map)
+                    kept = self._filter_batch(header, batch, offset_map, transactions)
                     if kept is not None:
                         writer.add(kept)
                 self.stats.segments_cleaned += 1
@@ -484,26 +533,57 @@ class CleaningTask:
             raise
         return cleaned
 
-    def _filter_batch(self, header: RecordBatchHeader, batch: bytes, offset_map: OffsetMap) -> bytes | None:
-        """MemoryRecords.filterTo for one batch: its bytes unchanged, rebuilt with the records kept, an empty
-        batch for a producer's last one, or None."""
+    def _filter_batch(
+        self,
+        header: RecordBatchHeader,
+        batch: bytes,
+        offset_map: OffsetMap,
+        transactions: CleanedTransactionMetadata,
+    ) -> bytes | None:
+        """MemoryRecords.filterTo with Kafka's cleaner filter for one batch: its bytes unchanged, rebuilt with
+        the records kept, an empty batch for a producer's last one, or None."""
         records = decode_raw_records(batch, header)
         self.stats.messages_read += len(records)
         horizon = header.delete_horizon_ms
-        retained = [record for record in records if self._should_retain(header, record, offset_map, horizon)]
+        if header.is_control:
+            # A marker rides on the tombstone horizon: discardable once its transaction has no batch left, it
+            # first gets a delete horizon and goes at the first cleaning at or after it.
+            discardable_marker = transactions.on_control_batch_read(header, batch)
+            discard_records = discardable_marker and horizon is not None and horizon <= self.now_ms
+            retained = [] if discard_records else records
+        else:
+            discardable_marker = False
+            discard_records = transactions.on_batch_read(header)
+            retained = (
+                []
+                if discard_records
+                else [record for record in records if self._should_retain(header, record, offset_map, horizon)]
+            )
         self.stats.messages_written += len(retained)
         if retained:
-            needs_horizon = horizon is None and any(record.value is None for record in retained)
+            needs_horizon = horizon is None and (discardable_marker or any(record.value is None for record in retained))
             if len(retained) == len(records) and not needs_horizon:
                 return batch
             if needs_horizon:
                 horizon = self.now_ms + self.config.delete_retention_ms
             return encode_raw_batch(header, retained, delete_horizon_ms=horizon)
-        if header.producer_id != NO_PRODUCER_ID and self.last_batches.get(header.producer_id) == header.last_offset:
+        if header.producer_id != NO_PRODUCER_ID and self._is_last_batch_of_producer(header):
             # The batch carries the producer's last sequence and epoch: without it a retried produce would
-            # fail with OUT_OF_ORDER_SEQUENCE_NUMBER once producer state is rebuilt from the log.
+            # fail with OUT_OF_ORDER_SEQUENCE_NUMBER, or a zombie would not be fenced, once producer state is
+            # rebuilt from the log.
             return encode_raw_batch(header, [], delete_horizon_ms=None)
         return None
+
+    def _is_last_batch_of_producer(self, header: RecordBatchHeader) -> bool:
+        """Kafka's isBatchLastRecordOfProducer: the batch holding a live producer's last data offset, or, for
+        a producer with none, a marker of its current epoch."""
+        last = self.last_batches.get(header.producer_id)
+        if last is None:
+            return False
+        last_data_offset, producer_epoch = last
+        if last_data_offset is not None:
+            return header.last_offset == last_data_offset
+        return header.is_control and header.producer_epoch == producer_epoch
 
     def _should_retain(
         self, header: RecordBatchHeader, record: RawRecord, offset_map: OffsetMap, horizon: int | None
@@ -518,6 +598,11 @@ class CleaningTask:
         if offset < offset_map.get(record.key):
             return False
         return record.value is not None or horizon is None or self.now_ms < horizon
+
+
+def _overlapping(txns: Sequence[AbortedTxn], start_offset: int, end_offset: int) -> list[AbortedTxn]:
+    """The transactions with an offset in [start_offset, end_offset) (from their first record to their marker)."""
+    return [txn for txn in txns if txn.last_offset >= start_offset and txn.first_offset < end_offset]
 
 
 class _SegmentWriter:

@@ -7,7 +7,10 @@ would cost two object-store round trips per read, so they are cached: as files u
 size in bytes (`remote.log.index.file.cache.total.size.bytes`), least recently used first out.
 
 The uploaded index files are byte for byte the local `.index`/`.timeindex` files, so the local OffsetIndex
-and TimeIndex classes read them and answer lookups exactly as for a local segment. Lookups run from the
+and TimeIndex classes read them and answer lookups exactly as for a local segment. A `read_committed` read
+also needs the segments' transaction indexes (docs/transactions.md#tiered): their entries are kept in memory
+only (a few 34-byte entries a segment, most often none), least recently used first out, within a bound of
+the same size. Lookups run from the
 shell's worker threads: one lock guards the LRU, and the remote fetches happen outside it, one per segment
 however many threads miss on it at once.
 """
@@ -27,7 +30,9 @@ from tierlog.storage.errors import CorruptIndexError
 from tierlog.storage.offset_index import OffsetIndex
 from tierlog.storage.segment import filename_prefix_from_offset
 from tierlog.storage.time_index import TimeIndex
+from tierlog.storage.transaction_index import ABORTED_TXN_SIZE, AbortedTxn
 from tierlog.tiered.remote_storage_manager import IndexType, RemoteStorageManager
+from tierlog.tiered.remote_transactions import fetch_remote_aborted_txns
 from tierlog.tiered.segment_metadata import RemoteLogSegmentMetadata
 
 _TMP_SUFFIX = ".tmp"
@@ -36,6 +41,9 @@ _TMP_SUFFIX = ".tmp"
 _UNBOUNDED_INDEX_SIZE = 2**31 - 1
 
 _Index = TypeVar("_Index", bound=AbstractIndex)
+
+# What a cached transaction index costs besides its entries, so that empty ones are bounded too.
+_TXN_ENTRY_OVERHEAD_BYTES = 64
 
 
 @dataclass(slots=True)
@@ -70,6 +78,9 @@ class RemoteIndexCache:
         self._entries: OrderedDict[uuid.UUID, _Entry] = OrderedDict()
         self._loading: dict[uuid.UUID, _Load] = {}
         self._size_bytes = 0
+        # segment id -> (its transaction index's entries, their cost in bytes)
+        self._aborted_txns: OrderedDict[uuid.UUID, tuple[list[AbortedTxn], int]] = OrderedDict()
+        self._aborted_txns_bytes = 0
         self._closed = False
         # misses: lookups that fetched from the remote store; hits: the rest, including those that waited on
         # another thread's fetch of the same segment.
@@ -98,9 +109,37 @@ class RemoteIndexCache:
         timestamp), or the segment's start offset if there is none."""
         return self._entry(metadata).time_index.lookup(timestamp).offset
 
+    def aborted_txns(self, metadata: RemoteLogSegmentMetadata) -> list[AbortedTxn]:
+        """The entries of the segment's transaction index (none if it has none). Two threads missing on the
+        same segment at once may both fetch it: it is small, and rarely wanted by two reads at once."""
+        if not metadata.has_txn_index:
+            return []
+        segment_id = metadata.segment_id.id
+        with self._lock:
+            self._check_open()
+            cached = self._aborted_txns.get(segment_id)
+            if cached is not None:
+                self._aborted_txns.move_to_end(segment_id)
+                self.hits += 1
+                return cached[0]
+            self.misses += 1
+        entries = fetch_remote_aborted_txns(self._rsm, metadata)
+        cost = len(entries) * ABORTED_TXN_SIZE + _TXN_ENTRY_OVERHEAD_BYTES
+        with self._lock:
+            if not self._closed and segment_id not in self._aborted_txns:
+                self._aborted_txns[segment_id] = (entries, cost)
+                self._aborted_txns_bytes += cost
+                while self._aborted_txns_bytes > self._max_size_bytes and self._aborted_txns:
+                    _, (_, evicted_cost) = self._aborted_txns.popitem(last=False)
+                    self._aborted_txns_bytes -= evicted_cost
+        return entries
+
     def remove(self, segment_id: uuid.UUID) -> None:
         """Forget a segment (deleted from the remote tier) and delete its files."""
         with self._lock:
+            txns = self._aborted_txns.pop(segment_id, None)
+            if txns is not None:
+                self._aborted_txns_bytes -= txns[1]
             entry = self._entries.pop(segment_id, None)
             if entry is not None:
                 self._size_bytes -= entry.size_bytes
@@ -118,12 +157,13 @@ class RemoteIndexCache:
                 entry.time_index.close()
             self._entries.clear()
             self._size_bytes = 0
+            self._aborted_txns.clear()
+            self._aborted_txns_bytes = 0
 
     def _entry(self, metadata: RemoteLogSegmentMetadata) -> _Entry:
         segment_id = metadata.segment_id.id
         with self._lock:
-            if self._closed:
-                raise RuntimeError(f"Remote index cache {self._directory} is closed")
+            self._check_open()
             entry = self._entries.get(segment_id)
             if entry is not None:
                 self._entries.move_to_end(segment_id)
@@ -154,6 +194,11 @@ class RemoteIndexCache:
                 self._insert(entry)
         load.result.set_result(entry)
         return entry
+
+    def _check_open(self) -> None:
+        """Caller holds the lock."""
+        if self._closed:
+            raise RuntimeError(f"Remote index cache {self._directory} is closed")
 
     def _fetch(self, metadata: RemoteLogSegmentMetadata) -> _Entry:
         """Fetch both indexes, check them, and write them under their cache names. Raises RemoteStorageError

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 from tierlog.storage.epoch_entry import EpochEntry
 from tierlog.storage.log import Log
-from tierlog.storage.segment import LogSegment
+from tierlog.storage.segment import LogSegment, offset_index_file_path, time_index_file_path
 from tierlog.tiered.remote_log_metadata_cache import RemoteLogMetadataCache
+from tierlog.tiered.remote_storage_manager import LogSegmentData
 from tierlog.tiered.segment_metadata import RemoteLogSegmentMetadata, RemoteLogSegmentState
 
 CHECKPOINT_VERSION = 0
@@ -46,10 +47,31 @@ def copy_candidates(log: Log, copied_offset: int, last_stable_offset: int) -> li
     return candidates
 
 
+def segment_data(log: Log, candidate: CopyCandidate) -> LogSegmentData:
+    """What the copy of a candidate uploads (Kafka's copyLogSegment): the segment's log, indexes and, if it
+    has one, transaction index (docs/transactions.md#tiered: an aborted transaction's marker is in it; copied
+    below the LSO, it gains no entry afterwards), the producer snapshot taken when the next segment was rolled
+    (the producer state as of the segment's end; missing only for segments rolled before snapshots existed) and
+    the leader-epoch history up to the segment's end."""
+    segment = candidate.segment
+    txn_index = segment.txn_index.path
+    end_offset_exclusive = candidate.end_offset + 1
+    return LogSegmentData(
+        log_segment=segment.log_path,
+        offset_index=offset_index_file_path(log.dir, segment.base_offset),
+        time_index=time_index_file_path(log.dir, segment.base_offset),
+        transaction_index=txn_index if txn_index.exists() else None,
+        producer_snapshot=log.fetch_producer_snapshot(end_offset_exclusive),
+        leader_epoch_checkpoint=epoch_checkpoint_bytes(log.leader_epoch_cache.epoch_entries(), end_offset_exclusive),
+    )
+
+
 def copy_lag_bytes(log: Log) -> int:
     """Kafka's RemoteCopyLagBytes: bytes of the rolled segments the leader copies next (above Ry, below the
     LSO); a segment Ry falls inside counts whole, as it is copied whole."""
-    return sum(c.segment.size for c in copy_candidates(log, log.highest_offset_in_remote_storage, log.high_watermark))
+    return sum(
+        c.segment.size for c in copy_candidates(log, log.highest_offset_in_remote_storage, log.last_stable_offset)
+    )
 
 
 def epochs_in_range(entries: Sequence[EpochEntry], start_offset: int, end_offset: int) -> tuple[tuple[int, int], ...]:

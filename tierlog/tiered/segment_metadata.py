@@ -66,7 +66,9 @@ class RemoteLogSegmentId:
 class RemoteLogSegmentMetadata:
     """One remote segment. `end_offset` is inclusive. `segment_leader_epochs` is the segment's own slice of
     the leader-epoch history: (epoch, first offset of that epoch within the segment), ascending; the first
-    entry starts at `start_offset`."""
+    entry starts at `start_offset`. `has_txn_index` False: the copy uploaded no transaction index, so a
+    read_committed read need not fetch one (docs/transactions.md#tiered-txn-index); True when it did, or for
+    a segment described before tierlog recorded it."""
 
     segment_id: RemoteLogSegmentId
     start_offset: int
@@ -77,6 +79,7 @@ class RemoteLogSegmentMetadata:
     segment_size_in_bytes: int
     segment_leader_epochs: tuple[tuple[int, int], ...]
     state: RemoteLogSegmentState = RemoteLogSegmentState.COPY_SEGMENT_STARTED
+    has_txn_index: bool = True
 
     def __post_init__(self) -> None:
         if self.start_offset < 0 or self.end_offset < self.start_offset:
@@ -142,6 +145,7 @@ def encode_event(event: RemoteLogMetadataEvent) -> bytes:
             max_timestamp_ms=event.max_timestamp_ms,
             segment_size_in_bytes=event.segment_size_in_bytes,
             segment_leader_epochs=[list(entry) for entry in event.segment_leader_epochs],
+            has_txn_index=event.has_txn_index,
         )
     return json.dumps(fields, separators=(",", ":")).encode()
 
@@ -170,4 +174,5 @@ def decode_event(value: bytes) -> RemoteLogMetadataEvent:
         segment_size_in_bytes=int(fields["segment_size_in_bytes"]),
         segment_leader_epochs=tuple((int(e), int(o)) for e, o in fields["segment_leader_epochs"]),
         state=state,
+        has_txn_index=bool(fields.get("has_txn_index", True)),
     )
