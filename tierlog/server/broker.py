@@ -249,7 +249,6 @@ class Broker:
             auth=auth,
             metrics=self.metrics,
             after_request=self._after_request,
-            offsets_transaction_completed=self.group_coordinator.complete_transaction,
         )
 
     def _remote_storage_manager(self) -> RemoteStorageManager:
