@@ -13,6 +13,8 @@ from tierlog.records.control_batch import ControlRecordType, EndTxnMarker, build
 from tierlog.records.record_batch import CompressionType, set_base_offset
 from tierlog.spark.arrow import record_batches_to_arrow
 from tierlog.spark.options import parse_batch_options
+from tierlog.spark.remote_tier import chunk_aborted_transactions
+from tierlog.storage.transaction_index import AbortedTxn
 
 NOW_MS = 1_700_000_000_000
 
@@ -125,3 +127,15 @@ def test_isolation_level_option_defaults_to_spark_kafka_sources_read_uncommitted
     assert ("isolation.level", "read_committed") in committed.client_settings
     with pytest.raises(ValueError, match=r"kafka\.isolation\.level. must be read_committed or read_uncommitted"):
         parse_batch_options({**base, "kafka.isolation.level": "serializable"})
+
+
+def test_a_remote_slice_read_in_chunks_applies_each_aborted_transaction_only_to_the_chunks_it_reaches() -> None:
+    """The direct remote-tier path reads a slice in chunks with the slice's aborted transactions: a transaction
+    aborted in the first chunk must not drop its producer's committed transaction in the second, as a Fetch
+    answer starting at the second chunk would not list it."""
+    first = _data(0, 2, producer_id=5, transactional=True) + _marker(2, 5, committed=False)
+    second = _data(3, 2, producer_id=5, transactional=True) + _marker(5, 5, committed=True)
+    aborted = (AbortedTxn(producer_id=5, first_offset=0, last_offset=2, last_stable_offset=0),)
+    assert _offsets(first, chunk_aborted_transactions(aborted, 0)) == []
+    assert _offsets(second, chunk_aborted_transactions(aborted, 3)) == [3, 4]
+    assert chunk_aborted_transactions(None, 3) is None

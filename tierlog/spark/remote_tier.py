@@ -18,7 +18,7 @@ import socket
 import struct
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import pyarrow as pa
@@ -32,6 +32,7 @@ from tierlog.records.record_batch import RECORD_BATCH_OVERHEAD, batch_size_at, r
 from tierlog.spark.arrow import record_batches_to_arrow
 from tierlog.spark.offsets import NO_CLIENT_SETTINGS
 from tierlog.storage.epoch_entry import EpochEntry
+from tierlog.storage.transaction_index import AbortedTxn
 from tierlog.tiered.fsspec_storage import FsspecRemoteStorageManager
 from tierlog.tiered.remote_log_manager import is_within_lineage, parse_epoch_checkpoint
 from tierlog.tiered.remote_log_metadata_cache import (
@@ -40,6 +41,7 @@ from tierlog.tiered.remote_log_metadata_cache import (
     RemoteLogMetadataStore,
 )
 from tierlog.tiered.remote_storage_manager import IndexType, RemoteStorageError
+from tierlog.tiered.remote_transactions import collect_remote_aborted_transactions, fetch_remote_aborted_txns
 from tierlog.tiered.segment_metadata import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
@@ -133,6 +135,9 @@ class RemoteSegmentSlice:
     start_offset: int
     end_offset: int
     metadata: RemoteLogSegmentMetadata
+    # read_committed: the aborted transactions overlapping the slice, from the remote transaction indexes
+    # (docs/transactions.md#spark-source); None reads uncommitted.
+    aborted_transactions: tuple[AbortedTxn, ...] | None = None
 
     @property
     def size_in_bytes(self) -> int:
@@ -283,16 +288,37 @@ def remote_reach(slices: list[RemoteSegmentSlice], start_offset: int) -> int:
     return slices[-1].end_offset if slices else start_offset
 
 
+def with_aborted_transactions(
+    slices: list[RemoteSegmentSlice],
+    lineage: list[RemoteLogSegmentMetadata],
+    aborted_txns_of: Callable[[RemoteLogSegmentMetadata], Sequence[AbortedTxn]],
+) -> list[RemoteSegmentSlice]:
+    """read_committed: each slice with the aborted transactions overlapping it, searched as the brokers search
+    a remote read's (collect_remote_aborted_transactions: the slice's segment, then the following ones of the
+    lineage). The slices end before the first whose search the remote tier cannot complete (a marker still only
+    in the local log): the caller reads from there through a broker, which finishes the search."""
+    out = []
+    for piece in slices:
+        following = [s for s in lineage if s.start_offset >= piece.metadata.start_offset]
+        found = collect_remote_aborted_transactions(piece.start_offset, piece.end_offset, following, aborted_txns_of)
+        if not found.is_complete:
+            break
+        out.append(replace(piece, aborted_transactions=tuple(found.aborted)))
+    return out
+
+
 def plan_remote_reads(
     bootstrap: str,
     ranges: Mapping[TopicPartition, tuple[int, int]],
     rsm_config: Mapping[str, str],
     timeout_s: float = DEFAULT_TIMEOUT_S,
     client_settings: Mapping[str, str] = NO_CLIENT_SETTINGS,
+    read_committed: bool = False,
 ) -> dict[TopicPartition, list[RemoteSegmentSlice]]:
     """The driver's whole job: for each topic-partition's [start, end), the remote slices from `start` on,
     as far as the remote tier reaches contiguously (possibly none). The metadata topic is read once for all.
-    `client_settings` are the job's kafka.* settings for the clients that ask the brokers."""
+    `client_settings` are the job's kafka.* settings for the clients that ask the brokers. With `read_committed`
+    each slice carries its aborted transactions (with_aborted_transactions)."""
     ids = topic_ids_of(bootstrap, [tp.topic for tp in ranges], timeout_s, client_settings)
     wanted = {tp: TopicIdPartition(ids[tp.topic], tp) for tp in ranges}
     caches = load_remote_log_metadata(bootstrap, list(wanted.values()), timeout_s, client_settings)
@@ -302,8 +328,14 @@ def plan_remote_reads(
     with FsspecRemoteStorageManager.from_config(rsm_config) as rsm:
         for tp, (start, end) in ranges.items():
             cache = caches.get(wanted[tp])
-            if cache is not None:
-                plans[tp] = plan_remote_slices(tp.topic, tp.partition, lineage_segments(cache, rsm), start, end)
+            if cache is None:
+                continue
+            lineage = lineage_segments(cache, rsm)
+            plans[tp] = plan_remote_slices(tp.topic, tp.partition, lineage, start, end)
+            if read_committed:
+                plans[tp] = with_aborted_transactions(
+                    plans[tp], lineage, lambda metadata: fetch_remote_aborted_txns(rsm, metadata)
+                )
     return plans
 
 
@@ -396,10 +428,24 @@ def read_slice(
     rsm = _storage_manager(tuple(sorted(rsm_config.items())))
     for chunk in iter_slice_chunks(rsm, piece, chunk_bytes):
         batch = record_batches_to_arrow(
-            chunk, piece.topic, piece.partition, piece.start_offset, piece.end_offset, include_headers
+            chunk,
+            piece.topic,
+            piece.partition,
+            piece.start_offset,
+            piece.end_offset,
+            include_headers,
+            chunk_aborted_transactions(piece.aborted_transactions, read_header(chunk).base_offset),
         )
         if batch.num_rows:
             yield batch
+
+
+def chunk_aborted_transactions(aborted: tuple[AbortedTxn, ...] | None, chunk_start: int) -> list[AbortedTxn] | None:
+    """The aborted transactions a Fetch answer starting at `chunk_start` would carry: those not ended before it.
+    One ended earlier must not be applied again, or its producer's later committed batches would be dropped."""
+    if aborted is None:
+        return None
+    return [txn for txn in aborted if txn.last_offset >= chunk_start]
 
 
 @functools.lru_cache(maxsize=4)

@@ -131,6 +131,7 @@ def plan_input_partitions(options: SourceOptions, ranges: list[OffsetRange]) -> 
             {TopicPartition(r.topic, r.partition): (r.start, r.end) for r in ranges},
             rsm_config,
             client_settings=dict(settings),
+            read_committed=committed,
         )
     except RemoteStorageError as e:
         raise RemoteTierError(remote_tier_problem(e, rsm_config)) from None
