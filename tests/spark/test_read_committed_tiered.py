@@ -1,0 +1,131 @@
+"""kafka.isolation.level=read_committed on a real tiered broker: transactions committed and aborted by a
+transactional producer, most of them already in the remote tier, read by the Spark source through the brokers
+and straight from the remote tier, give exactly the committed records a read_committed Kafka consumer reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cluster_helpers import ClusterFactory
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from pyspark.sql import SparkSession
+from tiered_helpers import CLIENT_TIMEOUT_S, create_topic, tiered_overrides, tiered_topic_configs, wait_tiered
+
+from tierlog.spark.options import parse_batch_options
+from tierlog.spark.source import RangePartition, RemoteSlicePartition, TierlogBatchReader
+from tierlog.testing.local_cluster import LocalCluster, wait_until
+
+TOPIC = "orders"
+TRANSACTIONS = 36
+RECORDS_PER_TRANSACTION = 12
+
+
+def aborted(transaction: int) -> bool:
+    return transaction % 3 == 1
+
+
+def produce_transactions(bootstrap: str) -> list[bytes]:
+    """TRANSACTIONS transactions of one producer, every third aborted, with a plain record between each two;
+    the values a read_committed reader must see, in offset order."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "orders-writer", "linger.ms": 5})
+    plain = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    producer.init_transactions(CLIENT_TIMEOUT_S)
+    committed = []
+    for t in range(TRANSACTIONS):
+        producer.begin_transaction()
+        values = [f"t{t:03d}-r{r:02d}-".encode() + b"x" * 400 for r in range(RECORDS_PER_TRANSACTION)]
+        for value in values:
+            producer.produce(TOPIC, value=value, partition=0)
+        producer.flush(CLIENT_TIMEOUT_S)
+        if aborted(t):
+            producer.abort_transaction(CLIENT_TIMEOUT_S)
+        else:
+            producer.commit_transaction(CLIENT_TIMEOUT_S)
+            committed.extend(values)
+        plain.produce(TOPIC, value=f"plain-{t:03d}".encode(), partition=0)
+        assert plain.flush(CLIENT_TIMEOUT_S) == 0
+        committed.append(f"plain-{t:03d}".encode())
+    return committed
+
+
+def consume_committed(bootstrap: str, count: int) -> list[bytes]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.assign([KafkaTopicPartition(TOPIC, 0, OFFSET_BEGINNING)])
+    values: list[bytes] = []
+    try:
+
+        def more() -> bool:
+            for m in consumer.consume(500, timeout=0.5):
+                assert m.error() is None, m.error()
+                values.append(m.value())
+            return len(values) >= count
+
+        wait_until(more, CLIENT_TIMEOUT_S * 2, lambda: f"{count} committed records (have {len(values)})")
+    finally:
+        consumer.close()
+    return values
+
+
+TieredTransactions = tuple[LocalCluster, dict[str, str], list[bytes]]
+# One broker: __transaction_state and __consumer_offsets with one replica and a few partitions.
+TRANSACTION_OVERRIDES = {
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "transaction.state.log.num.partitions": "3",
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "3",
+}
+
+
+@pytest.fixture
+def tiered_transactions(tmp_path: Path, cluster_factory: ClusterFactory) -> TieredTransactions:
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    rsm_config = {"url": f"file://{remote}"}
+    overrides = tiered_overrides({"rsm.config.url": rsm_config["url"]}, brokers=1) | TRANSACTION_OVERRIDES
+    cluster = cluster_factory(overrides, brokers=1)
+    create_topic(cluster.bootstrap, TOPIC, tiered_topic_configs(**{"retention.ms": "-1"}), replication_factor=1)
+    committed = produce_transactions(cluster.bootstrap)
+    wait_tiered(cluster, 1, TOPIC, TRANSACTIONS * RECORDS_PER_TRANSACTION // 2, settled=True)
+    return cluster, rsm_config, committed
+
+
+@pytest.mark.parametrize("remote_read", ["direct", "broker"])
+def test_read_committed_reads_exactly_the_committed_records_through_brokers_and_from_the_remote_tier(
+    spark: SparkSession, tiered_transactions: TieredTransactions, remote_read: str
+) -> None:
+    cluster, rsm_config, committed = tiered_transactions
+    options = {
+        "kafka.bootstrap.servers": cluster.bootstrap,
+        "subscribe": TOPIC,
+        "tierlog.remote.read": remote_read,
+        **{f"tierlog.remote.rsm.config.{key}": value for key, value in rsm_config.items()},
+    }
+    read_committed = {**options, "kafka.isolation.level": "read_committed"}
+    planned = TierlogBatchReader(parse_batch_options(read_committed)).partitions()
+    remote = [p for p in planned if isinstance(p, RemoteSlicePartition)]
+    if remote_read == "direct":
+        # The remote slices carry the aborted transactions of the remote transaction indexes. The last ones,
+        # whose search needs markers still only in the local log, are read through the broker.
+        assert len(remote) >= 2
+        assert sum(len(p.slice.aborted_transactions or ()) for p in remote) >= 3
+    else:
+        assert not remote and all(isinstance(p, RangePartition) and p.read_committed for p in planned)
+
+    rows = spark.read.format("tierlog").options(**read_committed).load().select("offset", "value").collect()
+    values = [bytes(r.value) for r in sorted(rows, key=lambda r: r.offset)]
+    assert values == committed
+    assert values == consume_committed(cluster.bootstrap, len(committed))
+
+    # read_uncommitted (Spark's Kafka source's default) sees the aborted transactions' records too.
+    everything = spark.read.format("tierlog").options(**options).load().count()
+    assert everything == TRANSACTIONS * (RECORDS_PER_TRANSACTION + 1)
