@@ -4,6 +4,7 @@ and straight from the remote tier, give exactly the committed records a read_com
 
 from __future__ import annotations
 
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from tierlog.testing.local_cluster import LocalCluster, wait_until
 TOPIC = "orders"
 TRANSACTIONS = 36
 RECORDS_PER_TRANSACTION = 12
+LAST_ABORTED_RECORDS = 60  # about 25 KiB: more than a segment
 
 
 def aborted(transaction: int) -> bool:
@@ -29,7 +31,9 @@ def aborted(transaction: int) -> bool:
 def produce_transactions(bootstrap: str) -> list[bytes]:
     """TRANSACTIONS transactions of one producer, every third aborted, with a plain record between each two;
     the values a read_committed reader must see, in offset order."""
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "orders-writer", "linger.ms": 5})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": "orders-writer", "linger.ms": 5, "batch.size": 2048}
+    )
     plain = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
     producer.init_transactions(CLIENT_TIMEOUT_S)
     committed = []
@@ -47,6 +51,16 @@ def produce_transactions(bootstrap: str) -> list[bytes]:
         plain.produce(TOPIC, value=f"plain-{t:03d}".encode(), partition=0)
         assert plain.flush(CLIENT_TIMEOUT_S) == 0
         committed.append(f"plain-{t:03d}".encode())
+    # Last, an aborted transaction larger than a segment: its records go to the remote tier, its marker stays in
+    # the active, local, segment, so a direct read completes its search from the local log.
+    producer.begin_transaction()
+    for r in range(LAST_ABORTED_RECORDS):
+        producer.produce(TOPIC, value=f"last-r{r:02d}-".encode() + b"x" * 400, partition=0)
+    producer.flush(CLIENT_TIMEOUT_S)
+    producer.abort_transaction(CLIENT_TIMEOUT_S)
+    plain.produce(TOPIC, value=b"after", partition=0)
+    assert plain.flush(CLIENT_TIMEOUT_S) == 0
+    committed.append(b"after")
     return committed
 
 
@@ -73,6 +87,15 @@ def consume_committed(bootstrap: str, count: int) -> list[bytes]:
     finally:
         consumer.close()
     return values
+
+
+def remote_fetches_served(cluster: LocalCluster) -> float:
+    """The broker's count of reads it served from the remote tier (Kafka's RemoteFetchRequestsPerSec)."""
+    node_id = cluster.node_ids[0]
+    with urllib.request.urlopen(f"http://{cluster.http_address(node_id)}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    lines = text.splitlines()
+    return sum(float(line.split()[-1]) for line in lines if line.startswith("tierlog_remote_fetch_requests_total"))
 
 
 TieredTransactions = tuple[LocalCluster, dict[str, str], list[bytes]]
@@ -114,18 +137,24 @@ def test_read_committed_reads_exactly_the_committed_records_through_brokers_and_
     planned = TierlogBatchReader(parse_batch_options(read_committed)).partitions()
     remote = [p for p in planned if isinstance(p, RemoteSlicePartition)]
     if remote_read == "direct":
-        # The remote slices carry the aborted transactions of the remote transaction indexes. The last ones,
-        # whose search needs markers still only in the local log, are read through the broker.
+        # The remote slices carry the aborted transactions of the remote transaction indexes, and the last
+        # one's, whose marker is still in the local log, from a read_committed Fetch at the remote tier's end.
         assert len(remote) >= 2
-        assert sum(len(p.slice.aborted_transactions or ()) for p in remote) >= 3
+        aborted = [txn for p in remote for txn in p.slice.aborted_transactions or ()]
+        assert len(aborted) >= 3
+        assert any(txn.last_stable_offset == -1 for txn in aborted), "the local log's part of the search"
     else:
         assert not remote and all(isinstance(p, RangePartition) and p.read_committed for p in planned)
 
+    served_before = remote_fetches_served(cluster)
     rows = spark.read.format("tierlog").options(**read_committed).load().select("offset", "value").collect()
+    served = remote_fetches_served(cluster) - served_before
+    if remote_read == "direct":
+        assert served == 0, "the direct path must not read the remote tier through the broker"
     values = [bytes(r.value) for r in sorted(rows, key=lambda r: r.offset)]
     assert values == committed
     assert values == consume_committed(cluster.bootstrap, len(committed))
 
     # read_uncommitted (Spark's Kafka source's default) sees the aborted transactions' records too.
     everything = spark.read.format("tierlog").options(**options).load().count()
-    assert everything == TRANSACTIONS * (RECORDS_PER_TRANSACTION + 1)
+    assert everything == TRANSACTIONS * (RECORDS_PER_TRANSACTION + 1) + LAST_ABORTED_RECORDS + 1

@@ -13,6 +13,7 @@ in memory whole.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import socket
 import struct
@@ -27,10 +28,13 @@ from confluent_kafka import Consumer, KafkaException, TopicCollection
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
 
+from tierlog.client.connection import KafkaConnection, KafkaConnectionError
+from tierlog.client.requests import READ_COMMITTED, PartitionFetch, fetch_request
+from tierlog.client.security_settings import client_security
 from tierlog.common import TopicPartition
 from tierlog.records.record_batch import RECORD_BATCH_OVERHEAD, batch_size_at, read_header
 from tierlog.spark.arrow import record_batches_to_arrow
-from tierlog.spark.offsets import NO_CLIENT_SETTINGS
+from tierlog.spark.offsets import NO_CLIENT_SETTINGS, current_leader
 from tierlog.storage.epoch_entry import EpochEntry
 from tierlog.storage.transaction_index import AbortedTxn
 from tierlog.tiered.fsspec_storage import FsspecRemoteStorageManager
@@ -292,19 +296,64 @@ def with_aborted_transactions(
     slices: list[RemoteSegmentSlice],
     lineage: list[RemoteLogSegmentMetadata],
     aborted_txns_of: Callable[[RemoteLogSegmentMetadata], Sequence[AbortedTxn]],
+    local_aborted: Callable[[int], Sequence[AbortedTxn] | None],
 ) -> list[RemoteSegmentSlice]:
     """read_committed: each slice with the aborted transactions overlapping it, searched as the brokers search
     a remote read's (collect_remote_aborted_transactions: the slice's segment, then the following ones of the
-    lineage). The slices end before the first whose search the remote tier cannot complete (a marker still only
-    in the local log): the caller reads from there through a broker, which finishes the search."""
+    lineage). A search the remote tier cannot complete needs the transactions whose markers are still only in
+    the local log, after the remote tier's end: `local_aborted(remote end)` (asked once) gives them, as the
+    brokers finish such a search from the local log. Without them (None) the slices end before the first
+    incomplete one and the caller reads from there through a broker."""
+    remote_end = max((s.end_offset + 1 for s in lineage), default=0)
+    local: Sequence[AbortedTxn] | None = None
+    asked = False
     out = []
     for piece in slices:
         following = [s for s in lineage if s.start_offset >= piece.metadata.start_offset]
         found = collect_remote_aborted_transactions(piece.start_offset, piece.end_offset, following, aborted_txns_of)
+        aborted = list(found.aborted)
         if not found.is_complete:
-            break
-        out.append(replace(piece, aborted_transactions=tuple(found.aborted)))
+            if not asked:
+                local, asked = local_aborted(remote_end), True
+            if local is None:
+                break
+            aborted.extend(txn for txn in local if txn.first_offset < piece.end_offset and txn not in aborted)
+        out.append(replace(piece, aborted_transactions=tuple(aborted)))
     return out
+
+
+def local_aborted_transactions(
+    leader: str, tp: TopicPartition, offset: int, client_settings: Mapping[str, str]
+) -> list[AbortedTxn] | None:
+    """The aborted transactions a read_committed Fetch at `offset` (the remote tier's end) is answered with: every
+    one whose marker is at or after `offset`, and which started before the records returned end (so every one a
+    remote slice can overlap). None if the leader does not answer so (the caller then reads through it)."""
+    host, _, port = leader.rpartition(":")
+    request = fetch_request([PartitionFetch(tp, offset, 1)], max_wait_ms=0, max_bytes=1, isolation_level=READ_COMMITTED)
+    loop = asyncio.new_event_loop()
+    try:
+        connection = loop.run_until_complete(
+            KafkaConnection.open(
+                host,
+                int(port),
+                client_id="tierlog-spark",
+                timeout_s=DEFAULT_TIMEOUT_S,
+                security=client_security(client_settings),
+            )
+        )
+        try:
+            answer = loop.run_until_complete(connection.send(request, timeout_s=DEFAULT_TIMEOUT_S))
+        finally:
+            loop.run_until_complete(connection.close())
+    except KafkaConnectionError:
+        return None
+    finally:
+        loop.close()
+    partition = answer.responses[0].partitions[0]
+    if partition.error_code.name.upper() != "NONE" or partition.aborted_transactions is None:
+        return None
+    # The marker's offset is not in the answer; it is at or after `offset`, after every chunk of a remote slice.
+    return [AbortedTxn(int(t.producer_id), int(t.first_offset), offset, -1) for t in partition.aborted_transactions]
 
 
 def plan_remote_reads(
@@ -334,9 +383,19 @@ def plan_remote_reads(
             plans[tp] = plan_remote_slices(tp.topic, tp.partition, lineage, start, end)
             if read_committed:
                 plans[tp] = with_aborted_transactions(
-                    plans[tp], lineage, lambda metadata: fetch_remote_aborted_txns(rsm, metadata)
+                    plans[tp],
+                    lineage,
+                    lambda metadata: fetch_remote_aborted_txns(rsm, metadata),
+                    lambda offset, tp=tp: _local_aborted(bootstrap, tp, offset, client_settings),
                 )
     return plans
+
+
+def _local_aborted(
+    bootstrap: str, tp: TopicPartition, offset: int, client_settings: Mapping[str, str]
+) -> list[AbortedTxn] | None:
+    leader = current_leader(bootstrap, tp.topic, tp.partition, client_settings)
+    return None if leader is None else local_aborted_transactions(leader, tp, offset, client_settings)
 
 
 def plan_partition(
