@@ -44,6 +44,7 @@ def test_transactional_options_are_parsed_with_their_defaults(tmp_path: Path) ->
         ({"kafka.acks": "1"}, "'kafka.acks' must be all"),
         ({"kafka.transaction.timeout.ms": "soon"}, "'kafka.transaction.timeout.ms' must be a positive integer"),
         ({"checkpointLocation": "s3a://bucket/checkpoint"}, "must be a file system path the driver can write"),
+        ({"checkpointLocation": "checkpoints/etl"}, "needs an absolute checkpointLocation"),
     ],
 )
 def test_wrong_transactional_options_fail_in_one_line(tmp_path: Path, extra: dict[str, str], message: str) -> None:

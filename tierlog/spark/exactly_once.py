@@ -172,6 +172,9 @@ def _local_path(location: str) -> str:
             f"tierlog.sink.transactional keeps its commit decisions beside the checkpoint, which must be a "
             f"file system path the driver can write (local or a mounted shared file system), not {location!r}"
         )
+    if not os.path.isabs(location):
+        # The driver's Python workers, which read and write the decisions, need not share the JVM's directory.
+        raise ValueError(f"tierlog.sink.transactional needs an absolute checkpointLocation, not {location!r}")
     return location
 
 
