@@ -432,3 +432,18 @@ def test_markers_are_abandoned_when_the_partition_moves() -> None:
     assert not h.coordinator.is_marker_request_current(request)
     h.write_markers(request)
     assert h.logged("tx")[-1].transaction_status == S.PREPARE_COMMIT.id
+
+
+def test_kip_360_for_an_unknown_id_gets_a_new_producer_id() -> None:
+    """Kafka's shouldGenerateNewProducerIdIfNoStateAndProducerIdAndEpochProvided: the id expired meanwhile."""
+    h = Harness()
+    assert h.init("tx", expected=(5, 3)) == InitProducerIdResult(FIRST_PRODUCER_ID, 0, None)
+
+
+def test_after_a_rotation_the_old_id_with_a_stale_epoch_is_fenced() -> None:
+    """Kafka's testInitProducerIdWithInvalidEpochAfterProducerIdRotation."""
+    h = Harness()
+    pid = h.init("tx").producer_id  # type: ignore[union-attr]
+    h.metadata("tx").producer_epoch = 32766
+    assert h.init("tx", expected=(pid, 32766)) == InitProducerIdResult(pid + 1, 0, None)
+    assert h.init("tx", expected=(pid, 32765)) == InitProducerIdResult(-1, -1, "PRODUCER_FENCED")

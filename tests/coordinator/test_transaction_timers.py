@@ -185,3 +185,50 @@ def test_a_failed_fence_of_the_last_epoch_is_retried_with_it() -> None:
     assert h.markers[-1].producer_epoch == 32767
     h.write_markers()
     assert h.init("tx") == InitProducerIdResult(pid + 1, 0, None)
+
+
+def test_the_next_deadline_follows_every_change() -> None:
+    h = harness()
+    t0 = h.now
+    h.begin("slow", TP0)
+    h.now += 10
+    short = h.init("fast", timeout_ms=1000)
+    assert short is not None
+    h.add("fast", short.producer_id, short.producer_epoch, TP1)
+    assert h.coordinator.next_deadline_ms() == t0 + 10 + 1000 + 1
+    h.end("fast", short.producer_id, short.producer_epoch, True)
+    assert h.coordinator.next_deadline_ms() == t0 + TIMEOUT_MS + 1  # markers out: "fast" waits for them
+    h.write_markers()
+    assert h.coordinator.next_deadline_ms() == t0 + TIMEOUT_MS + 1  # "fast" now expires in an hour
+    pid, epoch = h.producer_ids_of("slow")
+    h.end("slow", pid, epoch, False)
+    h.write_markers()
+    assert h.coordinator.next_deadline_ms() == t0 + 10 + EXPIRATION_MS
+    h.reload()
+    assert h.coordinator.next_deadline_ms() == t0 + 10 + EXPIRATION_MS
+
+
+def test_the_timer_keeps_no_more_than_it_needs() -> None:
+    """Each transaction moves its id's deadline (the timeout, then the expiry a week later): the superseded ones are
+    not kept until they come up."""
+    h = harness()
+    for _ in range(300):
+        for txn_id in ("a", "b", "c"):
+            h.now += 1
+            pid, epoch = h.begin(txn_id, TP0)
+            h.end(txn_id, pid, epoch, True)
+            h.write_markers()
+    assert len(h.coordinator._deadlines) <= 2 * 3 + 64 + 1
+    assert h.coordinator.next_deadline_ms() == h.now - 2 + EXPIRATION_MS
+
+
+def test_an_id_whose_first_write_failed_expires_too() -> None:
+    """Kafka's testTransactionExpirationShouldNotFailWithUninitializedTransactionMetadata: epoch -1, never written."""
+    h = harness()
+    h.appends.fail_with = "NOT_ENOUGH_REPLICAS"
+    h.init("tx")
+    h.appends.fail_with = None
+    assert h.metadata("tx").producer_epoch == -1
+    h.advance(EXPIRATION_MS)
+    assert not h.has("tx")
+    assert h.logged("tx") == [None]

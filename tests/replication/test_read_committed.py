@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from replication_helpers import NOW, batch, single_topic_image
+from replication_helpers import NOW, batch, caught_up_pair, single_topic_image
 
 from tierlog.common import TopicPartition
 from tierlog.metadata.image import PartitionRegistration
@@ -201,3 +201,26 @@ def test_only_a_coordinator_may_append_a_marker(replica_manager: ReplicaManager)
     marker = build_end_txn_marker_batch(PRODUCER, EPOCH, EndTxnMarker(ControlRecordType.COMMIT, 0), NOW)
     assert append(replica_manager, marker).error == "INVALID_RECORD"
     assert replica_manager.get_partition(TP).log.last_stable_offset == 0
+
+
+def test_the_lso_passes_a_marker_only_once_the_followers_have_it(tmp_path: Path) -> None:
+    cluster = caught_up_pair(tmp_path)  # offset 0 committed on leader 1 and follower 2
+    leader = cluster.managers[1]
+    assert append(leader, txn_batch(PRODUCER, 0, b"t1")).error is None  # offset 1
+    cluster.send_fetch(2).deliver()
+    cluster.send_fetch(2)  # the follower has offset 1: the HW moves to 2, the LSO stays at 1
+    assert (cluster.log(1).high_watermark, cluster.log(1).last_stable_offset) == (2, 1)
+    waiting, _ = fetch(leader, 1, READ_COMMITTED, max_wait_ms=500)
+    marker = build_end_txn_marker_batch(PRODUCER, EPOCH, EndTxnMarker(ControlRecordType.COMMIT, 0), NOW)
+    acknowledged: list[dict[TopicPartition, AppendResult]] = []
+    leader.append_records({TP: marker}, -1, 30_000, NOW, acknowledged.append, origin=AppendOrigin.COORDINATOR)
+    # The marker (offset 2) is only on the leader: the transaction is decided but not yet stable.
+    assert (cluster.log(1).last_stable_offset, waiting, acknowledged) == (1, [], [])
+    cluster.send_fetch(2).deliver()
+    assert waiting == []
+    cluster.send_fetch(2)  # the follower has the marker: HW and LSO move past it, the parked consumer reads
+    ((result,),) = waiting
+    assert result.read is not None and offsets(result.read) == [1, 2]
+    assert result.read.last_stable_offset == 3 and acknowledged[0][TP].error is None
+    # The follower learns of the HW past the marker with its next answer: until then its LSO stays at 1.
+    assert (cluster.log(2).high_watermark, cluster.log(2).last_stable_offset) == (2, 1)

@@ -194,7 +194,7 @@ def test_a_transaction_is_listed_described_and_ended(tmp_path: Path) -> None:
             0,
         )
         assert tx.transaction_timeout == TIMEOUT
-        assert tx.transaction_start_time is not None
+        assert tx.transaction_start_time.timestamp() > 0
         partitions = {(t.topic, p) for t in tx.topics for p in t.partitions}
         assert ("events", 0) in partitions and ("events", 1) in partitions
         assert any(topic == "__consumer_offsets" for topic, _ in partitions)
@@ -234,3 +234,75 @@ def test_a_transaction_is_listed_described_and_ended(tmp_path: Path) -> None:
         assert after.transaction_states[0].topics == ()
 
     run_broker(tmp_path, test)
+
+
+async def describe(apis: KafkaApis, transactional_id: str) -> Any:
+    """DescribeTransactions, again while the coordinator loads the id's partition."""
+    async with asyncio.timeout(20):
+        while True:
+            response = await call(apis, API_DESCRIBE_TRANSACTIONS, 0, transactional_ids=(transactional_id,))
+            (state,) = response.transaction_states
+            if state.error_code != ErrorCode.coordinator_load_in_progress:
+                return state
+            await asyncio.sleep(0.05)
+
+
+def test_an_open_transaction_survives_a_restart_and_can_then_be_committed(tmp_path: Path) -> None:
+    opened: list[Any] = []
+
+    async def before(apis: KafkaApis) -> None:
+        await find_coordinator(apis, "tx")
+        producer = await init_producer_id(apis, "tx")
+        assert await add_partitions(apis, 3, "tx", producer, {"events": (1,)}) == {("events", 1): ErrorCode.none}
+        opened.append(producer)
+
+    async def after(apis: KafkaApis) -> None:
+        (producer,) = opened
+        await find_coordinator(apis, "tx")
+        state = await describe(apis, "tx")
+        assert (state.transaction_state, state.producer_id, state.producer_epoch) == (
+            "Ongoing",
+            producer.producer_id,
+            producer.producer_epoch,
+        )
+        assert [(t.topic, t.partitions) for t in state.topics] == [("events", (1,))]
+        ended = await call(
+            apis,
+            API_END_TXN,
+            3,
+            transactional_id="tx",
+            producer_id=producer.producer_id,
+            producer_epoch=producer.producer_epoch,
+            committed=True,
+        )
+        assert ended.error_code == ErrorCode.none
+        async with asyncio.timeout(10):
+            while (await describe(apis, "tx")).transaction_state != "CompleteCommit":
+                await asyncio.sleep(0.05)
+
+    async def restart() -> None:
+        for test in (before, after):
+            async with started_broker(broker_config(tmp_path)) as broker:
+                if "events" not in broker.apis.image.topics:
+                    await create_events_topic(broker)
+                await test(broker.apis)
+
+    asyncio.run(restart())
+
+
+def test_a_cluster_too_small_for_the_transaction_state_topic_says_which_setting_to_change(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with started_broker(
+            broker_config(tmp_path, **{"transaction.state.log.replication.factor": "3"})
+        ) as broker:
+            async with asyncio.timeout(20):
+                while True:
+                    response = await call(broker.apis, API_FIND_COORDINATOR, 4, key_type=1, coordinator_keys=("tx",))
+                    (found,) = response.coordinators
+                    assert found.error_code == ErrorCode.coordinator_not_available
+                    if "transaction.state.log.replication.factor" in (found.error_message or ""):
+                        break
+                    await asyncio.sleep(0.05)
+            assert "__transaction_state" not in broker.apis.image.topics
+
+    asyncio.run(main())

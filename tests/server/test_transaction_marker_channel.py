@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from tierlog.client.security import PLAINTEXT
 from tierlog.common import TopicPartition
+from tierlog.coordinator.transaction.transaction_coordinator import TxnMarkerRequest
 from tierlog.metadata.image import BrokerRegistration, ClusterMetadata, PartitionRegistration, TopicMetadata
 from tierlog.metadata.records import Endpoint
 from tierlog.protocol.errors import error_code
@@ -20,16 +20,6 @@ from tierlog.server.txn_marker_apis import MarkerResults
 from tierlog.server.txn_marker_apis import TxnMarker as LocalTxnMarker
 
 API_WRITE_TXN_MARKERS = 27
-
-
-@dataclass(frozen=True)
-class Request:
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
-    coordinator_epoch: int
-    committed: bool
-    partitions: frozenset[TopicPartition]
 
 
 def image(leaders: dict[str, list[int]]) -> ClusterMetadata:
@@ -116,7 +106,7 @@ def test_markers_go_to_each_partitions_leader_and_complete_once_all_are_written(
     async def main() -> None:
         harness = Harness(image({"a": [1, 2], "b": [2]}))
         partitions = frozenset({TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)})
-        request = Request("t1", 7, 3, 5, True, partitions)
+        request = TxnMarkerRequest("t1", 7, 3, 5, True, partitions)
         harness.channel.add(request)
         await settle(0.05)
         by_broker = {broker: sent_partitions(body) for broker, body in harness.sent}
@@ -138,7 +128,7 @@ def test_a_retriable_error_or_no_answer_sends_again_to_the_new_leader_and_a_dele
     async def main() -> None:
         harness = Harness(image({"a": [1], "gone": [1]}))
         harness.answers[1] = [{TopicPartition("a", 0): "NOT_LEADER_OR_FOLLOWER"}]
-        request = Request("t1", 7, 0, 1, False, frozenset({TopicPartition("a", 0), TopicPartition("gone", 0)}))
+        request = TxnMarkerRequest("t1", 7, 0, 1, False, frozenset({TopicPartition("a", 0), TopicPartition("gone", 0)}))
         harness.channel.add(request)
         await settle(0.02)
         assert harness.completed == []
@@ -158,12 +148,12 @@ def test_fenced_markers_and_markers_of_a_lost_coordinator_are_never_completed() 
     async def main() -> None:
         harness = Harness(image({"a": [1]}))
         harness.answers[1] = [{TopicPartition("a", 0): "TRANSACTION_COORDINATOR_FENCED"}]
-        harness.channel.add(Request("t1", 7, 0, 1, True, frozenset({TopicPartition("a", 0)})))
+        harness.channel.add(TxnMarkerRequest("t1", 7, 0, 1, True, frozenset({TopicPartition("a", 0)})))
         await settle(0.3)
         assert harness.completed == [] and len(harness.sent) == 1
         assert harness.channel.pending_transactions == 0
         harness.owned = False
-        harness.channel.add(Request("t2", 8, 0, 1, True, frozenset({TopicPartition("a", 0)})))
+        harness.channel.add(TxnMarkerRequest("t2", 8, 0, 1, True, frozenset({TopicPartition("a", 0)})))
         await settle(0.05)
         assert harness.completed == [] and len(harness.sent) == 1
         await harness.channel.stop()
@@ -174,7 +164,7 @@ def test_fenced_markers_and_markers_of_a_lost_coordinator_are_never_completed() 
 def test_the_partitions_this_broker_leads_are_written_by_its_own_handler() -> None:
     async def main() -> None:
         harness = Harness(image({"a": [1, 2]}), node_id=1)
-        request = Request("t1", 7, 2, 4, True, frozenset({TopicPartition("a", 0), TopicPartition("a", 1)}))
+        request = TxnMarkerRequest("t1", 7, 2, 4, True, frozenset({TopicPartition("a", 0), TopicPartition("a", 1)}))
         harness.channel.add(request)
         await settle(0.05)
         assert [(broker, sent_partitions(body)) for broker, body in harness.sent] == [(2, {TopicPartition("a", 1)})]

@@ -199,3 +199,8 @@ def test_transactional_records_without_a_transactional_id_are_refused_whole(brok
     refused = produce(bootstrap, topic, [b"t"], producer_id=producer_id)
     assert refused == ErrorCode.transactional_id_authorization_failed
     assert kafka.watermarks(bootstrap, topic) == (0, 0)
+
+
+@pytest.mark.parametrize("internal_topic", ["__consumer_offsets", "__transaction_state"])
+def test_clients_may_not_produce_to_the_coordinators_topics(broker: BrokerProcess, internal_topic: str) -> None:
+    assert produce(broker.bootstrap, internal_topic, [b"forged"]) == ErrorCode.invalid_topic_exception

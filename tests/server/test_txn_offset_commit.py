@@ -26,6 +26,7 @@ from tierlog.common import TopicPartition
 from tierlog.protocol.codec import Request
 from tierlog.records.codec import decode_batches
 from tierlog.server.broker import Broker
+from tierlog.server.clock import now_ms
 from tierlog.server.group_apis import API_TXN_OFFSET_COMMIT
 from tierlog.server.group_coordinator import GROUP_METADATA_TOPIC
 from tierlog.server.txn_marker_apis import API_WRITE_TXN_MARKERS
@@ -175,3 +176,21 @@ def test_a_restarted_broker_loads_pending_committed_and_aborted_transactions(tmp
                 await test(broker)
 
     asyncio.run(restart())
+
+
+def test_producers_before_2_0_are_told_coordinator_not_available_while_the_group_loads(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with started_broker(broker_config(tmp_path)) as broker:
+            await create_events_topic(broker)
+            await find_coordinator(broker.apis, "g")
+            core = broker.group_coordinator.coordinator
+            partition = core.partition_for("g")
+            # The partition is being loaded again (a new leader epoch), and the load has not finished.
+            core.on_resignation(partition, now_ms())
+            core.on_election(partition, 99)
+            assert await txn_commit(broker, "g", 1, version=3) == ErrorCode.coordinator_load_in_progress
+            assert await txn_commit(broker, "g", 1, version=2) == ErrorCode.coordinator_load_in_progress
+            assert await txn_commit(broker, "g", 1, version=1) == ErrorCode.coordinator_not_available
+            assert await txn_commit(broker, "g", 1, version=0) == ErrorCode.coordinator_not_available
+
+    asyncio.run(main())

@@ -399,3 +399,15 @@ def test_a_marker_stays_uncompressed_on_a_compressed_topic(tmp_path: Path) -> No
     assert first.compression_type == CompressionType.GZIP
     assert second.is_control and second.compression_type == CompressionType.NONE
     assert log.active_segment.txn_index.all_aborted_txns() == [AbortedTxn(ABORTER, 0, 1, 2)]
+
+
+def test_after_a_truncation_transactions_whose_markers_are_below_the_hw_are_stable(tmp_path: Path) -> None:
+    # Found by the model test: the replay after the truncation completes the transaction again, and its marker
+    # (offset 1) is below the HW (2), so nothing is unstable.
+    log = open_log(tmp_path)
+    log.append_as_leader(txn_batch(COMMITTER, 0), 0, T0)
+    write_marker(log, COMMITTER, committed=True)
+    log.append_as_leader(make_batch(), 0, T0)
+    assert replicate(log) == 3
+    log.truncate_to(2)
+    assert (log.high_watermark, log.first_unstable_offset, log.last_stable_offset) == (2, None, 2)

@@ -23,12 +23,13 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from tierlog.client.connection import KafkaConnection, KafkaConnectionError
 from tierlog.client.requests import TxnMarker, write_txn_markers_request
 from tierlog.client.security import ClientSecurity
 from tierlog.common import TopicPartition
+from tierlog.coordinator.transaction.transaction_coordinator import TxnMarkerRequest
 from tierlog.metadata.image import ClusterMetadata
 from tierlog.protocol.errors import error_code
 from tierlog.server.txn_marker_apis import MarkerResults
@@ -54,33 +55,16 @@ FENCED_ERRORS = frozenset({"INVALID_PRODUCER_EPOCH", "TRANSACTION_COORDINATOR_FE
 DROPPED_ERRORS = frozenset({"UNSUPPORTED_FOR_MESSAGE_FORMAT"})
 
 
-class MarkerRequest(Protocol):
-    """What the core asks for (its TxnMarkerRequest)."""
-
-    @property
-    def transactional_id(self) -> str: ...
-    @property
-    def producer_id(self) -> int: ...
-    @property
-    def producer_epoch(self) -> int: ...
-    @property
-    def coordinator_epoch(self) -> int: ...
-    @property
-    def committed(self) -> bool: ...
-    @property
-    def partitions(self) -> frozenset[TopicPartition]: ...
-
-
 @dataclass
 class _PendingTxn:
-    request: MarkerRequest
+    request: TxnMarkerRequest
     remaining: set[TopicPartition]
     in_flight: set[TopicPartition] = field(default_factory=set)
 
 
 # (transactional id, coordinator epoch) -> still this broker's to complete
 StillOwned = Callable[[str, int], bool]
-OnComplete = Callable[[MarkerRequest], None]
+OnComplete = Callable[[TxnMarkerRequest], None]
 # This broker's WriteTxnMarkers appends (TxnMarkerApis.write_markers).
 WriteLocal = Callable[[Sequence[LocalTxnMarker]], Awaitable[MarkerResults]]
 
@@ -112,7 +96,7 @@ class TransactionMarkerChannel:
         self._sends: set[asyncio.Task[None]] = set()
         self._retry: asyncio.TimerHandle | None = None
 
-    def add(self, request: MarkerRequest) -> None:
+    def add(self, request: TxnMarkerRequest) -> None:
         """Send `request`'s markers (replacing any this channel still had for the same transactional id, which
         the core has moved past)."""
         self._pending[request.transactional_id] = _PendingTxn(request, set(request.partitions))
@@ -254,7 +238,7 @@ class TransactionMarkerChannel:
         items: list[tuple[_PendingTxn, list[TopicPartition]]],
         errors: dict[tuple[int, TopicPartition], str | None],
     ) -> None:
-        """Kafka's TransactionMarkerRequestCompletionHandler: written or dropped partitions are done, retriable ones
+        """Kafka's TransactionTxnMarkerRequestCompletionHandler: written or dropped partitions are done, retriable ones
         go again, a fenced transaction is abandoned."""
         retry = False
         for txn, tps in items:

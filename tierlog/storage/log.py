@@ -824,6 +824,9 @@ class Log:
         self._max_offset_metadata = None
         self._truncated(target_offset)
         self._rebuild_producer_state(target_offset, reload_from_clean_shutdown=False)
+        # Kafka's truncateTo ends with a HW update: the replayed transactions whose markers are below the HW are
+        # replicated, not unstable.
+        self._producer_state_manager.on_high_watermark_updated(self._high_watermark)
         self._check_offsets()
         return True
 

@@ -508,11 +508,6 @@ class ProducerStateManager:
         return min(firsts) if firsts else None
 
     @property
-    def first_undecided_offset(self) -> int | None:
-        """The first offset of the earliest transaction without a marker (Kafka's firstUndecidedOffset)."""
-        return next(iter(self._ongoing_txns), None)
-
-    @property
     def ongoing_transactions(self) -> list[TxnMetadata]:
         return list(self._ongoing_txns.values())
 
