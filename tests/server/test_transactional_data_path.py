@@ -23,6 +23,7 @@ from tierlog.records.codec import build_batch
 from tierlog.testing.local_cluster import BrokerProcess
 
 API_PRODUCE = 0
+API_FETCH = 1
 API_INIT_PRODUCER_ID = 22
 API_WRITE_TXN_MARKERS = 27
 TIMEOUT_S = 20.0
@@ -204,3 +205,58 @@ def test_transactional_records_without_a_transactional_id_are_refused_whole(brok
 @pytest.mark.parametrize("internal_topic", ["__consumer_offsets", "__transaction_state"])
 def test_clients_may_not_produce_to_the_coordinators_topics(broker: BrokerProcess, internal_topic: str) -> None:
     assert produce(broker.bootstrap, internal_topic, [b"forged"]) == ErrorCode.invalid_topic_exception
+
+
+def fetch_partition(bootstrap: str, topic: str, isolation_level: int) -> Any:
+    """Fetch v12 of partition 0 from offset 0 as a consumer, at once."""
+    s = request_schema(API_FETCH, 12)
+    body = s.FetchRequest(
+        replica_id=-1,
+        max_wait=datetime.timedelta(0),
+        min_bytes=0,
+        max_bytes=1 << 20,
+        isolation_level=isolation_level,
+        session_id=0,
+        session_epoch=-1,
+        topics=(
+            s.FetchTopic(
+                topic=topic,
+                partitions=(
+                    s.FetchPartition(
+                        partition=0,
+                        current_leader_epoch=-1,
+                        fetch_offset=0,
+                        last_fetched_epoch=-1,
+                        log_start_offset=-1,
+                        partition_max_bytes=1 << 20,
+                    ),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
+    ((partition,),) = (topic.partitions for topic in send_request(bootstrap, body).responses)
+    assert partition.error_code == ErrorCode.none
+    return partition
+
+
+def test_fetch_answers_the_lso_and_lists_aborted_transactions_only_for_read_committed(
+    broker: BrokerProcess, kafka: Any
+) -> None:
+    bootstrap = broker.bootstrap
+    topic = kafka.new_topic(bootstrap)
+    aborting, open_producer = init_producer_id(bootstrap), init_producer_id(bootstrap)
+    assert produce(bootstrap, topic, [b"a1"], producer_id=aborting, transactional_id="t-aborting") == 0  # 0
+    # The marker's timestamp is now, years after the batch's: the segment rolls (segment.ms), so the abort is indexed
+    # in the next segment's .txnindex, and the read of the first segment alone still finds it.
+    assert marker_errors(write_markers(bootstrap, topic, {aborting: False})) == {(aborting, topic, 0): 0}  # 1
+    assert produce(bootstrap, topic, [b"o1"], producer_id=open_producer, transactional_id="t-open") == 0  # 2
+    committed = fetch_partition(bootstrap, topic, 1)
+    assert (committed.high_watermark, committed.last_stable_offset) == (3, 2)
+    assert [(t.producer_id, t.first_offset) for t in committed.aborted_transactions] == [(aborting, 0)]
+    uncommitted = fetch_partition(bootstrap, topic, 0)
+    assert (uncommitted.last_stable_offset, uncommitted.aborted_transactions) == (2, None)
+    empty_topic = kafka.new_topic(bootstrap)
+    # Nothing read, nothing aborted: an empty list, not null, as Kafka answers read_committed.
+    assert fetch_partition(bootstrap, empty_topic, 1).aborted_transactions == ()
