@@ -411,3 +411,26 @@ def test_after_a_truncation_transactions_whose_markers_are_below_the_hw_are_stab
     assert replicate(log) == 3
     log.truncate_to(2)
     assert (log.high_watermark, log.first_unstable_offset, log.last_stable_offset) == (2, None, 2)
+
+
+def test_a_follower_appending_many_batches_at_once_records_the_leaders_lso(tmp_path: Path) -> None:
+    # Found by the model test: with the whole set appended at once, the committer's transaction begun at 6 (after
+    # the ABORT at 4) is already ongoing; counted, it would make the first entry claim LSO 6, and a search of
+    # [3, 6) would stop there without the aborter's second transaction, begun at 5.
+    leader = open_log(tmp_path / "leader")
+    leader.append_as_leader(txn_batch(COMMITTER, 0), 0, T0)  # 0
+    leader.append_as_leader(txn_batch(COMMITTER, 1), 0, T0)  # 1
+    leader.append_as_leader(txn_batch(ABORTER, 0), 0, T0)  # 2
+    write_marker(leader, COMMITTER, committed=True)  # 3
+    write_marker(leader, ABORTER, committed=False)  # 4
+    leader.append_as_leader(txn_batch(ABORTER, 1), 0, T0)  # 5
+    leader.append_as_leader(txn_batch(COMMITTER, 2), 0, T0)  # 6
+    write_marker(leader, ABORTER, committed=False)  # 7
+    expected = [AbortedTxn(ABORTER, 2, 4, 5), AbortedTxn(ABORTER, 5, 7, 6)]
+    assert leader.active_segment.txn_index.all_aborted_txns() == expected
+    follower = open_log(tmp_path / "follower")
+    data = leader.read(0, 1 << 20, None, False).records
+    assert data is not None
+    follower.append_as_follower(data.read_bytes(), T0)
+    assert follower.active_segment.txn_index.all_aborted_txns() == expected
+    assert follower.collect_aborted_transactions(3, 6) == expected

@@ -15,6 +15,7 @@ from storage_helpers import T0, log_config, make_batch, open_log
 
 from tierlog.records.codec import build_batch
 from tierlog.records.control_batch import ControlRecordType, EndTxnMarker, build_end_txn_marker_batch
+from tierlog.records.record_batch import iter_batches
 from tierlog.storage.log import Log
 from tierlog.storage.producer_state import AppendOrigin
 from tierlog.storage.transaction_index import AbortedTxn
@@ -50,6 +51,18 @@ class Model:
                     aborted.append(AbortedTxn(producer, first, offset, min(others, default=offset + 1)))
         return open_txns, aborted
 
+    def spans(self, offset: int) -> bool:
+        """Whether a transaction has records below `offset` and its marker (or none yet) at or above it."""
+        open_txns: dict[int, int] = {}
+        for batch_offset, producer, kind in self.batches:
+            if producer is None:
+                continue
+            if kind == "txn":
+                open_txns.setdefault(producer, batch_offset)
+            elif producer in open_txns and open_txns.pop(producer) < offset <= batch_offset:
+                return True
+        return any(start < offset for start in open_txns.values())
+
     def next_sequence(self, producer: int) -> int:
         return sum(1 for _, p, kind in self.batches if p == producer and kind == "txn")
 
@@ -82,6 +95,7 @@ OPS = st.lists(
         st.tuples(st.just("data"), st.just(0)),
         st.tuples(st.just("replicate"), st.just(0)),
         st.tuples(st.just("truncate"), st.integers(1, 4)),
+        st.tuples(st.just("delete records"), st.integers(0, 3)),
         st.tuples(st.just("restart"), st.sampled_from(["clean", "unclean", "unclean without snapshots"])),
     ),
     min_size=1,
@@ -90,7 +104,10 @@ OPS = st.lists(
 
 
 def check(log: Log, model: Model) -> None:
+    """A transaction wholly below the log start may be forgotten by a reload (Kafka's too): only what begins at or
+    above the log start is compared."""
     open_txns, aborted = model.replay()
+    log_start = log.log_start_offset
     assert log.log_end_offset == model.end
     ongoing = log.producer_state_manager.ongoing_transactions
     assert sorted((t.producer_id, t.first_offset) for t in ongoing) == sorted(open_txns.items())
@@ -101,13 +118,16 @@ def check(log: Log, model: Model) -> None:
         entries = segment.txn_index.all_aborted_txns()
         assert all(segment.base_offset <= entry.last_offset < end for entry in entries)
         indexed.extend(entries)
-    assert indexed == aborted
-    assert log.collect_aborted_transactions(0, log.log_end_offset) == aborted
+    assert [entry for entry in indexed if entry.first_offset >= log_start] == [
+        entry for entry in aborted if entry.first_offset >= log_start
+    ]
+    assert log.collect_aborted_transactions(0, log.log_end_offset) == indexed
     # Never past the HW nor an open transaction's start; markers not yet below the HW may hold it lower.
-    assert log.last_stable_offset <= min([*open_txns.values(), log.high_watermark])
+    starts = list(open_txns.values())
+    assert log.last_stable_offset <= min([*starts, log.high_watermark])
     if log.high_watermark == log.log_end_offset:
         # Every marker is replicated: only open transactions are unstable.
-        assert log.last_stable_offset == min([*open_txns.values(), log.high_watermark])
+        assert log.last_stable_offset == min([*starts, log.high_watermark])
 
 
 @settings(max_examples=60, deadline=None)
@@ -130,12 +150,22 @@ def test_the_log_agrees_with_the_model(ops: list[tuple[str, object]]) -> None:
             elif op == "data":
                 offset = log.append_as_leader(make_batch(value_size=30), 0, T0).first_offset
                 model.batches.append((offset, None, "data"))
+            elif op == "delete records":
+                assert isinstance(arg, int)
+                # DeleteRecords moves the log start up to at most the HW; the segments stay until retention. As
+                # Kafka's, a reload of producer state (a truncation, a recovery) starts at the log start and may
+                # forget or cut a transaction that began below it; the model does not follow that, so the log
+                # start never lands inside a transaction.
+                target = min(log.log_start_offset + arg, log.high_watermark)
+                if not model.spans(target):
+                    log.maybe_increment_log_start_offset(target)
             elif op == "replicate":
                 log.update_high_watermark(log.log_end_offset)
             elif op == "truncate":
                 assert isinstance(arg, int)
-                target = max(model.end - arg, 0)
-                # Truncation goes to batch boundaries (a follower's, to its leader's epoch end).
+                # Truncation goes to batch boundaries (a follower's, to its leader's epoch end), not below the log
+                # start (which would put the log start inside a transaction again, see "delete records").
+                target = max(model.end - arg, log.log_start_offset)
                 log.truncate_to(target)
                 model.truncate(target)
             else:
@@ -148,7 +178,28 @@ def test_the_log_agrees_with_the_model(ops: list[tuple[str, object]]) -> None:
                         for snapshot in path.glob("*.snapshot"):
                             snapshot.unlink()
                 log = open_log(
-                    path, CONFIG, had_clean_shutdown=arg == "clean", recovery_point=0, high_watermark=high_watermark
+                    path,
+                    CONFIG,
+                    had_clean_shutdown=arg == "clean",
+                    recovery_point=0,
+                    high_watermark=high_watermark,
+                    log_start_offset=log.log_start_offset,
                 )
             check(log, model)
+        # A follower copying the log from its start, a fetch at a time, builds the same index entries.
+        chunks = []
+        offset = log.local_log_start_offset
+        while offset < log.log_end_offset:
+            data = log.read(offset, 1 << 30, None, True).records
+            assert data is not None
+            chunks.append(data.read_bytes())
+            offset = [header.last_offset for header in iter_batches(chunks[-1])][-1] + 1
+        start = next(iter_batches(chunks[0])).base_offset if chunks else log.log_end_offset
+        follower = open_log(path / "follower", CONFIG, log_start_offset=start)
+        for chunk in chunks:
+            follower.append_as_follower(chunk, T0)
+        entries = [entry for segment in log.segments for entry in segment.txn_index.all_aborted_txns()]
+        copied = [entry for segment in follower.segments for entry in segment.txn_index.all_aborted_txns()]
+        assert copied == [entry for entry in entries if entry.first_offset >= start]
+        follower.close()
         log.close()
