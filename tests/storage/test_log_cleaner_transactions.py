@@ -10,14 +10,20 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from storage_helpers import open_log
+
 from tierlog.common import TopicPartition
 from tierlog.records.codec import build_batch, decode_raw_records, encode_raw_batch
 from tierlog.records.control_batch import ControlRecordType, EndTxnMarker, build_end_txn_marker_batch
 from tierlog.records.record_batch import RecordBatchHeader, read_header
 from tierlog.storage.log import Log
-from tierlog.storage.log_cleaner import CleanerConfig, LogCleaner
+from tierlog.storage.log_cleaner import CleanedGroup, CleanerConfig, LogCleaner
 from tierlog.storage.log_manager import LogManager
 from tierlog.storage.producer_state import AppendOrigin
+from tierlog.storage.segment import CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, SWAP_FILE_SUFFIX, LogSegment
 from tierlog.storage.transaction_index import AbortedTxn
 
 T0 = 1_700_000_000_000
@@ -293,3 +299,149 @@ def test_a_transaction_spanning_segments_cleaned_in_separate_groups_keeps_its_ma
     # cleaned segment holding the marker.
     assert [s.txn_index.all_aborted_txns() for s in log.segments] == [[], [], [AbortedTxn(ABORTER, 0, 5, 6)], [], []]
     assert (log.dir / f"{4:020d}.txnindex").read_bytes() == AbortedTxn(ABORTER, 0, 5, 6).to_bytes()
+
+
+def _swap_renames(groups: list[CleanedGroup]) -> list[tuple[Path, Path]]:
+    """Every file rename Log.replace_segments makes, in its order: the new segment's files .cleaned -> .swap, the
+    old segments' files -> .deleted, the new segment's files .swap -> final."""
+
+    def files(segment: LogSegment) -> list[Path]:
+        return [segment.log_path, segment.offset_index.path, segment.time_index.path, segment.txn_index.path]
+
+    renames: list[tuple[Path, Path]] = []
+    for group in groups:
+        new_files = [path for path in files(group.new_segment) if path.exists()]
+        swaps = [path.with_name(path.name.replace(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)) for path in new_files]
+        renames += list(zip(new_files, swaps, strict=True))
+        renames += [
+            (path, path.with_name(path.name + DELETED_FILE_SUFFIX))
+            for old in group.old_segments
+            for path in files(old)
+            if path.exists()
+        ]
+        renames += [(swap, swap.with_name(swap.name.removesuffix(SWAP_FILE_SUFFIX))) for swap in swaps]
+    return renames
+
+
+def test_a_crash_at_any_step_of_the_swap_keeps_the_old_segments_or_the_cleaned_ones_with_their_txn_index(
+    tmp_path: Path,
+) -> None:
+    """After a crash at each rename of the swap, the reopened log (not recovered: below its recovery point) holds
+    either the old segments with their transaction index or the cleaned ones with theirs, never a mix."""
+    steps = None
+    step = 0
+    while steps is None or step <= steps:
+        _, log, cleaner = new_log(tmp_path / f"crash-{step}")
+        producers = Producers(log)
+        write_committed_and_aborted(producers)
+        old_batches, old_aborted = [b.data for b in batches(log)], log.collect_aborted_transactions(0, 11)
+        task = cleaner.grab(T0)
+        assert task is not None
+        result = task.run(lambda: None)
+        renames = _swap_renames(result.groups)
+        steps = len(renames)
+        for source, target in renames[:step]:
+            os.rename(source, target)
+        for group in result.groups:
+            group.new_segment.close_handlers()
+        task.close()
+        log.close_handlers()
+        reopened = open_log(
+            log.dir, log.config, topic_partition=TP, recovery_point=11, high_watermark=11, had_clean_shutdown=False
+        )
+        try:
+            kept_old = step < len([1 for source, _ in renames if source.name.endswith(CLEANED_FILE_SUFFIX)])
+            if kept_old:
+                assert [b.data for b in batches(reopened)] == old_batches, f"step {step}"
+            else:
+                assert [b.header.base_offset for b in batches(reopened)] == [0, 4, 5, 6, 7, 8, 9, 10], f"step {step}"
+            # The clean saw the aborted transaction's batches (and removed them), so it kept the marker and the
+            # index entry: both logs list the transaction, from the index of the segment holding the marker.
+            assert reopened.collect_aborted_transactions(0, 11) == old_aborted, f"step {step}"
+            assert reopened.segments[0].txn_index.path.exists(), f"step {step}"
+            leftovers = [
+                p.name for p in reopened.dir.iterdir() if p.name.endswith((CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX))
+            ]
+            assert not leftovers, f"step {step}: {leftovers}"
+        finally:
+            reopened.close()
+        step += 1
+
+
+# The model: whatever the interleaving of transactions, a read_committed reader of the cleaned log reads the latest
+# committed record of each key, at its offset.
+
+Op = tuple[int, int, bool]  # (producer: 0 plain, 1-3 transactional; key; for a producer, end its transaction?)
+operations = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 5), st.booleans()), min_size=1, max_size=50)
+
+
+def read_committed(log: Log) -> list[tuple[int, bytes | None, bytes | None]]:
+    """(offset, key, value) of every record a read_committed consumer reads from the log start (Kafka's
+    consumer: a producer's transactional batches are dropped from its aborted transaction's first offset to its
+    ABORT marker; control batches are skipped)."""
+    pending = sorted(log.collect_aborted_transactions(0, log.log_end_offset), key=lambda txn: txn.first_offset)
+    aborted: set[int] = set()
+    out = []
+    for index in range(len(log.segments)):
+        for batch in batches(log, index):
+            header = batch.header
+            while pending and pending[0].first_offset <= header.last_offset:
+                aborted.add(pending.pop(0).producer_id)
+            if header.is_control:
+                records = decode_raw_records(batch.data, header)
+                if records and records[0].key == abort_marker()[0]:
+                    aborted.discard(header.producer_id)
+                continue
+            if header.is_transactional and header.producer_id in aborted:
+                continue
+            out += [
+                (header.base_offset + r.offset_delta, r.key, r.value) for r in decode_raw_records(batch.data, header)
+            ]
+    return out
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=operations, segment_bytes=st.sampled_from([150, 300, 1000, 100_000]), commit_last=st.booleans())
+def test_read_committed_of_the_cleaned_log_is_the_latest_committed_record_per_key(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[Op], segment_bytes: int, commit_last: bool
+) -> None:
+    _, log, cleaner = new_log(tmp_path_factory.mktemp("model"), segment_bytes=segment_bytes)
+    producers = Producers(log)
+    committed: list[tuple[int, bytes, bytes]] = []
+    # producer -> the records of its open transaction
+    pending: dict[int, list[tuple[int, bytes, bytes]]] = {}
+
+    def end(producer: int, commit: bool) -> None:
+        producers.end(producer, committed=commit)
+        records = pending.pop(producer)
+        if commit:
+            committed.extend(records)
+
+    for n, (producer, key, ends) in enumerate(ops):
+        if producer and ends and producer in pending:
+            end(producer, commit=n % 3 != 0)
+            continue
+        record = (b"key-%d" % key, b"value-%d" % n)
+        offset = producers.send([record], producer_id=producer if producer else -1)
+        if producer:
+            pending.setdefault(producer, []).append((offset, *record))
+        else:
+            committed.append((offset, *record))
+    for producer in list(pending):
+        end(producer, commit_last)
+    producers.roll()
+    assert log.last_stable_offset == log.high_watermark
+
+    def latest(records: list[tuple[int, bytes, bytes]]) -> list[tuple[int, bytes | None, bytes | None]]:
+        by_key = {key: (offset, key, value) for offset, key, value in sorted(records)}
+        return sorted(by_key.values())
+
+    assert read_committed(log) == sorted(committed)
+    assert cleaner.clean_filthiest_log(T0)
+    assert read_committed(log) == latest(committed)
+    # Past every delete horizon (markers of transactions without batches go), with new dirty data to clean.
+    offset = producers.send([(b"key-new", b"new")])
+    committed.append((offset, b"key-new", b"new"))
+    producers.roll()
+    assert cleaner.clean_filthiest_log(T0 + DAY_MS)
+    assert read_committed(log) == latest(committed)

@@ -27,7 +27,7 @@ from tierlog.storage.producer_state import AppendOrigin
 from tierlog.storage.transaction_index import ABORTED_TXN_SIZE, AbortedTxn, TxnIndexSearchResult
 from tierlog.tiered.fsspec_storage import FsspecRemoteStorageManager
 from tierlog.tiered.remote_index_cache import RemoteIndexCache
-from tierlog.tiered.remote_log_manager import copy_candidates, segment_data
+from tierlog.tiered.remote_log_manager import copy_candidates, copy_lag_bytes, segment_data
 from tierlog.tiered.remote_log_metadata_cache import RemoteLogMetadataStore
 from tierlog.tiered.remote_storage_manager import IndexType, RemoteResourceNotFoundError
 from tierlog.tiered.remote_transactions import (
@@ -344,3 +344,42 @@ def test_a_segment_copied_without_a_txn_index_is_not_asked_for_one(tmp_path: Pat
     assert isinstance(older, RemoteLogSegmentMetadata) and older.has_txn_index
     assert fetch_remote_aborted_txns(rsm, older) == []
     assert rsm.calls["fetch_index"] == 1
+
+
+def test_segments_at_or_past_an_open_transaction_are_not_copied_until_it_ends(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "topic-0", log_config(segment_bytes=1 << 20))
+    try:
+
+        def append(producer_id: int = -1, marker: ControlRecordType | None = None) -> None:
+            if marker is not None:
+                records = build_end_txn_marker_batch(producer_id, 0, EndTxnMarker(marker, 0), T0)
+                log.append_as_leader(records, 0, T0, AppendOrigin.COORDINATOR)
+            else:
+                transactional = producer_id >= 0
+                batch = build_batch(
+                    [(b"k", b"v", (), T0)],
+                    producer_id=producer_id,
+                    producer_epoch=0 if transactional else -1,
+                    base_sequence=0 if transactional else -1,
+                    transactional=transactional,
+                )
+                log.append_as_leader(bytearray(batch), 0, T0)
+            log.update_high_watermark(log.log_end_offset)
+
+        append()
+        log.roll(T0)
+        append()
+        append(producer_id=5)  # offset 2: a transaction that stays open
+        log.roll(T0)
+        append()
+        log.roll(T0)
+        assert [s.base_offset for s in log.segments] == [0, 1, 3, 4]
+        assert log.high_watermark == 4 and log.last_stable_offset == 2
+        copy = [c.segment.base_offset for c in copy_candidates(log, -1, log.last_stable_offset)]
+        assert copy == [0]
+        assert copy_lag_bytes(log) == log.segments[0].size
+        append(producer_id=5, marker=ControlRecordType.COMMIT)
+        assert log.last_stable_offset == log.high_watermark == 5
+        assert [c.segment.base_offset for c in copy_candidates(log, -1, log.last_stable_offset)] == [0, 1, 3]
+    finally:
+        log.close()

@@ -7,12 +7,13 @@ would cost two object-store round trips per read, so they are cached: as files u
 size in bytes (`remote.log.index.file.cache.total.size.bytes`), least recently used first out.
 
 The uploaded index files are byte for byte the local `.index`/`.timeindex` files, so the local OffsetIndex
-and TimeIndex classes read them and answer lookups exactly as for a local segment. A `read_committed` read
-also needs the segments' transaction indexes (docs/transactions.md#tiered): their entries are kept in memory
-only (a few 34-byte entries a segment, most often none), least recently used first out, within a bound of
-the same size. Lookups run from the
+and TimeIndex classes read them and answer lookups exactly as for a local segment. Lookups run from the
 shell's worker threads: one lock guards the LRU, and the remote fetches happen outside it, one per segment
 however many threads miss on it at once.
+
+A `read_committed` read also needs the segments' transaction indexes (docs/transactions.md#tiered-txn-index):
+their entries are kept in memory only (a few 34-byte entries a segment, most often none), least recently used
+first out, within a bound of the same size.
 """
 
 from __future__ import annotations
