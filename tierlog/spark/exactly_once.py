@@ -21,6 +21,7 @@ docs/spark.md#exactly-once-writes):
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import zlib
@@ -32,10 +33,12 @@ from typing import Protocol
 import pyarrow as pa
 from pyspark.sql.datasource import WriterCommitMessage
 
-from tierlog.client.connection import ApiNotServedError
+from tierlog.client.connection import ApiNotServedError, KafkaConnectionError
 from tierlog.common import TopicPartition
 from tierlog.records.codec import RecordSpec, build_batch
 from tierlog.spark.txn_client import ListedTransaction, ProducerIdAndEpoch, TransactionError
+
+logger = logging.getLogger(__name__)
 
 SINK_LOG_DIRECTORY = "tierlog-sink"
 # Spark keeps this many batches of its own metadata by default (spark.sql.streaming.minBatchesToRetain).
@@ -245,13 +248,14 @@ def abort_open_transactions(coordinator: Coordinator, open_prefix: str, timeout_
     """InitProducerId on every open transaction whose id starts with `open_prefix`, which aborts it, so that no
     read_committed reader waits for it until its timeout. Brokers without ListTransactions are skipped: the
     next InitProducerId on the same id (a later task of the same Spark partition), or the timeout, aborts it."""
+    # Best effort: the batch is committed already, and what this misses the timeout aborts.
     try:
         listed = coordinator.list_transactions([ONGOING])
-    except (ApiNotServedError, TransactionError):
-        return
-    for t in listed:
-        if t.transactional_id.startswith(open_prefix) and t.state == ONGOING:
-            coordinator.init_producer_id(t.transactional_id, timeout_ms)
+        for t in listed:
+            if t.transactional_id.startswith(open_prefix) and t.state == ONGOING:
+                coordinator.init_producer_id(t.transactional_id, timeout_ms)
+    except (ApiNotServedError, TransactionError, KafkaConnectionError) as e:
+        logger.warning("transactions of %s* left open by a crash were not all aborted: %s", open_prefix, e)
 
 
 def checkpoint_query_id(checkpoint_location: str) -> str | None:
