@@ -23,7 +23,7 @@ from tierlog.testing.local_cluster import BrokerProcess, wait_until
 ROOT = Path(__file__).resolve().parents[2]
 JOB = Path(__file__).with_name("exactly_once_job.py")
 JOB_TIMEOUT_S = 240
-RECORDS = 400
+RECORDS = 800  # 20 micro-batches of 40: many chances to find one with open transactions
 INPUT_PARTITIONS = 2
 OUTPUT_PARTITIONS = 3
 
