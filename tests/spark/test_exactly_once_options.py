@@ -33,6 +33,9 @@ def test_transactional_options_are_parsed_with_their_defaults(tmp_path: Path) ->
         SCHEMA,
     )
     assert (custom.transactional_id_prefix, custom.transaction_timeout_ms) == ("etl", 60000)
+    assert (
+        parse_sink_options(options(tmp_path, **{"kafka.compression.type": "zstd"}), SCHEMA).compression.name == "ZSTD"
+    )
     assert not parse_sink_options({"kafka.bootstrap.servers": "b:9092", "topic": "out"}, SCHEMA).transactional
 
 
@@ -45,6 +48,7 @@ def test_transactional_options_are_parsed_with_their_defaults(tmp_path: Path) ->
         ({"kafka.transaction.timeout.ms": "soon"}, "'kafka.transaction.timeout.ms' must be a positive integer"),
         ({"checkpointLocation": "s3a://bucket/checkpoint"}, "must be a file system path the driver can write"),
         ({"checkpointLocation": "checkpoints/etl"}, "needs an absolute checkpointLocation"),
+        ({"kafka.compression.type": "brotli"}, "'kafka.compression.type' must be none, gzip, snappy, lz4 or zstd"),
     ],
 )
 def test_wrong_transactional_options_fail_in_one_line(tmp_path: Path, extra: dict[str, str], message: str) -> None:

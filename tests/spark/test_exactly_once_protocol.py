@@ -14,7 +14,7 @@ import pytest
 
 from tierlog.common import TopicPartition
 from tierlog.records.codec import decode_raw_records
-from tierlog.records.record_batch import complete_batches, read_header
+from tierlog.records.record_batch import CompressionType, complete_batches, read_header
 from tierlog.spark.exactly_once import (
     SinkLog,
     SinkRow,
@@ -141,7 +141,7 @@ def run_task(kafka: KafkaModel, batch_id: int, partition: int, rows: list[bytes]
     """What sink.write_in_transaction does on an executor, with the model for a client."""
     tid = transactional_id(PREFIX, QUERY, partition)
     producer = kafka.init_producer_id(tid, TIMEOUT_MS)
-    writer = TransactionWriter(kafka, tid, producer, acks=-1, timeout_ms=30_000)
+    writer = TransactionWriter(kafka, tid, producer, acks=-1, timeout_ms=30_000, compression=CompressionType.LZ4)
     for i, value in enumerate(rows):
         writer.add(SinkRow("out", f"k{i}".encode(), value, (), None), 0)
         if i % 2 == 1:

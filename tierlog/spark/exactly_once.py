@@ -36,6 +36,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 from tierlog.client.connection import ApiNotServedError, KafkaConnectionError
 from tierlog.common import TopicPartition
 from tierlog.records.codec import RecordSpec, build_batch
+from tierlog.records.record_batch import CompressionType
 from tierlog.spark.txn_client import ListedTransaction, ProducerIdAndEpoch, TransactionError
 
 logger = logging.getLogger(__name__)
@@ -305,9 +306,16 @@ class TransactionWriter:
     sequence numbers, each partition added to the transaction before its first batch."""
 
     def __init__(
-        self, client: TransactionalProducer, txn_id: str, producer: ProducerIdAndEpoch, acks: int, timeout_ms: int
+        self,
+        client: TransactionalProducer,
+        txn_id: str,
+        producer: ProducerIdAndEpoch,
+        acks: int,
+        timeout_ms: int,
+        compression: CompressionType = CompressionType.NONE,
     ) -> None:
         self.client = client
+        self.compression = compression
         self.txn_id = txn_id
         self.producer = producer
         self.acks = acks
@@ -350,6 +358,7 @@ class TransactionWriter:
                 producer_epoch=self.producer.producer_epoch,
                 base_sequence=sequence,
                 transactional=True,
+                compression=self.compression,
             )
             self.sequences[tp] = sequence + len(records)
         self.client.produce(self.txn_id, batches, self.acks, self.timeout_ms)

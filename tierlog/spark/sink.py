@@ -27,6 +27,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
 from tierlog.client.security_settings import client_security
+from tierlog.records.record_batch import CompressionType
 from tierlog.spark.exactly_once import (
     BATCH_ID_PROPERTY,
     QUERY_ID_PROPERTY,
@@ -78,6 +79,13 @@ class SinkOptions:
     def txn_client(self) -> TxnClient:
         config = dict(self.producer_config)
         return TxnClient(self.bootstrap_servers, client_security(config))
+
+    @property
+    def compression(self) -> CompressionType:
+        """The producer's compression.type (librdkafka's compression.codec too), for the transactional batches."""
+        config = dict(self.producer_config)
+        name = config.get("compression.type", config.get("compression.codec", "none")).strip().upper()
+        return CompressionType[name]
 
     @property
     def acks(self) -> int:
@@ -137,6 +145,11 @@ def parse_sink_options(options: Mapping[str, str], schema: StructType) -> SinkOp
             "spark.sql.streaming.checkpointLocation): the sink keeps its commit decisions beside Spark's checkpoint"
         )
     SinkLog(checkpoint)  # a location the driver cannot write fails now, in one line
+    codec = config.get("compression.type", config.get("compression.codec", "none")).strip().upper()
+    if codec not in CompressionType.__members__:
+        raise ValueError(
+            f"option 'kafka.compression.type' must be none, gzip, snappy, lz4 or zstd, got '{codec.lower()}'"
+        )
     timeout_ms = config.pop("transaction.timeout.ms", str(DEFAULT_TRANSACTION_TIMEOUT_MS))
     if not timeout_ms.strip().isdigit() or int(timeout_ms) <= 0:
         raise ValueError(f"option 'kafka.transaction.timeout.ms' must be a positive integer, got '{timeout_ms}'")
@@ -214,7 +227,8 @@ def write_in_transaction(options: SinkOptions, batches: Iterator[pa.RecordBatch]
     txn_id = transactional_id(options.transactional_id_prefix, query_id, context.partitionId())
     with options.txn_client() as client:
         producer = client.init_producer_id(txn_id, options.transaction_timeout_ms)
-        writer = TransactionWriter(client, txn_id, producer, options.acks, int(FLUSH_TIMEOUT_S * 1000))
+        timeout_ms = int(FLUSH_TIMEOUT_S * 1000)
+        writer = TransactionWriter(client, txn_id, producer, options.acks, timeout_ms, options.compression)
         for row in rows_of(options.topic, batches):
             writer.add(row, int(time.time() * 1000))
         writer.flush()
