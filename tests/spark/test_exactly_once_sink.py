@@ -1,10 +1,11 @@
 """The transactional sink end to end on a real broker: a consume-transform-produce stream (read_committed source,
-`tierlog.sink.transactional=true` sink) killed with SIGKILL while a micro-batch's transactions are open, then
-restarted from its checkpoint, leaves every input record exactly once in the output topic for read_committed
+`tierlog.sink.transactional=true` sink) killed with SIGKILL while a micro-batch's transactions are open, twice,
+then restarted from its checkpoint, leaves every input record exactly once in the output topic for read_committed
 readers, while read_uncommitted readers see the rows of the transaction the kill left (aborted on restart)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -18,12 +19,15 @@ from typing import Any
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
+from tierlog.client.security import ClientSecurity
+from tierlog.spark.exactly_once import query_prefix
+from tierlog.spark.txn_client import TxnClient
 from tierlog.testing.local_cluster import BrokerProcess, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = Path(__file__).with_name("exactly_once_job.py")
 JOB_TIMEOUT_S = 240
-RECORDS = 800  # 20 micro-batches of 40: many chances to find one with open transactions
+RECORDS = 1000  # 25 micro-batches of 40: many chances to find one with open transactions, twice
 INPUT_PARTITIONS = 2
 OUTPUT_PARTITIONS = 3
 
@@ -90,6 +94,39 @@ def produce_input(bootstrap: str, topic: str) -> None:
     aborted.abort_transaction(30)
 
 
+def committed_batches(checkpoint: Path) -> list[Path]:
+    commits = checkpoint / "commits"
+    return list(commits.glob("[0-9]*")) if commits.exists() else []
+
+
+def kill_mid_batch(
+    bootstrap: str, output_topic: str, command: list[str], checkpoint: Path, log: Path, after_batches: int
+) -> None:
+    """Run the stream until, with `after_batches` batches committed, a micro-batch's transactions hold written
+    rows (the output's high watermark is past its last stable offset), and SIGKILL it there, JVM and all."""
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            [*command, "--every-second"], stdout=out, stderr=subprocess.STDOUT, env=_env(), start_new_session=True
+        )
+    uncommitted, committed = _consumer(bootstrap, "read_uncommitted"), _consumer(bootstrap, "read_committed")
+    try:
+
+        def transaction_open() -> bool:
+            assert process.poll() is None, log.read_text()[-3000:]
+            if len(committed_batches(checkpoint)) < after_batches:
+                return False
+            return _ends(uncommitted, output_topic) != _ends(committed, output_topic)
+
+        wait_until(transaction_open, JOB_TIMEOUT_S, f"a micro-batch with open transactions after {after_batches}")
+        os.killpg(process.pid, signal.SIGKILL)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(30)
+        uncommitted.close()
+        committed.close()
+
+
 def test_a_stream_killed_mid_batch_and_restarted_writes_every_input_exactly_once_for_read_committed_readers(
     shared_broker: BrokerProcess, kafka: Any, tmp_path: Path
 ) -> None:
@@ -100,31 +137,12 @@ def test_a_stream_killed_mid_batch_and_restarted_writes_every_input_exactly_once
     checkpoint, log = tmp_path / "checkpoint", tmp_path / "job.log"
     command = [sys.executable, str(JOB), bootstrap, input_topic, output_topic, str(checkpoint)]
 
-    with log.open("ab") as out:
-        process = subprocess.Popen(
-            [*command, "--every-second"], stdout=out, stderr=subprocess.STDOUT, env=_env(), start_new_session=True
-        )
-    uncommitted, committed = _consumer(bootstrap, "read_uncommitted"), _consumer(bootstrap, "read_committed")
-    try:
-
-        def transaction_open_after_two_batches() -> bool:
-            # Rows in the output past its last stable offset: a micro-batch's transactions hold written rows
-            # the driver has not committed yet. Killed now, its rows must be neither lost nor written twice.
-            assert process.poll() is None, log.read_text()[-3000:]
-            batches_done = (
-                len(list((checkpoint / "commits").glob("[0-9]*"))) if (checkpoint / "commits").exists() else 0
-            )
-            return batches_done >= 2 and _ends(uncommitted, output_topic) != _ends(committed, output_topic)
-
-        wait_until(transaction_open_after_two_batches, JOB_TIMEOUT_S, "a micro-batch with open transactions")
-        os.killpg(process.pid, signal.SIGKILL)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(30)
-        uncommitted.close()
-        committed.close()
-
+    # Killed twice, each time while a micro-batch's transactions hold written rows, the second time after the
+    # first restart has committed batches of its own.
+    kill_mid_batch(bootstrap, output_topic, command, checkpoint, log, after_batches=2)
+    kill_mid_batch(
+        bootstrap, output_topic, command, checkpoint, log, after_batches=len(committed_batches(checkpoint)) + 2
+    )
     with log.open("ab") as out:
         result = subprocess.run(
             [*command, "--available-now"], stdout=out, stderr=subprocess.STDOUT, env=_env(), timeout=JOB_TIMEOUT_S
@@ -139,3 +157,8 @@ def test_a_stream_killed_mid_batch_and_restarted_writes_every_input_exactly_once
     everything = read_all(bootstrap, output_topic, "read_uncommitted")
     assert len(everything) > RECORDS
     assert set(everything) == set(seen)
+    # Nothing of the query's is left open on the brokers.
+    query_id = json.loads((checkpoint / "metadata").read_text())["id"]
+    with TxnClient(bootstrap, ClientSecurity()) as client:
+        mine = query_prefix("tierlog-spark", query_id)
+        assert [t for t in client.list_transactions(["Ongoing"]) if t.transactional_id.startswith(mine)] == []
