@@ -1,11 +1,13 @@
-"""kafka.isolation.level=read_committed on a real tiered broker: transactions committed and aborted by a
-transactional producer, most of them already in the remote tier, read by the Spark source through the brokers
-and straight from the remote tier, give exactly the committed records a read_committed Kafka consumer reads."""
+"""kafka.isolation.level=read_committed on real brokers: transactions committed and aborted by a transactional
+producer, most of them already in the remote tier, read by the Spark source through the brokers and straight from
+the remote tier, give exactly the committed records a read_committed Kafka consumer reads; an open transaction
+ends a read_committed read at the last stable offset."""
 
 from __future__ import annotations
 
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cluster_helpers import ClusterFactory
@@ -16,7 +18,7 @@ from tiered_helpers import CLIENT_TIMEOUT_S, create_topic, tiered_overrides, tie
 
 from tierlog.spark.options import parse_batch_options
 from tierlog.spark.source import RangePartition, RemoteSlicePartition, TierlogBatchReader
-from tierlog.testing.local_cluster import LocalCluster, wait_until
+from tierlog.testing.local_cluster import BrokerProcess, LocalCluster, wait_until
 
 TOPIC = "orders"
 TRANSACTIONS = 36
@@ -158,3 +160,37 @@ def test_read_committed_reads_exactly_the_committed_records_through_brokers_and_
     # read_uncommitted (Spark's Kafka source's default) sees the aborted transactions' records too.
     everything = spark.read.format("tierlog").options(**options).load().count()
     assert everything == TRANSACTIONS * (RECORDS_PER_TRANSACTION + 1) + LAST_ABORTED_RECORDS + 1
+
+
+def test_read_committed_stops_at_the_last_stable_offset_of_an_open_transaction(
+    spark: SparkSession, shared_broker: BrokerProcess, kafka: Any
+) -> None:
+    """A transaction still open: read_committed plans its end at the LSO (ListOffsets with isolation level 1) and
+    reads the records before it without waiting; read_uncommitted reads to the high watermark, open records too."""
+    bootstrap = shared_broker.bootstrap
+    topic = kafka.new_topic(bootstrap, partitions=1, hint="open")
+    plain = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for i in range(5):
+        plain.produce(topic, value=f"before-{i}".encode(), partition=0)
+    assert plain.flush(CLIENT_TIMEOUT_S) == 0
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"open-{topic}"})
+    producer.init_transactions(CLIENT_TIMEOUT_S)
+    producer.begin_transaction()
+    for i in range(3):
+        producer.produce(topic, value=f"open-{i}".encode(), partition=0)
+    producer.flush(CLIENT_TIMEOUT_S)
+    for i in range(2):
+        plain.produce(topic, value=f"after-{i}".encode(), partition=0)
+    assert plain.flush(CLIENT_TIMEOUT_S) == 0
+    try:
+        options = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic}
+        committed_plan = TierlogBatchReader(parse_batch_options({**options, "kafka.isolation.level": "read_committed"}))
+        assert [(p.range.start, p.range.end) for p in committed_plan.partitions()] == [(0, 5)]
+        read_committed = spark.read.format("tierlog").options(**options, **{"kafka.isolation.level": "read_committed"})
+        assert sorted(bytes(r.value) for r in read_committed.load().collect()) == [
+            f"before-{i}".encode() for i in range(5)
+        ]
+        everything = sorted(bytes(r.value) for r in spark.read.format("tierlog").options(**options).load().collect())
+        assert len(everything) == 10 and b"open-0" in everything
+    finally:
+        producer.abort_transaction(CLIENT_TIMEOUT_S)
