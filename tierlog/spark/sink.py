@@ -144,7 +144,7 @@ def parse_sink_options(options: Mapping[str, str], schema: StructType) -> SinkOp
             f"option '{TRANSACTIONAL_OPTION}' needs the query's checkpointLocation option (not only the session's "
             "spark.sql.streaming.checkpointLocation): the sink keeps its commit decisions beside Spark's checkpoint"
         )
-    SinkLog(checkpoint)  # a location the driver cannot write fails now, in one line
+    SinkLog(checkpoint)  # a location that is not an absolute file system path fails now, in one line
     codec = config.get("compression.type", config.get("compression.codec", "none")).strip().upper()
     if codec not in CompressionType.__members__:
         raise ValueError(
