@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
@@ -127,6 +128,7 @@ def kill_mid_batch(
         committed.close()
 
 
+@pytest.mark.spark  # its Spark runs in the job's own processes, not the `spark` fixture
 def test_a_stream_killed_mid_batch_and_restarted_writes_every_input_exactly_once_for_read_committed_readers(
     shared_broker: BrokerProcess, kafka: Any, tmp_path: Path
 ) -> None:
