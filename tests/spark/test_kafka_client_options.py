@@ -46,6 +46,7 @@ def test_source_gets_every_kafka_option_as_librdkafka_settings(ca_file: Path) ->
         "sasl.password": "pw",
         "ssl.ca.location": str(ca_file),
         "client.id": "etl",
+        "isolation.level": "read_uncommitted",
     }
     # What an executor's fetch connection is made with.
     security = client_security(dict(parsed.client_settings))

@@ -69,6 +69,7 @@ COORDINATOR_KEY_TRANSACTION = 1
 CONSUMER_REPLICA_ID = -1  # not a replica: the leader answers up to the high watermark only
 NO_EPOCH = -1  # "unknown" for every epoch field of a request
 READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
 
 
 @functools.cache
@@ -97,9 +98,11 @@ def fetch_request(
     min_bytes: int = 1,
     replica_id: int = CONSUMER_REPLICA_ID,
     version: int = FETCH_VERSION,
+    isolation_level: int = READ_UNCOMMITTED,
 ) -> Any:
-    """A sessionless Fetch (read uncommitted) of `partitions`, grouped by topic in the order given; up to v12,
-    the last version that names topics rather than their ids."""
+    """A sessionless Fetch of `partitions`, grouped by topic in the order given; up to v12, the last version
+    that names topics rather than their ids. READ_COMMITTED reads up to the last stable offset, with the
+    aborted transactions of what it returns."""
     s = request_schema(API_FETCH, version)
     by_topic: dict[str, list[Any]] = {}
     for p in partitions:
@@ -118,7 +121,7 @@ def fetch_request(
         max_wait=datetime.timedelta(milliseconds=max_wait_ms),
         min_bytes=min_bytes,
         max_bytes=max_bytes,
-        isolation_level=READ_UNCOMMITTED,
+        isolation_level=isolation_level,
         session_id=0,
         session_epoch=-1,
         topics=tuple(s.FetchTopic(topic=name, partitions=tuple(parts)) for name, parts in by_topic.items()),

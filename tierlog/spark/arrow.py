@@ -12,18 +12,35 @@ records section is decompressed by the project's codecs, tierlog.records.codec).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Protocol
+
 import numpy as np
 import pyarrow as pa
 
-from tierlog.records.codec import records_section
+from tierlog.records.codec import decode_raw_records, records_section
+from tierlog.records.control_batch import ControlRecordType, control_record_type
 from tierlog.records.record_batch import (
     COMPRESSION_CODEC_MASK,
     CONTROL_FLAG_MASK,
+    NO_PRODUCER_ID,
     RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG_MASK,
     InvalidRecordError,
     read_header,
 )
+
+
+class AbortedTransaction(Protocol):
+    """An entry of a read_committed Fetch answer's aborted_transactions (kio's, or the remote tier's)."""
+
+    @property
+    def producer_id(self) -> int: ...
+
+    @property
+    def first_offset(self) -> int: ...
+
 
 # Spark's TimestampType travels through Arrow as microseconds in UTC.
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
@@ -86,13 +103,16 @@ def record_batches_to_arrow(
     start_offset: int,
     end_offset: int,
     include_headers: bool,
+    aborted_transactions: Sequence[AbortedTransaction] | None = None,
 ) -> pa.RecordBatch:
     """The records of the v2 batches in `data` whose offsets are in [start_offset, end_offset).
 
     `data` is what a Fetch response or a segment file holds: whole batches, possibly followed by a
     truncated one (ignored, as a consumer does). Control batches (transaction markers) are not records to
-    a reader and are skipped, as Kafka consumers skip them. Raises InvalidRecordError, naming the batch, if
-    the records of a batch in the range do not decompress or do not parse.
+    a reader and are skipped, as Kafka consumers skip them. `aborted_transactions` (read_committed only; None
+    reads uncommitted) are the aborted transactions a read_committed Fetch answers for this data: their
+    batches are dropped as Kafka's consumer drops them (`committed_batches`). Raises InvalidRecordError, naming
+    the batch, if the records of a batch in the range do not decompress or do not parse.
     """
     # numba takes a third of a second to import: only the processes that convert records (Spark's readers)
     # pay for it, not the driver that plans the query, nor a writer.
@@ -106,14 +126,12 @@ def record_batches_to_arrow(
     if len(sizes) and sizes[-1] < RECORD_BATCH_OVERHEAD:
         raise InvalidRecordError(f"batch at {positions[-1]} declares size {sizes[-1]}, less than its header")
     headers = buffer[positions[:, np.newaxis] + _HEADER_BYTES].view(_HEADER_DTYPE)[:, 0]
-    attributes = headers["attributes"]
     base_offsets = headers["base_offset"].astype(np.int64)
     next_offsets = base_offsets + headers["last_offset_delta"] + 1
     # Whole batches outside the range are not decompressed: a fetch starts at the batch holding the
     # requested offset and a segment spans far more than one split's range.
-    wanted = np.flatnonzero(
-        (attributes & CONTROL_FLAG_MASK == 0) & (next_offsets > start_offset) & (base_offsets < end_offset)
-    )
+    visible = committed_batches(data, positions, headers, aborted_transactions)
+    wanted = np.flatnonzero(visible & (next_offsets > start_offset) & (base_offsets < end_offset))
     positions, sizes, headers = positions[wanted], sizes[wanted], headers[wanted]
     if np.any(headers["attributes"] & COMPRESSION_CODEC_MASK):
         records, section_starts, section_ends = _decompressed(memoryview(data), positions, sizes)
@@ -124,6 +142,50 @@ def record_batches_to_arrow(
     rows = len(columns[0])
     columns[2:2] = [pa.repeat(pa.scalar(topic, pa.string()), rows), pa.repeat(pa.scalar(partition, pa.int32()), rows)]
     return pa.RecordBatch.from_arrays(columns, schema=schema(include_headers))
+
+
+def committed_batches(
+    data: bytes | memoryview,
+    positions: np.ndarray,
+    headers: np.ndarray,
+    aborted_transactions: Sequence[AbortedTransaction] | None,
+) -> np.ndarray:
+    """Which batches hold records a reader sees: never a control batch; with read_committed
+    (`aborted_transactions` not None), not a transactional batch of an aborted transaction either.
+
+    Kafka's consumer (CompletedFetch.nextFetchedRecord), batch by batch in offset order: every aborted
+    transaction whose first offset is at or below the last offset of a batch with a producer id makes that
+    producer "aborted"; its transactional batches are then dropped until its ABORT marker, which ends the
+    aborted transaction (docs/transactions.md#spark-source)."""
+    attributes = headers["attributes"]
+    visible = attributes & CONTROL_FLAG_MASK == 0
+    if not aborted_transactions:
+        return visible
+    pending = sorted(aborted_transactions, key=lambda txn: txn.first_offset)
+    next_pending = 0
+    aborted_producers: set[int] = set()
+    producer_ids = headers["producer_id"]
+    last_offsets = headers["base_offset"].astype(np.int64) + headers["last_offset_delta"]
+    view = memoryview(data)
+    for index in np.flatnonzero(producer_ids != NO_PRODUCER_ID).tolist():
+        last_offset = int(last_offsets[index])
+        while next_pending < len(pending) and pending[next_pending].first_offset <= last_offset:
+            aborted_producers.add(pending[next_pending].producer_id)
+            next_pending += 1
+        producer_id = int(producer_ids[index])
+        if not visible[index]:
+            if _is_abort_marker(view, int(positions[index])):
+                aborted_producers.discard(producer_id)
+        elif attributes[index] & TRANSACTIONAL_FLAG_MASK and producer_id in aborted_producers:
+            visible[index] = False
+    return visible
+
+
+def _is_abort_marker(data: memoryview, position: int) -> bool:
+    """Whether the control batch at `position` holds an ABORT marker (Kafka reads its first record's key)."""
+    header = read_header(data, position)
+    records = decode_raw_records(data[position : position + header.size_in_bytes], header)
+    return bool(records) and control_record_type(records[0].key) == ControlRecordType.ABORT
 
 
 def _decompressed(

@@ -29,6 +29,9 @@ _SOURCE_FIXED = {
     "value.deserializer": "values are read as bytes: deserialize them with DataFrame operations",
     "interceptor.classes": "the source reads record batches without a consumer to intercept",
 }
+ISOLATION_LEVEL_OPTION = "kafka.isolation.level"
+# The Java consumer's default, which Spark's Kafka source keeps (it sets no isolation.level of its own).
+DEFAULT_ISOLATION_LEVEL = "read_uncommitted"
 _DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 # A starting/ending position: EARLIEST, LATEST, or per-partition offsets (-2/-1 allowed inside, as Kafka).
@@ -63,8 +66,11 @@ class SourceOptions:
     remote_read: str = "broker"
     rsm_config: tuple[tuple[str, str], ...] = ()
     # Every other kafka.* option (prefix stripped, Java's security names as librdkafka's), for every client the
-    # source makes: the driver's, and the executors' fetch connections (through ClientSecurity).
+    # source makes: the driver's, and the executors' fetch connections (through ClientSecurity). It always holds
+    # isolation.level, so the driver's ListOffsets asks for the high watermark or the last stable offset.
     client_settings: tuple[tuple[str, str], ...] = ()
+    # kafka.isolation.level: read_committed reads committed transactions only, up to the last stable offset.
+    read_committed: bool = False
 
 
 def option(options: Mapping[str, str], name: str) -> str | None:
@@ -268,6 +274,13 @@ def parse_batch_options(options: Mapping[str, str], streaming: bool = False) -> 
         raise ValueError("option 'startingOffsets' cannot use -1 (latest) for a partition in a batch query")
     if isinstance(ending, dict) and any(o == EARLIEST for o in ending.values()):
         raise ValueError("option 'endingOffsets' cannot use -2 (earliest) for a partition in a batch query")
+    isolation_level = (option(options, ISOLATION_LEVEL_OPTION) or DEFAULT_ISOLATION_LEVEL).strip().lower()
+    if isolation_level not in ("read_committed", "read_uncommitted"):
+        raise ValueError(
+            f"option '{ISOLATION_LEVEL_OPTION}' must be read_committed or read_uncommitted, got '{isolation_level}'"
+        )
+    client_settings = dict(kafka_client_settings(options, _SOURCE_FIXED))
+    client_settings["isolation.level"] = isolation_level
     return SourceOptions(
         bootstrap_servers=bootstrap,
         subscribe=subscribe,
@@ -283,5 +296,6 @@ def parse_batch_options(options: Mapping[str, str], streaming: bool = False) -> 
         starting_timestamp_strategy=strategy,
         remote_read=_remote_read(options, rsm_config),
         rsm_config=tuple(sorted(rsm_config.items())),
-        client_settings=kafka_client_settings(options, _SOURCE_FIXED),
+        client_settings=tuple(sorted(client_settings.items())),
+        read_committed=isolation_level == "read_committed",
     )

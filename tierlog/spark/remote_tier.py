@@ -13,12 +13,13 @@ in memory whole.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import socket
 import struct
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import pyarrow as pa
@@ -27,11 +28,15 @@ from confluent_kafka import Consumer, KafkaException, TopicCollection
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
 
+from tierlog.client.connection import KafkaConnection, KafkaConnectionError
+from tierlog.client.requests import READ_COMMITTED, PartitionFetch, fetch_request
+from tierlog.client.security_settings import client_security
 from tierlog.common import TopicPartition
 from tierlog.records.record_batch import RECORD_BATCH_OVERHEAD, batch_size_at, read_header
 from tierlog.spark.arrow import record_batches_to_arrow
-from tierlog.spark.offsets import NO_CLIENT_SETTINGS
+from tierlog.spark.offsets import NO_CLIENT_SETTINGS, current_leader
 from tierlog.storage.epoch_entry import EpochEntry
+from tierlog.storage.transaction_index import AbortedTxn
 from tierlog.tiered.fsspec_storage import FsspecRemoteStorageManager
 from tierlog.tiered.remote_log_manager import is_within_lineage, parse_epoch_checkpoint
 from tierlog.tiered.remote_log_metadata_cache import (
@@ -40,6 +45,7 @@ from tierlog.tiered.remote_log_metadata_cache import (
     RemoteLogMetadataStore,
 )
 from tierlog.tiered.remote_storage_manager import IndexType, RemoteStorageError
+from tierlog.tiered.remote_transactions import collect_remote_aborted_transactions, fetch_remote_aborted_txns
 from tierlog.tiered.segment_metadata import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
@@ -133,6 +139,9 @@ class RemoteSegmentSlice:
     start_offset: int
     end_offset: int
     metadata: RemoteLogSegmentMetadata
+    # read_committed: the aborted transactions overlapping the slice, from the remote transaction indexes
+    # (docs/transactions.md#spark-source); None reads uncommitted.
+    aborted_transactions: tuple[AbortedTxn, ...] | None = None
 
     @property
     def size_in_bytes(self) -> int:
@@ -283,16 +292,82 @@ def remote_reach(slices: list[RemoteSegmentSlice], start_offset: int) -> int:
     return slices[-1].end_offset if slices else start_offset
 
 
+def with_aborted_transactions(
+    slices: list[RemoteSegmentSlice],
+    lineage: list[RemoteLogSegmentMetadata],
+    aborted_txns_of: Callable[[RemoteLogSegmentMetadata], Sequence[AbortedTxn]],
+    local_aborted: Callable[[int], Sequence[AbortedTxn] | None],
+) -> list[RemoteSegmentSlice]:
+    """read_committed: each slice with the aborted transactions overlapping it, searched as the brokers search
+    a remote read's (collect_remote_aborted_transactions: the slice's segment, then the following ones of the
+    lineage). A search the remote tier cannot complete needs the transactions whose markers are still only in
+    the local log, after the remote tier's end: `local_aborted(remote end)` (asked once) gives them, as the
+    brokers finish such a search from the local log. Without them (None) the slices end before the first
+    incomplete one and the caller reads from there through a broker."""
+    remote_end = max((s.end_offset + 1 for s in lineage), default=0)
+    local: Sequence[AbortedTxn] | None = None
+    asked = False
+    out = []
+    for piece in slices:
+        following = [s for s in lineage if s.start_offset >= piece.metadata.start_offset]
+        found = collect_remote_aborted_transactions(piece.start_offset, piece.end_offset, following, aborted_txns_of)
+        aborted = list(found.aborted)
+        if not found.is_complete:
+            if not asked:
+                local, asked = local_aborted(remote_end), True
+            if local is None:
+                break
+            aborted.extend(txn for txn in local if txn.first_offset < piece.end_offset and txn not in aborted)
+        out.append(replace(piece, aborted_transactions=tuple(aborted)))
+    return out
+
+
+def local_aborted_transactions(
+    leader: str, tp: TopicPartition, offset: int, client_settings: Mapping[str, str]
+) -> list[AbortedTxn] | None:
+    """The aborted transactions a read_committed Fetch at `offset` (the remote tier's end) is answered with: every
+    one whose marker is at or after `offset`, and which started before the records returned end (so every one a
+    remote slice can overlap). None if the leader does not answer so (the caller then reads through it)."""
+    host, _, port = leader.rpartition(":")
+    request = fetch_request([PartitionFetch(tp, offset, 1)], max_wait_ms=0, max_bytes=1, isolation_level=READ_COMMITTED)
+    loop = asyncio.new_event_loop()
+    try:
+        connection = loop.run_until_complete(
+            KafkaConnection.open(
+                host,
+                int(port),
+                client_id="tierlog-spark",
+                timeout_s=DEFAULT_TIMEOUT_S,
+                security=client_security(client_settings),
+            )
+        )
+        try:
+            answer = loop.run_until_complete(connection.send(request, timeout_s=DEFAULT_TIMEOUT_S))
+        finally:
+            loop.run_until_complete(connection.close())
+    except KafkaConnectionError:
+        return None
+    finally:
+        loop.close()
+    partition = answer.responses[0].partitions[0]
+    if partition.error_code.name.upper() != "NONE" or partition.aborted_transactions is None:
+        return None
+    # The marker's offset is not in the answer; it is at or after `offset`, after every chunk of a remote slice.
+    return [AbortedTxn(int(t.producer_id), int(t.first_offset), offset, -1) for t in partition.aborted_transactions]
+
+
 def plan_remote_reads(
     bootstrap: str,
     ranges: Mapping[TopicPartition, tuple[int, int]],
     rsm_config: Mapping[str, str],
     timeout_s: float = DEFAULT_TIMEOUT_S,
     client_settings: Mapping[str, str] = NO_CLIENT_SETTINGS,
+    read_committed: bool = False,
 ) -> dict[TopicPartition, list[RemoteSegmentSlice]]:
     """The driver's whole job: for each topic-partition's [start, end), the remote slices from `start` on,
     as far as the remote tier reaches contiguously (possibly none). The metadata topic is read once for all.
-    `client_settings` are the job's kafka.* settings for the clients that ask the brokers."""
+    `client_settings` are the job's kafka.* settings for the clients that ask the brokers. With `read_committed`
+    each slice carries its aborted transactions (with_aborted_transactions)."""
     ids = topic_ids_of(bootstrap, [tp.topic for tp in ranges], timeout_s, client_settings)
     wanted = {tp: TopicIdPartition(ids[tp.topic], tp) for tp in ranges}
     caches = load_remote_log_metadata(bootstrap, list(wanted.values()), timeout_s, client_settings)
@@ -302,9 +377,25 @@ def plan_remote_reads(
     with FsspecRemoteStorageManager.from_config(rsm_config) as rsm:
         for tp, (start, end) in ranges.items():
             cache = caches.get(wanted[tp])
-            if cache is not None:
-                plans[tp] = plan_remote_slices(tp.topic, tp.partition, lineage_segments(cache, rsm), start, end)
+            if cache is None:
+                continue
+            lineage = lineage_segments(cache, rsm)
+            plans[tp] = plan_remote_slices(tp.topic, tp.partition, lineage, start, end)
+            if read_committed:
+                plans[tp] = with_aborted_transactions(
+                    plans[tp],
+                    lineage,
+                    lambda metadata: fetch_remote_aborted_txns(rsm, metadata),
+                    lambda offset, tp=tp: _local_aborted(bootstrap, tp, offset, client_settings),
+                )
     return plans
+
+
+def _local_aborted(
+    bootstrap: str, tp: TopicPartition, offset: int, client_settings: Mapping[str, str]
+) -> list[AbortedTxn] | None:
+    leader = current_leader(bootstrap, tp.topic, tp.partition, client_settings)
+    return None if leader is None else local_aborted_transactions(leader, tp, offset, client_settings)
 
 
 def plan_partition(
@@ -396,10 +487,24 @@ def read_slice(
     rsm = _storage_manager(tuple(sorted(rsm_config.items())))
     for chunk in iter_slice_chunks(rsm, piece, chunk_bytes):
         batch = record_batches_to_arrow(
-            chunk, piece.topic, piece.partition, piece.start_offset, piece.end_offset, include_headers
+            chunk,
+            piece.topic,
+            piece.partition,
+            piece.start_offset,
+            piece.end_offset,
+            include_headers,
+            chunk_aborted_transactions(piece.aborted_transactions, read_header(chunk).base_offset),
         )
         if batch.num_rows:
             yield batch
+
+
+def chunk_aborted_transactions(aborted: tuple[AbortedTxn, ...] | None, chunk_start: int) -> list[AbortedTxn] | None:
+    """The aborted transactions a Fetch answer starting at `chunk_start` would carry: those not ended before it.
+    One ended earlier must not be applied again, or its producer's later committed batches would be dropped."""
+    if aborted is None:
+        return None
+    return [txn for txn in aborted if txn.last_offset >= chunk_start]
 
 
 @functools.lru_cache(maxsize=4)

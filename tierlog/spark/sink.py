@@ -5,15 +5,20 @@ The columns and their rules are KafkaWriter.validateQuery's: `value` (string or 
 are optional; the `topic` option, when given, overrides the column. Every task produces its rows with one
 idempotent producer (acks=all unless the job says otherwise) and fails if any of them is not acknowledged, so
 Spark's task retry applies: like Kafka's sink this is at-least-once, and a retried task may write its rows again.
+
+With `tierlog.sink.transactional=true` a stream writes each micro-batch in Kafka transactions that the driver
+commits when Spark commits the batch: exactly once for read_committed readers (tierlog.spark.exactly_once).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
 from confluent_kafka import KafkaException, Producer
+from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -21,7 +26,24 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
+from tierlog.client.security_settings import client_security
+from tierlog.records.record_batch import CompressionType
+from tierlog.spark.exactly_once import (
+    BATCH_ID_PROPERTY,
+    QUERY_ID_PROPERTY,
+    SinkLog,
+    TaskTransaction,
+    TransactionWriter,
+    abort_transactions,
+    checkpoint_query_id,
+    commit_batch,
+    complete_decisions,
+    query_prefix,
+    rows_of,
+    transactional_id,
+)
 from tierlog.spark.options import kafka_client_settings, option
+from tierlog.spark.txn_client import TxnClient
 
 # Every record acknowledged within this bound, or the task fails (Kafka's delivery.timeout.ms default).
 FLUSH_TIMEOUT_S = 120.0
@@ -32,10 +54,43 @@ _FIXED = {
 }
 
 
+TRANSACTIONAL_OPTION = "tierlog.sink.transactional"
+TRANSACTIONAL_ID_PREFIX_OPTION = "tierlog.sink.transactional.id.prefix"
+DEFAULT_TRANSACTIONAL_ID_PREFIX = "tierlog-spark"
+# The brokers' default transaction.max.timeout.ms: a transaction must outlive its micro-batch's tasks, the
+# driver's commit and, for a batch decided before a crash, the restart that completes it.
+DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000
+
+
 @dataclass(frozen=True)
 class SinkOptions:
     topic: str | None
     producer_config: tuple[tuple[str, str], ...]
+    # Exactly-once mode (streams only): where the decisions go, the ids' prefix and the transactions' timeout.
+    transactional: bool = False
+    checkpoint_location: str | None = None
+    transactional_id_prefix: str = DEFAULT_TRANSACTIONAL_ID_PREFIX
+    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return dict(self.producer_config)["bootstrap.servers"]
+
+    def txn_client(self) -> TxnClient:
+        config = dict(self.producer_config)
+        return TxnClient(self.bootstrap_servers, client_security(config))
+
+    @property
+    def compression(self) -> CompressionType:
+        """The producer's compression.type (librdkafka's compression.codec too), for the transactional batches."""
+        config = dict(self.producer_config)
+        name = config.get("compression.type", config.get("compression.codec", "none")).strip().upper()
+        return CompressionType[name]
+
+    @property
+    def acks(self) -> int:
+        acks = dict(self.producer_config).get("acks", "all").strip().lower()
+        return -1 if acks == "all" else int(acks)
 
 
 @dataclass
@@ -71,7 +126,41 @@ def parse_sink_options(options: Mapping[str, str], schema: StructType) -> SinkOp
         )
     config = {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": "true", "linger.ms": "5"}
     config.update(kafka_client_settings(options, _FIXED))
-    return SinkOptions(topic, tuple(sorted(config.items())))
+    raw = (option(options, TRANSACTIONAL_OPTION) or "false").strip().lower()
+    if raw not in ("true", "false"):
+        raise ValueError(f"option '{TRANSACTIONAL_OPTION}' must be true or false, got '{raw}'")
+    if raw == "false":
+        return SinkOptions(topic, tuple(sorted(config.items())))
+    if "transactional.id" in config:
+        raise ValueError(
+            "option 'kafka.transactional.id' is not supported: with tierlog.sink.transactional the sink derives "
+            f"one per query and partition (set {TRANSACTIONAL_ID_PREFIX_OPTION} to choose their prefix)"
+        )
+    if dict(config).get("acks", "all").strip().lower() not in ("all", "-1"):
+        raise ValueError("option 'kafka.acks' must be all with tierlog.sink.transactional (Kafka's rule)")
+    checkpoint = option(options, "checkpointLocation")
+    if checkpoint is None:
+        raise ValueError(
+            f"option '{TRANSACTIONAL_OPTION}' needs the query's checkpointLocation option (not only the session's "
+            "spark.sql.streaming.checkpointLocation): the sink keeps its commit decisions beside Spark's checkpoint"
+        )
+    SinkLog(checkpoint)  # a location that is not an absolute file system path fails now, in one line
+    codec = config.get("compression.type", config.get("compression.codec", "none")).strip().upper()
+    if codec not in CompressionType.__members__:
+        raise ValueError(
+            f"option 'kafka.compression.type' must be none, gzip, snappy, lz4 or zstd, got '{codec.lower()}'"
+        )
+    timeout_ms = config.pop("transaction.timeout.ms", str(DEFAULT_TRANSACTION_TIMEOUT_MS))
+    if not timeout_ms.strip().isdigit() or int(timeout_ms) <= 0:
+        raise ValueError(f"option 'kafka.transaction.timeout.ms' must be a positive integer, got '{timeout_ms}'")
+    return SinkOptions(
+        topic,
+        tuple(sorted(config.items())),
+        transactional=True,
+        checkpoint_location=checkpoint,
+        transactional_id_prefix=option(options, TRANSACTIONAL_ID_PREFIX_OPTION) or DEFAULT_TRANSACTIONAL_ID_PREFIX,
+        transaction_timeout_ms=int(timeout_ms),
+    )
 
 
 def _is_headers_type(data_type: object) -> bool:
@@ -91,23 +180,16 @@ def produce_batches(options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> 
             failures.append(str(error))
 
     count = 0
-    for batch in batches:
-        columns = {name.lower(): batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)}
-        for row in range(batch.num_rows):
-            topic = options.topic or columns["topic"][row]
-            if topic is None:
-                raise ValueError("null topic present in the data; use the topic option for setting a topic")
-            kwargs: dict[str, object] = {"value": columns["value"][row], "on_delivery": delivered}
-            if "key" in columns:
-                kwargs["key"] = columns["key"][row]
-            if columns.get("partition") is not None and columns["partition"][row] is not None:
-                kwargs["partition"] = columns["partition"][row]
-            if columns.get("headers") is not None and columns["headers"][row]:
-                kwargs["headers"] = [(h["key"], h["value"]) for h in columns["headers"][row]]
-            _produce(producer, topic, kwargs)
-            count += 1
-            if failures:
-                break
+    for row in rows_of(options.topic, batches):
+        kwargs: dict[str, object] = {"value": row.value, "key": row.key, "on_delivery": delivered}
+        if row.partition is not None:
+            kwargs["partition"] = row.partition
+        if row.headers:
+            kwargs["headers"] = list(row.headers)
+        _produce(producer, row.topic, kwargs)
+        count += 1
+        if failures:
+            break
     remaining = producer.flush(FLUSH_TIMEOUT_S)
     if failures:
         raise KafkaException(f"writing to tierlog failed: {failures[0]}")
@@ -135,12 +217,62 @@ class TierlogWriter(DataSourceArrowWriter):
         return produce_batches(self.options, iterator)
 
 
+def write_in_transaction(options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> TaskTransaction:
+    """A task of a transactional stream: its rows in one transaction, left open for the driver to commit."""
+    context = TaskContext.get()
+    query_id = context.getLocalProperty(QUERY_ID_PROPERTY) if context is not None else None
+    batch_id = context.getLocalProperty(BATCH_ID_PROPERTY) if context is not None else None
+    if context is None or query_id is None or batch_id is None:
+        raise RuntimeError("tierlog.sink.transactional writes micro-batches of a streaming query only")
+    txn_id = transactional_id(options.transactional_id_prefix, query_id, context.partitionId())
+    with options.txn_client() as client:
+        producer = client.init_producer_id(txn_id, options.transaction_timeout_ms)
+        timeout_ms = int(FLUSH_TIMEOUT_S * 1000)
+        writer = TransactionWriter(client, txn_id, producer, options.acks, timeout_ms, options.compression)
+        for row in rows_of(options.topic, batches):
+            writer.add(row, int(time.time() * 1000))
+        writer.flush()
+    return TaskTransaction(
+        txn_id,
+        producer.producer_id,
+        producer.producer_epoch,
+        int(batch_id),
+        writer.written_partitions(),
+        writer.records,
+    )
+
+
+def complete_decided_batches(options: SinkOptions) -> None:
+    """The driver, before a micro-batch's tasks run: commit what a crash left decided."""
+    with options.txn_client() as client:
+        complete_decisions(client, SinkLog(options.checkpoint_location or ""))
+
+
 class TierlogStreamWriter(DataSourceStreamArrowWriter):
-    """Each micro-batch's rows are produced by its tasks; the base class's commit() is right as it is, since the
-    records are in the log once the tasks succeed (at-least-once: a failed batch runs again, rows included)."""
+    """Each micro-batch's rows are produced by its tasks. At-least-once by default: the base class's commit()
+    is right as it is, since the records are in the log once the tasks succeed (a failed batch runs again, rows
+    included). With tierlog.sink.transactional the tasks leave their transactions open and commit() ends them."""
 
     def __init__(self, options: SinkOptions) -> None:
         self.options = options
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        if self.options.transactional:
+            return write_in_transaction(self.options, iterator)
         return produce_batches(self.options, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        if not self.options.transactional:
+            return
+        checkpoint = self.options.checkpoint_location or ""
+        query_id = checkpoint_query_id(checkpoint)
+        open_prefix = None if query_id is None else query_prefix(self.options.transactional_id_prefix, query_id)
+        with self.options.txn_client() as client:
+            log = SinkLog(checkpoint)
+            commit_batch(client, log, batchId, messages, open_prefix, self.options.transaction_timeout_ms)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        if not self.options.transactional:
+            return
+        with self.options.txn_client() as client:
+            abort_transactions(client, [m for m in messages if isinstance(m, TaskTransaction) and m.partitions])

@@ -33,7 +33,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from tierlog.client.connection import KafkaConnection, KafkaConnectionError
-from tierlog.client.requests import PartitionFetch, fetch_request
+from tierlog.client.requests import READ_COMMITTED, READ_UNCOMMITTED, PartitionFetch, fetch_request
 from tierlog.client.security_settings import client_security
 from tierlog.common import TopicPartition
 from tierlog.protocol.errors import error_code
@@ -48,7 +48,7 @@ from tierlog.spark.offsets import (
     split_ranges,
     starting_offset,
 )
-from tierlog.spark.options import SourceOptions, parse_batch_options, parse_stream_options
+from tierlog.spark.options import SourceOptions, option, parse_batch_options, parse_stream_options
 from tierlog.spark.remote_tier import (
     RemoteSegmentSlice,
     RemoteTierError,
@@ -58,7 +58,13 @@ from tierlog.spark.remote_tier import (
     remote_tier_problem,
     split_slice,
 )
-from tierlog.spark.sink import TierlogStreamWriter, TierlogWriter, parse_sink_options
+from tierlog.spark.sink import (
+    TRANSACTIONAL_OPTION,
+    TierlogStreamWriter,
+    TierlogWriter,
+    complete_decided_batches,
+    parse_sink_options,
+)
 from tierlog.tiered.remote_storage_manager import RemoteResourceNotFoundError, RemoteStorageError
 
 # Per-request bounds on an executor's fetches; a range is read in as many fetches as it takes.
@@ -92,6 +98,7 @@ class RangePartition(InputPartition):
     bootstrap_servers: str  # to find the leader again if it moved
     # The job's kafka.* settings (librdkafka's names): the fetch connection's security, and the leader lookup's.
     client_settings: tuple[tuple[str, str], ...] = ()
+    read_committed: bool = False
 
 
 @dataclass(frozen=True)
@@ -110,11 +117,12 @@ def plan_input_partitions(options: SourceOptions, ranges: list[OffsetRange]) -> 
 
     minPartitions is met as Kafka's KafkaOffsetRangeCalculator meets it, counting remote slices as ranges."""
     include, fail, bootstrap = options.include_headers, options.fail_on_data_loss, options.bootstrap_servers
-    settings = options.client_settings
+    settings, committed = options.client_settings, options.read_committed
     ranges = [r for r in ranges if r.size > 0]
     if options.remote_read != "direct" or not ranges:
         return [
-            RangePartition(r, include, fail, bootstrap, settings) for r in split_ranges(ranges, options.min_partitions)
+            RangePartition(r, include, fail, bootstrap, settings, committed)
+            for r in split_ranges(ranges, options.min_partitions)
         ]
     rsm_config = dict(options.rsm_config)
     try:
@@ -123,6 +131,7 @@ def plan_input_partitions(options: SourceOptions, ranges: list[OffsetRange]) -> 
             {TopicPartition(r.topic, r.partition): (r.start, r.end) for r in ranges},
             rsm_config,
             client_settings=dict(settings),
+            read_committed=committed,
         )
     except RemoteStorageError as e:
         raise RemoteTierError(remote_tier_problem(e, rsm_config)) from None
@@ -145,7 +154,7 @@ def plan_input_partitions(options: SourceOptions, ranges: list[OffsetRange]) -> 
         ]
         tails = split_ranges(tails, _tail_partitions(tails, total, options.min_partitions))
     remote: list[InputPartition] = [RemoteSlicePartition(s, options.rsm_config, include, fail) for s in slices]
-    return remote + [RangePartition(r, include, fail, bootstrap, settings) for r in tails]
+    return remote + [RangePartition(r, include, fail, bootstrap, settings, committed) for r in tails]
 
 
 def _max_offsets(size: int, total: int, options: SourceOptions) -> int:
@@ -183,10 +192,20 @@ class TierlogDataSource(DataSource):
             raise ValueError(
                 "save mode overwrite is not allowed for tierlog; allowed save modes are append and errorifexists"
             )
+        if (option(self.options, TRANSACTIONAL_OPTION) or "").strip().lower() == "true":
+            raise ValueError(
+                f"option '{TRANSACTIONAL_OPTION}' is for streaming queries (writeStream), whose micro-batches "
+                "Spark commits once; a batch write is at-least-once"
+            )
         return TierlogWriter(parse_sink_options(self.options, schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        return TierlogStreamWriter(parse_sink_options(self.options, schema))
+        options = parse_sink_options(self.options, schema)
+        if options.transactional:
+            # Called on the driver when each micro-batch's write is planned, before its tasks run (and again
+            # for its commit): the point where a restart completes or aborts what a crash left.
+            complete_decided_batches(options)
+        return TierlogStreamWriter(options)
 
 
 class TierlogBatchReader(DataSourceReader):
@@ -325,6 +344,7 @@ def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
             partition.fail_on_data_loss,
             partition.bootstrap_servers,
             dict(partition.client_settings),
+            partition.read_committed,
         )
     elif isinstance(partition, RemoteSlicePartition):
         yield from read_remote_slice(partition)
@@ -352,8 +372,13 @@ def read_range(
     fail_on_data_loss: bool,
     bootstrap_servers: str,
     client_settings: Mapping[str, str],
+    read_committed: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """The records of `r` as Arrow batches, one per Fetch response, fetched from the partition's leader.
+
+    With `read_committed` the Fetch asks for isolation level 1, as Kafka's consumer: the leader answers up to
+    the last stable offset, and the records of aborted transactions are dropped with the answer's
+    aborted_transactions (docs/transactions.md#spark-source).
 
     A leader that moved since the driver planned the range (NOT_LEADER_OR_FOLLOWER, a fenced epoch, a lost
     connection) is looked up again and the read goes on from the same offset, for up to
@@ -380,6 +405,7 @@ def read_range(
                     [PartitionFetch(TopicPartition(r.topic, r.partition), offset, FETCH_MAX_BYTES)],
                     max_wait_ms=FETCH_MAX_WAIT_MS,
                     max_bytes=FETCH_MAX_BYTES,
+                    isolation_level=READ_COMMITTED if read_committed else READ_UNCOMMITTED,
                 )
                 response = loop.run_until_complete(connection.send(request, timeout_s=FETCH_TIMEOUT_S))
                 answer = response.responses[0].partitions[0]
@@ -418,11 +444,13 @@ def read_range(
             records = answer.records or b""
             next_offset = _next_offset(records)
             if next_offset is None:
-                if int(answer.high_watermark) <= offset:
-                    # The range was planned below the high watermark; the log now ends earlier (truncated).
+                # What the leader serves this reader: up to the high watermark, or the last stable offset.
+                readable_end = int(answer.last_stable_offset if read_committed else answer.high_watermark)
+                if readable_end <= offset:
+                    # The range was planned below that end; the log now ends earlier (truncated).
                     if fail_on_data_loss:
                         raise DataLossError(
-                            f"{r.topic}-{r.partition}: the log ends at {int(answer.high_watermark)}, before "
+                            f"{r.topic}-{r.partition}: the log ends at {readable_end}, before "
                             f"offset {offset} the query planned to read; set failOnDataLoss to false to go on."
                         )
                     return
@@ -430,7 +458,9 @@ def read_range(
                     f"fetch of {r.topic}-{r.partition} at {offset} returned no complete batch within "
                     f"{FETCH_MAX_BYTES} bytes"
                 )
-            batch = record_batches_to_arrow(records, r.topic, r.partition, offset, r.end, include_headers)
+            # None unless read_committed: a read_uncommitted answer carries no aborted transactions.
+            aborted = (answer.aborted_transactions or ()) if read_committed else None
+            batch = record_batches_to_arrow(records, r.topic, r.partition, offset, r.end, include_headers, aborted)
             if batch.num_rows:
                 yield batch
             offset = next_offset
