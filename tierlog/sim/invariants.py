@@ -51,6 +51,7 @@ from tierlog.records.record_batch import RecordBatchHeader, complete_batches, re
 from tierlog.replication.partition import Partition
 from tierlog.replication.replica_manager import ReplicaManager
 from tierlog.storage.log import Log
+from tierlog.storage.transaction_index import AbortedTxn
 
 COMMITTED_CHECK_INTERVAL_MS = 250
 # (base offset, last offset, partition leader epoch, CRC): batches are replicated byte for byte.
@@ -197,6 +198,11 @@ def log_values(log: Log) -> dict[int, str]:
                 values[record.offset] = record.value.decode() if record.value is not None else ""
             offset = batch.header.next_offset
     return values
+
+
+def aborted_index(log: Log) -> list[AbortedTxn]:
+    """Every entry of the log's `.txnindex` files, in segment order."""
+    return [txn for segment in log.segments for txn in segment.txn_index.all_aborted_txns()]
 
 
 def log_markers(log: Log) -> dict[int, bool]:
@@ -347,6 +353,7 @@ class ClusterChecker:
         self,
         tp: TopicPartition,
         leader: Partition,
+        replicas: list[Partition],
         committed_read: list[tuple[int, str]],
         markers: Mapping[int, bool],
     ) -> None:
@@ -354,9 +361,22 @@ class ClusterChecker:
         value) and `markers` its control batches (offset -> COMMIT or not): no transaction is left open, every
         committed transaction whose markers were acknowledged is there whole and in the order written, nothing of
         an aborted one is, every record a read_committed consumer read is there at its offset, and every
-        acknowledged marker is at its offset with its transaction's decision."""
+        acknowledged marker is at its offset with its transaction's decision. Every replica's aborted transaction
+        index is the leader's, entry for entry (lastStableOffset included: docs/transactions.md#txn-index), whether it
+        appended the markers as a follower, rebuilt them in a recovery or truncated them."""
         history = self.history
         log = leader.log
+        expected = aborted_index(log)
+        for replica in replicas:
+            found = aborted_index(replica.log)
+            if found != expected:
+                first = next((i for i, (a, b) in enumerate(zip(found, expected, strict=False)) if a != b), None)
+                detail = "" if first is None else f": {found[first]} where the leader has {expected[first]}"
+                history.violation(
+                    "aborted transaction indexes differ",
+                    f"{tp} broker {replica.local_broker_id}: {len(found)} entries vs the leader's {len(expected)}"
+                    + detail,
+                )
         if log.last_stable_offset != log.high_watermark:
             history.violation(
                 "transaction left open",

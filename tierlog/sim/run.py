@@ -399,7 +399,8 @@ class Cluster:
                     self.checker.check_no_replica(broker.broker_id, tp, broker.replica_manager)
             if self.config.transactions:
                 read = read_committed_log(leader)
-                self.checker.check_transactions_converged(tp, leader, read, log_markers(leader.log))
+                replicas = [f for f in followers if f is not None]
+                self.checker.check_transactions_converged(tp, leader, replicas, read, log_markers(leader.log))
 
     def transactions_done(self) -> bool:
         """Every transactional writer stopped with its last transaction ended (every marker acknowledged)."""
