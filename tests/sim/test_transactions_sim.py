@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from sim_helpers import first_failing_run
 
+from tierlog.cli.sim import _replay_options
 from tierlog.records.codec import build_batch
 from tierlog.records.control_batch import ControlRecordType
 from tierlog.sim.clients import read_committed_records
@@ -88,7 +89,9 @@ def test_transactions_under_faults_keep_every_invariant(tmp_path: Path) -> None:
         timeout=600,
     )
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
-    assert "transactions committed" in completed.stdout.splitlines()[-1]
+    lines = completed.stdout.splitlines()
+    assert lines[0].startswith("seed 1: ok (") and " transactions, " in lines[0], lines[0]
+    assert "transactions committed" in lines[-1]
     runs = json.loads(report.read_text())
     assert len(runs) == TRANSACTION_SEEDS
     # Transactions really ended, both ways, in every run, under the faults (a run whose faults stall the writers
@@ -96,6 +99,10 @@ def test_transactions_under_faults_keep_every_invariant(tmp_path: Path) -> None:
     assert all(run["stats"]["transactions committed"] > 0 for run in runs)
     assert sum(run["stats"]["transactions committed"] for run in runs) > 20 * TRANSACTION_SEEDS
     assert sum(run["stats"]["transactions aborted"] for run in runs) > 5 * TRANSACTION_SEEDS
+
+
+def test_a_failed_runs_replay_line_keeps_the_transactions() -> None:
+    assert _replay_options(TRANSACTIONS) == " --seconds 20 --transactions"
 
 
 def test_markers_not_indexed_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
