@@ -26,7 +26,7 @@ from tierlog.storage.transaction_index import AbortedTxn
 
 # CI's sweep: short schedules, so that it takes well under a minute on two cores.
 TRANSACTIONS = replace(SimConfig(), transactions=True, workload_ms=20_000)
-TRANSACTION_SEEDS = 16
+TRANSACTION_SEEDS = 30
 
 
 def data(base_offset: int, producer_id: int, *values: str, transactional: bool = True) -> bytes:
