@@ -38,6 +38,7 @@ bench: setup
 sim: setup
 	$(BIN)/tierlog sim --runs 1000 --jobs 2
 	$(BIN)/tierlog sim --runs 600 --first-seed 70001 --seconds 60 --jobs 2
+	$(BIN)/tierlog sim --transactions --runs 300 --first-seed 22376 --seconds 60 --jobs 2
 
 soak: setup
 	$(BIN)/python bench/jepsen.py

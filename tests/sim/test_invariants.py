@@ -12,10 +12,12 @@ from tierlog.metadata.records import ClusterIdRecord, ProducerIdsRecord
 from tierlog.raft.messages import OffsetAndEpoch, RaftFetchResponse
 from tierlog.raft.raft_log import RaftLog
 from tierlog.records.codec import build_batch
+from tierlog.records.control_batch import ControlRecordType, EndTxnMarker, build_end_txn_marker_batch
 from tierlog.records.record_batch import complete_batches, read_header
 from tierlog.sim.invariants import ClusterChecker, History, QuorumChecker, raft_log_batches
 from tierlog.storage.log import Log
 from tierlog.storage.log_config import LogConfig
+from tierlog.storage.producer_state import AppendOrigin
 
 TP = TopicPartition("sim", 0)
 
@@ -298,3 +300,90 @@ def test_two_snapshots_ending_at_one_offset_must_hold_the_same_records() -> None
     assert checker.history.violations == []
     checker.check_snapshot("voter 2", 10, [ClusterIdRecord("d")])
     assert rules(checker.history) == ["snapshots at one offset differ"]
+
+
+# Transactions
+
+
+def test_read_committed_records_of_aborted_or_undecided_transactions_or_past_the_lso_are_reported() -> None:
+    history = History()
+    history.txn_written("t1", TP, ["a"])
+    history.txn_written("t2", TP, ["b"])
+    history.txn_written("t3", TP, ["c"])
+    history.txn_decided("t1", True)
+    history.txn_decided("t2", False)
+    history.read_committed("rc", TP, 0, "a", last_stable_offset=5, high_watermark=5)
+    assert rules(history) == []
+    history.read_committed("rc", TP, 1, "b", last_stable_offset=5, high_watermark=5)
+    history.read_committed("rc", TP, 2, "c", last_stable_offset=5, high_watermark=5)
+    history.read_committed("rc", TP, 3, "plain", last_stable_offset=3, high_watermark=5)
+    assert rules(history) == [
+        "read_committed saw an aborted transaction",
+        "read_committed saw an undecided transaction",
+        "read_committed beyond the LSO",
+    ]
+
+
+def transactional_log(tmp_path: Path, broker_id: int, *, abort: bool, open_txn: bool) -> Replica:
+    """Producer 7 commits a transaction of "a", "b" (offsets 0, 1; marker 2), then writes "c" (3) and, with
+    `abort`, aborts it (marker 4); with `open_txn` producer 8 leaves "d" in an open transaction."""
+    replica = replica_with(tmp_path, broker_id, [])
+    log = replica.log
+
+    def write(producer_id: int, sequence: int, value: str) -> None:
+        batch = build_batch(
+            [(None, value.encode(), [], 0)],
+            producer_id=producer_id,
+            producer_epoch=0,
+            base_sequence=sequence,
+            transactional=True,
+        )
+        log.append_as_leader(bytearray(batch), 0, 0)
+
+    def end(producer_id: int, control_type: ControlRecordType) -> None:
+        marker = build_end_txn_marker_batch(producer_id, 0, EndTxnMarker(control_type, 0), 0)
+        log.append_as_leader(marker, 0, 0, origin=AppendOrigin.COORDINATOR)
+
+    write(7, 0, "a")
+    write(7, 1, "b")
+    end(7, ControlRecordType.COMMIT)
+    write(7, 2, "c")
+    if abort:
+        end(7, ControlRecordType.ABORT)
+    if open_txn:
+        write(8, 0, "d")
+    log.update_high_watermark(log.log_end_offset)
+    return replica
+
+
+def test_after_convergence_transactions_lost_reordered_aborted_or_left_open_are_reported(tmp_path: Path) -> None:
+    history = History()
+    history.txn_written("t1", TP, ["a", "b"])
+    history.txn_decided("t1", True)
+    history.txn_marker_acknowledged("t1", TP, 2)
+    history.txn_written("t2", TP, ["c"])
+    history.txn_decided("t2", False)
+    history.txn_marker_acknowledged("t2", TP, 4)
+    leader = transactional_log(tmp_path, 1, abort=True, open_txn=False)
+    follower = transactional_log(tmp_path, 2, abort=True, open_txn=False)
+    checker = ClusterChecker(history)
+    checker.check_transactions_converged(TP, leader, [follower], [(0, "a"), (1, "b")], {2: True, 4: False})  # type: ignore[arg-type]
+    assert rules(history) == []
+    # The records of t1 swapped, "c" of the aborted t2 visible, the ABORT marker not at its offset.
+    checker.check_transactions_converged(TP, leader, [follower], [(0, "b"), (1, "a"), (3, "c")], {2: True})  # type: ignore[arg-type]
+    assert rules(history) == [
+        "read_committed saw an aborted transaction",
+        "committed transaction out of order",
+        "acknowledged marker lost",
+    ]
+    history.violations.clear()
+    # t1 missing from the read; a follower without t2's ABORT (no index entry); producer 8's transaction open.
+    other = tmp_path / "other"
+    leader = transactional_log(other, 1, abort=True, open_txn=True)
+    follower = transactional_log(other, 2, abort=False, open_txn=False)
+    checker.check_transactions_converged(TP, leader, [follower], [], {2: True, 4: False})  # type: ignore[arg-type]
+    assert rules(history) == [
+        "aborted transaction indexes differ",
+        "transaction left open",
+        "committed transaction lost",
+    ]

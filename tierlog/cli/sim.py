@@ -40,6 +40,12 @@ from tierlog.sim.run import RunResult, SimConfig, simulate
     help="Also move partitions between brokers, and cancel moves, while the faults strike (use --brokers 4 or more "
     "for moves that add and remove replicas).",
 )
+@click.option(
+    "--transactions",
+    is_flag=True,
+    help="Also run transactional writers (commit or abort over every partition, markers as the coordinator writes "
+    "them) and a read_committed consumer, and check the transactional invariants.",
+)
 @click.option("--no-faults", is_flag=True, help="Run the workload without faults.")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Runs at once (processes).")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Also write every run's result here.")
@@ -53,6 +59,7 @@ def sim(
     brokers: int,
     partitions: int,
     reassign: bool,
+    transactions: bool,
     no_faults: bool,
     jobs: int,
     json_path: Path | None,
@@ -69,6 +76,7 @@ def sim(
         brokers=brokers,
         partitions=partitions,
         reassignments=reassign,
+        transactions=transactions,
         faults=not no_faults,
     )
     if seed is not None:
@@ -93,11 +101,14 @@ def sim(
     balanced = sum(r.stats["leaders balanced"] for r in results)
     epochs = sum(r.stats["controller epochs"] for r in results)
     moves = sum(r.stats["reassignments"] for r in results)
+    committed = sum(r.stats["transactions committed"] for r in results)
+    aborted = sum(r.stats["transactions aborted"] for r in results)
     click.echo(
         f"{len(results)} runs in {time.monotonic() - started:.0f} s: {len(results) - len(failed)} ok, {len(failed)} "
         f"failed; {faults} faults, {acknowledged} acknowledged writes, {sum(r.reads for r in results)} reads checked, "
         f"{balanced} leaders moved back to their preferred replicas, {epochs} controller epochs led"
         + (f", {moves} reassignments and cancellations accepted" if reassign else "")
+        + (f", {committed} transactions committed and {aborted} aborted" if transactions else "")
     )
     for result in failed:
         click.echo(f"replay: tierlog sim --seed {result.seed}{_replay_options(config)}", err=True)
@@ -114,6 +125,8 @@ def _replay_options(config: SimConfig) -> str:
             options.append(f"--{name} {getattr(config, name)}")
     if config.reassignments:
         options.append("--reassign")
+    if config.transactions:
+        options.append("--transactions")
     if not config.faults:
         options.append("--no-faults")
     return "".join(f" {option}" for option in options)
@@ -126,8 +139,10 @@ def _run_seed(args: tuple[int, SimConfig]) -> RunResult:
 
 def _summary(result: RunResult) -> str:
     moves = result.stats["reassignments"]
+    txns = result.stats["transactions committed"] + result.stats["transactions aborted"]
     return (
         f"{len(result.faults)} faults, {result.acknowledged} acked, {result.reads} read, "
+        f"{f'{txns} transactions, ' if txns else ''}"
         f"{result.stats['leaders balanced']} leaders balanced, {result.stats['controller epochs']} controller epochs, "
         f"{f'{moves} reassignments, ' if moves else ''}{result.scenario}"
     )

@@ -47,6 +47,8 @@ from tierlog.sim.controller_node import NOT_CONTROLLER, ControllerGuess, SimCont
 from tierlog.sim.invariants import QuorumChecker
 from tierlog.sim.world import Network, Node, Respond, Simulation
 from tierlog.storage.log_manager import LogManager
+from tierlog.storage.producer_state import AppendOrigin
+from tierlog.storage.transaction_index import AbortedTxn
 
 NOT_SERVING = "NOT_SERVING"
 
@@ -76,12 +78,36 @@ class BrokerSettings:
     fetch_max_bytes: int = 57_671_680
 
 
-def to_fetch_response(result: FetchPartitionResult) -> FetchResponsePartition:
+@dataclass(frozen=True, slots=True)
+class ConsumerFetchResponse(FetchResponsePartition):
+    """A partition of a consumer's Fetch answer: what a follower gets, and the last stable offset and, for
+    read_committed (isolation level 1), the aborted transactions of what was read (None otherwise), as Fetch v4+
+    carries them (docs/transactions.md#fetch)."""
+
+    last_stable_offset: int
+    aborted_transactions: tuple[AbortedTxn, ...] | None
+
+
+def to_fetch_response(result: FetchPartitionResult, *, consumer: bool) -> FetchResponsePartition:
     """What the wire would carry: the bytes are read now, as the leader's sendfile would."""
     read = result.read
     if read is None:
+        if consumer:
+            return ConsumerFetchResponse(result.topic_partition, result.error, -1, -1, None, None, -1, None)
         return FetchResponsePartition(result.topic_partition, result.error, -1, -1, None, None)
     records = read.records.read_bytes() if read.records is not None else None
+    if consumer:
+        aborted = tuple(read.aborted_transactions) if read.aborted_transactions is not None else None
+        return ConsumerFetchResponse(
+            result.topic_partition,
+            None,
+            read.high_watermark,
+            read.log_start_offset,
+            read.diverging_epoch,
+            records,
+            read.last_stable_offset,
+            aborted,
+        )
     return FetchResponsePartition(
         result.topic_partition, None, read.high_watermark, read.log_start_offset, read.diverging_epoch, records
     )
@@ -480,7 +506,7 @@ class SimBroker(Node):
             rm,
             request,
             self.sim.now,
-            lambda results: respond([to_fetch_response(r) for r in results]),
+            lambda results: respond([to_fetch_response(r, consumer=request.replica_id < 0) for r in results]),
             fetch_max_bytes=self.settings.fetch_max_bytes,
         )
         if delayed is not None:
@@ -513,6 +539,26 @@ class SimBroker(Node):
             respond(AppendResult(error="NOT_LEADER_OR_FOLLOWER"))
             return
         delayed = rm.append_records({tp: bytearray(records)}, acks, timeout_ms, self.sim.now, lambda r: respond(r[tp]))
+        if delayed is not None:
+            self.after(timeout_ms, lambda: rm.produce_purgatory.expire(self.sim.now))
+        self._send_alter_partitions()
+
+    def handle_write_txn_marker(self, tp: TopicPartition, marker: bytes, timeout_ms: int, respond: Respond) -> None:
+        """One partition of a WriteTxnMarkers request: the marker batch appended as leader with origin COORDINATOR
+        and acks=all, answered once the HW passes it (docs/transactions.md#write-txn-markers); the answer is the
+        append's `AppendResult`."""
+        rm = self.replica_manager
+        if rm is None or not self.serving:
+            respond(AppendResult(error="NOT_LEADER_OR_FOLLOWER"))
+            return
+        delayed = rm.append_records(
+            {tp: bytearray(marker)},
+            -1,
+            timeout_ms,
+            self.sim.now,
+            lambda r: respond(r[tp]),
+            origin=AppendOrigin.COORDINATOR,
+        )
         if delayed is not None:
             self.after(timeout_ms, lambda: rm.produce_purgatory.expire(self.sim.now))
         self._send_alter_partitions()

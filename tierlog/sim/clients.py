@@ -12,6 +12,12 @@ for it, another after NOT_CONTROLLER or a timeout), numbers its batches per
 partition and sends the very same batch again until it is acknowledged, so every value must end up in the
 log exactly once; a plain producer gives a value up after `DELIVERY_ATTEMPTS` and may write it twice.
 
+A transactional writer (`SimTransactionalWriter`) is a transactional producer and its coordinator's marker channel
+in one: sequenced transactional batches to every partition, then a COMMIT or ABORT marker appended to each
+partition's leader (origin COORDINATOR), retried until acknowledged. A read_committed consumer
+(`SimReadCommittedConsumer`) fetches with isolation level 1 and drops aborted records and control batches as Kafka's
+consumer does (`read_committed_records`).
+
 They record what they were told (acknowledgements with their offsets, records read with the HW they came
 with) in the run's `History`; the invariants judge the cluster by it.
 """
@@ -19,21 +25,46 @@ with) in the run's `History`; the invariants judge the cluster by it.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from tierlog.common import TopicPartition
 from tierlog.records.codec import build_batch, decode_batches
+from tierlog.records.control_batch import (
+    ControlRecordType,
+    EndTxnMarker,
+    build_end_txn_marker_batch,
+    control_record_type,
+)
 from tierlog.replication.fetcher import FetchRequestData, FetchRequestPartition, FetchResponsePartition
 from tierlog.replication.replica_manager import AppendResult
-from tierlog.sim.broker_node import PartitionLeader, SimBroker
+from tierlog.sim.broker_node import ConsumerFetchResponse, PartitionLeader, SimBroker
 from tierlog.sim.controller_node import NOT_CONTROLLER, ControllerGuess, SimController, active_controller
 from tierlog.sim.invariants import History
 from tierlog.sim.world import Network, Node, Respond, Simulation
+from tierlog.storage.transaction_index import AbortedTxn
 
 REQUEST_TIMEOUT_MS = 30_000
 DELIVERY_ATTEMPTS = 20
 RETRY_BACKOFF_MS = 100
+READ_COMMITTED = 1
+# The share of transactions the writer aborts.
+ABORT_RATIO = 0.3
+# Errors after which Kafka's marker channel (TransactionMarkerRequestCompletionHandler) sends the marker again; any
+# other answer to a marker from a coordinator whose epochs never change is a bug.
+MARKER_RETRIABLE = frozenset(
+    {
+        "NOT_LEADER_OR_FOLLOWER",
+        "UNKNOWN_TOPIC_OR_PARTITION",
+        "NOT_ENOUGH_REPLICAS",
+        "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
+        "REQUEST_TIMED_OUT",
+        "KAFKA_STORAGE_ERROR",
+    }
+)
+# Answers to a transactional batch that only a bug explains: the writer's epoch never changes and it starts a
+# transaction only after every marker of the previous one was acknowledged.
+TXN_BATCH_REFUSALS = frozenset({"INVALID_TXN_STATE", "INVALID_PRODUCER_EPOCH", "PRODUCER_FENCED"})
 
 
 class SimClient(Node):
@@ -223,6 +254,8 @@ class FetchPosition:
 class SimConsumer(SimClient):
     """Reads each partition from offset 0, one request at a time, round robin."""
 
+    isolation_level = 0
+
     def __init__(
         self,
         sim: Simulation,
@@ -317,6 +350,7 @@ class SimConsumer(SimClient):
                     tp, uuid.UUID(int=0), offset, position.current_leader.leader_epoch, -1, -1, 1 << 20
                 )
             ],
+            isolation_level=self.isolation_level,
         )
 
         def on_reply(reply: object) -> None:
@@ -342,6 +376,10 @@ class SimConsumer(SimClient):
         position = self.positions[tp]
         if position.offset != offset or not data.records:
             return  # a reply to an older fetch, or nothing new
+        self._take_records(tp, position, data)
+
+    def _take_records(self, tp: TopicPartition, position: FetchPosition, data: FetchResponsePartition) -> None:
+        assert data.records is not None
         for batch in decode_batches(bytes(data.records)):
             for record in batch.records:
                 if record.offset < position.offset:
@@ -350,3 +388,215 @@ class SimConsumer(SimClient):
                 self._history.read(self.name, tp, record.offset, value, data.high_watermark, expected=position.offset)
                 position.offset = record.offset + 1
                 position.offset_epoch = batch.header.partition_leader_epoch
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedRead:
+    """What a read_committed consumer takes from one partition's answer: (offset, value) of each record handed
+    to the application, where to fetch next, and the leader epoch of the last batch (its position's epoch)."""
+
+    records: list[tuple[int, str]]
+    next_offset: int
+    last_epoch: int | None
+
+
+def read_committed_records(data: bytes, fetch_offset: int, aborted: Iterable[AbortedTxn]) -> CommittedRead:
+    """Kafka's consumer (CompletedFetch.nextFetchedRecord) under read_committed: the answer's aborted transactions
+    in order of first offset; a producer's batches are dropped from its aborted transaction's first offset to its
+    ABORT marker; control batches are skipped; records below the fetch offset (the batch that holds it may start
+    earlier) are skipped too; the next fetch starts after the last batch."""
+    pending = sorted(aborted, key=lambda txn: txn.first_offset)
+    aborted_producers: set[int] = set()
+    records: list[tuple[int, str]] = []
+    next_offset = fetch_offset
+    last_epoch: int | None = None
+    for batch in decode_batches(data):
+        header = batch.header
+        last_epoch = header.partition_leader_epoch if header.partition_leader_epoch >= 0 else None
+        if header.producer_id >= 0:
+            while pending and pending[0].first_offset <= header.last_offset:
+                aborted_producers.add(pending.pop(0).producer_id)
+            if (
+                header.is_control
+                and batch.records
+                and control_record_type(batch.records[0].key) == ControlRecordType.ABORT
+            ):
+                aborted_producers.discard(header.producer_id)
+            elif header.is_transactional and header.producer_id in aborted_producers:
+                next_offset = header.next_offset
+                continue
+        for record in batch.records:
+            if record.offset >= next_offset:
+                if not header.is_control:
+                    records.append((record.offset, record.value.decode() if record.value is not None else ""))
+                next_offset = record.offset + 1
+        next_offset = header.next_offset
+    return CommittedRead(records, next_offset, last_epoch)
+
+
+class SimReadCommittedConsumer(SimConsumer):
+    """A consumer with isolation.level=read_committed: its fetches read below the LSO and carry the aborted
+    transactions, whose records it drops as Kafka's consumer does (`read_committed_records`)."""
+
+    isolation_level = READ_COMMITTED
+
+    def _take_records(self, tp: TopicPartition, position: FetchPosition, data: FetchResponsePartition) -> None:
+        assert isinstance(data, ConsumerFetchResponse) and data.records is not None
+        if data.aborted_transactions is None:
+            self._history.violation(
+                "read_committed answer without aborted transactions",
+                f"{self.name} {tp} offset {position.offset}: null where Kafka answers a list (transactions.md#fetch)",
+            )
+        read = read_committed_records(bytes(data.records), position.offset, data.aborted_transactions or ())
+        for offset, value in read.records:
+            self._history.read_committed(self.name, tp, offset, value, data.last_stable_offset, data.high_watermark)
+        if read.next_offset > data.last_stable_offset:
+            self._history.violation(
+                "read_committed beyond the LSO",
+                f"{self.name} {tp}: handed batches up to offset {read.next_offset - 1} with LSO "
+                f"{data.last_stable_offset}",
+            )
+        position.offset = max(position.offset, read.next_offset)
+        if read.last_epoch is not None:
+            position.offset_epoch = read.last_epoch
+
+
+class SimTransactionalWriter(SimProducer):
+    """A transactional producer and its coordinator's marker channel in one (docs/simulation.md#transactions).
+
+    It takes a producer id from the controller as the idempotent producers do and keeps producer epoch 0. Each
+    transaction writes one or two sequenced transactional batches to every partition, one at a time with acks=all,
+    each resent as it is until acknowledged; then it decides commit or abort (`ABORT_RATIO`) and has each
+    partition's leader append the COMMIT or ABORT marker with origin COORDINATOR and acks=all, resent until
+    acknowledged (Kafka's marker channel); only then does the next transaction begin. A marker request is
+    handled at most once (`may_duplicate=False`): Kafka's coordinator resends one only after the previous
+    attempt failed, and a second copy landing after the next transaction began in that partition would end it
+    with the previous one's decision. Once stopped, it finishes the transaction under way (a real coordinator
+    would abort it after transaction.timeout.ms)."""
+
+    def __init__(
+        self,
+        sim: Simulation,
+        network: Network,
+        name: str,
+        brokers: dict[int, SimBroker],
+        partitions: list[TopicPartition],
+        history: History,
+        controllers: dict[int, SimController],
+    ) -> None:
+        super().__init__(sim, network, name, brokers, partitions, history, controllers)
+        self._transactions = 0
+        self.in_transaction = False
+        self.committed = 0
+        self.aborted = 0
+
+    @property
+    def done(self) -> bool:
+        """Stopped, with no transaction under way."""
+        return not self.running and not self.in_transaction
+
+    def _send_next(self) -> None:
+        """Begin the next transaction: its batches to the partitions in a random order (each partition at least
+        once)."""
+        if not self.running:
+            self.in_transaction = False
+            return
+        self._transactions += 1
+        txn = f"{self.name}-txn-{self._transactions}"
+        rng = self.sim.rng
+        order = [tp for tp in self._partitions for _ in range(rng.randint(1, 2))]
+        rng.shuffle(order)
+        self.in_transaction = True
+        self._write(txn, order, 0)
+
+    def _write(self, txn: str, order: list[TopicPartition], index: int) -> None:
+        if index == len(order):
+            self._end(txn, sorted(set(order)))
+            return
+        tp = order[index]
+        values = [f"{txn}-p{tp.partition}-b{index}-r{i}" for i in range(self.sim.rng.randint(1, 3))]
+        self._history.txn_written(txn, tp, values)
+        batch = build_batch(
+            [(None, value.encode(), [], self.sim.now) for value in values],
+            producer_id=self.producer_id,
+            producer_epoch=0,
+            base_sequence=self._next_sequence[tp],
+            transactional=True,
+        )
+
+        def acknowledged(reply: AppendResult) -> None:
+            assert reply.info is not None
+            for i, value in enumerate(values):
+                self._history.acknowledged(tp, reply.info.first_offset + i, value, self.sim.now)
+            self._next_sequence[tp] += len(values)
+            self.after(self.sim.rng.randint(0, 20), lambda: self._write(txn, order, index + 1))
+
+        self._until_acknowledged(tp, f"{txn} batch {index}", batch, False, acknowledged)
+
+    def _end(self, txn: str, partitions: list[TopicPartition]) -> None:
+        committed = self.sim.rng.random() >= ABORT_RATIO
+        self._history.txn_decided(txn, committed)
+        control_type = ControlRecordType.COMMIT if committed else ControlRecordType.ABORT
+        waiting = set(partitions)
+        for tp in partitions:
+            marker = bytes(build_end_txn_marker_batch(self.producer_id, 0, EndTxnMarker(control_type, 0), self.sim.now))
+
+            def acknowledged(reply: AppendResult, tp: TopicPartition = tp) -> None:
+                assert reply.info is not None
+                self._history.txn_marker_acknowledged(txn, tp, reply.info.first_offset)
+                waiting.discard(tp)
+                if not waiting:
+                    self.committed += committed
+                    self.aborted += not committed
+                    self.after(self.sim.rng.randint(0, 20), self._send_next)
+
+            self._until_acknowledged(tp, f"{txn} {control_type.name} marker", marker, True, acknowledged)
+
+    def _until_acknowledged(
+        self,
+        tp: TopicPartition,
+        what: str,
+        batch: bytes,
+        marker: bool,
+        on_acknowledged: Callable[[AppendResult], None],
+    ) -> None:
+        """Send `batch` (a transactional batch, or a marker as the coordinator's WriteTxnMarkers) to the leader
+        of `tp` as the client knows it, again after any error or timeout, until it is acknowledged."""
+        leader = self.leader_of(tp)
+
+        def retry() -> None:
+            self.refresh_metadata()
+            self.after(RETRY_BACKOFF_MS, lambda: self._until_acknowledged(tp, what, batch, marker, on_acknowledged))
+
+        if leader is None:
+            retry()
+            return
+
+        def on_reply(reply: object) -> None:
+            assert isinstance(reply, AppendResult)
+            if reply.error is None:
+                on_acknowledged(reply)
+                return
+            refused = (
+                reply.error not in MARKER_RETRIABLE
+                if marker
+                else reply.error in TXN_BATCH_REFUSALS
+                or (reply.error == "OUT_OF_ORDER_SEQUENCE_NUMBER" and self._is_current_leader(leader, tp))
+            )
+            if refused:
+                self._history.violation(
+                    "transactional write refused", f"{self.name} {tp} {what}: {reply.error} {reply.message}"
+                )
+            retry()
+
+        if marker:
+
+            def handle(respond: Respond) -> None:
+                leader.handle_write_txn_marker(tp, batch, REQUEST_TIMEOUT_MS, respond)
+
+        else:
+
+            def handle(respond: Respond) -> None:
+                leader.handle_produce(tp, batch, -1, REQUEST_TIMEOUT_MS, respond)
+
+        self._network.call(self, leader, handle, on_reply, retry, REQUEST_TIMEOUT_MS + 2000, may_duplicate=not marker)

@@ -19,6 +19,13 @@ After the faults stop and every broker is back, once every ISR is whole and ever
 - no reassignment is left in progress, and no broker outside a partition's replicas holds a replica or a log of
   it (with `reassignments`, partitions move between brokers during the faults).
 
+Transactions (with `SimConfig.transactions`, docs/simulation.md#transactions): a read_committed consumer never
+sees a record of an aborted or undecided transaction, nor one at or beyond the LSO (or the HW) of the answer that
+carried it; a replica's LSO never exceeds its HW and a leader's never moves back within its leader epoch. After
+convergence no transaction is left open (every LSO is its HW), and a read_committed read of each partition from
+its start holds every record of every committed transaction, in the order written, none of an aborted one, every
+record the consumer read at the offset it read it, and each acknowledged marker at its offset.
+
 The controller quorum (`QuorumChecker`, docs/quorum.md): at most one leader per epoch over the whole run; a
 record once committed (below some voter's high watermark, or sent to a broker, which gets committed records only)
 is never lost or changed on any voter below its high watermark nor in the converged log; every broker's metadata
@@ -39,10 +46,12 @@ from tierlog.metadata.records import MetadataRecord
 from tierlog.raft.messages import RaftFetchResponse
 from tierlog.raft.raft_log import RaftLog
 from tierlog.records.codec import decode_batches
+from tierlog.records.control_batch import ControlRecordType, control_record_type
 from tierlog.records.record_batch import RecordBatchHeader, complete_batches, read_header
 from tierlog.replication.partition import Partition
 from tierlog.replication.replica_manager import ReplicaManager
 from tierlog.storage.log import Log
+from tierlog.storage.transaction_index import AbortedTxn
 
 COMMITTED_CHECK_INTERVAL_MS = 250
 # (base offset, last offset, partition leader epoch, CRC): batches are replicated byte for byte.
@@ -71,6 +80,14 @@ class History:
     reads: dict[tuple[TopicPartition, int], str] = field(default_factory=dict)
     read_count: int = 0
     violations: list[Violation] = field(default_factory=list)
+    # Transactions: each transactional value's transaction, the values each wrote per partition in order, how
+    # each was decided (True: commit; absent: not yet), the partitions whose marker was acknowledged, and what
+    # the read_committed consumers read.
+    txn_of_value: dict[str, str] = field(default_factory=dict)
+    txn_writes: dict[str, dict[TopicPartition, list[str]]] = field(default_factory=dict)
+    txn_decisions: dict[str, bool] = field(default_factory=dict)
+    txn_markers: dict[str, dict[TopicPartition, int]] = field(default_factory=dict)
+    committed_reads: dict[tuple[TopicPartition, int], str] = field(default_factory=dict)
 
     def violation(self, rule: str, detail: str) -> None:
         if any(v.rule == rule and v.detail == detail for v in self.violations[-10:]):
@@ -102,6 +119,42 @@ class History:
         if earlier is not None and earlier != value:
             self.violation("inconsistent reads", f"{tp} offset {offset} was read as {earlier!r} and later as {value!r}")
         self.reads[(tp, offset)] = value
+
+    def txn_written(self, txn: str, tp: TopicPartition, values: list[str]) -> None:
+        """A transactional batch of `txn` to `tp` is about to be sent (its values in order)."""
+        self.txn_writes.setdefault(txn, {}).setdefault(tp, []).extend(values)
+        for value in values:
+            self.txn_of_value[value] = txn
+            self.invoked(value, idempotent=True)
+
+    def txn_decided(self, txn: str, committed: bool) -> None:
+        self.txn_decisions[txn] = committed
+
+    def txn_marker_acknowledged(self, txn: str, tp: TopicPartition, offset: int) -> None:
+        self.txn_markers.setdefault(txn, {})[tp] = offset
+
+    def read_committed(
+        self, consumer: str, tp: TopicPartition, offset: int, value: str, last_stable_offset: int, high_watermark: int
+    ) -> None:
+        """A record a read_committed consumer was handed, with the LSO and HW of the answer that carried it."""
+        self.read_count += 1
+        if offset >= last_stable_offset:
+            self.violation(
+                "read_committed beyond the LSO", f"{consumer} read {tp} offset {offset} with LSO {last_stable_offset}"
+            )
+        if offset >= high_watermark:
+            self.violation("read above the HW", f"{consumer} read {tp} offset {offset} with HW {high_watermark}")
+        txn = self.txn_of_value.get(value)
+        if txn is not None and not self.txn_decisions.get(txn, False):
+            what = "aborted" if txn in self.txn_decisions else "undecided"
+            self.violation(
+                f"read_committed saw an {what} transaction",
+                f"{consumer} read {value!r} of {txn} at {tp} offset {offset}",
+            )
+        earlier = self.committed_reads.get((tp, offset))
+        if earlier is not None and earlier != value:
+            self.violation("inconsistent reads", f"{tp} offset {offset} was read as {earlier!r} and later as {value!r}")
+        self.committed_reads[(tp, offset)] = value
 
 
 def log_batches(log: Log, start: int, end: int) -> Iterator[RecordBatchHeader]:
@@ -147,6 +200,27 @@ def log_values(log: Log) -> dict[int, str]:
     return values
 
 
+def aborted_index(log: Log) -> list[AbortedTxn]:
+    """Every entry of the log's `.txnindex` files, in segment order."""
+    return [txn for segment in log.segments for txn in segment.txn_index.all_aborted_txns()]
+
+
+def log_markers(log: Log) -> dict[int, bool]:
+    """Offset -> COMMIT (True) or ABORT (False) of every transaction marker in the local log."""
+    markers: dict[int, bool] = {}
+    offset = log.log_start_offset
+    while offset < log.log_end_offset:
+        data = log.read(offset, 1 << 20, max_offset=None, min_one_message=True).records
+        if data is None:
+            break
+        for batch in decode_batches(data.read_bytes()):
+            if batch.header.is_control and batch.records:
+                type_id = control_record_type(batch.records[0].key)
+                markers[batch.header.base_offset] = type_id == ControlRecordType.COMMIT
+            offset = batch.header.next_offset
+    return markers
+
+
 @dataclass(slots=True)
 class ClusterChecker:
     history: History
@@ -158,6 +232,8 @@ class ClusterChecker:
     leader_high_watermarks: dict[tuple[int, int, TopicPartition, int], int] = field(default_factory=dict)
     # Per partition: (leader epoch, leader) last seen in the controller's image.
     controller_leaders: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)
+    # Per (broker, incarnation, partition, leader epoch): the highest LSO seen while leading.
+    leader_stable_offsets: dict[tuple[int, int, TopicPartition, int], int] = field(default_factory=dict)
 
     def check_partition_step(self, broker_id: int, incarnation: int, partition: Partition) -> None:
         """Cheap rules for one replica, after every event."""
@@ -171,6 +247,11 @@ class ClusterChecker:
                 self.history.violation(
                     "leader-epoch cache out of order", f"broker {broker_id} {tp}: {previous} then {entry}"
                 )
+        last_stable_offset = log.last_stable_offset
+        if last_stable_offset > log.high_watermark:
+            self.history.violation(
+                "LSO above the HW", f"broker {broker_id} {tp}: LSO {last_stable_offset} > HW {log.high_watermark}"
+            )
         if partition.is_leader:
             key = (broker_id, incarnation, tp, partition.leader_epoch)
             highest = self.leader_high_watermarks.get(key, -1)
@@ -181,6 +262,15 @@ class ClusterChecker:
                 )
             else:
                 self.leader_high_watermarks[key] = log.high_watermark
+            # A read_committed consumer has read up to the LSO: the leader must not take it back.
+            highest = self.leader_stable_offsets.get(key, -1)
+            if last_stable_offset < highest:
+                self.history.violation(
+                    "leader LSO moved backwards",
+                    f"broker {broker_id} {tp} epoch {partition.leader_epoch}: LSO {highest} -> {last_stable_offset}",
+                )
+            else:
+                self.leader_stable_offsets[key] = last_stable_offset
 
     def check_controller_step(self, tp: TopicPartition, leader: int, leader_epoch: int) -> None:
         last = self.controller_leaders.get(tp)
@@ -258,6 +348,85 @@ class ClusterChecker:
             self.history.violation(
                 "a record read is gone", f"{tp} offset {offset} was read as {value!r}; the log holds {found_value!r}"
             )
+
+    def check_transactions_converged(
+        self,
+        tp: TopicPartition,
+        leader: Partition,
+        replicas: list[Partition],
+        committed_read: list[tuple[int, str]],
+        markers: Mapping[int, bool],
+    ) -> None:
+        """After convergence, with `committed_read` a read_committed read of the leader from its log start (offset,
+        value) and `markers` its control batches (offset -> COMMIT or not): no transaction is left open, every
+        committed transaction whose markers were acknowledged is there whole and in the order written, nothing of
+        an aborted one is, every record a read_committed consumer read is there at its offset, and every
+        acknowledged marker is at its offset with its transaction's decision. Every replica's aborted transaction
+        index is the leader's, entry for entry (lastStableOffset included: docs/transactions.md#txn-index), whether it
+        appended the markers as a follower, rebuilt them in a recovery or truncated them."""
+        history = self.history
+        log = leader.log
+        expected = aborted_index(log)
+        for replica in replicas:
+            found = aborted_index(replica.log)
+            if found != expected:
+                first = next((i for i, (a, b) in enumerate(zip(found, expected, strict=False)) if a != b), None)
+                detail = "" if first is None else f": {found[first]} where the leader has {expected[first]}"
+                history.violation(
+                    "aborted transaction indexes differ",
+                    f"{tp} broker {replica.local_broker_id}: {len(found)} entries vs the leader's {len(expected)}"
+                    + detail,
+                )
+        if log.last_stable_offset != log.high_watermark:
+            history.violation(
+                "transaction left open",
+                f"{tp}: LSO {log.last_stable_offset} below HW {log.high_watermark} after every transaction ended",
+            )
+        offsets: dict[str, list[int]] = {}
+        values = dict(committed_read)
+        for offset, value in committed_read:
+            offsets.setdefault(value, []).append(offset)
+        for value, found in offsets.items():
+            txn = history.txn_of_value.get(value)
+            if txn is None:
+                continue
+            if len(found) > 1:
+                history.violation("transactional write duplicated", f"{tp}: {value!r} at offsets {found}")
+            if not history.txn_decisions.get(txn, False):
+                what = "aborted" if txn in history.txn_decisions else "undecided"
+                history.violation(
+                    f"read_committed saw an {what} transaction", f"final read of {tp}: {value!r} of {txn} at {found}"
+                )
+        for txn, writes in sorted(history.txn_writes.items()):
+            written = writes.get(tp, [])
+            acknowledged = history.txn_markers.get(txn, {})
+            if not history.txn_decisions.get(txn, False) or set(acknowledged) != set(writes) or not written:
+                continue
+            missing = [v for v in written if v not in offsets]
+            if missing:
+                history.violation(
+                    "committed transaction lost",
+                    f"{tp}: {len(missing)} of the {len(written)} records of {txn} are not read_committed, "
+                    f"first {missing[0]!r} (marker acknowledged at {acknowledged[tp]})",
+                )
+                continue
+            positions = [offsets[v][0] for v in written]
+            if positions != sorted(positions):
+                history.violation("committed transaction out of order", f"{tp}: {txn} at offsets {positions}")
+        for (read_tp, offset), value in sorted(history.committed_reads.items()):
+            if read_tp == tp and values.get(offset) != value:
+                history.violation(
+                    "a record read is gone",
+                    f"{tp} offset {offset} was read_committed as {value!r}; the final read has {values.get(offset)!r}",
+                )
+        for txn, acknowledged in sorted(history.txn_markers.items()):
+            offset = acknowledged.get(tp)
+            if offset is not None and markers.get(offset) != history.txn_decisions.get(txn):
+                history.violation(
+                    "acknowledged marker lost",
+                    f"{tp} offset {offset}: the marker of {txn} (commit: {history.txn_decisions.get(txn)}) is not "
+                    f"there (found commit: {markers.get(offset)})",
+                )
 
     def check_no_replica(self, broker_id: int, tp: TopicPartition, replica_manager: ReplicaManager | None) -> None:
         """After convergence: a broker the partition's replicas do not list holds no replica nor log of it (one

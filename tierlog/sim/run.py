@@ -25,10 +25,18 @@ from tierlog.controller.errors import ControllerError
 from tierlog.controller.metadata_log import QuorumMetadataLog
 from tierlog.metadata.image import ClusterMetadata
 from tierlog.raft.raft_client import RaftConfig
+from tierlog.replication.partition import Partition
 from tierlog.sim.broker_node import BrokerSettings, SimBroker
-from tierlog.sim.clients import SimConsumer, SimProducer
+from tierlog.sim.clients import (
+    READ_COMMITTED,
+    SimConsumer,
+    SimProducer,
+    SimReadCommittedConsumer,
+    SimTransactionalWriter,
+    read_committed_records,
+)
 from tierlog.sim.controller_node import CONTROLLER_ID_BASE, SimController, active_controller
-from tierlog.sim.invariants import COMMITTED_CHECK_INTERVAL_MS, ClusterChecker, History, QuorumChecker
+from tierlog.sim.invariants import COMMITTED_CHECK_INTERVAL_MS, ClusterChecker, History, QuorumChecker, log_markers
 from tierlog.sim.world import Network, NetworkConditions, Node, Simulation
 
 START_MS = 1_700_000_000_000
@@ -49,6 +57,10 @@ class SimConfig:
     reassignments: bool = False
     producers: int = 3
     consumers: int = 1
+    # Transactional writers (a transactional producer and its coordinator's markers) and a read_committed consumer
+    # join the clients (docs/simulation.md#transactions).
+    transactions: bool = False
+    transactional_writers: int = 2
     # Virtual time with clients and faults, then at most this long for the healed cluster to converge.
     workload_ms: int = 40_000
     converge_ms: int = 120_000
@@ -170,6 +182,26 @@ class Cluster:
             SimConsumer(self.sim, self.network, f"consumer-{i}", self.brokers, self.partitions, self.history)
             for i in range(1, config.consumers + 1)
         ]
+        self.txn_writers: list[SimTransactionalWriter] = []
+        if config.transactions:
+            self.txn_writers = [
+                SimTransactionalWriter(
+                    self.sim,
+                    self.network,
+                    f"transactional-writer-{i}",
+                    self.brokers,
+                    self.partitions,
+                    self.history,
+                    self.controllers,
+                )
+                for i in range(1, config.transactional_writers + 1)
+            ]
+            self.producers.extend(self.txn_writers)
+            self.consumers.append(
+                SimReadCommittedConsumer(
+                    self.sim, self.network, "read-committed-consumer-1", self.brokers, self.partitions, self.history
+                )
+            )
         self.faults: list[str] = []
         # Set by a power loss until the cluster is whole again: no other fault strikes meanwhile.
         self.recovering_from_power_loss = False
@@ -365,6 +397,14 @@ class Cluster:
             for broker in self.brokers.values():
                 if broker.broker_id not in registration.replicas:
                     self.checker.check_no_replica(broker.broker_id, tp, broker.replica_manager)
+            if self.config.transactions:
+                read = read_committed_log(leader)
+                replicas = [f for f in followers if f is not None]
+                self.checker.check_transactions_converged(tp, leader, replicas, read, log_markers(leader.log))
+
+    def transactions_done(self) -> bool:
+        """Every transactional writer stopped with its last transaction ended (every marker acknowledged)."""
+        return all(writer.done for writer in self.txn_writers)
 
     # Faults
 
@@ -588,7 +628,12 @@ def _run(cluster: Cluster) -> None:
     for producer in cluster.producers:
         producer.running = False
     cluster.heal()
-    if not _run_until(sim, lambda: cluster.converged() and cluster.balanced(), config.converge_ms, step):
+    if not _run_until(
+        sim,
+        lambda: cluster.transactions_done() and cluster.converged() and cluster.balanced(),
+        config.converge_ms,
+        step,
+    ):
         history.violation("no convergence", f"{config.converge_ms} ms after healing: {cluster.describe()}")
         return
     cluster.final_checks()
@@ -626,8 +671,28 @@ def _result(seed: int, cluster: Cluster) -> RunResult:
             "leaders balanced": sum(v.leaders_balanced for v in cluster.controllers.values()),
             "controller epochs": len(cluster.quorum_checker.leaders),
             "reassignments": cluster.reassignments_accepted,
+            "transactions committed": sum(w.committed for w in cluster.txn_writers),
+            "transactions aborted": sum(w.aborted for w in cluster.txn_writers),
         },
     )
+
+
+def read_committed_log(partition: Partition) -> list[tuple[int, str]]:
+    """(offset, value) of every record a read_committed consumer reading the leader `partition` from its log
+    start is handed: the core's read_committed reads, filtered as Kafka's consumer filters them."""
+    records: list[tuple[int, str]] = []
+    offset = partition.log.log_start_offset
+    while offset < partition.log.last_stable_offset:
+        read = partition.read_records(
+            offset, 1 << 20, isolation_level=READ_COMMITTED, min_one_message=True, current_leader_epoch=-1
+        )
+        data = read.records.read_bytes() if read.records is not None else b""
+        taken = read_committed_records(bytes(data), offset, read.aborted_transactions or ())
+        records.extend(taken.records)
+        if taken.next_offset <= offset:
+            break
+        offset = taken.next_offset
+    return records
 
 
 def _scratch() -> str | None:

@@ -154,8 +154,9 @@ class Network:
     def heal(self) -> None:
         self.cut.clear()
 
-    def send(self, source: Node, target: Node, deliver: Action) -> None:
-        """Carry one message; it is lost if the link is cut when it is sent or when it arrives."""
+    def send(self, source: Node, target: Node, deliver: Action, *, may_duplicate: bool = True) -> None:
+        """Carry one message; it is lost if the link is cut when it is sent or when it arrives. Without
+        `may_duplicate` it arrives at most once (a message whose second copy no retry of Kafka's could produce)."""
         self.sent += 1
         rng = self.sim.rng
         link = (source.name, target.name)
@@ -163,7 +164,7 @@ class Network:
             self.dropped += 1
             return
         copies = 1
-        if rng.random() < self.conditions.duplicate:
+        if rng.random() < self.conditions.duplicate and may_duplicate:
             copies = 2
             self.duplicated += 1
         for _ in range(copies):
@@ -185,10 +186,13 @@ class Network:
         on_reply: Callable[[Any], None],
         on_failure: Action,
         timeout_ms: int,
+        *,
+        may_duplicate: bool = True,
     ) -> None:
         """A request from `source` handled on `target` (`handle` answers through its callback, now or later)
         and its reply; `on_failure` runs instead if no reply arrives within `timeout_ms`, as when a
-        connection times out. Either callback runs at most once, and only in the caller's incarnation."""
+        connection times out. Either callback runs at most once, and only in the caller's incarnation. Without
+        `may_duplicate` the request is handled at most once."""
         finished = False
         incarnation = source.incarnation
 
@@ -202,5 +206,5 @@ class Network:
             self.send(target, source, lambda: finish(lambda: on_reply(reply)))
 
         # A request that reaches a restarted target finds its connection gone: `guarded` drops it.
-        self.send(source, target, lambda: handle(respond))
+        self.send(source, target, lambda: handle(respond), may_duplicate=may_duplicate)
         source.after(timeout_ms, lambda: finish(on_failure))
