@@ -9,7 +9,6 @@ keyed by offset relative to the segment's base offset (int32 on disk), ascending
 from __future__ import annotations
 
 import operator
-import os
 from abc import ABC, abstractmethod
 from array import array
 from bisect import bisect_left
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from tierlog.storage.errors import CorruptIndexError
+from tierlog.storage.index_file import IndexFile
 
 INT32_MAX = 2**31 - 1
 
@@ -29,20 +29,14 @@ def ascending(values: Sequence[int], *, strictly: bool) -> bool:
     return all(map(compare, values, islice(values, 1, None)))
 
 
-class AbstractIndex(ABC):
+class AbstractIndex(IndexFile, ABC):
     ENTRY_SIZE: ClassVar[int]
 
     def __init__(self, path: Path, base_offset: int, max_index_size: int) -> None:
-        self.path = path
         self.base_offset = base_offset
         self.max_entries = max_index_size // self.ENTRY_SIZE
         self._relative_offsets = array("i")
-        self._fd: int | None = None
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            data = b""
-        self._file_size = len(data)
+        data = self._read_file(path)
         # A torn trailing entry is left out here and reported by sanity_check, which recovery acts on.
         self._load(data[: len(data) - len(data) % self.ENTRY_SIZE])
 
@@ -86,43 +80,12 @@ class AbstractIndex(ABC):
         """Empty the index (creating its file if needed), as recovery does before rebuilding it."""
         self._truncate_to_entries(0)
 
-    def flush(self) -> None:
-        """fsync the file. The handle is closed afterwards: flushes come on roll or shutdown, after which
-        a segment rarely takes another index write, so it is not worth holding a descriptor for."""
-        if self._fd is not None:
-            os.fsync(self._fd)
-            self.close()
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-    def delete(self) -> None:
-        self.close()
-        self.path.unlink(missing_ok=True)
-
-    def rename_to(self, path: Path) -> None:
-        if self.path.exists():
-            os.replace(self.path, path)
-        self.path = path
-
-    def _append_bytes(self, data: bytes) -> None:
-        os.write(self._open(), data)
-        self._file_size += len(data)
-
     def _truncate_to_entries(self, entries: int) -> None:
         size = entries * self.ENTRY_SIZE
         if size == self._file_size and self.path.exists():
             return
-        os.ftruncate(self._open(), size)
-        self._file_size = size
+        self._truncate_file(size)
         self._truncate_arrays(entries)
-
-    def _open(self) -> int:
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        return self._fd
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self.path)!r}, entries={self.entries})"

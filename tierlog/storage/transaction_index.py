@@ -11,13 +11,13 @@ without aborted transactions has none. The entries are also kept in memory (they
 
 from __future__ import annotations
 
-import os
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from tierlog.storage.errors import CorruptIndexError
+from tierlog.storage.index_file import IndexFile
 
 TXN_INDEX_FILE_SUFFIX = ".txnindex"
 ABORTED_TXN_VERSION = 0
@@ -78,18 +78,11 @@ def search_aborted_txns(
     return TxnIndexSearchResult(aborted, False)
 
 
-class TransactionIndex:
+class TransactionIndex(IndexFile):
     def __init__(self, path: Path, start_offset: int | None = None) -> None:
         """`start_offset` is the segment's base offset; by default read from the file name."""
-        self.path = path
         self.start_offset = int(path.name[: path.name.index(".")]) if start_offset is None else start_offset
-        self._fd: int | None = None
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            data = b""
-        self._file_size = len(data)
-        self._entries = parse_aborted_txns(data, path)
+        self._entries = parse_aborted_txns(self._read_file(path), path)
 
     @property
     def entries(self) -> int:
@@ -102,9 +95,7 @@ class TransactionIndex:
                 f"The last offset of appended transactions must increase sequentially, but {txn.last_offset} is "
                 f"not greater than current last offset {self._entries[-1].last_offset} of index {self.path}"
             )
-        data = txn.to_bytes()
-        os.write(self._open(), data)
-        self._file_size += len(data)
+        self._append_bytes(txn.to_bytes())
         self._entries.append(txn)
 
     def all_aborted_txns(self) -> list[AbortedTxn]:
@@ -141,37 +132,9 @@ class TransactionIndex:
                     f"{self.start_offset}"
                 )
 
-    def flush(self) -> None:
-        """fsync the file and close it, as the offset and time indexes do: a flushed segment is usually a rolled
-        one, which takes no more markers, so it should not hold a descriptor."""
-        if self._fd is not None:
-            os.fsync(self._fd)
-            self.close()
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-    def delete(self) -> None:
-        self.close()
-        self.path.unlink(missing_ok=True)
-
-    def rename_to(self, path: Path) -> None:
-        if self.path.exists():
-            os.replace(self.path, path)
-        self.path = path
-
     def _truncate_to_entries(self, entries: int) -> None:
-        size = entries * ABORTED_TXN_SIZE
-        os.ftruncate(self._open(), size)
-        self._file_size = size
+        self._truncate_file(entries * ABORTED_TXN_SIZE)
         del self._entries[entries:]
-
-    def _open(self) -> int:
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        return self._fd
 
     def __repr__(self) -> str:
         return f"TransactionIndex({str(self.path)!r}, entries={self.entries})"
