@@ -217,11 +217,12 @@ def test_java_string_hash_of_known_strings() -> None:
     assert java_string_hash("😀") == 0xD83D * 31 + 0xDE00
 
 
-def test_partition_for_masks_the_sign_bit_like_kafkas_utils_abs() -> None:
+def test_partition_for_takes_kafkas_utils_abs_of_the_hash() -> None:
     # "polygenelubricants".hashCode() is Integer.MIN_VALUE: Math.abs would stay negative, Utils.abs gives 0.
     assert java_string_hash("polygenelubricants") == -(2**31)
     assert partition_for("polygenelubricants", 50) == 0
     assert partition_for("hello", 50) == 99162322 % 50
-    # 31 * hash("consumer-group-10") + '0' wraps below zero: -2737012, whose low 31 bits are 2144746636.
+    # 31 * hash("consumer-group-10") + '0' wraps below zero: -2737012, whose absolute value picks the partition
+    # (masking the sign bit instead would give 2144746636 % 50 = 36, not Kafka's 12).
     assert java_string_hash("consumer-group-100") == -2737012
-    assert partition_for("consumer-group-100", 50) == 2144746636 % 50
+    assert partition_for("consumer-group-100", 50) == 2737012 % 50 == 12

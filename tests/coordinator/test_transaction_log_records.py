@@ -211,6 +211,8 @@ def test_partition_for_is_java_hash_code_abs_mod() -> None:
     assert partition_for("hello", 50) == 99162322 % 50
     assert partition_for("polygenelubricants", 50) == 0
     assert partition_for("", 50) == 0
+    # A negative hash takes Math.abs, not the low 31 bits: Kafka puts "my-txn" (hashCode -1061187895) in 45.
+    assert partition_for("my-txn", 50) == 45
 
 
 # TransactionLogValue.json's fields, as in Kafka (transaction-coordinator/src/main/resources/common/message/), and a

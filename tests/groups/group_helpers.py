@@ -60,8 +60,9 @@ def java_string_hash(text: str) -> int:
 
 def offsets_partition(group_id: str, partitions: int = OFFSETS_PARTITIONS) -> int:
     """The __consumer_offsets partition of a group: Utils.abs(groupId.hashCode) % partitions, where Kafka's
-    Utils.abs is `x & 0x7fffffff` (Math.abs would leave Integer.MIN_VALUE negative)."""
-    return (java_string_hash(group_id) & 0x7FFFFFFF) % partitions
+    Utils.abs is Math.abs except for Integer.MIN_VALUE, which gives 0."""
+    h = java_string_hash(group_id)
+    return (0 if h == -(2**31) else abs(h)) % partitions
 
 
 def unique(prefix: str) -> str:

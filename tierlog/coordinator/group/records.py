@@ -352,7 +352,12 @@ def java_string_hash(s: str) -> int:
     return h - (1 << 32) if h >= 1 << 31 else h
 
 
+def kafka_abs(n: int) -> int:
+    """Kafka's Utils.abs: Math.abs, except that Integer.MIN_VALUE (whose Math.abs is itself) gives 0."""
+    return 0 if n == -(2**31) else abs(n)
+
+
 def partition_for(group_id: str, num_partitions: int) -> int:
-    """The __consumer_offsets partition of a group: Utils.abs(groupId.hashCode) % partitions, where Kafka's
-    Utils.abs is `x & 0x7fffffff` (so Integer.MIN_VALUE maps to 0, not to itself)."""
-    return (java_string_hash(group_id) & 0x7FFFFFFF) % num_partitions
+    """The __consumer_offsets partition of a group: Utils.abs(groupId.hashCode) % partitions, so a group's offsets
+    land in the partition Kafka puts them in."""
+    return kafka_abs(java_string_hash(group_id)) % num_partitions

@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from tierlog.coordinator.group.records import java_string_hash
+from tierlog.coordinator.group.records import java_string_hash, kafka_abs
 from tierlog.records.record_batch import NO_PRODUCER_ID
 
 TRANSACTION_LOG_KEY_VERSION = 0
@@ -236,5 +236,5 @@ def decode_value(data: bytes) -> TransactionLogValue:
 
 def partition_for(transactional_id: str, num_partitions: int) -> int:
     """The __transaction_state partition of a transactional id: Utils.abs(transactionalId.hashCode) % partitions,
-    Java's String.hashCode and Kafka's Utils.abs (`x & 0x7fffffff`), as for groups."""
-    return (java_string_hash(transactional_id) & 0x7FFFFFFF) % num_partitions
+    with Java's String.hashCode, as for groups."""
+    return kafka_abs(java_string_hash(transactional_id)) % num_partitions
