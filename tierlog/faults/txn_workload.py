@@ -48,6 +48,7 @@ from tierlog.faults.txn_checker import (
     ABORTED,
     COMMITTED,
     UNKNOWN,
+    OffsetFetch,
     Partition,
     Transaction,
     TxnHistory,
@@ -141,7 +142,7 @@ class TxnProducerThread(threading.Thread):
         super().__init__(name=name, daemon=True)
         self.stopping = threading.Event()
         self.error: BaseException | None = None
-        self._bootstrap = bootstrap
+        self._servers = bootstrap
         self._rng = random.Random(f"{seed}-{name}")
         self._history = history
         self._lock = lock
@@ -157,7 +158,7 @@ class TxnProducerThread(threading.Thread):
         count = 0
         while not self.stopping.is_set():
             if producer is None:
-                producer = transactional_producer(self._bootstrap, self.name)
+                producer = transactional_producer(self._servers, self.name)
             txn = Transaction(f"{self.name}/{count}", "abort" if self._rng.random() < ABORT_SHARE else "commit")
             count += 1
             first = self._rng.randrange(PARTITIONS)
@@ -230,7 +231,7 @@ class ProcessorThread(threading.Thread):
         super().__init__(name=name, daemon=True)
         self.stopping = threading.Event()
         self.error: BaseException | None = None
-        self._bootstrap = bootstrap
+        self._servers = bootstrap
         self._rng = random.Random(f"{seed}-{name}")
         self._history = history
         self._lock = lock
@@ -239,7 +240,7 @@ class ProcessorThread(threading.Thread):
         consumer = Consumer(
             {
                 **QUIET,
-                "bootstrap.servers": self._bootstrap,
+                "bootstrap.servers": self._servers,
                 "group.id": GROUP,
                 "isolation.level": "read_committed",
                 "enable.auto.commit": False,
@@ -264,7 +265,7 @@ class ProcessorThread(threading.Thread):
         count = 0
         while not self.stopping.is_set():
             if producer is None:
-                producer = transactional_producer(self._bootstrap, self.name)
+                producer = transactional_producer(self._servers, self.name)
             inputs = [m for m in consumer.consume(BATCH, 0.2) if m.error() is None]
             if not inputs:
                 continue
@@ -276,12 +277,31 @@ class ProcessorThread(threading.Thread):
             if txn.outcome == UNKNOWN:
                 # The successor's init_transactions ends what this transaction left before the rewind reads the
                 # group's offsets (require_stable waits for that too).
-                producer = transactional_producer(self._bootstrap, self.name)
-            if txn.outcome != COMMITTED and not _rewind(consumer):
+                producer = transactional_producer(self._servers, self.name)
+            if txn.outcome != COMMITTED and not self._rewind(consumer):
                 consumer.close()
                 consumer = self._consumer()  # joins again: it starts from the group's committed offsets
             self.stopping.wait(PAUSE_S)
         consumer.close()
+
+    def _rewind(self, consumer: Consumer) -> bool:
+        """Seek every assigned partition back to the group's committed offset (noted in the history); False if
+        that failed."""
+        with self._lock:
+            ended = len(self._history.transactions)
+        try:
+            committed = consumer.committed(consumer.assignment(), CALL_S)
+            if any(tp.error is not None for tp in committed):
+                return False
+            with self._lock:
+                told = {tp.partition: tp.offset for tp in committed if tp.offset >= 0}
+                self._history.offset_fetches.append(OffsetFetch(self.name, ended, told))
+            for tp in committed:
+                offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+                consumer.seek(KafkaTopicPartition(tp.topic, tp.partition, offset))
+            return True
+        except KafkaException:
+            return False
 
     @staticmethod
     def _transform(producer: Producer, consumer: Consumer, txn: Transaction, inputs: Iterable[Message]) -> None:
@@ -298,19 +318,6 @@ class ProcessorThread(threading.Thread):
             consumer.consumer_group_metadata(),
             CALL_S,
         )
-
-
-def _rewind(consumer: Consumer) -> bool:
-    """Seek every assigned partition back to the group's committed offset; False if that failed."""
-    try:
-        assignment = consumer.assignment()
-        for tp in consumer.committed(assignment, CALL_S):
-            consumer.seek(
-                KafkaTopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING)
-            )
-        return True
-    except KafkaException:
-        return False
 
 
 class ReadCommittedThread(threading.Thread):
