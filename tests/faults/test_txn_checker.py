@@ -197,3 +197,9 @@ def test_a_rewind_told_an_offset_below_a_committed_transaction_s_is_a_stale_offs
     # After c-1/1's abort: told 2 is right; told 1 when c-1/0 had committed 2 is stale; c-1/2 had not ended yet.
     h.offset_fetches = [OffsetFetch("c-1", 2, {0: 2}), OffsetFetch("c-1", 2, {0: 1})]
     assert failing(h) == {"stale offset fetches": 1}
+
+
+def test_a_wait_after_healing_that_timed_out_is_a_stall() -> None:
+    h = valid()
+    h.stalls = ["timed out after 90.0s waiting for the processors to commit every input"]
+    assert failing(h) == {"stalls": 1}

@@ -18,6 +18,8 @@ The checker reports (docs/transactions.md#proof):
 - duplicates: a record at two offsets of the read_committed log (every transactional producer is idempotent);
 - inconsistent offsets: a poll seeing another value at an offset than the read_committed log;
 - poll skips, non-monotonic polls: a consumer jumping over an offset the read_committed log holds, or going back;
+- stalls: after healing, the processors did not catch up with the inputs, or a last stable offset did not reach
+  its high watermark (a transaction left hanging), in time;
 - stale offset fetches: a processor rewinding after an abort read the group's committed offsets (OffsetFetch with
   require_stable, KIP-447) and got an offset below one a transaction had committed before it asked;
 - offsets apart from their output (consume-transform-produce, exactly once): with the group's committed offset
@@ -55,6 +57,7 @@ ANOMALIES = (
     "duplicate output",
     "output of no input",
     "stale offset fetches",
+    "stalls",
 )
 
 
@@ -101,6 +104,9 @@ class TxnHistory:
     inputs_final: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
     group_offsets: dict[int, int] = field(default_factory=dict)
     offset_fetches: list[OffsetFetch] = field(default_factory=list)
+    # what the run waited for after healing and did not see in time (the processors catching up, the last
+    # stable offsets reaching the high watermarks): a liveness failure; the history is checked all the same
+    stalls: list[str] = field(default_factory=list)
     # as History's: (seconds since start, what) for every fault and heal, (seconds, leader, epoch) of the quorum
     faults: list[tuple[float, str]] = field(default_factory=list)
     quorum: list[tuple[float, int, int]] = field(default_factory=list)
@@ -185,6 +191,8 @@ def check_transactions(history: TxnHistory) -> Verdict:
                         )
             last[(topic, partition)] = offset
 
+    for stall in history.stalls:
+        anomaly("stalls", stall)
     processed = _check_exactly_once(history, owner, where, anomaly)
     for fetch in history.offset_fetches:
         for txn in history.transactions[: fetch.after]:

@@ -235,6 +235,7 @@ class ProcessorThread(threading.Thread):
         self._rng = random.Random(f"{seed}-{name}")
         self._history = history
         self._lock = lock
+        self.progress: dict[str, int] = dict.fromkeys((COMMITTED, ABORTED, UNKNOWN, "rewinds", "rejoins"), 0)
 
     def _consumer(self) -> Consumer:
         consumer = Consumer(
@@ -278,7 +279,10 @@ class ProcessorThread(threading.Thread):
                 # The successor's init_transactions ends what this transaction left before the rewind reads the
                 # group's offsets (require_stable waits for that too).
                 producer = transactional_producer(self._servers, self.name)
+            self.progress[txn.outcome] += 1
+            self.progress["rewinds"] += txn.outcome != COMMITTED
             if txn.outcome != COMMITTED and not self._rewind(consumer):
+                self.progress["rejoins"] += 1
                 consumer.close()
                 consumer = self._consumer()  # joins again: it starts from the group's committed offsets
             self.stopping.wait(PAUSE_S)
@@ -378,16 +382,19 @@ def transactional_fault_run(
         for thread in [*writers, inputs]:
             thread.join(END_S + 30)
         say("  the processors catch up with the inputs")
-        wait_until(lambda: _caught_up(admin), CATCH_UP_S, "the processors to commit every input", interval_s=1.0)
+        _wait_or_note(history, say, lambda: _caught_up(admin), CATCH_UP_S, "the processors to commit every input")
         for processor in processors:
             processor.stopping.set()
         for processor in processors:
             processor.join(END_S + 30)
+            say(f"  {processor.name}: {processor.progress}")
         for thread in [*writers, *processors]:
             if thread.error is not None:
                 raise RuntimeError(f"{thread.name} failed: {thread.error!r}") from thread.error
         wait_until(lambda: converged(cluster, TOPICS), CONVERGE_S, "every replica to catch up", interval_s=0.5)
-        wait_until(lambda: _stable(admin), STABLE_S, "every last stable offset to reach its high watermark", 1.0)
+        _wait_or_note(
+            history, say, lambda: _stable(admin), STABLE_S, "every last stable offset to reach its high watermark"
+        )
         nemesis.watch_quorum()
         written = [(t, p) for t in (TXN_TOPIC, OUTPUT_TOPIC) for p in range(PARTITIONS)]
         history.committed_final = _read_whole(cluster.bootstrap, written, "read_committed")
@@ -403,6 +410,17 @@ def transactional_fault_run(
     for line in controller_failovers(history):
         say(f"  failover: {line}")
     return history, check_transactions(history)
+
+
+def _wait_or_note(
+    history: TxnHistory, say: Callable[[str], None], condition: Callable[[], bool], timeout_s: float, what: str
+) -> None:
+    """Wait for `condition`; if it does not come, the history notes a stall and the run goes on to be checked."""
+    try:
+        wait_until(condition, timeout_s, what, interval_s=1.0)
+    except TimeoutError as error:
+        history.stalls.append(str(error))
+        say(f"  STALL: {error}")
 
 
 def _latest(admin: AdminClient, topic: str, isolation: IsolationLevel) -> dict[int, int]:
