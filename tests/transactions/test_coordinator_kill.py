@@ -14,10 +14,9 @@ from confluent_kafka.admin import NewTopic
 from txn_helpers import (
     STATE_PARTITIONS,
     commit_retrying,
+    find_coordinator,
     latest_offsets,
     read_whole,
-    state_leaders,
-    state_partition,
     transactional_producer,
     unique,
     values,
@@ -37,14 +36,14 @@ OVERRIDES = {
 }
 
 
-def transactional_id_led_by(bootstrap: str, nodes: set[int]) -> tuple[str, int]:
-    """A fresh transactional id whose __transaction_state partition one of `nodes` leads now, and that node."""
-    leaders = state_leaders(bootstrap)
-    for _ in range(1000):
+def transactional_id_coordinated_by(address: str, nodes: set[int]) -> tuple[str, int]:
+    """A fresh transactional id whose coordinator (FindCoordinator) is one of `nodes` now, and that node."""
+    for _ in range(100):
         candidate = unique("killed-coordinator")
-        if leaders.get(state_partition(candidate)) in nodes:
-            return candidate, leaders[state_partition(candidate)]
-    raise AssertionError(f"no __transaction_state partition is led by {sorted(nodes)}: {leaders}")
+        coordinator = find_coordinator(address, candidate, key_type=1)
+        if coordinator in nodes:
+            return candidate, coordinator
+    raise AssertionError(f"no transactional id is coordinated by {sorted(nodes)}")
 
 
 def test_a_transaction_survives_its_coordinator_killed_mid_transaction(
@@ -57,7 +56,7 @@ def test_a_transaction_survives_its_coordinator_killed_mid_transaction(
     admin = kafka.admin(bootstrap)
     admin.create_topics([NewTopic(topic, 3, 3)])[topic].result(30)
     # Node 1 is the controller too: kill a coordinator that is a broker only.
-    transactional_id, coordinator = transactional_id_led_by(bootstrap, {2, 3})
+    transactional_id, coordinator = transactional_id_coordinated_by(cluster.broker(1).bootstrap, {2, 3})
     producer = transactional_producer(bootstrap, transactional_id, request_timeout_ms=5000)
     producer.begin_transaction()
     for i in range(6):
