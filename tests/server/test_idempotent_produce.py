@@ -180,3 +180,29 @@ def test_describe_producers_shows_each_producers_epoch_and_last_sequence(tmp_pat
         assert missing.partitions[0].error_code == ErrorCode.unknown_topic_or_partition
 
     run_with_broker(tmp_path, test)
+
+
+def test_describe_producers_shows_where_an_ongoing_transaction_started(tmp_path: Path) -> None:
+    async def test(broker: Broker) -> None:
+        plain, epoch = await init_producer_id(broker.apis)
+        transactional, txn_epoch = await init_producer_id(broker.apis)
+        await produce(broker.apis, idempotent_batch(plain, epoch, 0, 2))
+        log = broker.log_manager.get_log(TopicPartition(TOPIC, 0))
+        assert log is not None
+        # The data path for transactional produce is not this test's: the batch goes to the log directly.
+        records = build_batch(
+            [(None, b"in a transaction", [], now_ms())],
+            producer_id=transactional,
+            producer_epoch=txn_epoch,
+            base_sequence=0,
+            transactional=True,
+        )
+        log.append_as_leader(bytearray(records), 0, now_ms())
+        body = describe_producers_v0.DescribeProducersRequest(
+            topics=(describe_producers_v0.TopicRequest(name=TOPIC, partition_indexes=(0,)),)
+        )
+        ((here,),) = [topic.partitions for topic in (await call(broker.apis, API_DESCRIBE_PRODUCERS, 0, body)).topics]
+        described = {(p.producer_id, p.current_txn_start_offset) for p in here.active_producers}
+        assert described == {(plain, -1), (transactional, 2)}
+
+    run_with_broker(tmp_path, test)

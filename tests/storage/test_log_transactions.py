@@ -14,7 +14,13 @@ from storage_helpers import T0, TP, log_config, make_batch, open_log
 
 from tierlog.records.codec import build_batch
 from tierlog.records.control_batch import ControlRecordType, EndTxnMarker, build_end_txn_marker_batch
-from tierlog.records.record_batch import InvalidRecordError, iter_batches, set_base_offset, set_partition_leader_epoch
+from tierlog.records.record_batch import (
+    CompressionType,
+    InvalidRecordError,
+    iter_batches,
+    set_base_offset,
+    set_partition_leader_epoch,
+)
 from tierlog.storage.errors import InvalidProducerEpochError, InvalidTxnStateError, TransactionCoordinatorFencedError
 from tierlog.storage.log import Log
 from tierlog.storage.log_config import LogConfig
@@ -381,3 +387,50 @@ def test_batches_of_a_marker_append_are_control_batches_with_the_coordinator_epo
     assert data is not None
     header = next(iter_batches(data.read_bytes()))
     assert header.is_control and header.is_transactional and header.base_offset == 1
+
+
+def test_a_marker_stays_uncompressed_on_a_compressed_topic(tmp_path: Path) -> None:
+    log = open_log(tmp_path, log_config(compression_type="gzip"))
+    log.append_as_leader(txn_batch(ABORTER, 0), 0, T0)
+    write_marker(log, ABORTER, committed=False)
+    data = log.read(0, 1 << 20, None, False).records
+    assert data is not None
+    first, second = iter_batches(data.read_bytes())
+    assert first.compression_type == CompressionType.GZIP
+    assert second.is_control and second.compression_type == CompressionType.NONE
+    assert log.active_segment.txn_index.all_aborted_txns() == [AbortedTxn(ABORTER, 0, 1, 2)]
+
+
+def test_after_a_truncation_transactions_whose_markers_are_below_the_hw_are_stable(tmp_path: Path) -> None:
+    # Found by the model test: the replay after the truncation completes the transaction again, and its marker
+    # (offset 1) is below the HW (2), so nothing is unstable.
+    log = open_log(tmp_path)
+    log.append_as_leader(txn_batch(COMMITTER, 0), 0, T0)
+    write_marker(log, COMMITTER, committed=True)
+    log.append_as_leader(make_batch(), 0, T0)
+    assert replicate(log) == 3
+    log.truncate_to(2)
+    assert (log.high_watermark, log.first_unstable_offset, log.last_stable_offset) == (2, None, 2)
+
+
+def test_a_follower_appending_many_batches_at_once_records_the_leaders_lso(tmp_path: Path) -> None:
+    # Found by the model test: with the whole set appended at once, the committer's transaction begun at 6 (after
+    # the ABORT at 4) is already ongoing; counted, it would make the first entry claim LSO 6, and a search of
+    # [3, 6) would stop there without the aborter's second transaction, begun at 5.
+    leader = open_log(tmp_path / "leader")
+    leader.append_as_leader(txn_batch(COMMITTER, 0), 0, T0)  # 0
+    leader.append_as_leader(txn_batch(COMMITTER, 1), 0, T0)  # 1
+    leader.append_as_leader(txn_batch(ABORTER, 0), 0, T0)  # 2
+    write_marker(leader, COMMITTER, committed=True)  # 3
+    write_marker(leader, ABORTER, committed=False)  # 4
+    leader.append_as_leader(txn_batch(ABORTER, 1), 0, T0)  # 5
+    leader.append_as_leader(txn_batch(COMMITTER, 2), 0, T0)  # 6
+    write_marker(leader, ABORTER, committed=False)  # 7
+    expected = [AbortedTxn(ABORTER, 2, 4, 5), AbortedTxn(ABORTER, 5, 7, 6)]
+    assert leader.active_segment.txn_index.all_aborted_txns() == expected
+    follower = open_log(tmp_path / "follower")
+    data = leader.read(0, 1 << 20, None, False).records
+    assert data is not None
+    follower.append_as_follower(data.read_bytes(), T0)
+    assert follower.active_segment.txn_index.all_aborted_txns() == expected
+    assert follower.collect_aborted_transactions(3, 6) == expected

@@ -126,3 +126,12 @@ def test_rename_and_delete_follow_the_file(tmp_path: Path) -> None:
     assert target.exists() and index.path == target
     index.delete()
     assert not target.exists()
+
+
+def test_flush_closes_the_file_and_a_later_append_reopens_it(tmp_path: Path) -> None:
+    index = _index(tmp_path)
+    index.append(AbortedTxn(1, 0, 5, 6))
+    index.flush()
+    index.append(AbortedTxn(2, 6, 8, 9))
+    index.close()
+    assert _index(tmp_path).all_aborted_txns() == [AbortedTxn(1, 0, 5, 6), AbortedTxn(2, 6, 8, 9)]

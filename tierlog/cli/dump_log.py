@@ -42,6 +42,7 @@ from tierlog.records.record_batch import (
 )
 from tierlog.storage.checkpoints import LEADER_EPOCH_CHECKPOINT_FILENAME, LeaderEpochCheckpointFile
 from tierlog.storage.producer_state import PRODUCER_SNAPSHOT_FILE_SUFFIX, CorruptSnapshotError, read_snapshot
+from tierlog.storage.transaction_index import ABORTED_TXN_VERSION, TXN_INDEX_FILE_SUFFIX, parse_aborted_txns
 from tierlog.tiered.remote_storage_manager import IndexType
 
 LOG_FILE_SUFFIX = ".log"
@@ -76,8 +77,8 @@ _TIMESTAMP_TYPE_NAMES = {TimestampType.CREATE_TIME: "CreateTime", TimestampType.
 
 
 def dump_log(path: Path, *, print_data_log: bool, out: TextIO) -> None:
-    """Print one .log, .index, .timeindex, .snapshot or metadata .checkpoint file as `kafka-dump-log.sh --files
-    path` would, or a leader-epoch checkpoint."""
+    """Print one .log, .index, .timeindex, .txnindex, .snapshot or metadata .checkpoint file as
+    `kafka-dump-log.sh --files path` would, or a leader-epoch checkpoint."""
     out.write(f"Dumping {path}\n")
     if path.suffix == LOG_FILE_SUFFIX:
         out.write(f"Log starting offset: {_base_offset(path)}\n")
@@ -94,6 +95,8 @@ def dump_log(path: Path, *, print_data_log: bool, out: TextIO) -> None:
         _dump_offset_index(path, out)
     elif path.suffix == TIME_INDEX_FILE_SUFFIX:
         _dump_time_index(path, out)
+    elif path.suffix == TXN_INDEX_FILE_SUFFIX:
+        _dump_txn_index(path, out)
     elif path.suffix == PRODUCER_SNAPSHOT_FILE_SUFFIX:
         _dump_producer_snapshot(path, out)
     elif path.suffix == REMOTE_LEADER_EPOCH_SUFFIX or path.name == LEADER_EPOCH_CHECKPOINT_FILENAME:
@@ -233,6 +236,15 @@ def _dump_time_index(path: Path, out: TextIO) -> None:
         out.write(f"timestamp: {timestamp} offset: {base_offset + relative_offset}\n")
 
 
+def _dump_txn_index(path: Path, out: TextIO) -> None:
+    """Kafka's dumpTxnIndex: one line per aborted transaction."""
+    for txn in parse_aborted_txns(path.read_bytes(), path):
+        out.write(
+            f"version: {ABORTED_TXN_VERSION} producerId: {txn.producer_id} firstOffset: {txn.first_offset} "
+            f"lastOffset: {txn.last_offset} lastStableOffset: {txn.last_stable_offset}\n"
+        )
+
+
 def _dump_producer_snapshot(path: Path, out: TextIO) -> None:
     """Kafka's dumpProducerIdSnapshot: one line per producer; a corrupt file's reason goes to stderr."""
     try:
@@ -241,10 +253,12 @@ def _dump_producer_snapshot(path: Path, out: TextIO) -> None:
         print(e, file=sys.stderr)
         return
     for entry in entries:
-        # Kafka prints its Java OptionalLong; no transactions here, so always the empty one.
+        # Kafka prints its Java OptionalLong.
+        txn_first_offset = entry.current_txn_first_offset
+        txn = "OptionalLong.empty" if txn_first_offset is None else f"OptionalLong[{txn_first_offset}]"
         line = (
             f"producerId: {entry.producer_id} producerEpoch: {entry.producer_epoch} coordinatorEpoch: "
-            f"{entry.coordinator_epoch} currentTxnFirstOffset: OptionalLong.empty "
+            f"{entry.coordinator_epoch} currentTxnFirstOffset: {txn} "
             f"lastTimestamp: {entry.last_timestamp} "
         )
         if entry.batch_metadata:

@@ -31,6 +31,7 @@ from tierlog.records.record_batch import (
     NO_PRODUCER_ID,
     NO_TIMESTAMP,
     RECORD_BATCH_OVERHEAD,
+    CompressionType,
     InvalidRecordError,
     RecordBatchHeader,
     TimestampType,
@@ -325,7 +326,7 @@ class Log:
             self._validate_batch(header, origin)
             self._validate_records(records, header, now_ms)
         compression = config.compression
-        if compression is not None and any(header.compression_type != compression.type for header in headers):
+        if compression is not None and any(_needs_recompression(header, compression) for header in headers):
             records, headers = self._recompress(records, headers, compression)
         self._check_append_size(len(records))
         log_append_time = config.log_append_time
@@ -461,7 +462,7 @@ class Log:
             for header in headers:
                 batch = view[header.position : header.position + header.size_in_bytes]
                 position = len(converted)
-                if header.compression_type == compression.type:
+                if not _needs_recompression(header, compression):
                     converted += batch
                 else:
                     rebuilt = recompress_batch(batch, header, compression)
@@ -823,6 +824,9 @@ class Log:
         self._max_offset_metadata = None
         self._truncated(target_offset)
         self._rebuild_producer_state(target_offset, reload_from_clean_shutdown=False)
+        # Kafka's truncateTo ends with a HW update: the replayed transactions whose markers are below the HW are
+        # replicated, not unstable.
+        self._producer_state_manager.on_high_watermark_updated(self._high_watermark)
         self._check_offsets()
         return True
 
@@ -1117,6 +1121,14 @@ class Log:
             f"Log(dir={str(self._dir)!r}, log_start_offset={self._log_start_offset}, "
             f"high_watermark={self._high_watermark}, log_end_offset={self._next_offset})"
         )
+
+
+def _needs_recompression(header: RecordBatchHeader, compression: Compression) -> bool:
+    """A batch not in the topic's codec is rebuilt in it, except an uncompressed control batch (Kafka's LogValidator:
+    markers are not compressed unless written compressed)."""
+    if header.is_control and header.compression_type == CompressionType.NONE:
+        return False
+    return header.compression_type != compression.type
 
 
 def _rebuild_producer_state(

@@ -508,11 +508,6 @@ class ProducerStateManager:
         return min(firsts) if firsts else None
 
     @property
-    def first_undecided_offset(self) -> int | None:
-        """The first offset of the earliest transaction without a marker (Kafka's firstUndecidedOffset)."""
-        return next(iter(self._ongoing_txns), None)
-
-    @property
     def ongoing_transactions(self) -> list[TxnMetadata]:
         return list(self._ongoing_txns.values())
 
@@ -523,8 +518,13 @@ class ProducerStateManager:
     def last_stable_offset(self, completed: CompletedTxn) -> int:
         """The last stable offset once `completed` is: the first offset of the earliest other producer's
         ongoing transaction, or just past the marker (Kafka's lastStableOffset(CompletedTxn), the value an
-        aborted transaction's index entry records)."""
+        aborted transaction's index entry records). Transactions that begin after the marker do not count:
+        a follower appending many batches at once has them installed already, and Kafka, counting them,
+        records a later LSO than its leader did, with which a search of the index stops too early
+        (docs/transactions.md#txn-index)."""
         for txn in self._ongoing_txns.values():
+            if txn.first_offset > completed.last_offset:
+                break
             if txn.producer_id != completed.producer_id:
                 return txn.first_offset
         return completed.last_offset + 1

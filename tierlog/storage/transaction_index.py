@@ -142,8 +142,11 @@ class TransactionIndex:
                 )
 
     def flush(self) -> None:
+        """fsync the file and close it, as the offset and time indexes do: a flushed segment is usually a rolled
+        one, which takes no more markers, so it should not hold a descriptor."""
         if self._fd is not None:
             os.fsync(self._fd)
+            self.close()
 
     def close(self) -> None:
         if self._fd is not None:
