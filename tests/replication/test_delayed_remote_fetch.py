@@ -1,6 +1,7 @@
 """A consumer's fetch below the local log start (Kafka's DelayedRemoteFetch): the ReplicaManager starts the
 remote read of the first such partition and parks the fetch until the read answers or remote.fetch.max.wait.ms
-passes, on real tiered logs with the remote read played by hand."""
+passes, on real tiered logs with the remote read played by hand. A read_committed fetch's remote read is asked for
+the aborted transactions of what it reads, and the answer carries them (docs/transactions.md#fetch)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from replication_helpers import NOW, TOPIC, TOPIC_ID, batch, live_broker
 
 from tierlog.common import TopicPartition
 from tierlog.metadata.image import ClusterMetadata, PartitionRegistration, TopicMetadata
-from tierlog.replication.partition import RemoteFetchInfo
+from tierlog.replication.partition import READ_COMMITTED, READ_UNCOMMITTED, RemoteFetchInfo
 from tierlog.replication.replica_manager import (
     FetchParams,
     FetchPartitionResult,
@@ -22,6 +23,7 @@ from tierlog.replication.replica_manager import (
     ReplicaManager,
 )
 from tierlog.storage.log_manager import LogManager
+from tierlog.storage.transaction_index import AbortedTxn
 
 TP0 = TopicPartition(TOPIC, 0)
 TP1 = TopicPartition(TOPIC, 1)
@@ -80,10 +82,16 @@ def tiered(tmp_path: Path) -> Tiered:
 
 
 def fetch(
-    replica_manager: ReplicaManager, partitions: list[TopicPartition], *, max_wait_ms: int = 100
+    replica_manager: ReplicaManager,
+    partitions: list[TopicPartition],
+    *,
+    max_wait_ms: int = 100,
+    isolation_level: int = READ_UNCOMMITTED,
 ) -> tuple[list[list[FetchPartitionResult]], object]:
     answers: list[list[FetchPartitionResult]] = []
-    params = FetchParams(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 20, isolation_level=0)
+    params = FetchParams(
+        replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 20, isolation_level=isolation_level
+    )
     infos = [(tp, PartitionFetchInfo(0, 1 << 20)) for tp in partitions]
     delayed = replica_manager.fetch_messages(params, infos, NOW, answers.append)
     return answers, delayed
@@ -147,3 +155,25 @@ def test_a_remote_read_that_answers_at_once_answers_the_fetch_without_parking_it
     ((answer,),) = answers
     assert answer.read is not None and answer.read.records == b"remote records"
     assert tiered.replica_manager.remote_fetch_purgatory.watched() == 0
+
+
+def test_a_read_committed_remote_read_answers_the_aborted_transactions_it_found(tiered: Tiered) -> None:
+    answers, _ = fetch(tiered.replica_manager, [TP0], isolation_level=READ_COMMITTED)
+    ((_, info, on_done),) = tiered.remote.reads
+    assert info.read_committed
+    aborted = AbortedTxn(producer_id=8, first_offset=0, last_offset=1, last_stable_offset=2)
+    on_done(RemoteLogReadResult(b"remote records", aborted_transactions=[aborted]))
+    ((answer,),) = answers
+    assert answer.read is not None and answer.read.aborted_transactions == (aborted,)
+
+
+@pytest.mark.parametrize(("isolation_level", "listed"), [(READ_COMMITTED, ()), (READ_UNCOMMITTED, None)])
+def test_a_remote_answer_lists_aborted_transactions_only_for_read_committed(
+    tiered: Tiered, isolation_level: int, listed: tuple[AbortedTxn, ...] | None
+) -> None:
+    answers, _ = fetch(tiered.replica_manager, [TP0], isolation_level=isolation_level)
+    ((_, info, on_done),) = tiered.remote.reads
+    assert info.read_committed == (isolation_level == READ_COMMITTED)
+    on_done(RemoteLogReadResult(b"remote records"))
+    ((answer,),) = answers
+    assert answer.read is not None and answer.read.aborted_transactions == listed

@@ -62,6 +62,8 @@ from tierlog.server.request_context import authenticated_as, enter_connection
 T = TypeVar("T")
 
 TOPIC = "events"
+# Where the transactional checks write (their transactions stay open, holding that partition's LSO back).
+TRANSACTIONAL_TOPIC = "transactional"
 ADMIN = KafkaPrincipal("User", "admin")
 TIMEOUT = datetime.timedelta(seconds=5)
 RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
@@ -91,7 +93,7 @@ class InProcessBroker:
     async def _start(self, config: KafkaConfig) -> Broker:
         self.broker = Broker(config)
         await self.broker.start()
-        for name in (TOPIC, "doomed", "growing", "team.orders"):
+        for name in (TOPIC, "doomed", "growing", "team.orders", TRANSACTIONAL_TOPIC):
             await self.create_topic(name)
         return self.broker
 
@@ -212,6 +214,56 @@ def _only(field: str) -> Callable[[Any], ErrorCode]:
 def _produce() -> Any:
     batch = build_batch([(None, b"v", [], int(time.time() * 1000))])
     return produce_request(TopicPartition(TOPIC, 0), batch, acks=1, timeout_ms=5000)
+
+
+# Each transactional Produce and WriteTxnMarkers as a producer of its own.
+_data_path_producer_ids = itertools.count(8000)
+
+
+def _transactional_produce(transactional_id: str) -> Callable[[], Any]:
+    def request() -> Any:
+        batch = build_batch(
+            [(None, b"v", [], int(time.time() * 1000))],
+            producer_id=next(_data_path_producer_ids),
+            producer_epoch=0,
+            base_sequence=0,
+            transactional=True,
+        )
+        s = _s(0, 9)
+        return s.ProduceRequest(
+            transactional_id=transactional_id,
+            acks=1,
+            timeout=TIMEOUT,
+            topic_data=(
+                s.TopicProduceData(
+                    name=TRANSACTIONAL_TOPIC, partition_data=(s.PartitionProduceData(index=0, records=batch),)
+                ),
+            ),
+        )
+
+    return request
+
+
+def _write_txn_markers() -> Any:
+    s = _s(27, 1)
+    return s.WriteTxnMarkersRequest(
+        markers=(
+            s.WritableTxnMarker(
+                producer_id=next(_data_path_producer_ids),
+                producer_epoch=0,
+                transaction_result=False,
+                topics=(s.WritableTxnMarkerTopic(name=TRANSACTIONAL_TOPIC, partition_indexes=(0,)),),
+                coordinator_epoch=0,
+            ),
+        )
+    )
+
+
+def _only_marker_partition(response: Any) -> ErrorCode:
+    (marker,) = response.markers
+    (topic,) = marker.topics
+    (partition,) = topic.partitions
+    return ErrorCode(partition.error_code)
 
 
 def _fetch(replica_id: int, topic: str = TOPIC) -> Callable[[], Any]:
@@ -495,6 +547,26 @@ CHECKS = (
         _only_partition("responses", "partition_responses"),
         ((Op.WRITE, Type.TOPIC, TOPIC),),
         ErrorCode.topic_authorization_failed,
+        ErrorCode.none,
+    ),
+    Check(
+        "transactional-produce",
+        0,
+        9,
+        _transactional_produce("t-produce"),
+        _only_partition("responses", "partition_responses"),
+        ((Op.WRITE, Type.TRANSACTIONAL_ID, "t-produce"), (Op.WRITE, Type.TOPIC, TRANSACTIONAL_TOPIC)),
+        ErrorCode.transactional_id_authorization_failed,
+        ErrorCode.none,
+    ),
+    Check(
+        "write-txn-markers",
+        27,
+        1,
+        _write_txn_markers,
+        _only_marker_partition,
+        ((Op.CLUSTER_ACTION, Type.CLUSTER, CLUSTER_NAME),),
+        ErrorCode.cluster_authorization_failed,
         ErrorCode.none,
     ),
     Check(

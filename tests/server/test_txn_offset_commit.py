@@ -25,11 +25,10 @@ from tierlog.client.requests import request_schema
 from tierlog.common import TopicPartition
 from tierlog.protocol.codec import Request
 from tierlog.records.codec import decode_batches
-from tierlog.records.control_batch import ControlRecordType, EndTxnMarker, build_end_txn_marker_batch
 from tierlog.server.broker import Broker
-from tierlog.server.clock import now_ms
 from tierlog.server.group_apis import API_TXN_OFFSET_COMMIT
 from tierlog.server.group_coordinator import GROUP_METADATA_TOPIC
+from tierlog.server.txn_marker_apis import API_WRITE_TXN_MARKERS
 
 PRODUCER_ID = 4000
 
@@ -88,18 +87,23 @@ async def fetch(broker: Broker, group: str, require_stable: bool) -> tuple[int, 
 
 
 async def write_marker(broker: Broker, group: str, producer_id: int, committed: bool) -> None:
-    """What WriteTxnMarkers does for a __consumer_offsets partition: the marker appended with acks=all, then
-    the group coordinator told."""
-    service = broker.group_coordinator
-    partition = service.coordinator.partition_for(group)
-    tp = TopicPartition(GROUP_METADATA_TOPIC, partition)
-    control = ControlRecordType.COMMIT if committed else ControlRecordType.ABORT
-    batch = build_end_txn_marker_batch(producer_id, 0, EndTxnMarker(control, 0), now_ms())
-    done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-    broker.replica_manager.append_records({tp: batch}, -1, 5000, now_ms(), done.set_result)
-    results = await asyncio.wait_for(done, 10)
-    assert results[tp].error is None, results[tp]
-    service.complete_transaction(partition, producer_id, committed)
+    """The transaction coordinator's WriteTxnMarkers for the group's __consumer_offsets partition."""
+    partition = broker.group_coordinator.coordinator.partition_for(group)
+    s = request_schema(API_WRITE_TXN_MARKERS, 1)
+    body = s.WriteTxnMarkersRequest(
+        markers=(
+            s.WritableTxnMarker(
+                producer_id=producer_id,
+                producer_epoch=0,
+                transaction_result=committed,
+                topics=(s.WritableTxnMarkerTopic(name=GROUP_METADATA_TOPIC, partition_indexes=(partition,)),),
+                coordinator_epoch=0,
+            ),
+        )
+    )
+    response = await broker.apis.handle(Request(API_WRITE_TXN_MARKERS, 1, 8, "coordinator", body, 0))
+    ((result,),) = [[p for t in m.topics for p in t.partitions] for m in response.markers]
+    assert result.error_code == ErrorCode.none
 
 
 def offsets_batches(broker: Broker, group: str) -> list[Any]:

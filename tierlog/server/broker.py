@@ -230,6 +230,7 @@ class Broker:
             auto_topic_creation=self.auto_topic_creation,
             group_apis=group_apis,
             transaction_apis=transaction_apis,
+            offsets_transaction_completed=self.group_coordinator.complete_transaction,
             config_apis=ConfigApis(
                 config,
                 lambda: self.loader.image,
@@ -245,7 +246,6 @@ class Broker:
             auth=auth,
             metrics=self.metrics,
             after_request=self._after_request,
-            offsets_transaction_completed=self.group_coordinator.complete_transaction,
         )
 
     def _remote_storage_manager(self) -> RemoteStorageManager:

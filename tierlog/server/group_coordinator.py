@@ -35,6 +35,7 @@ from tierlog.records.control_batch import ControlRecordType, control_record_type
 from tierlog.replication.replica_manager import AppendResult, ReplicaManager
 from tierlog.server.clock import now_ms
 from tierlog.server.metrics import ScrapeCollector, ScrapedMetric
+from tierlog.storage.producer_state import AppendOrigin
 
 logger = logging.getLogger(__name__)
 
@@ -188,7 +189,10 @@ class GroupCoordinatorService:
             self._rearm()
 
         try:
-            delayed = self._replica_manager.append_records({tp: batch}, -1, self._commit_timeout_ms, now, respond)
+            # Kafka's appendForGroup: a coordinator's write (a transactional batch's sequence is not checked).
+            delayed = self._replica_manager.append_records(
+                {tp: batch}, -1, self._commit_timeout_ms, now, respond, origin=AppendOrigin.COORDINATOR
+            )
         except Exception as e:
             logger.warning("appending to %s failed: %s", tp, e)
             on_done("UNKNOWN_SERVER_ERROR", now_ms())

@@ -56,6 +56,7 @@ from tierlog.server.controller_channel import ControllerChannel
 from tierlog.server.entities import NO_THROTTLE, ResponseSchema, response_schema, timestamp_or_none
 from tierlog.server.forwarding_manager import ForwardingManager
 from tierlog.server.group_apis import GroupApis
+from tierlog.server.group_coordinator import GROUP_METADATA_TOPIC
 from tierlog.server.log_dir_apis import LogDirApis
 from tierlog.server.metadata_loader import MetadataLoaderTask
 from tierlog.server.metrics import BrokerMetrics
@@ -81,6 +82,11 @@ API_SASL_HANDSHAKE = 17
 API_SASL_AUTHENTICATE = 36
 
 Handler = Callable[[Request], Awaitable[Any]]
+
+# Kafka's Topic.INTERNAL_TOPICS: the coordinators' own topics, which a Produce may not write to, except one from the
+# client id Kafka's admin tools use (AdminUtils.ADMIN_CLIENT_ID).
+INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC, "__transaction_state"})
+ADMIN_CLIENT_ID = "__admin_client"
 
 
 def api_versions_response(request: Request, api_keys: Iterable[int]) -> Any:
@@ -513,6 +519,9 @@ class KafkaApis:
                 elif partition_data.records is None or _holds_several_batches(partition_data.records):
                     # Kafka's ProduceRequest.validateRecords: from v3 on, exactly one batch per partition.
                     early_errors[tp] = "INVALID_RECORD"
+                elif topic_data.name in INTERNAL_TOPICS and request.client_id != ADMIN_CLIENT_ID:
+                    # Only the coordinators write their state and markers there (docs/transactions.md#produce).
+                    early_errors[tp] = "INVALID_TOPIC_EXCEPTION"
                 else:
                     # One copy: offsets and epochs are stamped into the batch in place before it is written.
                     entries[tp] = bytearray(partition_data.records)
