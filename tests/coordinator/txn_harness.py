@@ -103,6 +103,10 @@ class Harness:
         partition = self.coordinator.partition_for(txn_id)
         return self.coordinator._partitions[partition].transactions[txn_id]
 
+    def producer_ids_of(self, txn_id: str) -> tuple[int, int]:
+        md = self.metadata(txn_id)
+        return md.producer_id, md.producer_epoch
+
     def has(self, txn_id: str) -> bool:
         partition = self.coordinator.partition_for(txn_id)
         return txn_id in self.coordinator._partitions[partition].transactions

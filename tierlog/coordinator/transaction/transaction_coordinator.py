@@ -17,6 +17,7 @@ ids (sending the markers of transactions found in PrepareCommit/PrepareAbort aga
 from __future__ import annotations
 
 import enum
+import heapq
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -195,6 +196,10 @@ class TransactionCoordinator:
         self._completions: dict[str, _Completion] = {}
         # Transactional ids whose timed-out abort or expiry was tried and failed: not before this time again.
         self._timer_backoff: dict[str, int] = {}
+        # When the timer acts on each id (_deadline_of), and a heap of (deadline, id) entries in which those of
+        # `_scheduled` are live and the others stale (dropped when they come up, or when they outnumber the live).
+        self._scheduled: dict[str, int] = {}
+        self._deadlines: list[tuple[int, str]] = []
 
     # Partitions (loading and unloading)
 
@@ -215,7 +220,7 @@ class TransactionCoordinator:
     def on_election(self, partition: int, coordinator_epoch: int) -> bool:
         """This broker leads `partition` at `coordinator_epoch`: its ids answer COORDINATOR_LOAD_IN_PROGRESS until
         `complete_load`. A new epoch reloads (what an older epoch did is dropped); False when the partition is
-        already loading or served at this epoch (nothing to do)."""
+        already loading or served at this epoch (nothing to do). docs/transactions.md#coordinator-loading"""
         entry = self._partitions.get(partition)
         if entry is not None and entry.coordinator_epoch == coordinator_epoch:
             return False
@@ -249,6 +254,8 @@ class TransactionCoordinator:
                 logger.error("skipping an unreadable __transaction_state-%d record: %s", partition, e)
         entry.state = _PartitionState.ONLINE
         entry.transactions = loaded
+        for metadata in loaded.values():
+            self._schedule(metadata)
         logger.info(
             "loaded %d transactional ids of __transaction_state-%d at coordinator epoch %d",
             len(loaded),
@@ -275,6 +282,7 @@ class TransactionCoordinator:
         for transactional_id in entry.transactions:
             self._completions.pop(transactional_id, None)
             self._timer_backoff.pop(transactional_id, None)
+            self._scheduled.pop(transactional_id, None)
 
     def _lookup(self, transactional_id: str) -> tuple[str | None, int, TransactionMetadata | None]:
         """(error, coordinator epoch, metadata or None): Kafka's getTransactionState."""
@@ -326,6 +334,8 @@ class TransactionCoordinator:
                     error = lookup_error or "NOT_COORDINATOR"
             elif served is not None and not retry_on_error(error):
                 served.pending_state = None
+            if served is not None:
+                self._schedule(served)
             on_done(error, done_ms)
 
         self._append(self.partition_for(transactional_id), records, now_ms, appended)
@@ -340,6 +350,7 @@ class TransactionCoordinator:
         now_ms: int,
         callback: Callable[[InitProducerIdResult], None],
     ) -> None:
+        """docs/transactions.md#coordinator-init"""
         if transactional_id is None:
             # An idempotent producer: a fresh producer id, always.
             producer_id = self._next_producer_id()
@@ -458,6 +469,7 @@ class TransactionCoordinator:
         now_ms: int,
         callback: Callable[[dict[TopicPartition, str | None]], None],
     ) -> None:
+        """docs/transactions.md#coordinator-add"""
         added = frozenset(partitions)
 
         def respond(error: str | None) -> None:
@@ -511,7 +523,7 @@ class TransactionCoordinator:
         callback: ErrorCallback,
     ) -> None:
         """Kafka's endTransaction (transaction.version 0/1): a client must name the current epoch; the coordinator
-        itself (a fence, a timeout) aborts with a bumped one."""
+        itself (a fence, a timeout) aborts with a bumped one. docs/transactions.md#coordinator-end"""
         if not transactional_id:
             callback("INVALID_REQUEST")
             return
@@ -587,7 +599,7 @@ class TransactionCoordinator:
 
     def _complete_transaction(self, metadata: TransactionMetadata, coordinator_epoch: int, now_ms: int) -> None:
         """Send the markers of a transaction in PrepareCommit/PrepareAbort; CompleteCommit/CompleteAbort is written
-        once every partition has its marker (at once when it has none)."""
+        once every partition has its marker (at once when it has none). docs/transactions.md#coordinator-markers"""
         transit = metadata.prepare_complete(now_ms)
         request = TxnMarkerRequest(
             transactional_id=metadata.transactional_id,
@@ -662,49 +674,87 @@ class TransactionCoordinator:
     def _online(self) -> Iterable[_Partition]:
         return (p for p in self._partitions.values() if p.state is _PartitionState.ONLINE)
 
-    def _timeout_deadline(self, metadata: TransactionMetadata) -> int | None:
-        """When an ongoing transaction is aborted: once start + timeout is past (Kafka's strict `<`)."""
-        if metadata.pending_state is not None or metadata.state is not TransactionState.ONGOING:
+    def _deadline_of(self, metadata: TransactionMetadata) -> int | None:
+        """When the timer acts on an id with no write pending: an Ongoing transaction is aborted once start + timeout
+        is past (Kafka's strict `<`); an id with no open transaction expires transactional.id.expiration.ms after its
+        last update. Not before the backoff of a failed attempt."""
+        if metadata.pending_state is not None:
             return None
-        deadline = metadata.txn_start_timestamp + metadata.txn_timeout_ms + 1
+        if metadata.state is TransactionState.ONGOING:
+            deadline = metadata.txn_start_timestamp + metadata.txn_timeout_ms + 1
+        elif metadata.state.is_expiration_allowed:
+            deadline = metadata.txn_last_update_timestamp + self.config.transactional_id_expiration_ms
+        else:
+            return None
         return max(deadline, self._timer_backoff.get(metadata.transactional_id, deadline))
 
-    def _expiry_deadline(self, metadata: TransactionMetadata) -> int | None:
-        """When an id with no open transaction expires: transactional.id.expiration.ms after its last update."""
-        if metadata.pending_state is not None or not metadata.state.is_expiration_allowed:
-            return None
-        deadline = metadata.txn_last_update_timestamp + self.config.transactional_id_expiration_ms
-        return max(deadline, self._timer_backoff.get(metadata.transactional_id, deadline))
+    def _schedule(self, metadata: TransactionMetadata) -> None:
+        """Note the id's deadline after a change of its state."""
+        self._set_deadline(metadata.transactional_id, self._deadline_of(metadata))
+
+    def _set_deadline(self, transactional_id: str, deadline: int | None) -> None:
+        if deadline is None:
+            self._scheduled.pop(transactional_id, None)
+            return
+        if self._scheduled.get(transactional_id) == deadline:
+            return
+        self._scheduled[transactional_id] = deadline
+        heapq.heappush(self._deadlines, (deadline, transactional_id))
+        if len(self._deadlines) > 2 * len(self._scheduled) + 64:
+            # Every transaction moves its id's deadline (timeout, then expiry a week on): rebuild rather than keep
+            # the stale entries until they come up.
+            self._deadlines = [(d, t) for t, d in self._scheduled.items()]
+            heapq.heapify(self._deadlines)
+
+    def _current_deadline(self, transactional_id: str) -> tuple[TransactionMetadata | None, int | None]:
+        error, _, metadata = self._lookup(transactional_id)
+        if error is not None or metadata is None:
+            return None, None
+        return metadata, self._deadline_of(metadata)
 
     def next_deadline_ms(self) -> int | None:
+        while self._deadlines:
+            deadline, transactional_id = self._deadlines[0]
+            if self._scheduled.get(transactional_id) == deadline:
+                # A write may be pending since (its completion schedules again): check the id itself.
+                _, current = self._current_deadline(transactional_id)
+                if current == deadline:
+                    break
+                heapq.heappop(self._deadlines)
+                self._scheduled.pop(transactional_id, None)
+                self._set_deadline(transactional_id, current)
+            else:
+                heapq.heappop(self._deadlines)
         deadlines = [c.retry_at_ms for c in self._completions.values() if c.retry_at_ms is not None]
-        for partition in self._online():
-            for metadata in partition.transactions.values():
-                for deadline in (self._timeout_deadline(metadata), self._expiry_deadline(metadata)):
-                    if deadline is not None:
-                        deadlines.append(deadline)
+        if self._deadlines:
+            deadlines.append(self._deadlines[0][0])
         return min(deadlines, default=None)
 
     def on_timer(self, now_ms: int) -> None:
-        """Everything whose deadline is at or before `now_ms`."""
+        """Everything whose deadline is at or before `now_ms` (docs/transactions.md#coordinator-timers)."""
         for transactional_id, completion in list(self._completions.items()):
             if completion.retry_at_ms is not None and completion.retry_at_ms <= now_ms:
                 self._write_completion(transactional_id, now_ms)
-        self._abort_timed_out_transactions(now_ms)
-        self._remove_expired_transactional_ids(now_ms)
+        due: dict[str, TransactionMetadata] = {}
+        while self._deadlines and self._deadlines[0][0] <= now_ms:
+            deadline, transactional_id = heapq.heappop(self._deadlines)
+            if self._scheduled.get(transactional_id) != deadline:
+                continue
+            del self._scheduled[transactional_id]
+            metadata, current = self._current_deadline(transactional_id)
+            if metadata is not None and current is not None and current <= now_ms:
+                due[transactional_id] = metadata
+            else:
+                self._set_deadline(transactional_id, current)
+        timed_out = [m for m in due.values() if m.state is TransactionState.ONGOING]
+        expired = [m for m in due.values() if m.state is not TransactionState.ONGOING]
+        self._abort_timed_out_transactions(timed_out, now_ms)
+        self._remove_expired_transactional_ids(expired, now_ms)
 
-    def _abort_timed_out_transactions(self, now_ms: int) -> None:
+    def _abort_timed_out_transactions(self, timed_out: list[TransactionMetadata], now_ms: int) -> None:
         """Kafka's abortTimedOutTransactions: fence the producer (epoch bump) and abort."""
-        timed_out = [
-            metadata
-            for partition in self._online()
-            for metadata in partition.transactions.values()
-            if (deadline := self._timeout_deadline(metadata)) is not None and deadline <= now_ms
-        ]
         for metadata in timed_out:
             transactional_id = metadata.transactional_id
-            if metadata.pending_state is not None:
-                continue
             self._timer_backoff[transactional_id] = (
                 now_ms + self.config.transaction_abort_timed_out_transaction_cleanup_interval_ms
             )
@@ -723,50 +773,44 @@ class TransactionCoordinator:
                 transactional_id, transit.producer_id, transit.producer_epoch, False, False, now_ms, aborted
             )
 
-    def _remove_expired_transactional_ids(self, now_ms: int) -> None:
+    def _remove_expired_transactional_ids(self, expired: list[TransactionMetadata], now_ms: int) -> None:
         """Kafka's removeExpiredTransactionalIds: a tombstone per expired id, one append per partition; an id leaves
         the cache once its tombstone is written."""
-        for partition_id, partition in list(self._partitions.items()):
-            if partition.state is not _PartitionState.ONLINE:
-                continue
-            expired: list[tuple[TransactionMetadata, TxnTransitMetadata]] = []
-            for metadata in partition.transactions.values():
-                deadline = self._expiry_deadline(metadata)
-                if deadline is not None and deadline <= now_ms:
-                    self._timer_backoff[metadata.transactional_id] = (
-                        now_ms + self.config.transaction_remove_expired_transaction_cleanup_interval_ms
-                    )
-                    expired.append((metadata, metadata.prepare_dead()))
-            if not expired:
-                continue
-            records: list[Record] = [(encode_key(m.transactional_id), None) for m, _ in expired]
-            coordinator_epoch = partition.coordinator_epoch
+        by_partition: dict[int, list[tuple[TransactionMetadata, TxnTransitMetadata]]] = {}
+        for metadata in expired:
+            self._timer_backoff[metadata.transactional_id] = (
+                now_ms + self.config.transaction_remove_expired_transaction_cleanup_interval_ms
+            )
+            partition = self.partition_for(metadata.transactional_id)
+            by_partition.setdefault(partition, []).append((metadata, metadata.prepare_dead()))
+        for partition, tombstones in by_partition.items():
+            coordinator_epoch = self._partitions[partition].coordinator_epoch
 
             def written(
                 error: str | None,
                 done_ms: int,
-                expired: list[tuple[TransactionMetadata, TxnTransitMetadata]] = expired,
+                tombstones: list[tuple[TransactionMetadata, TxnTransitMetadata]] = tombstones,
                 coordinator_epoch: int = coordinator_epoch,
             ) -> None:
-                for metadata, transit in expired:
-                    current = self._current(metadata.transactional_id, coordinator_epoch)
-                    if current is not metadata:
+                for metadata, transit in tombstones:
+                    transactional_id = metadata.transactional_id
+                    if self._current(transactional_id, coordinator_epoch) is not metadata:
                         continue
                     if (
                         error is None
                         and metadata.pending_state is TransactionState.DEAD
                         and metadata.producer_epoch == transit.producer_epoch
                     ):
-                        del self._partitions[self.partition_for(metadata.transactional_id)].transactions[
-                            metadata.transactional_id
-                        ]
-                        self._timer_backoff.pop(metadata.transactional_id, None)
-                        logger.info("transactional id %s expired", metadata.transactional_id)
+                        del self._partitions[self.partition_for(transactional_id)].transactions[transactional_id]
+                        self._timer_backoff.pop(transactional_id, None)
+                        self._scheduled.pop(transactional_id, None)
+                        logger.info("transactional id %s expired", transactional_id)
                     else:
-                        logger.warning("the tombstone of expired %s failed: %s", metadata.transactional_id, error)
+                        logger.warning("the tombstone of expired %s failed: %s", transactional_id, error)
                         metadata.pending_state = None
+                        self._schedule(metadata)
 
-            self._append(partition_id, records, now_ms, written)
+            self._append(partition, [(encode_key(m.transactional_id), None) for m, _ in tombstones], now_ms, written)
 
     # ListTransactions and DescribeTransactions (KIP-664)
 
@@ -778,7 +822,8 @@ class TransactionCoordinator:
         now_ms: int | None = None,
     ) -> ListTransactionsResult:
         """The ids this broker coordinates, filtered as ListTransactions asks (an empty filter matches all; a
-        duration filter >= 0, KIP-994, keeps transactions running longer than it and needs `now_ms`)."""
+        duration filter >= 0, KIP-994, keeps transactions running longer than it and needs `now_ms`).
+        docs/transactions.md#coordinator-list"""
         if any(p.state is _PartitionState.LOADING for p in self._partitions.values()):
             return ListTransactionsResult("COORDINATOR_LOAD_IN_PROGRESS")
         if duration_filter_ms >= 0 and now_ms is None:

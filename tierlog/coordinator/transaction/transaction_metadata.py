@@ -180,7 +180,8 @@ class TransactionMetadata:
 
     def prepare_fence_producer_epoch(self) -> TxnTransitMetadata:
         """Bump the epoch of an ongoing transaction to abort it (a new producer's InitProducerId, or the timeout)."""
-        if self.producer_epoch == MAX_PRODUCER_EPOCH:
+        # Checked only when bumping (Kafka checks first, and so throws when a failed fence of epoch 32766 is retried).
+        if not self.has_failed_epoch_fence and self.producer_epoch == MAX_PRODUCER_EPOCH:
             raise IllegalTransitionError(f"cannot fence producer {self.producer_id} at epoch {MAX_PRODUCER_EPOCH}")
         bumped = self.producer_epoch if self.has_failed_epoch_fence else self.producer_epoch + 1
         return self._prepare(
