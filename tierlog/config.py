@@ -561,7 +561,6 @@ _BROKER_OWN_CONFIGS: tuple[ConfigDef, ...] = (
     _d("group.initial.rebalance.delay.ms", "3000", "int", "Wait for more members at a group's first join."),
     _d("group.max.size", "2147483647", "int", "Most members of one consumer group.", at_least=1),
     # The transaction coordinator and __transaction_state, Kafka's names and defaults (docs/transactions.md).
-    _d("request.timeout.ms", "30000", "int", "Longest wait of a transaction coordinator write or marker.", at_least=0),
     _d("transaction.state.log.num.partitions", "50", "int", "Partitions of __transaction_state.", at_least=1),
     _d(
         "transaction.state.log.replication.factor",

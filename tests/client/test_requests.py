@@ -18,19 +18,25 @@ from kio.serial import entity_writer
 from kio.static.primitive import Records, i16, i32
 
 from tierlog.client.requests import (
+    COORDINATOR_KEY_TRANSACTION,
     FETCH_VERSION,
     PartitionFetch,
+    TxnMarker,
     allocate_producer_ids_request,
     alter_partition_request,
     api_versions_request,
     broker_heartbeat_request,
     broker_registration_request,
     create_topics_request,
+    describe_transactions_request,
     fetch_request,
+    find_coordinator_request,
     list_offsets_request,
+    list_transactions_request,
     metadata_request,
     offset_for_leader_epoch_request,
     produce_request,
+    write_txn_markers_request,
 )
 from tierlog.client.wire import encode_request
 from tierlog.common import TopicPartition
@@ -57,6 +63,10 @@ def every_request() -> list[Any]:
         broker_heartbeat_request(2, 7, 100, want_fence=False, want_shut_down=False),
         alter_partition_request(2, 7, uuid.uuid4(), 3, leader_epoch=4, partition_epoch=9, new_isr=[2, 3]),
         allocate_producer_ids_request(2, 7),
+        write_txn_markers_request([TxnMarker(5, 1, True, 3, [TP, TopicPartition("orders", 4)])]),
+        find_coordinator_request("payments", COORDINATOR_KEY_TRANSACTION),
+        describe_transactions_request(["payments"]),
+        list_transactions_request(duration_filter_ms=60_000),
     ]
 
 
@@ -111,6 +121,10 @@ def test_versions_tierlog_sends() -> None:
         "BrokerHeartbeatRequest": 1,
         "AlterPartitionRequest": 3,
         "AllocateProducerIdsRequest": 0,
+        "WriteTxnMarkersRequest": 1,
+        "FindCoordinatorRequest": 4,
+        "DescribeTransactionsRequest": 0,
+        "ListTransactionsRequest": 1,
     }
 
 
@@ -166,3 +180,15 @@ def test_api_versions_v3_names_tierlog_as_kafka_requires() -> None:
     assert request.client_software_name == "tierlog"
     assert valid.fullmatch(request.client_software_name)
     assert valid.fullmatch(request.client_software_version)
+
+
+def test_write_txn_markers_groups_each_markers_partitions_by_topic() -> None:
+    request = write_txn_markers_request([TxnMarker(5, 1, False, 3, [TP, TopicPartition("orders", 4)])])
+    (marker,) = request.markers
+    assert (marker.producer_id, marker.producer_epoch, marker.transaction_result, marker.coordinator_epoch) == (
+        5,
+        1,
+        False,
+        3,
+    )
+    assert [(t.name, t.partition_indexes) for t in marker.topics] == [("orders", (3, 4))]

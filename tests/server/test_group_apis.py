@@ -235,9 +235,6 @@ def test_find_coordinator_creates_consumer_offsets_then_names_this_broker(tmp_pa
         topic = apis.image.topics["__consumer_offsets"]
         assert len(topic.partitions) == 3
         assert topic.configs["cleanup.policy"] == "compact"
-        transaction = await call(apis, API_FIND_COORDINATOR, 4, key_type=1, coordinator_keys=("tx",))
-        assert transaction.coordinators[0].error_code == ErrorCode.coordinator_not_available
-        assert "not supported" in transaction.coordinators[0].error_message
 
     run_broker(tmp_path, test)
 

@@ -22,7 +22,8 @@ from tierlog.records.codec import build_batch
 from tierlog.records.record_batch import iter_batches
 from tierlog.server.broker import Broker
 from tierlog.server.clock import now_ms
-from tierlog.server.kafka_apis import API_DESCRIBE_PRODUCERS, API_INIT_PRODUCER_ID, API_PRODUCE, KafkaApis
+from tierlog.server.kafka_apis import API_DESCRIBE_PRODUCERS, API_PRODUCE, KafkaApis
+from tierlog.server.transaction_apis import API_INIT_PRODUCER_ID
 
 TOPIC = "events"
 

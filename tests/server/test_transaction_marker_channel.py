@@ -5,28 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from tierlog.client.security import PLAINTEXT
 from tierlog.common import TopicPartition
+from tierlog.coordinator.transaction.transaction_coordinator import TxnMarkerRequest
 from tierlog.metadata.image import BrokerRegistration, ClusterMetadata, PartitionRegistration, TopicMetadata
 from tierlog.metadata.records import Endpoint
 from tierlog.protocol.errors import error_code
 from tierlog.server.entities import response_schema
 from tierlog.server.transaction_marker_channel import TransactionMarkerChannel
+from tierlog.server.txn_marker_apis import MarkerResults
+from tierlog.server.txn_marker_apis import TxnMarker as LocalTxnMarker
 
 API_WRITE_TXN_MARKERS = 27
-
-
-@dataclass(frozen=True)
-class Request:
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
-    coordinator_epoch: int
-    committed: bool
-    partitions: frozenset[TopicPartition]
 
 
 def image(leaders: dict[str, list[int]]) -> ClusterMetadata:
@@ -68,23 +61,29 @@ def response(request: Any, errors: dict[TopicPartition, str | None]) -> Any:
 
 
 class Harness:
-    def __init__(self, metadata: ClusterMetadata) -> None:
+    def __init__(self, metadata: ClusterMetadata, node_id: int = 0) -> None:
         self.metadata = metadata
         self.owned = True
         self.completed: list[Any] = []
         self.sent: list[tuple[int, Any]] = []
         # Answers per broker, in order; the default is success.
         self.answers: dict[int, list[dict[TopicPartition, str | None] | Exception]] = {}
+        self.written_locally: list[Any] = []
         self.channel = TransactionMarkerChannel(
-            0,
+            node_id,
             lambda: self.metadata,
             lambda: "PLAINTEXT",
             PLAINTEXT,
             1000,
             lambda _id, _epoch: self.owned,
             self.completed.append,
+            self._write_local,
         )
         self.channel._request = self._request  # type: ignore[method-assign]
+
+    async def _write_local(self, markers: Sequence[LocalTxnMarker]) -> MarkerResults:
+        self.written_locally.extend(markers)
+        return {m.producer_id: dict.fromkeys(m.partitions, None) for m in markers}
 
     async def _request(self, broker_id: int, body: Any) -> Any:
         self.sent.append((broker_id, body))
@@ -107,7 +106,7 @@ def test_markers_go_to_each_partitions_leader_and_complete_once_all_are_written(
     async def main() -> None:
         harness = Harness(image({"a": [1, 2], "b": [2]}))
         partitions = frozenset({TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)})
-        request = Request("t1", 7, 3, 5, True, partitions)
+        request = TxnMarkerRequest("t1", 7, 3, 5, True, partitions)
         harness.channel.add(request)
         await settle(0.05)
         by_broker = {broker: sent_partitions(body) for broker, body in harness.sent}
@@ -129,7 +128,7 @@ def test_a_retriable_error_or_no_answer_sends_again_to_the_new_leader_and_a_dele
     async def main() -> None:
         harness = Harness(image({"a": [1], "gone": [1]}))
         harness.answers[1] = [{TopicPartition("a", 0): "NOT_LEADER_OR_FOLLOWER"}]
-        request = Request("t1", 7, 0, 1, False, frozenset({TopicPartition("a", 0), TopicPartition("gone", 0)}))
+        request = TxnMarkerRequest("t1", 7, 0, 1, False, frozenset({TopicPartition("a", 0), TopicPartition("gone", 0)}))
         harness.channel.add(request)
         await settle(0.02)
         assert harness.completed == []
@@ -149,14 +148,28 @@ def test_fenced_markers_and_markers_of_a_lost_coordinator_are_never_completed() 
     async def main() -> None:
         harness = Harness(image({"a": [1]}))
         harness.answers[1] = [{TopicPartition("a", 0): "TRANSACTION_COORDINATOR_FENCED"}]
-        harness.channel.add(Request("t1", 7, 0, 1, True, frozenset({TopicPartition("a", 0)})))
+        harness.channel.add(TxnMarkerRequest("t1", 7, 0, 1, True, frozenset({TopicPartition("a", 0)})))
         await settle(0.3)
         assert harness.completed == [] and len(harness.sent) == 1
         assert harness.channel.pending_transactions == 0
         harness.owned = False
-        harness.channel.add(Request("t2", 8, 0, 1, True, frozenset({TopicPartition("a", 0)})))
+        harness.channel.add(TxnMarkerRequest("t2", 8, 0, 1, True, frozenset({TopicPartition("a", 0)})))
         await settle(0.05)
         assert harness.completed == [] and len(harness.sent) == 1
+        await harness.channel.stop()
+
+    asyncio.run(main())
+
+
+def test_the_partitions_this_broker_leads_are_written_by_its_own_handler() -> None:
+    async def main() -> None:
+        harness = Harness(image({"a": [1, 2]}), node_id=1)
+        request = TxnMarkerRequest("t1", 7, 2, 4, True, frozenset({TopicPartition("a", 0), TopicPartition("a", 1)}))
+        harness.channel.add(request)
+        await settle(0.05)
+        assert [(broker, sent_partitions(body)) for broker, body in harness.sent] == [(2, {TopicPartition("a", 1)})]
+        assert harness.written_locally == [LocalTxnMarker(7, 2, 4, True, (TopicPartition("a", 0),))]
+        assert harness.completed == [request]
         await harness.channel.stop()
 
     asyncio.run(main())

@@ -26,6 +26,7 @@ from tierlog.common import TopicPartition
 from tierlog.protocol.codec import Request
 from tierlog.records.codec import decode_batches
 from tierlog.server.broker import Broker
+from tierlog.server.clock import now_ms
 from tierlog.server.group_apis import API_TXN_OFFSET_COMMIT
 from tierlog.server.group_coordinator import GROUP_METADATA_TOPIC
 from tierlog.server.txn_marker_apis import API_WRITE_TXN_MARKERS
@@ -41,6 +42,7 @@ async def txn_commit(
     member: str = "",
     generation: int = -1,
     version: int = 3,
+    producer_epoch: int = 0,
 ) -> ErrorCode:
     s = request_schema(API_TXN_OFFSET_COMMIT, version)
     # The schema's builder drops the fields a version lacks (v0-v2 have no member fields).
@@ -48,7 +50,7 @@ async def txn_commit(
         transactional_id="txn-1",
         group_id=group,
         producer_id=producer_id,
-        producer_epoch=0,
+        producer_epoch=producer_epoch,
         generation_id=generation,
         member_id=member,
         group_instance_id=None,
@@ -138,6 +140,9 @@ def test_offsets_committed_in_a_transaction_are_unstable_until_the_marker(tmp_pa
             assert await txn_commit(broker, "g", 11, version=0) == ErrorCode.none
             await write_marker(broker, "g", PRODUCER_ID, committed=False)
             assert await fetch(broker, "g", require_stable=True) == (9, ErrorCode.none)
+            # A producer fenced by a newer epoch: the log refuses its batch and the error is passed on.
+            assert await txn_commit(broker, "g", 12, producer_epoch=1) == ErrorCode.none
+            assert await txn_commit(broker, "g", 13, producer_epoch=0) == ErrorCode.invalid_producer_epoch
 
     asyncio.run(main())
 
@@ -171,3 +176,21 @@ def test_a_restarted_broker_loads_pending_committed_and_aborted_transactions(tmp
                 await test(broker)
 
     asyncio.run(restart())
+
+
+def test_producers_before_2_0_are_told_coordinator_not_available_while_the_group_loads(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with started_broker(broker_config(tmp_path)) as broker:
+            await create_events_topic(broker)
+            await find_coordinator(broker.apis, "g")
+            core = broker.group_coordinator.coordinator
+            partition = core.partition_for("g")
+            # The partition is being loaded again (a new leader epoch), and the load has not finished.
+            core.on_resignation(partition, now_ms())
+            core.on_election(partition, 99)
+            assert await txn_commit(broker, "g", 1, version=3) == ErrorCode.coordinator_load_in_progress
+            assert await txn_commit(broker, "g", 1, version=2) == ErrorCode.coordinator_load_in_progress
+            assert await txn_commit(broker, "g", 1, version=1) == ErrorCode.coordinator_not_available
+            assert await txn_commit(broker, "g", 1, version=0) == ErrorCode.coordinator_not_available
+
+    asyncio.run(main())

@@ -12,6 +12,7 @@ TopicPartitions.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -132,25 +133,37 @@ async def list_transactions(
 async def find_transaction_coordinator(
     bootstrap: str, security: ClientSecurity, transactional_id: str, timeout_s: float
 ) -> BrokerAddress:
+    """The id's coordinator, asked of the bootstrap servers in turn (FindCoordinator, key type 1) until one names it
+    or answers an error that is not retriable."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
-    host, port = bootstrap_addresses(bootstrap)[0]
+    servers = [BrokerAddress(-1, host, port) for host, port in bootstrap_addresses(bootstrap)]
     said = ""
-    while loop.time() < deadline:
-        response = await _ask(
-            BrokerAddress(-1, host, port),
-            security,
-            timeout_s,
-            API_FIND_COORDINATOR,
-            lambda version: find_coordinator_request(transactional_id, COORDINATOR_KEY_TRANSACTION, version=version),
-            FIND_COORDINATOR_VERSION,
-        )
-        found = response.coordinators[0] if getattr(response, "coordinators", ()) else response
-        error = _error(found.error_code)
-        if error is None:
-            return BrokerAddress(int(found.node_id), str(found.host), int(found.port))
-        said = f"{error}{': ' + found.error_message if found.error_message else ''}"
-        if error not in RETRIABLE:
+    for attempt in itertools.count():
+        server = servers[attempt % len(servers)]
+        try:
+            response = await _ask(
+                server,
+                security,
+                timeout_s,
+                API_FIND_COORDINATOR,
+                lambda version: find_coordinator_request(
+                    transactional_id, COORDINATOR_KEY_TRANSACTION, version=version
+                ),
+                FIND_COORDINATOR_VERSION,
+            )
+        except KafkaConnectionError as e:
+            said = str(e)
+        else:
+            # v4 answers each key in `coordinators`; older versions at the top level.
+            found = response.coordinators[0] if getattr(response, "coordinators", ()) else response
+            error = _error(found.error_code)
+            if error is None:
+                return BrokerAddress(int(found.node_id), str(found.host), int(found.port))
+            said = f"{error}: {found.error_message}" if found.error_message else error
+            if error not in RETRIABLE:
+                break
+        if loop.time() + RETRY_BACKOFF_S >= deadline:
             break
         await asyncio.sleep(RETRY_BACKOFF_S)
     raise CliError(f"Failed to describe transaction state of transactional-id `{transactional_id}`: {said}")
@@ -183,8 +196,8 @@ async def describe_transaction(
 
 
 def describe_row(coordinator: int, state: Any, now_ms: int) -> list[str]:
-    start = state.transaction_start_time
-    start_ms = None if start is None else round(start.timestamp() * 1000)
+    # Kafka's admin client: a start time < 0 is none (no transaction has started).
+    start_ms = state.transaction_start_time_ms if state.transaction_start_time_ms >= 0 else None
     partitions = ",".join(f"{t.topic}-{p}" for t in state.topics for p in t.partitions)
     return [
         str(coordinator),

@@ -16,6 +16,7 @@ from kio.index import load_response_schema
 from kio.serial import entity_reader, entity_writer
 from kio.static.protocol import RequestPayload, ResponsePayload
 
+from tierlog.client.lenient_responses import LENIENT_RESPONSES
 from tierlog.protocol.api_versions import SUPPORTED_APIS, response_header_version
 from tierlog.protocol.framing import SIZE_PREFIX
 from tierlog.protocol.tolerant_reader import Reader, skip_tagged_fields
@@ -96,5 +97,6 @@ def _request_writer(request_type: type[RequestPayload]) -> Writer:
 
 @cache
 def _response_reader(api_key: int, api_version: int) -> Reader:
-    reader: Reader = entity_reader(load_response_schema(api_key, api_version))
+    schema = LENIENT_RESPONSES.get((api_key, api_version)) or load_response_schema(api_key, api_version)
+    reader: Reader = entity_reader(schema)
     return reader

@@ -209,6 +209,8 @@ class Broker:
             self._arm_purgatory_timer,
             self.producer_ids,
             self.inter_broker_security,
+            # The markers of partitions this broker leads go straight to its WriteTxnMarkers appends.
+            lambda markers: self.apis.txn_marker_apis.write_markers(markers),
         )
         group_apis = GroupApis(config, self.group_coordinator, lambda: self.loader.image, auth)
         transaction_apis = TransactionApis(

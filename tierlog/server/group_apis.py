@@ -43,7 +43,6 @@ API_TXN_OFFSET_COMMIT = 28
 API_OFFSET_DELETE = 47
 
 COORDINATOR_KEY_GROUP = 0
-COORDINATOR_KEY_TRANSACTION = 1
 
 T = TypeVar("T")
 Handler = Callable[[Request], Awaitable[Any]]
@@ -111,15 +110,12 @@ class GroupApis:
     # FindCoordinator
 
     def _find(self, key_type: int, key: str) -> tuple[str | None, str | None, int, str, int]:
-        """(error, message, node id, host, port) for one coordinator key."""
+        """(error, message, node id, host, port) for one coordinator key (transactional ids, key type 1, are the
+        transaction APIs', which answer them before they reach here)."""
         if key_type == COORDINATOR_KEY_GROUP and not self.auth.authorize(
             AclOperation.DESCRIBE, ResourceType.GROUP, key
         ):
             return "GROUP_AUTHORIZATION_FAILED", None, -1, "", -1
-        if key_type == COORDINATOR_KEY_TRANSACTION:
-            if not self.auth.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
-                return "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", None, -1, "", -1
-            return "COORDINATOR_NOT_AVAILABLE", "transactions are not supported by tierlog", -1, "", -1
         if key_type != COORDINATOR_KEY_GROUP:
             return "INVALID_REQUEST", f"unknown coordinator key type {key_type}", -1, "", -1
         not_ready = self.service.topic_ready()

@@ -2,10 +2,13 @@
 
 The rules live in `tierlog.coordinator.group`; this wires them to the broker:
 - writes are one batch per call appended to the group's partition with acks=all through ReplicaManager,
-  answered when the HW passes the batch or `offsets.commit.timeout.ms` ends (Kafka's appendForGroup);
+  answered when the HW passes the batch or `offsets.commit.timeout.ms` ends (Kafka's appendForGroup); a
+  transaction's offsets are the producer's transactional batch;
 - when the broker becomes leader of a `__consumer_offsets` partition its records are read from the local
   log (up to the log end offset, `offsets.load.buffer.size` bytes at a time) and replayed; on becoming a
-  follower its groups are dropped (Kafka's onElection / onResignation);
+  follower its groups are dropped (Kafka's onElection / onResignation); transactional batches and markers
+  are replayed as such;
+- WriteTxnMarkers calls `complete_transaction` once a marker is in a partition;
 - the core's earliest deadline is kept armed on the event loop (no polling).
 """
 

@@ -1,13 +1,13 @@
 """Handlers of the transaction APIs (KIP-98, KIP-664): FindCoordinator for transactional ids, InitProducerId,
 AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, DescribeTransactions and ListTransactions
-(docs/transactions.md#coordinator-shell).
+(docs/transactions.md#txn-apis).
 
 Each turns a request entity (any version the broker advertises) into a call on the TransactionCoordinator core
 and its answer back into the response of that version. They first check what Kafka's KafkaApis checks: WRITE on
 the transactional id for the producer's requests, WRITE on each topic added (internal topics never), READ on the
 group of AddOffsetsToTxn, DESCRIBE on the transactional id to find its coordinator, describe it or list it
 (docs/security.md#api-checks). InitProducerId without a transactional id is the idempotent producer's: a fresh id
-from the shared ProducerIdManager, as before.
+from the shared ProducerIdManager (docs/transactions.md#producer-ids).
 """
 
 from __future__ import annotations
@@ -31,10 +31,11 @@ from tierlog.security.acl import AclOperation, ResourceType
 from tierlog.server.auth_helper import AuthHelper
 from tierlog.server.clock import now_ms
 from tierlog.server.controller_channel import ControllerUnavailableError
-from tierlog.server.entities import NO_THROTTLE, ResponseSchema, response_schema, timestamp_or_none
+from tierlog.server.entities import NO_THROTTLE, ResponseSchema, response_schema
+from tierlog.server.group_coordinator import GROUP_METADATA_TOPIC
 from tierlog.server.producer_id_manager import ProducerIdManager
 from tierlog.server.request_context import listener_name
-from tierlog.server.transaction_coordinator import TransactionCoordinatorService
+from tierlog.server.transaction_coordinator import TRANSACTION_STATE_TOPIC, TransactionCoordinatorService
 
 API_FIND_COORDINATOR = 10
 API_INIT_PRODUCER_ID = 22
@@ -45,8 +46,8 @@ API_DESCRIBE_TRANSACTIONS = 65
 API_LIST_TRANSACTIONS = 66
 
 COORDINATOR_KEY_TRANSACTION = 1
-GROUP_METADATA_TOPIC = "__consumer_offsets"
-INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC, "__transaction_state"})
+# Kafka's Topic.isInternal: never added to a transaction by a client.
+INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC})
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 
@@ -56,6 +57,11 @@ Handler = Callable[[Request], Awaitable[Any]]
 
 def _ms(value: Any) -> int:
     return round(value.total_seconds() * 1000)
+
+
+def _instant(epoch_ms: int) -> datetime.datetime:
+    """A non-nullable int64 timestamp field's value: -1 (none) stays -1 on the wire, as Kafka sends it."""
+    return datetime.datetime.fromtimestamp(epoch_ms / 1000, tz=datetime.UTC)
 
 
 class TransactionApis:
@@ -305,7 +311,7 @@ class TransactionApis:
                     transactional_id=transactional_id,
                     transaction_state=d.state,
                     transaction_timeout=datetime.timedelta(milliseconds=d.transaction_timeout_ms),
-                    transaction_start_time=timestamp_or_none(d.transaction_start_time_ms),
+                    transaction_start_time=_instant(d.transaction_start_time_ms),
                     producer_id=d.producer_id,
                     producer_epoch=d.producer_epoch,
                     topics=tuple(s.TopicData(topic=t, partitions=ps) for t, ps in d.topics if t in describable),
@@ -320,7 +326,7 @@ class TransactionApis:
             transactional_id=transactional_id,
             transaction_state="",
             transaction_timeout=NO_THROTTLE,
-            transaction_start_time=None,
+            transaction_start_time=_instant(-1),
             producer_id=NO_PRODUCER_ID,
             producer_epoch=NO_PRODUCER_EPOCH,
             topics=(),

@@ -34,7 +34,7 @@ from tierlog.records.codec import build_batch, decode_batches
 from tierlog.replication.replica_manager import AppendResult, ReplicaManager
 from tierlog.server.clock import now_ms
 from tierlog.server.producer_id_manager import ProducerIdManager
-from tierlog.server.transaction_marker_channel import TransactionMarkerChannel
+from tierlog.server.transaction_marker_channel import TransactionMarkerChannel, WriteLocal
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +77,7 @@ class TransactionCoordinatorService:
         arm_purgatory_timer: Callable[[int], None],
         producer_ids: ProducerIdManager,
         security: ClientSecurity,
+        write_local_markers: WriteLocal,
     ) -> None:
         self.config = config
         self._replica_manager = replica_manager
@@ -96,6 +97,7 @@ class TransactionCoordinatorService:
             self._request_timeout_ms,
             self._still_owned,
             self._on_markers_written,
+            write_local_markers,
         )
         # The __transaction_state partitions this broker leads, with their leader epoch (the coordinator epoch).
         self._leading: dict[int, int] = {}

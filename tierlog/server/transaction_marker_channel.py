@@ -3,7 +3,8 @@
 As Kafka's TransactionMarkerChannelManager (docs/transactions.md#marker-channel):
 - each transaction's partitions are grouped by their leader in the metadata image, and one WriteTxnMarkers
   request a broker carries the markers of every transaction waiting for it, sent over the inter-broker
-  listener (to this broker too, as Kafka's channel does);
+  listener; the partitions this broker leads go to its own WriteTxnMarkers appends directly (Kafka sends those
+  over the network too: the outcome is the same, one hop less);
 - a partition whose topic no longer exists needs no marker and is dropped; one without a leader waits;
 - a partition answered NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, NOT_ENOUGH_REPLICAS(_AFTER_APPEND),
   REQUEST_TIMED_OUT or KAFKA_STORAGE_ERROR, and every partition of a request that got no answer, is sent again
@@ -20,16 +21,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from tierlog.client.connection import KafkaConnection, KafkaConnectionError
 from tierlog.client.requests import TxnMarker, write_txn_markers_request
 from tierlog.client.security import ClientSecurity
 from tierlog.common import TopicPartition
+from tierlog.coordinator.transaction.transaction_coordinator import TxnMarkerRequest
 from tierlog.metadata.image import ClusterMetadata
 from tierlog.protocol.errors import error_code
+from tierlog.server.txn_marker_apis import MarkerResults
+from tierlog.server.txn_marker_apis import TxnMarker as LocalTxnMarker
 
 logger = logging.getLogger(__name__)
 
@@ -51,33 +55,18 @@ FENCED_ERRORS = frozenset({"INVALID_PRODUCER_EPOCH", "TRANSACTION_COORDINATOR_FE
 DROPPED_ERRORS = frozenset({"UNSUPPORTED_FOR_MESSAGE_FORMAT"})
 
 
-class MarkerRequest(Protocol):
-    """What the core asks for (its TxnMarkerRequest)."""
-
-    @property
-    def transactional_id(self) -> str: ...
-    @property
-    def producer_id(self) -> int: ...
-    @property
-    def producer_epoch(self) -> int: ...
-    @property
-    def coordinator_epoch(self) -> int: ...
-    @property
-    def committed(self) -> bool: ...
-    @property
-    def partitions(self) -> frozenset[TopicPartition]: ...
-
-
 @dataclass
 class _PendingTxn:
-    request: MarkerRequest
+    request: TxnMarkerRequest
     remaining: set[TopicPartition]
     in_flight: set[TopicPartition] = field(default_factory=set)
 
 
 # (transactional id, coordinator epoch) -> still this broker's to complete
 StillOwned = Callable[[str, int], bool]
-OnComplete = Callable[[MarkerRequest], None]
+OnComplete = Callable[[TxnMarkerRequest], None]
+# This broker's WriteTxnMarkers appends (TxnMarkerApis.write_markers).
+WriteLocal = Callable[[Sequence[LocalTxnMarker]], Awaitable[MarkerResults]]
 
 
 class TransactionMarkerChannel:
@@ -90,6 +79,7 @@ class TransactionMarkerChannel:
         request_timeout_ms: int,
         still_owned: StillOwned,
         on_complete: OnComplete,
+        write_local: WriteLocal,
     ) -> None:
         self._node_id = node_id
         self._image = image
@@ -98,6 +88,7 @@ class TransactionMarkerChannel:
         self._request_timeout_s = request_timeout_ms / 1000
         self._still_owned = still_owned
         self._on_complete = on_complete
+        self._write_local = write_local
         self._pending: dict[str, _PendingTxn] = {}
         self._connections: dict[tuple[str, int], KafkaConnection] = {}
         self._wakeup = asyncio.Event()
@@ -105,7 +96,7 @@ class TransactionMarkerChannel:
         self._sends: set[asyncio.Task[None]] = set()
         self._retry: asyncio.TimerHandle | None = None
 
-    def add(self, request: MarkerRequest) -> None:
+    def add(self, request: TxnMarkerRequest) -> None:
         """Send `request`'s markers (replacing any this channel still had for the same transactional id, which
         the core has moved past)."""
         self._pending[request.transactional_id] = _PendingTxn(request, set(request.partitions))
@@ -186,6 +177,42 @@ class TransactionMarkerChannel:
         self._on_complete(request)
 
     async def _send(self, leader: int, items: list[tuple[_PendingTxn, list[TopicPartition]]]) -> None:
+        try:
+            if leader == self._node_id:
+                errors = await self._write_locally(items)
+            else:
+                errors = await self._write_remotely(leader, items)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            logger.info("WriteTxnMarkers to broker %d failed, sending again: %s", leader, e)
+            for txn, tps in items:
+                txn.in_flight.difference_update(tps)
+            self._wake_later()
+            return
+        self._handle_errors(items, errors)
+
+    async def _write_locally(
+        self, items: list[tuple[_PendingTxn, list[TopicPartition]]]
+    ) -> dict[tuple[int, TopicPartition], str | None]:
+        """This broker leads the partitions: its WriteTxnMarkers appends, without the network."""
+        results = await self._write_local(
+            [
+                LocalTxnMarker(
+                    producer_id=txn.request.producer_id,
+                    producer_epoch=txn.request.producer_epoch,
+                    coordinator_epoch=txn.request.coordinator_epoch,
+                    committed=txn.request.committed,
+                    partitions=tuple(tps),
+                )
+                for txn, tps in items
+            ]
+        )
+        return {(producer_id, tp): error for producer_id, errors in results.items() for tp, error in errors.items()}
+
+    async def _write_remotely(
+        self, leader: int, items: list[tuple[_PendingTxn, list[TopicPartition]]]
+    ) -> dict[tuple[int, TopicPartition], str | None]:
         markers = [
             TxnMarker(
                 txn.request.producer_id,
@@ -196,19 +223,7 @@ class TransactionMarkerChannel:
             )
             for txn, tps in items
         ]
-        try:
-            response = await self._request(leader, write_txn_markers_request(markers))
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:
-            logger.info("WriteTxnMarkers to broker %d failed, sending again: %s", leader, e)
-            for txn, tps in items:
-                txn.in_flight.difference_update(tps)
-            self._wake_later()
-            return
-        self._handle_response(items, response)
-
-    def _handle_response(self, items: list[tuple[_PendingTxn, list[TopicPartition]]], response: Any) -> None:
+        response = await self._request(leader, write_txn_markers_request(markers))
         errors: dict[tuple[int, TopicPartition], str | None] = {}
         for marker in response.markers:
             for topic in marker.topics:
@@ -216,6 +231,15 @@ class TransactionMarkerChannel:
                     code = p.error_code
                     name = None if code == error_code(None) else code.name.upper()
                     errors[(int(marker.producer_id), TopicPartition(str(topic.name), int(p.partition_index)))] = name
+        return errors
+
+    def _handle_errors(
+        self,
+        items: list[tuple[_PendingTxn, list[TopicPartition]]],
+        errors: dict[tuple[int, TopicPartition], str | None],
+    ) -> None:
+        """Kafka's TransactionTxnMarkerRequestCompletionHandler: written or dropped partitions are done, retriable ones
+        go again, a fenced transaction is abandoned."""
         retry = False
         for txn, tps in items:
             request = txn.request

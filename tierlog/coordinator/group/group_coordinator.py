@@ -10,6 +10,9 @@ A broker coordinates the groups of the `__consumer_offsets` partitions it leads:
 partition loading (requests answer COORDINATOR_LOAD_IN_PROGRESS), `complete_load` replays the partition's
 records (latest value per key wins, a null value deletes) and serves its groups, `on_resignation` drops
 them (parked requests answer NOT_COORDINATOR).
+
+Offsets committed in a transaction (TxnOffsetCommit) are written as the producer's transactional batch and held
+per producer until `complete_transaction` reports its marker (docs/transactions.md#offsets).
 """
 
 from __future__ import annotations
