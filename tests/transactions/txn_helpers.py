@@ -125,11 +125,18 @@ def latest_offsets(bootstrap: str, topic: str, partitions: Iterable[int], isolat
 
 
 def group_offsets(bootstrap: str, group: str, topic: str, partitions: Iterable[int]) -> dict[int, int]:
-    """The group's committed offsets (a partition without one is left out)."""
+    """The group's committed offsets, stable (KIP-447's require_stable: asked again while a partition answers
+    UNSTABLE_OFFSET_COMMIT, a transaction's markers being on their way); a partition without one is left out."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in partitions])
-    result = admin.list_consumer_group_offsets([request], require_stable=True)[group].result(TIMEOUT_S)
-    return {tp.partition: tp.offset for tp in result.topic_partitions if tp.offset >= 0}
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        result = admin.list_consumer_group_offsets([request], require_stable=True)[group].result(TIMEOUT_S)
+        unstable = [tp for tp in result.topic_partitions if tp.error is not None]
+        if not unstable:
+            return {tp.partition: tp.offset for tp in result.topic_partitions if tp.offset >= 0}
+        assert time.monotonic() < deadline, f"offsets still unstable after {TIMEOUT_S}s: {unstable}"
+        time.sleep(0.1)
 
 
 def java_string_hash(text: str) -> int:

@@ -294,9 +294,14 @@ class ProcessorThread(threading.Thread):
         with self._lock:
             ended = len(self._history.transactions)
         try:
+            deadline = time.monotonic() + CALL_S
+            # UNSTABLE_OFFSET_COMMIT while the last transaction's markers are on their way: ask again.
             committed = consumer.committed(consumer.assignment(), CALL_S)
-            if any(tp.error is not None for tp in committed):
-                return False
+            while any(tp.error is not None for tp in committed):
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.1)
+                committed = consumer.committed(consumer.assignment(), CALL_S)
             with self._lock:
                 told = {tp.partition: tp.offset for tp in committed if tp.offset >= 0}
                 self._history.offset_fetches.append(OffsetFetch(self.name, ended, told))
