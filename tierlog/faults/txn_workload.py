@@ -236,6 +236,8 @@ class ProcessorThread(threading.Thread):
         self._history = history
         self._lock = lock
         self.progress: dict[str, int] = dict.fromkeys((COMMITTED, ABORTED, UNKNOWN, "rewinds", "rejoins"), 0)
+        # what it was doing last, for a report of a stall
+        self.where = "starting"
 
     def _consumer(self) -> Consumer:
         consumer = Consumer(
@@ -267,8 +269,11 @@ class ProcessorThread(threading.Thread):
         while not self.stopping.is_set():
             if producer is None:
                 producer = transactional_producer(self._servers, self.name)
-            inputs = [m for m in consumer.consume(BATCH, 0.2) if m.error() is None]
+            polled = consumer.consume(BATCH, 0.2)
+            inputs = [m for m in polled if m.error() is None]
             if not inputs:
+                errors = [str(m.error()) for m in polled if m.error() is not None]
+                self.where = f"idle, assigned {_positions(consumer)}, errors {errors[:3]}"
                 continue
             txn = Transaction(f"{self.name}/{count}", "abort" if self._rng.random() < ABORT_SHARE else "commit")
             count += 1
@@ -387,7 +392,15 @@ def transactional_fault_run(
         for thread in [*writers, inputs]:
             thread.join(END_S + 30)
         say("  the processors catch up with the inputs")
-        _wait_or_note(history, say, lambda: _caught_up(admin), CATCH_UP_S, "the processors to commit every input")
+        if not _wait_or_note(
+            history, say, lambda: _caught_up(admin), CATCH_UP_S, "the processors to commit every input"
+        ):
+            say(
+                f"  input ends: {_latest(admin, INPUT_TOPIC, IsolationLevel.READ_UNCOMMITTED)}, last stable offsets: "
+                f"{_latest(admin, INPUT_TOPIC, IsolationLevel.READ_COMMITTED)}"
+            )
+            for processor in processors:
+                say(f"  {processor.name}: {processor.where}")
         for processor in processors:
             processor.stopping.set()
         for processor in processors:
@@ -417,15 +430,25 @@ def transactional_fault_run(
     return history, check_transactions(history)
 
 
+def _positions(consumer: Consumer) -> dict[int, int]:
+    try:
+        return {tp.partition: tp.offset for tp in consumer.position(consumer.assignment())}
+    except KafkaException as error:
+        return {-1: error.args[0].code()}
+
+
 def _wait_or_note(
     history: TxnHistory, say: Callable[[str], None], condition: Callable[[], bool], timeout_s: float, what: str
-) -> None:
-    """Wait for `condition`; if it does not come, the history notes a stall and the run goes on to be checked."""
+) -> bool:
+    """Wait for `condition`; if it does not come (False), the history notes a stall and the run goes on to be
+    checked."""
     try:
         wait_until(condition, timeout_s, what, interval_s=1.0)
+        return True
     except TimeoutError as error:
         history.stalls.append(str(error))
         say(f"  STALL: {error}")
+        return False
 
 
 def _latest(admin: AdminClient, topic: str, isolation: IsolationLevel) -> dict[int, int]:
