@@ -399,6 +399,8 @@ def transactional_fault_run(
                 f"  input ends: {_latest(admin, INPUT_TOPIC, IsolationLevel.READ_UNCOMMITTED)}, last stable offsets: "
                 f"{_latest(admin, INPUT_TOPIC, IsolationLevel.READ_COMMITTED)}"
             )
+            for stable in (False, True):
+                say(f"  the group's offsets (require_stable={stable}): {_group_answer(admin, stable)}")
             for processor in processors:
                 say(f"  {processor.name}: {processor.where}")
         for processor in processors:
@@ -428,6 +430,16 @@ def transactional_fault_run(
     for line in controller_failovers(history):
         say(f"  failover: {line}")
     return history, check_transactions(history)
+
+
+def _group_answer(admin: AdminClient, require_stable: bool) -> dict[int, object]:
+    """partition -> the group's committed offset, or the error OffsetFetch answered for it."""
+    request = ConsumerGroupTopicPartitions(GROUP, [KafkaTopicPartition(INPUT_TOPIC, p) for p in range(PARTITIONS)])
+    try:
+        result = admin.list_consumer_group_offsets([request], require_stable=require_stable)[GROUP].result(10)
+    except KafkaException as error:
+        return {-1: str(error)}
+    return {tp.partition: tp.offset if tp.error is None else tp.error.name() for tp in result.topic_partitions}
 
 
 def _positions(consumer: Consumer) -> dict[int, int]:
