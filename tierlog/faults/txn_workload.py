@@ -403,6 +403,7 @@ def transactional_fault_run(
                 say(f"  the group's offsets (require_stable={stable}): {_group_answer(admin, stable)}")
             for processor in processors:
                 say(f"  {processor.name}: {processor.where}")
+            say(f"  a new read_committed consumer from the group's offsets reads: {_probe(cluster.bootstrap, admin)}")
         for processor in processors:
             processor.stopping.set()
         for processor in processors:
@@ -440,6 +441,25 @@ def _group_answer(admin: AdminClient, require_stable: bool) -> dict[int, object]
     except KafkaException as error:
         return {-1: str(error)}
     return {tp.partition: tp.offset if tp.error is None else tp.error.name() for tp in result.topic_partitions}
+
+
+def _probe(bootstrap: str, admin: AdminClient) -> dict[int, list[int]]:
+    """partition -> the first offsets a new read_committed consumer assigned at the group's offsets gets in 5 s."""
+    starts = {p: o for p, o in _group_answer(admin, True).items() if isinstance(o, int) and p >= 0}
+    consumer = Consumer(
+        {**QUIET, "bootstrap.servers": bootstrap, "group.id": "txn-probe", "isolation.level": "read_committed"}
+    )
+    try:
+        consumer.assign([KafkaTopicPartition(INPUT_TOPIC, p, o) for p, o in starts.items()])
+        got: dict[int, list[int]] = {p: [] for p in starts}
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            for message in consumer.consume(100, 0.2):
+                if message.error() is None and len(got[message.partition() or 0]) < 3:
+                    got[message.partition() or 0].append(message.offset() or 0)
+        return got
+    finally:
+        consumer.close()
 
 
 def _positions(consumer: Consumer) -> dict[int, int]:
