@@ -23,6 +23,8 @@ txn_checker judges the history.
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -404,6 +406,8 @@ def transactional_fault_run(
             for processor in processors:
                 say(f"  {processor.name}: {processor.where}")
             say(f"  a new read_committed consumer from the group's offsets reads: {_probe(cluster.bootstrap, admin)}")
+            for command in (["list"], *(["describe", p.name] for p in processors)):
+                say(f"  tierlog transactions {' '.join(command)}: {_transactions_cli(cluster.bootstrap, command)}")
         for processor in processors:
             processor.stopping.set()
         for processor in processors:
@@ -460,6 +464,13 @@ def _probe(bootstrap: str, admin: AdminClient) -> dict[int, list[int]]:
         return got
     finally:
         consumer.close()
+
+
+def _transactions_cli(bootstrap: str, command: list[str]) -> str:
+    """What `tierlog transactions ...` prints (kafka-transactions.sh's view of the coordinators)."""
+    args = [sys.executable, "-m", "tierlog", "transactions", *command, "--bootstrap-server", bootstrap]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=30, check=False)
+    return (done.stdout + done.stderr).strip().replace("\n", " | ")
 
 
 def _positions(consumer: Consumer) -> dict[int, int]:
