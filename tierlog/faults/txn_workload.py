@@ -406,7 +406,7 @@ def transactional_fault_run(
             for processor in processors:
                 say(f"  {processor.name}: {processor.where}")
             say(f"  a new read_committed consumer from the group's offsets reads: {_probe(cluster.bootstrap, admin)}")
-            for command in (["list"], *(["describe", p.name] for p in processors)):
+            for command in (["list"], *(["describe", "--transactional-id", p.name] for p in processors)):
                 say(f"  tierlog transactions {' '.join(command)}: {_transactions_cli(cluster.bootstrap, command)}")
         for processor in processors:
             processor.stopping.set()
