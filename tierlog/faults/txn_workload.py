@@ -84,6 +84,7 @@ END_S = 60.0
 PAUSE_S = 0.02
 INPUT_INTERVAL_S = 0.02
 CATCH_UP_S = 90.0
+RESEEK_IDLE_S = 5.0
 # A transaction left open by a producer that is gone is aborted by the coordinator after its timeout.
 STABLE_S = 3 * TRANSACTION_TIMEOUT_MS / 1000 + 30
 FINAL_READ_S = 60.0
@@ -237,7 +238,9 @@ class ProcessorThread(threading.Thread):
         self._rng = random.Random(f"{seed}-{name}")
         self._history = history
         self._lock = lock
-        self.progress: dict[str, int] = dict.fromkeys((COMMITTED, ABORTED, UNKNOWN, "rewinds", "rejoins"), 0)
+        self.progress: dict[str, int] = dict.fromkeys(
+            (COMMITTED, ABORTED, UNKNOWN, "rewinds", "rejoins", "re-seeks when idle"), 0
+        )
         # what it was doing last, for a report of a stall
         self.where = "starting"
 
@@ -268,6 +271,7 @@ class ProcessorThread(threading.Thread):
         consumer = self._consumer()
         producer: Producer | None = None
         count = 0
+        idle_since: float | None = None
         while not self.stopping.is_set():
             if producer is None:
                 producer = transactional_producer(self._servers, self.name)
@@ -276,7 +280,16 @@ class ProcessorThread(threading.Thread):
             if not inputs:
                 errors = [str(m.error()) for m in polled if m.error() is not None]
                 self.where = f"idle, assigned {_positions(consumer)}, errors {errors[:3]}"
+                idle_since = idle_since or time.monotonic()
+                # A consumer seeked back after an abort was seen to fetch nothing more, while a new one read the
+                # same offsets (docs/transactions.md#proof-faults): seeking again to the committed offsets is
+                # always right between transactions, and counted.
+                if time.monotonic() - idle_since > RESEEK_IDLE_S and _any_position_unknown(consumer):
+                    self.progress["re-seeks when idle"] += 1
+                    self._rewind(consumer)
+                    idle_since = None
                 continue
+            idle_since = None
             txn = Transaction(f"{self.name}/{count}", "abort" if self._rng.random() < ABORT_SHARE else "commit")
             count += 1
             txn.outcome = run_transaction(producer, txn, partial(self._transform, producer, consumer, txn, inputs))
@@ -471,6 +484,13 @@ def _transactions_cli(bootstrap: str, command: list[str]) -> str:
     args = [sys.executable, "-m", "tierlog", "transactions", *command, "--bootstrap-server", bootstrap]
     done = subprocess.run(args, capture_output=True, text=True, timeout=30, check=False)
     return (done.stdout + done.stderr).strip().replace("\n", " | ")
+
+
+def _any_position_unknown(consumer: Consumer) -> bool:
+    try:
+        return any(tp.offset < 0 for tp in consumer.position(consumer.assignment()))
+    except KafkaException:
+        return False
 
 
 def _positions(consumer: Consumer) -> dict[int, int]:
