@@ -239,7 +239,17 @@ class ProcessorThread(threading.Thread):
         self._history = history
         self._lock = lock
         self.progress: dict[str, int] = dict.fromkeys(
-            (COMMITTED, ABORTED, UNKNOWN, "rewinds", "rejoins", "re-seeks when idle"), 0
+            (
+                COMMITTED,
+                ABORTED,
+                UNKNOWN,
+                "rewinds",
+                "rejoins",
+                "re-seeks when idle",
+                "slowest transaction ms",
+                "transactions over 2 s",
+            ),
+            0,
         )
         # what it was doing last, for a report of a stall
         self.where = "starting"
@@ -292,7 +302,11 @@ class ProcessorThread(threading.Thread):
             idle_since = None
             txn = Transaction(f"{self.name}/{count}", "abort" if self._rng.random() < ABORT_SHARE else "commit")
             count += 1
+            started = time.monotonic()
             txn.outcome = run_transaction(producer, txn, partial(self._transform, producer, consumer, txn, inputs))
+            took = time.monotonic() - started
+            self.progress["slowest transaction ms"] = max(self.progress["slowest transaction ms"], int(took * 1000))
+            self.progress["transactions over 2 s"] += took > 2.0
             with self._lock:
                 self._history.transactions.append(txn)
             if txn.outcome == UNKNOWN:
