@@ -27,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
@@ -442,8 +443,15 @@ def transactional_fault_run(
             )
             for stable in (False, True):
                 say(f"  the group's offsets (require_stable={stable}): {_group_answer(admin, stable)}")
+            frames = sys._current_frames()
             for processor in processors:
                 say(f"  {processor.name}: {processor.where}")
+                frame = frames.get(processor.ident or -1)
+                if frame is not None:
+                    stack = traceback.format_stack(frame)[-3:]
+                    say(
+                        f"  {processor.name} is at: {' <- '.join(line.strip().replace(chr(10), ' ') for line in stack)}"
+                    )
             say(f"  a new read_committed consumer from the group's offsets reads: {_probe(cluster.bootstrap, admin)}")
             for command in (["list"], *(["describe", "--transactional-id", p.name] for p in processors)):
                 say(f"  tierlog transactions {' '.join(command)}: {_transactions_cli(cluster.bootstrap, command)}")
