@@ -61,7 +61,9 @@ def client_config(bootstrap: str) -> dict[str, Any]:
 
 def transactional(bootstrap: str, topic: str, partitions: int, size: int, payload: bytes, seconds: float) -> dict:
     """Transactions of `size` messages, message i to partition i % partitions, committed one after another."""
-    producer = Producer({**client_config(bootstrap), "transactional.id": f"bench-{topic}"})
+    config = {**client_config(bootstrap), "transactional.id": f"bench-{topic}"}
+    config["transaction.timeout.ms"] = config["message.timeout.ms"]  # librdkafka: message <= transaction timeout
+    producer = Producer(config)
     producer.init_transactions(TIMEOUT_S)
     messages = transactions = 0
     commit_s = 0.0

@@ -3,7 +3,15 @@ alone (docs/transactions.md#proof)."""
 
 from __future__ import annotations
 
-from tierlog.faults.txn_checker import ABORTED, COMMITTED, UNKNOWN, Transaction, TxnHistory, check_transactions
+from tierlog.faults.txn_checker import (
+    ABORTED,
+    COMMITTED,
+    UNKNOWN,
+    OffsetFetch,
+    Transaction,
+    TxnHistory,
+    check_transactions,
+)
 
 OUT = "out"
 
@@ -177,3 +185,21 @@ def test_an_input_with_two_committed_outputs_is_not_exactly_once() -> None:
 def test_an_output_of_an_input_the_topic_does_not_hold_is_found() -> None:
     h = with_ctp(ctp("c-1/0", COMMITTED, [(0, 0), (0, 1), (0, 2), (0, 7)], {0: 8}), group_offsets={0: 8})
     assert failing(h) == {"output of no input": 1}
+
+
+def test_a_rewind_told_an_offset_below_a_committed_transaction_s_is_a_stale_offset_fetch() -> None:
+    h = with_ctp(
+        ctp("c-1/0", COMMITTED, [(0, 0), (0, 1)], {0: 2}),
+        ctp("c-1/1", ABORTED, [(0, 2)], {0: 3}),
+        ctp("c-1/2", COMMITTED, [(0, 2)], {0: 3}),
+        group_offsets={0: 3},
+    )
+    # After c-1/1's abort: told 2 is right; told 1 when c-1/0 had committed 2 is stale; c-1/2 had not ended yet.
+    h.offset_fetches = [OffsetFetch("c-1", 2, {0: 2}), OffsetFetch("c-1", 2, {0: 1})]
+    assert failing(h) == {"stale offset fetches": 1}
+
+
+def test_a_wait_after_healing_that_timed_out_is_a_stall() -> None:
+    h = valid()
+    h.stalls = ["timed out after 90.0s waiting for the processors to commit every input"]
+    assert failing(h) == {"stalls": 1}

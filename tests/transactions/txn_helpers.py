@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 
+from cluster_helpers import send_request
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
@@ -20,6 +21,8 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
+from kio.schema.errors import ErrorCode
+from kio.schema.find_coordinator.v3 import request as find_coordinator_v3
 
 from tierlog.testing.local_cluster import wait_until
 
@@ -122,11 +125,18 @@ def latest_offsets(bootstrap: str, topic: str, partitions: Iterable[int], isolat
 
 
 def group_offsets(bootstrap: str, group: str, topic: str, partitions: Iterable[int]) -> dict[int, int]:
-    """The group's committed offsets (a partition without one is left out)."""
+    """The group's committed offsets, stable (KIP-447's require_stable: asked again while a partition answers
+    UNSTABLE_OFFSET_COMMIT, a transaction's markers being on their way); a partition without one is left out."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in partitions])
-    result = admin.list_consumer_group_offsets([request], require_stable=True)[group].result(TIMEOUT_S)
-    return {tp.partition: tp.offset for tp in result.topic_partitions if tp.offset >= 0}
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        result = admin.list_consumer_group_offsets([request], require_stable=True)[group].result(TIMEOUT_S)
+        unstable = [tp for tp in result.topic_partitions if tp.error is not None]
+        if not unstable:
+            return {tp.partition: tp.offset for tp in result.topic_partitions if tp.offset >= 0}
+        assert time.monotonic() < deadline, f"offsets still unstable after {TIMEOUT_S}s: {unstable}"
+        time.sleep(0.1)
 
 
 def java_string_hash(text: str) -> int:
@@ -142,6 +152,15 @@ def state_partition(transactional_id: str, partitions: int = STATE_PARTITIONS) -
     """The __transaction_state partition of a transactional id (Kafka's Utils.abs(hashCode) % partitions)."""
     h = java_string_hash(transactional_id)
     return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+def find_coordinator(address: str, key: str, key_type: int) -> int:
+    """The node FindCoordinator (v3, asked of the broker at `address`) names for a group (key type 0) or a
+    transactional id (1)."""
+    found = send_request(address, find_coordinator_v3.FindCoordinatorRequest(key=key, key_type=key_type))
+    assert found.error_code == ErrorCode.none, found
+    node_id: int = found.node_id
+    return node_id
 
 
 def state_leaders(bootstrap: str) -> dict[int, int]:

@@ -18,6 +18,10 @@ The checker reports (docs/transactions.md#proof):
 - duplicates: a record at two offsets of the read_committed log (every transactional producer is idempotent);
 - inconsistent offsets: a poll seeing another value at an offset than the read_committed log;
 - poll skips, non-monotonic polls: a consumer jumping over an offset the read_committed log holds, or going back;
+- stalls: after healing, the processors did not catch up with the inputs, or a last stable offset did not reach
+  its high watermark (a transaction left hanging), in time;
+- stale offset fetches: a processor rewinding after an abort read the group's committed offsets (OffsetFetch with
+  require_stable, KIP-447) and got an offset below one a transaction had committed before it asked;
 - offsets apart from their output (consume-transform-produce, exactly once): with the group's committed offset
   C on an input partition, every input below C has exactly one output in the read_committed log and no input
   at or past C has one ("input without output", "output without its offset", "duplicate output"), and every
@@ -52,6 +56,8 @@ ANOMALIES = (
     "output without its offset",
     "duplicate output",
     "output of no input",
+    "stale offset fetches",
+    "stalls",
 )
 
 
@@ -74,6 +80,17 @@ class Transaction:
 
 
 @dataclass(slots=True)
+class OffsetFetch:
+    """A processor read the group's committed offsets (to rewind after an abort)."""
+
+    consumer: str
+    # how many transactions had ended (TxnHistory.transactions) when it asked
+    after: int
+    # input partition -> the committed offset it was told
+    offsets: dict[int, int]
+
+
+@dataclass(slots=True)
 class TxnHistory:
     transactions: list[Transaction] = field(default_factory=list)
     # read_committed consumer -> [(topic, partition, offset, value)] in poll order
@@ -86,6 +103,10 @@ class TxnHistory:
     # committed offsets (partition -> next offset to read; a partition without one has none committed)
     inputs_final: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
     group_offsets: dict[int, int] = field(default_factory=dict)
+    offset_fetches: list[OffsetFetch] = field(default_factory=list)
+    # what the run waited for after healing and did not see in time (the processors catching up, the last
+    # stable offsets reaching the high watermarks): a liveness failure; the history is checked all the same
+    stalls: list[str] = field(default_factory=list)
     # as History's: (seconds since start, what) for every fault and heal, (seconds, leader, epoch) of the quorum
     faults: list[tuple[float, str]] = field(default_factory=list)
     quorum: list[tuple[float, int, int]] = field(default_factory=list)
@@ -170,7 +191,20 @@ def check_transactions(history: TxnHistory) -> Verdict:
                         )
             last[(topic, partition)] = offset
 
+    for stall in history.stalls:
+        anomaly("stalls", stall)
     processed = _check_exactly_once(history, owner, where, anomaly)
+    for fetch in history.offset_fetches:
+        for txn in history.transactions[: fetch.after]:
+            if txn.outcome != COMMITTED:
+                continue
+            for partition, offset in txn.offsets.items():
+                told = fetch.offsets.get(partition)
+                if told is not None and told < offset:
+                    anomaly(
+                        "stale offset fetches",
+                        f"{fetch.consumer} was told {told} for input {partition} after {txn.txn_id} committed {offset}",
+                    )
     aborted_in_log = sum(
         1 for records in history.uncommitted_final.values() for _, value in records if _aborted(owner.get(value))
     )

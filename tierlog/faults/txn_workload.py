@@ -23,8 +23,11 @@ txn_checker judges the history.
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
@@ -48,6 +51,7 @@ from tierlog.faults.txn_checker import (
     ABORTED,
     COMMITTED,
     UNKNOWN,
+    OffsetFetch,
     Partition,
     Transaction,
     TxnHistory,
@@ -80,7 +84,9 @@ CALL_S = 10.0
 END_S = 60.0
 PAUSE_S = 0.02
 INPUT_INTERVAL_S = 0.02
-CATCH_UP_S = 90.0
+# After healing, a processor's transaction can take seconds (up to 10 s seen) while the coordinators settle.
+CATCH_UP_S = 240.0
+RESEEK_IDLE_S = 5.0
 # A transaction left open by a producer that is gone is aborted by the coordinator after its timeout.
 STABLE_S = 3 * TRANSACTION_TIMEOUT_MS / 1000 + 30
 FINAL_READ_S = 60.0
@@ -141,7 +147,7 @@ class TxnProducerThread(threading.Thread):
         super().__init__(name=name, daemon=True)
         self.stopping = threading.Event()
         self.error: BaseException | None = None
-        self._bootstrap = bootstrap
+        self._servers = bootstrap
         self._rng = random.Random(f"{seed}-{name}")
         self._history = history
         self._lock = lock
@@ -157,7 +163,7 @@ class TxnProducerThread(threading.Thread):
         count = 0
         while not self.stopping.is_set():
             if producer is None:
-                producer = transactional_producer(self._bootstrap, self.name)
+                producer = transactional_producer(self._servers, self.name)
             txn = Transaction(f"{self.name}/{count}", "abort" if self._rng.random() < ABORT_SHARE else "commit")
             count += 1
             first = self._rng.randrange(PARTITIONS)
@@ -230,16 +236,33 @@ class ProcessorThread(threading.Thread):
         super().__init__(name=name, daemon=True)
         self.stopping = threading.Event()
         self.error: BaseException | None = None
-        self._bootstrap = bootstrap
+        self._servers = bootstrap
         self._rng = random.Random(f"{seed}-{name}")
         self._history = history
         self._lock = lock
+        self.progress: dict[str, int] = dict.fromkeys(
+            (
+                COMMITTED,
+                ABORTED,
+                UNKNOWN,
+                "rewinds",
+                "rejoins",
+                "re-seeks when idle",
+                "slowest transaction ms",
+                "transactions over 2 s",
+            ),
+            0,
+        )
+        # what it was doing last, for a report of a stall
+        self.where = "starting"
+        # the last transaction's time in its writes with send_offsets_to_transaction, and in the latter alone
+        self._transform_s = self._offsets_s = 0.0
 
     def _consumer(self) -> Consumer:
         consumer = Consumer(
             {
                 **QUIET,
-                "bootstrap.servers": self._bootstrap,
+                "bootstrap.servers": self._servers,
                 "group.id": GROUP,
                 "isolation.level": "read_committed",
                 "enable.auto.commit": False,
@@ -262,29 +285,78 @@ class ProcessorThread(threading.Thread):
         consumer = self._consumer()
         producer: Producer | None = None
         count = 0
+        idle_since: float | None = None
         while not self.stopping.is_set():
             if producer is None:
-                producer = transactional_producer(self._bootstrap, self.name)
-            inputs = [m for m in consumer.consume(BATCH, 0.2) if m.error() is None]
+                producer = transactional_producer(self._servers, self.name)
+            polled = consumer.consume(BATCH, 0.2)
+            inputs = [m for m in polled if m.error() is None]
             if not inputs:
+                errors = [str(m.error()) for m in polled if m.error() is not None]
+                self.where = f"idle, assigned {_positions(consumer)}, errors {errors[:3]}"
+                idle_since = idle_since or time.monotonic()
+                # A consumer seeked back after an abort was seen to fetch nothing more, while a new one read the
+                # same offsets (docs/transactions.md#proof-faults): seeking again to the committed offsets is
+                # always right between transactions, and counted.
+                if time.monotonic() - idle_since > RESEEK_IDLE_S and _any_position_unknown(consumer):
+                    self.progress["re-seeks when idle"] += 1
+                    self._rewind(consumer)
+                    idle_since = None
                 continue
+            idle_since = None
             txn = Transaction(f"{self.name}/{count}", "abort" if self._rng.random() < ABORT_SHARE else "commit")
             count += 1
+            started = time.monotonic()
             txn.outcome = run_transaction(producer, txn, partial(self._transform, producer, consumer, txn, inputs))
+            took = time.monotonic() - started
+            if took * 1000 > self.progress["slowest transaction ms"]:
+                self.progress["slowest transaction ms"] = int(took * 1000)
+                # where its time went: the writes and send_offsets_to_transaction, then ending it
+                self.progress["its send_offsets ms"] = int(self._offsets_s * 1000)
+                self.progress["its end ms"] = int((took - self._transform_s) * 1000)
+            self.progress["transactions over 2 s"] += took > 2.0
             with self._lock:
                 self._history.transactions.append(txn)
             if txn.outcome == UNKNOWN:
                 # The successor's init_transactions ends what this transaction left before the rewind reads the
                 # group's offsets (require_stable waits for that too).
-                producer = transactional_producer(self._bootstrap, self.name)
-            if txn.outcome != COMMITTED and not _rewind(consumer):
+                producer = transactional_producer(self._servers, self.name)
+            self.progress[txn.outcome] += 1
+            self.progress["rewinds"] += txn.outcome != COMMITTED
+            if txn.outcome != COMMITTED and not self._rewind(consumer):
+                self.progress["rejoins"] += 1
                 consumer.close()
                 consumer = self._consumer()  # joins again: it starts from the group's committed offsets
             self.stopping.wait(PAUSE_S)
         consumer.close()
 
-    @staticmethod
-    def _transform(producer: Producer, consumer: Consumer, txn: Transaction, inputs: Iterable[Message]) -> None:
+    def _rewind(self, consumer: Consumer) -> bool:
+        """Seek every assigned partition back to the group's committed offset (noted in the history); False if
+        that failed."""
+        with self._lock:
+            ended = len(self._history.transactions)
+        try:
+            deadline = time.monotonic() + CALL_S
+            # UNSTABLE_OFFSET_COMMIT while the last transaction's markers are on their way: ask again.
+            committed = consumer.committed(consumer.assignment(), CALL_S)
+            while any(tp.error is not None for tp in committed):
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.1)
+                committed = consumer.committed(consumer.assignment(), CALL_S)
+            with self._lock:
+                told = {tp.partition: tp.offset for tp in committed if tp.offset >= 0}
+                self._history.offset_fetches.append(OffsetFetch(self.name, ended, told))
+            for tp in committed:
+                offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+                consumer.seek(KafkaTopicPartition(tp.topic, tp.partition, offset))
+            return True
+        except KafkaException:
+            return False
+
+    def _transform(self, producer: Producer, consumer: Consumer, txn: Transaction, inputs: Iterable[Message]) -> None:
+        started = time.monotonic()
+        self._offsets_s = self._transform_s = 0.0
         for message in inputs:
             partition, offset = message.partition() or 0, message.offset() or 0
             value = f"{txn.txn_id}/{partition}:{offset}"
@@ -293,24 +365,14 @@ class ProcessorThread(threading.Thread):
             txn.sources[value] = (partition, offset)
             producer.produce(OUTPUT_TOPIC, value.encode(), partition=output_partition)
             txn.offsets[partition] = max(txn.offsets.get(partition, 0), offset + 1)
+        sending = time.monotonic()
         producer.send_offsets_to_transaction(
             [KafkaTopicPartition(INPUT_TOPIC, p, o) for p, o in sorted(txn.offsets.items())],
             consumer.consumer_group_metadata(),
             CALL_S,
         )
-
-
-def _rewind(consumer: Consumer) -> bool:
-    """Seek every assigned partition back to the group's committed offset; False if that failed."""
-    try:
-        assignment = consumer.assignment()
-        for tp in consumer.committed(assignment, CALL_S):
-            consumer.seek(
-                KafkaTopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING)
-            )
-        return True
-    except KafkaException:
-        return False
+        self._offsets_s = time.monotonic() - sending
+        self._transform_s = time.monotonic() - started
 
 
 class ReadCommittedThread(threading.Thread):
@@ -371,16 +433,40 @@ def transactional_fault_run(
         for thread in [*writers, inputs]:
             thread.join(END_S + 30)
         say("  the processors catch up with the inputs")
-        wait_until(lambda: _caught_up(admin), CATCH_UP_S, "the processors to commit every input", interval_s=1.0)
+        catch_up_started = time.monotonic()
+        if _wait_or_note(history, say, lambda: _caught_up(admin), CATCH_UP_S, "the processors to commit every input"):
+            say(f"  caught up in {time.monotonic() - catch_up_started:.1f} s")
+        else:
+            say(
+                f"  input ends: {_latest(admin, INPUT_TOPIC, IsolationLevel.READ_UNCOMMITTED)}, last stable offsets: "
+                f"{_latest(admin, INPUT_TOPIC, IsolationLevel.READ_COMMITTED)}"
+            )
+            for stable in (False, True):
+                say(f"  the group's offsets (require_stable={stable}): {_group_answer(admin, stable)}")
+            frames = sys._current_frames()
+            for processor in processors:
+                say(f"  {processor.name}: {processor.where}")
+                frame = frames.get(processor.ident or -1)
+                if frame is not None:
+                    stack = traceback.format_stack(frame)[-3:]
+                    say(
+                        f"  {processor.name} is at: {' <- '.join(line.strip().replace(chr(10), ' ') for line in stack)}"
+                    )
+            say(f"  a new read_committed consumer from the group's offsets reads: {_probe(cluster.bootstrap, admin)}")
+            for command in (["list"], *(["describe", "--transactional-id", p.name] for p in processors)):
+                say(f"  tierlog transactions {' '.join(command)}: {_transactions_cli(cluster.bootstrap, command)}")
         for processor in processors:
             processor.stopping.set()
         for processor in processors:
             processor.join(END_S + 30)
+            say(f"  {processor.name}: {processor.progress}")
         for thread in [*writers, *processors]:
             if thread.error is not None:
                 raise RuntimeError(f"{thread.name} failed: {thread.error!r}") from thread.error
         wait_until(lambda: converged(cluster, TOPICS), CONVERGE_S, "every replica to catch up", interval_s=0.5)
-        wait_until(lambda: _stable(admin), STABLE_S, "every last stable offset to reach its high watermark", 1.0)
+        _wait_or_note(
+            history, say, lambda: _stable(admin), STABLE_S, "every last stable offset to reach its high watermark"
+        )
         nemesis.watch_quorum()
         written = [(t, p) for t in (TXN_TOPIC, OUTPUT_TOPIC) for p in range(PARTITIONS)]
         history.committed_final = _read_whole(cluster.bootstrap, written, "read_committed")
@@ -396,6 +482,70 @@ def transactional_fault_run(
     for line in controller_failovers(history):
         say(f"  failover: {line}")
     return history, check_transactions(history)
+
+
+def _group_answer(admin: AdminClient, require_stable: bool) -> dict[int, object]:
+    """partition -> the group's committed offset, or the error OffsetFetch answered for it."""
+    request = ConsumerGroupTopicPartitions(GROUP, [KafkaTopicPartition(INPUT_TOPIC, p) for p in range(PARTITIONS)])
+    try:
+        result = admin.list_consumer_group_offsets([request], require_stable=require_stable)[GROUP].result(10)
+    except KafkaException as error:
+        return {-1: str(error)}
+    return {tp.partition: tp.offset if tp.error is None else tp.error.name() for tp in result.topic_partitions}
+
+
+def _probe(bootstrap: str, admin: AdminClient) -> dict[int, list[int]]:
+    """partition -> the first offsets a new read_committed consumer assigned at the group's offsets gets in 5 s."""
+    starts = {p: o for p, o in _group_answer(admin, True).items() if isinstance(o, int) and p >= 0}
+    consumer = Consumer(
+        {**QUIET, "bootstrap.servers": bootstrap, "group.id": "txn-probe", "isolation.level": "read_committed"}
+    )
+    try:
+        consumer.assign([KafkaTopicPartition(INPUT_TOPIC, p, o) for p, o in starts.items()])
+        got: dict[int, list[int]] = {p: [] for p in starts}
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            for message in consumer.consume(100, 0.2):
+                if message.error() is None and len(got[message.partition() or 0]) < 3:
+                    got[message.partition() or 0].append(message.offset() or 0)
+        return got
+    finally:
+        consumer.close()
+
+
+def _transactions_cli(bootstrap: str, command: list[str]) -> str:
+    """What `tierlog transactions ...` prints (kafka-transactions.sh's view of the coordinators)."""
+    args = [sys.executable, "-m", "tierlog", "transactions", *command, "--bootstrap-server", bootstrap]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=30, check=False)
+    return (done.stdout + done.stderr).strip().replace("\n", " | ")
+
+
+def _any_position_unknown(consumer: Consumer) -> bool:
+    try:
+        return any(tp.offset < 0 for tp in consumer.position(consumer.assignment()))
+    except KafkaException:
+        return False
+
+
+def _positions(consumer: Consumer) -> dict[int, int]:
+    try:
+        return {tp.partition: tp.offset for tp in consumer.position(consumer.assignment())}
+    except KafkaException as error:
+        return {-1: error.args[0].code()}
+
+
+def _wait_or_note(
+    history: TxnHistory, say: Callable[[str], None], condition: Callable[[], bool], timeout_s: float, what: str
+) -> bool:
+    """Wait for `condition`; if it does not come (False), the history notes a stall and the run goes on to be
+    checked."""
+    try:
+        wait_until(condition, timeout_s, what, interval_s=1.0)
+        return True
+    except TimeoutError as error:
+        history.stalls.append(str(error))
+        say(f"  STALL: {error}")
+        return False
 
 
 def _latest(admin: AdminClient, topic: str, isolation: IsolationLevel) -> dict[int, int]:
