@@ -1,6 +1,7 @@
 """The group coordinator's asyncio shell: `__consumer_offsets` appends, partition loading, and the one timer.
 
-The rules live in `tierlog.coordinator.group`; this wires them to the broker:
+The rules live in `tierlog.coordinator.group`; this wires them to the broker through the machinery both
+coordinators share (`tierlog.server.coordinator_runtime`), keeping what is the group coordinator's own:
 - writes are one batch per call appended to the group's partition with acks=all through ReplicaManager,
   answered when the HW passes the batch or `offsets.commit.timeout.ms` ends (Kafka's appendForGroup); a
   transaction's offsets are the producer's transactional batch;
@@ -14,13 +15,11 @@ The rules live in `tierlog.coordinator.group`; this wires them to the broker:
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 
-from tierlog.common import TopicPartition
 from tierlog.config import KafkaConfig
 from tierlog.coordinator.group.group_coordinator import (
     AppendCallback,
@@ -33,18 +32,17 @@ from tierlog.coordinator.group.group_coordinator import (
     TxnRecord,
 )
 from tierlog.metadata.image import ClusterMetadata
-from tierlog.records.codec import build_batch, decode_batches
+from tierlog.records.codec import DecodedBatch, build_batch
 from tierlog.records.control_batch import ControlRecordType, control_record_type
-from tierlog.replication.replica_manager import AppendResult, ReplicaManager
+from tierlog.replication.replica_manager import ReplicaManager
 from tierlog.server.clock import now_ms
+from tierlog.server.coordinator_runtime import CoordinatorRuntime, CreateTopic, InternalTopic
 from tierlog.server.metrics import ScrapeCollector, ScrapedMetric
 from tierlog.storage.producer_state import AppendOrigin
 
 logger = logging.getLogger(__name__)
 
 GROUP_METADATA_TOPIC = "__consumer_offsets"
-
-CreateTopic = Callable[[str, int, int, dict[str, str]], Awaitable[str | None]]
 
 
 def group_config(config: KafkaConfig) -> GroupConfig:
@@ -59,6 +57,27 @@ def group_config(config: KafkaConfig) -> GroupConfig:
     )
 
 
+def decode_offsets_batch(batch: DecodedBatch, offset: int) -> list[LoadEntry]:
+    """A `__consumer_offsets` batch as the core replays it, from `offset` on: a transaction's records and its
+    COMMIT or ABORT marker as such (docs/transactions.md#offsets-load), the others as key and value."""
+    header = batch.header
+    if header.is_control:
+        if batch.records and header.last_offset >= offset:
+            type_id = control_record_type(batch.records[0].key)
+            if type_id in (ControlRecordType.COMMIT, ControlRecordType.ABORT):
+                return [TxnMarker(header.producer_id, type_id == ControlRecordType.COMMIT)]
+        return []
+    entries: list[LoadEntry] = []
+    for record in batch.records:
+        if record.offset < offset or record.key is None:
+            continue
+        if header.is_transactional:
+            entries.append(TxnRecord(header.producer_id, record.key, record.value))
+        else:
+            entries.append((record.key, record.value))
+    return entries
+
+
 class GroupCoordinatorService:
     def __init__(
         self,
@@ -71,19 +90,19 @@ class GroupCoordinatorService:
     ) -> None:
         self.config = config
         self.coordinator = GroupCoordinator(group_config(config), self._append)
-        self._replica_manager = replica_manager
-        self._image = image
-        self._create_topic = create_topic
-        self._arm_purgatory_timer = arm_purgatory_timer
-        self._commit_timeout_ms = config.get_int("offsets.commit.timeout.ms")
-        self._load_buffer_size = config.get_int("offsets.load.buffer.size")
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_deadline: int | None = None
-        self._loads: dict[int, asyncio.Task[None]] = {}
-        self._creating: asyncio.Task[None] | None = None
-        # Why the last creation of __consumer_offsets failed, for the clients that keep asking.
-        self._creation_error: str | None = None
-        self._stopped = False
+        self._runtime = CoordinatorRuntime(
+            GROUP_METADATA_TOPIC,
+            "group coordinator",
+            replica_manager,
+            image,
+            create_topic,
+            self._offsets_topic,
+            arm_purgatory_timer,
+            config.get_int("offsets.commit.timeout.ms"),
+            config.get_int("offsets.load.buffer.size"),
+            self.coordinator.next_deadline_ms,
+            self.coordinator.on_timer,
+        )
         if registry is not None:
             self._register_metrics(registry)
 
@@ -126,38 +145,23 @@ class GroupCoordinatorService:
     def topic_ready(self) -> str | None:
         """None when __consumer_offsets exists; otherwise start creating it (once at a time) and return why
         clients must retry, as Kafka's FindCoordinator answers COORDINATOR_NOT_AVAILABLE meanwhile."""
-        if GROUP_METADATA_TOPIC in self._image().topics:
-            return None
-        if not self._stopped and (self._creating is None or self._creating.done()):
-            self._creating = asyncio.create_task(self._create_offsets_topic(), name="create-consumer-offsets")
-        return self._creation_error or f"{GROUP_METADATA_TOPIC} is being created"
+        return self._runtime.topic_ready("create-consumer-offsets")
 
-    async def _create_offsets_topic(self) -> None:
-        configs = {
-            "cleanup.policy": "compact",
-            "compression.type": "producer",
-            "segment.bytes": str(self.config.get_int("offsets.topic.segment.bytes")),
-        }
-        replication_factor = self.config.internal_topic_replication_factor("offsets.topic.replication.factor")
-        try:
-            error = await self._create_topic(GROUP_METADATA_TOPIC, self.num_partitions, replication_factor, configs)
-        except Exception as e:  # the controller may be away; the next FindCoordinator tries again
-            error = str(e)
-        if error not in (None, "TOPIC_ALREADY_EXISTS"):
-            self._creation_error = (
-                f"cannot create {GROUP_METADATA_TOPIC} with {self.num_partitions} partitions and replication "
-                f"factor {replication_factor} (offsets.topic.num.partitions, offsets.topic.replication.factor): "
-                f"{error}"
-            )
-            logger.warning("%s", self._creation_error)
+    def _offsets_topic(self) -> InternalTopic:
+        return InternalTopic(
+            num_partitions=self.num_partitions,
+            replication_factor=self.config.internal_topic_replication_factor("offsets.topic.replication.factor"),
+            configs={
+                "cleanup.policy": "compact",
+                "compression.type": "producer",
+                "segment.bytes": str(self.config.get_int("offsets.topic.segment.bytes")),
+            },
+            settings="offsets.topic.num.partitions, offsets.topic.replication.factor",
+        )
 
     def leader_of(self, group_id: str) -> int:
         """The broker leading the group's partition, or -1 (no such topic or no leader yet)."""
-        topic = self._image().topics.get(GROUP_METADATA_TOPIC)
-        partition = self.coordinator.partition_for(group_id)
-        if topic is None or partition >= len(topic.partitions):
-            return -1
-        return topic.partitions[partition].leader
+        return self._runtime.leader_of(self.coordinator.partition_for(group_id))
 
     # Appends
 
@@ -169,7 +173,6 @@ class GroupCoordinatorService:
         on_done: AppendCallback,
         producer: TxnProducer | None = None,
     ) -> None:
-        tp = TopicPartition(GROUP_METADATA_TOPIC, partition)
         specs = [(key, value, (), now) for key, value in records]
         if producer is None:
             batch = bytearray(build_batch(specs))
@@ -185,91 +188,33 @@ class GroupCoordinatorService:
                     transactional=True,
                 )
             )
-
-        def respond(results: dict[TopicPartition, AppendResult]) -> None:
-            result = results.get(tp)
-            on_done("UNKNOWN_TOPIC_OR_PARTITION" if result is None else result.error, now_ms())
-            self._rearm()
-
-        try:
-            # Kafka's appendForGroup: a coordinator's write (a transactional batch's sequence is not checked).
-            delayed = self._replica_manager.append_records(
-                {tp: batch}, -1, self._commit_timeout_ms, now, respond, origin=AppendOrigin.COORDINATOR
-            )
-        except Exception as e:
-            logger.warning("appending to %s failed: %s", tp, e)
-            on_done("UNKNOWN_SERVER_ERROR", now_ms())
-            return
-        if delayed is not None:
-            self._arm_purgatory_timer(delayed.deadline_ms)
+        # Kafka's appendForGroup: a coordinator's write (a transactional batch's sequence is not checked).
+        self._runtime.append(partition, batch, now, on_done, origin=AppendOrigin.COORDINATOR)
 
     # Leadership of __consumer_offsets partitions
 
     def on_metadata(self, image: ClusterMetadata) -> None:
-        """After ReplicaManager applied `image`: load the partitions this broker now leads, drop the others."""
-        if self._stopped:
+        """After ReplicaManager applied `image`: load the partitions this broker now leads, drop the others.
+        Loading reads the log end offset again before each read, so a marker appended meanwhile is replayed
+        too: the core is told of it only once it is loaded (docs/transactions.md#offsets-load)."""
+        runtime = self._runtime
+        if runtime.stopped:
             return
-        leading: dict[int, int] = {}
-        topic = image.topics.get(GROUP_METADATA_TOPIC)
-        if topic is not None:
-            for index in range(len(topic.partitions)):
-                partition = self._replica_manager.partitions.get(TopicPartition(GROUP_METADATA_TOPIC, index))
-                if partition is not None and partition.is_leader:
-                    leading[index] = partition.leader_epoch
+        leading = runtime.leading_partitions(image)
         now = now_ms()
         for index in self.coordinator.owned_partitions() - set(leading):
-            task = self._loads.pop(index, None)
-            if task is not None:
-                task.cancel()
+            runtime.cancel_load(index)
             self.coordinator.on_resignation(index, now)
             logger.info("resigned as coordinator of %s-%d", GROUP_METADATA_TOPIC, index)
         for index, epoch in leading.items():
             if self.coordinator.on_election(index, epoch):
-                self._loads[index] = asyncio.create_task(self._load(index, epoch), name=f"load-offsets-{index}")
-        self._rearm()
+                runtime.load(
+                    index, "load-offsets", decode_offsets_batch, self._completer(index, epoch), follow_log_end=True
+                )
+        runtime.rearm()
 
-    async def _load(self, index: int, epoch: int) -> None:
-        """Read the partition from its log start to its log end offset and replay it; the groups answer
-        COORDINATOR_LOAD_IN_PROGRESS until then. Yields between reads so the broker keeps serving. The log end
-        offset is read again before each read (Kafka's loadGroupsAndOffsets), so a marker appended meanwhile
-        is replayed too: the core is told of it only once it is loaded (docs/transactions.md#offsets-load)."""
-        tp = TopicPartition(GROUP_METADATA_TOPIC, index)
-        entries: list[LoadEntry] = []
-        try:
-            log = self._replica_manager.get_partition(tp).log
-            offset = log.log_start_offset
-            while offset < (end := log.log_end_offset):
-                data = log.read(offset, self._load_buffer_size, end, True).records
-                if data is None:
-                    break
-                for batch in decode_batches(data.read_bytes()):
-                    header = batch.header
-                    if header.is_control:
-                        if batch.records and header.last_offset >= offset:
-                            type_id = control_record_type(batch.records[0].key)
-                            if type_id in (ControlRecordType.COMMIT, ControlRecordType.ABORT):
-                                committed = type_id == ControlRecordType.COMMIT
-                                entries.append(TxnMarker(header.producer_id, committed))
-                    else:
-                        for record in batch.records:
-                            if record.offset < offset or record.key is None:
-                                continue
-                            if header.is_transactional:
-                                entries.append(TxnRecord(header.producer_id, record.key, record.value))
-                            else:
-                                entries.append((record.key, record.value))
-                    offset = max(offset, header.last_offset + 1)
-                await asyncio.sleep(0)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            # The partition stays loading (COORDINATOR_LOAD_IN_PROGRESS) rather than serving partial state.
-            logger.exception("loading %s failed", tp)
-            return
-        finally:
-            self._loads.pop(index, None)
-        self.coordinator.complete_load(index, epoch, entries, now_ms())
-        self._rearm()
+    def _completer(self, index: int, epoch: int) -> Callable[[list[LoadEntry]], None]:
+        return lambda entries: self.coordinator.complete_load(index, epoch, entries, now_ms())
 
     # Transactions
 
@@ -277,51 +222,23 @@ class GroupCoordinatorService:
         """WriteTxnMarkers appended the producer's marker to `offsets_partition` of __consumer_offsets: its
         offsets pending there become committed, or are dropped (docs/transactions.md#offsets-pending)."""
         self.coordinator.complete_transaction(offsets_partition, producer_id, committed)
-        self._rearm()
+        self._runtime.rearm()
 
     # Timers
 
-    def _rearm(self) -> None:
-        """Keep one timer armed at the core's earliest deadline."""
-        if self._stopped:
-            return
-        deadline = self.coordinator.next_deadline_ms()
-        if deadline is None or (self._timer_deadline is not None and self._timer_deadline <= deadline):
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-        loop = asyncio.get_running_loop()
-        self._timer_deadline = deadline
-        self._timer = loop.call_later(max(0.0, (deadline - now_ms()) / 1000), self._fire)
-
-    def _fire(self) -> None:
-        self._timer = None
-        self._timer_deadline = None
-        try:
-            self.coordinator.on_timer(now_ms())
-        except Exception:
-            logger.exception("group coordinator timer failed")
-        self._rearm()
-
     def after_call(self) -> None:
         """Handlers call this after every call into the core: deadlines may have moved earlier."""
-        self._rearm()
+        self._runtime.rearm()
 
     def cleanup_group_metadata(self) -> None:
         removed = self.coordinator.cleanup_group_metadata(now_ms())
         if removed:
             logger.info("removed %d expired offsets", removed)
-        self._rearm()
+        self._runtime.rearm()
 
     def stop(self) -> None:
         """At shutdown: no more timers or loads; parked members are answered by the broker's own drain."""
-        self._stopped = True
-        if self._timer is not None:
-            self._timer.cancel()
-        for task in self._loads.values():
-            task.cancel()
-        if self._creating is not None:
-            self._creating.cancel()
+        self._runtime.stop()
         now = now_ms()
         for index in self.coordinator.owned_partitions():
             self.coordinator.on_resignation(index, now)

@@ -2,7 +2,8 @@
 marker channel (docs/transactions.md#coordinator-shell).
 
 The rules live in `tierlog.coordinator.transaction`; this wires them to the broker as Kafka's
-TransactionStateManager and TransactionMarkerChannelManager do:
+TransactionStateManager and TransactionMarkerChannelManager do, through the machinery both coordinators share
+(`tierlog.server.coordinator_runtime`):
 - `__transaction_state` is created on the first FindCoordinator for a transactional id (Kafka's
   transaction.state.log.* settings; compacted, uncompressed);
 - its writes are one batch per call appended with acks=all through ReplicaManager, answered when the HW passes
@@ -16,12 +17,10 @@ TransactionStateManager and TransactionMarkerChannelManager do:
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from tierlog.client.security import ClientSecurity
-from tierlog.common import TopicPartition
 from tierlog.config import KafkaConfig
 from tierlog.coordinator.transaction.transaction_coordinator import (
     AppendCallback,
@@ -30,9 +29,10 @@ from tierlog.coordinator.transaction.transaction_coordinator import (
     TxnMarkerRequest,
 )
 from tierlog.metadata.image import ClusterMetadata
-from tierlog.records.codec import build_batch, decode_batches
-from tierlog.replication.replica_manager import AppendResult, ReplicaManager
+from tierlog.records.codec import DecodedBatch, build_batch
+from tierlog.replication.replica_manager import ReplicaManager
 from tierlog.server.clock import now_ms
+from tierlog.server.coordinator_runtime import CoordinatorRuntime, CreateTopic, InternalTopic
 from tierlog.server.producer_id_manager import ProducerIdManager
 from tierlog.server.transaction_marker_channel import TransactionMarkerChannel, WriteLocal
 
@@ -40,7 +40,6 @@ logger = logging.getLogger(__name__)
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 
-CreateTopic = Callable[[str, int, int, dict[str, str]], Awaitable[str | None]]
 Record = tuple[bytes, bytes | None]
 
 
@@ -67,6 +66,15 @@ def transaction_state_min_isr(config: KafkaConfig) -> int:
     return 1
 
 
+def decode_state_batch(batch: DecodedBatch, offset: int) -> list[Record]:
+    """A `__transaction_state` batch's records from `offset` on, as key and value; control batches carry none."""
+    if batch.header.is_control:
+        return []
+    return [
+        (record.key, record.value) for record in batch.records if record.offset >= offset and record.key is not None
+    ]
+
+
 class TransactionCoordinatorService:
     def __init__(
         self,
@@ -80,33 +88,35 @@ class TransactionCoordinatorService:
         write_local_markers: WriteLocal,
     ) -> None:
         self.config = config
-        self._replica_manager = replica_manager
-        self._image = image
-        self._create_topic = create_topic
-        self._arm_purgatory_timer = arm_purgatory_timer
-        self._request_timeout_ms = config.get_int("request.timeout.ms")
-        self._load_buffer_size = config.get_int("transaction.state.log.load.buffer.size")
+        request_timeout_ms = config.get_int("request.timeout.ms")
         self.coordinator = TransactionCoordinator(
             transaction_config(config), self._append, self._send_markers, producer_ids.next_id
+        )
+        self._runtime = CoordinatorRuntime(
+            TRANSACTION_STATE_TOPIC,
+            "transaction coordinator",
+            replica_manager,
+            image,
+            create_topic,
+            self._state_topic,
+            arm_purgatory_timer,
+            request_timeout_ms,
+            config.get_int("transaction.state.log.load.buffer.size"),
+            self.coordinator.next_deadline_ms,
+            self.coordinator.on_timer,
         )
         self.markers = TransactionMarkerChannel(
             config.node_id,
             image,
             lambda: config.inter_broker_listener_name,
             security,
-            self._request_timeout_ms,
+            request_timeout_ms,
             self._still_owned,
             self._on_markers_written,
             write_local_markers,
         )
         # The __transaction_state partitions this broker leads, with their leader epoch (the coordinator epoch).
         self._leading: dict[int, int] = {}
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_deadline: int | None = None
-        self._loads: dict[int, asyncio.Task[None]] = {}
-        self._creating: asyncio.Task[None] | None = None
-        self._creation_error: str | None = None
-        self._stopped = False
 
     @property
     def num_partitions(self) -> int:
@@ -117,61 +127,32 @@ class TransactionCoordinatorService:
     def topic_ready(self) -> str | None:
         """None when __transaction_state exists; otherwise start creating it (once at a time) and return why
         clients must retry (COORDINATOR_NOT_AVAILABLE meanwhile, as Kafka)."""
-        if TRANSACTION_STATE_TOPIC in self._image().topics:
-            return None
-        if not self._stopped and (self._creating is None or self._creating.done()):
-            self._creating = asyncio.create_task(self._create_state_topic(), name="create-transaction-state")
-        return self._creation_error or f"{TRANSACTION_STATE_TOPIC} is being created"
+        return self._runtime.topic_ready("create-transaction-state")
 
-    async def _create_state_topic(self) -> None:
+    def _state_topic(self) -> InternalTopic:
         config = self.config
-        configs = {
-            "cleanup.policy": "compact",
-            "compression.type": "uncompressed",
-            "min.insync.replicas": str(transaction_state_min_isr(config)),
-            "segment.bytes": str(config.get_int("transaction.state.log.segment.bytes")),
-            "unclean.leader.election.enable": "false",
-        }
-        replication_factor = config.internal_topic_replication_factor("transaction.state.log.replication.factor")
-        try:
-            error = await self._create_topic(TRANSACTION_STATE_TOPIC, self.num_partitions, replication_factor, configs)
-        except Exception as e:  # the controller may be away; the next FindCoordinator tries again
-            error = str(e)
-        if error not in (None, "TOPIC_ALREADY_EXISTS"):
-            self._creation_error = (
-                f"cannot create {TRANSACTION_STATE_TOPIC} with {self.num_partitions} partitions and replication "
-                f"factor {replication_factor} (transaction.state.log.num.partitions, "
-                f"transaction.state.log.replication.factor): {error}"
-            )
-            logger.warning("%s", self._creation_error)
+        return InternalTopic(
+            num_partitions=self.num_partitions,
+            replication_factor=config.internal_topic_replication_factor("transaction.state.log.replication.factor"),
+            configs={
+                "cleanup.policy": "compact",
+                "compression.type": "uncompressed",
+                "min.insync.replicas": str(transaction_state_min_isr(config)),
+                "segment.bytes": str(config.get_int("transaction.state.log.segment.bytes")),
+                "unclean.leader.election.enable": "false",
+            },
+            settings="transaction.state.log.num.partitions, transaction.state.log.replication.factor",
+        )
 
     def leader_of(self, transactional_id: str) -> int:
         """The broker leading the transactional id's partition, or -1 (no such topic or no leader yet)."""
-        topic = self._image().topics.get(TRANSACTION_STATE_TOPIC)
-        partition = self.coordinator.partition_for(transactional_id)
-        if topic is None or partition >= len(topic.partitions):
-            return -1
-        return topic.partitions[partition].leader
+        return self._runtime.leader_of(self.coordinator.partition_for(transactional_id))
 
     # Appends
 
     def _append(self, partition: int, records: list[Record], now: int, on_done: AppendCallback) -> None:
-        tp = TopicPartition(TRANSACTION_STATE_TOPIC, partition)
         batch = bytearray(build_batch([(key, value, (), now) for key, value in records]))
-
-        def respond(results: dict[TopicPartition, AppendResult]) -> None:
-            result = results.get(tp)
-            on_done("UNKNOWN_TOPIC_OR_PARTITION" if result is None else result.error, now_ms())
-            self._rearm()
-
-        try:
-            delayed = self._replica_manager.append_records({tp: batch}, -1, self._request_timeout_ms, now, respond)
-        except Exception as e:
-            logger.warning("appending to %s failed: %s", tp, e)
-            on_done("UNKNOWN_SERVER_ERROR", now_ms())
-            return
-        if delayed is not None:
-            self._arm_purgatory_timer(delayed.deadline_ms)
+        self._runtime.append(partition, batch, now, on_done)
 
     # Markers
 
@@ -191,22 +172,17 @@ class TransactionCoordinatorService:
                 now_ms(),
             )
         finally:
-            self._rearm()
+            self._runtime.rearm()
 
     # Leadership of __transaction_state partitions
 
     def on_metadata(self, image: ClusterMetadata) -> None:
         """After ReplicaManager applied `image`: load the partitions this broker now leads (or leads in a newer
         epoch), drop the others."""
-        if self._stopped:
+        runtime = self._runtime
+        if runtime.stopped:
             return
-        leading: dict[int, int] = {}
-        topic = image.topics.get(TRANSACTION_STATE_TOPIC)
-        if topic is not None:
-            for index in range(len(topic.partitions)):
-                partition = self._replica_manager.partitions.get(TopicPartition(TRANSACTION_STATE_TOPIC, index))
-                if partition is not None and partition.is_leader:
-                    leading[index] = partition.leader_epoch
+        leading = runtime.leading_partitions(image)
         for index, epoch in list(self._leading.items()):
             if leading.get(index) != epoch:
                 self._resign(index, epoch)
@@ -214,86 +190,38 @@ class TransactionCoordinatorService:
             if self._leading.get(index) != epoch:
                 self._leading[index] = epoch
                 if self.coordinator.on_election(index, epoch):
-                    self._loads[index] = asyncio.create_task(self._load(index, epoch), name=f"load-txn-state-{index}")
-        self._rearm()
+                    runtime.load(
+                        index, "load-txn-state", decode_state_batch, self._completer(index, epoch), follow_log_end=False
+                    )
+        runtime.rearm()
+
+    def _completer(self, index: int, epoch: int) -> Callable[[list[Record]], None]:
+        """Hands a loaded partition's records to the core; its transactional ids answer
+        COORDINATOR_LOAD_IN_PROGRESS until then."""
+
+        def complete(records: list[Record]) -> None:
+            self.coordinator.complete_load(index, epoch, records, now_ms())
+            logger.info(
+                "loaded %s-%d (coordinator epoch %d): %d records", TRANSACTION_STATE_TOPIC, index, epoch, len(records)
+            )
+
+        return complete
 
     def _resign(self, index: int, epoch: int) -> None:
         del self._leading[index]
-        task = self._loads.pop(index, None)
-        if task is not None:
-            task.cancel()
+        self._runtime.cancel_load(index)
         self.coordinator.on_resignation(index, epoch)
         logger.info("resigned as transaction coordinator of %s-%d (epoch %d)", TRANSACTION_STATE_TOPIC, index, epoch)
 
-    async def _load(self, index: int, epoch: int) -> None:
-        """Read the partition from its log start to its log end offset and replay it; its transactional ids
-        answer COORDINATOR_LOAD_IN_PROGRESS until then. Yields between reads so the broker keeps serving."""
-        tp = TopicPartition(TRANSACTION_STATE_TOPIC, index)
-        records: list[Record] = []
-        try:
-            log = self._replica_manager.get_partition(tp).log
-            offset, end = log.log_start_offset, log.log_end_offset
-            while offset < end:
-                data = log.read(offset, self._load_buffer_size, end, True).records
-                if data is None:
-                    break
-                for batch in decode_batches(data.read_bytes()):
-                    if batch.header.is_control:
-                        continue
-                    for record in batch.records:
-                        if record.offset >= offset and record.key is not None:
-                            records.append((record.key, record.value))
-                    offset = max(offset, batch.header.last_offset + 1)
-                await asyncio.sleep(0)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            # The partition stays loading (COORDINATOR_LOAD_IN_PROGRESS) rather than serving partial state.
-            logger.exception("loading %s failed", tp)
-            return
-        finally:
-            if self._loads.get(index) is asyncio.current_task():
-                del self._loads[index]
-        self.coordinator.complete_load(index, epoch, records, now_ms())
-        logger.info("loaded %s (coordinator epoch %d): %d records", tp, epoch, len(records))
-        self._rearm()
-
     # Timers
-
-    def _rearm(self) -> None:
-        """Keep one timer armed at the core's earliest deadline."""
-        if self._stopped:
-            return
-        deadline = self.coordinator.next_deadline_ms()
-        if deadline is None or (self._timer_deadline is not None and self._timer_deadline <= deadline):
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer_deadline = deadline
-        self._timer = asyncio.get_running_loop().call_later(max(0.0, (deadline - now_ms()) / 1000), self._fire)
-
-    def _fire(self) -> None:
-        self._timer = None
-        self._timer_deadline = None
-        try:
-            self.coordinator.on_timer(now_ms())
-        except Exception:
-            logger.exception("transaction coordinator timer failed")
-        self._rearm()
 
     def after_call(self) -> None:
         """Handlers call this after every call into the core: deadlines may have moved earlier."""
-        self._rearm()
+        self._runtime.rearm()
 
     async def stop(self) -> None:
         """At shutdown: no more timers, loads or markers."""
-        self._stopped = True
-        if self._timer is not None:
-            self._timer.cancel()
-        for task in self._loads.values():
-            task.cancel()
-        if self._creating is not None:
-            self._creating.cancel()
+        self._runtime.stop()
         await self.markers.stop()
         for index, epoch in list(self._leading.items()):
             self._resign(index, epoch)
