@@ -10,7 +10,8 @@ writes (docs/transactions.md#proof).
 - Consume-transform-produce: an idempotent producer writes inputs to `txn-in`; two processors in one consumer
   group (read_committed) each turn a batch of inputs into outputs on `txn-out` (spread over its partitions) and
   send the batch's offsets with the transaction (send_offsets_to_transaction, KIP-447's group metadata); a
-  quarter of them are aborted on purpose, after which the processor goes back to the group's committed offsets.
+  quarter of them are aborted on purpose, after which the processor goes back to the group's committed offsets;
+  a send_offsets_to_transaction that librdkafka leaves blocked past its timeout is given up (SEND_OFFSETS_GIVE_UP_S).
 - Two read_committed consumers assigned every partition of `txn` and `txn-out` from offset 0 record what they
   poll, in order.
 
@@ -87,6 +88,11 @@ INPUT_INTERVAL_S = 0.02
 # After healing, a processor's transaction can take seconds (up to 10 s seen) while the coordinators settle.
 CATCH_UP_S = 240.0
 RESEEK_IDLE_S = 5.0
+# librdkafka's send_offsets_to_transaction can block for ever past its timeout: its TxnOffsetCommit waits for a
+# group coordinator that left the metadata (a killed broker is fenced, and librdkafka decommissions it), and once
+# the faults are healed no broker state change wakes it (librdkafka #5456, #5511). A call still blocked this long
+# after it was made is given up: its transaction's outcome is unknown and a new producer fences the stuck one.
+SEND_OFFSETS_GIVE_UP_S = 3 * CALL_S
 # A transaction left open by a producer that is gone is aborted by the coordinator after its timeout.
 STABLE_S = 3 * TRANSACTION_TIMEOUT_MS / 1000 + 30
 FINAL_READ_S = 60.0
@@ -183,11 +189,48 @@ def _write(producer: Producer, txn: Transaction, records: list[tuple[int, str]])
     producer.poll(0)
 
 
+class ClientCallStuck(Exception):
+    """A librdkafka call is still blocked long after its timeout: the producer can make no other transactional
+    call, and is given up."""
+
+
+def send_offsets_or_give_up(
+    producer: Producer,
+    offsets: list[KafkaTopicPartition],
+    group_metadata: object,
+    timeout_s: float = CALL_S,
+    give_up_s: float = SEND_OFFSETS_GIVE_UP_S,
+) -> None:
+    """producer.send_offsets_to_transaction(offsets, group_metadata, timeout_s), raising ClientCallStuck if it has
+    not returned after `give_up_s` (librdkafka #5456, #5511); the call is left blocked on a daemon thread, which
+    holds the producer so that it is never destroyed under it."""
+    outcome: list[BaseException | None] = []
+    returned = threading.Event()
+
+    def call() -> None:
+        try:
+            producer.send_offsets_to_transaction(offsets, group_metadata, timeout_s)
+            outcome.append(None)
+        except BaseException as error:  # handed to the caller
+            outcome.append(error)
+        finally:
+            returned.set()
+
+    threading.Thread(target=call, name="send-offsets", daemon=True).start()
+    if not returned.wait(give_up_s):
+        raise ClientCallStuck(f"send_offsets_to_transaction({timeout_s:.0f} s) still blocked after {give_up_s:.0f} s")
+    if outcome[0] is not None:
+        raise outcome[0]
+
+
 def run_transaction(producer: Producer, txn: Transaction, write: Callable[[], None]) -> str:
-    """Begin a transaction, `write` into it, and end it as `txn.intent` says; its outcome as the client saw it."""
+    """Begin a transaction, `write` into it, and end it as `txn.intent` says; its outcome as the client saw it
+    (UNKNOWN when a call of `write` is stuck: the producer can neither commit nor abort)."""
     try:
         producer.begin_transaction()
         write()
+    except ClientCallStuck:
+        return UNKNOWN
     except KafkaException as exception:
         error: KafkaError = exception.args[0]
         if error.fatal() or not error.txn_requires_abort():
@@ -248,6 +291,7 @@ class ProcessorThread(threading.Thread):
                 "rewinds",
                 "rejoins",
                 "re-seeks when idle",
+                "stuck send_offsets given up",
                 "slowest transaction ms",
                 "transactions over 2 s",
             ),
@@ -366,11 +410,15 @@ class ProcessorThread(threading.Thread):
             producer.produce(OUTPUT_TOPIC, value.encode(), partition=output_partition)
             txn.offsets[partition] = max(txn.offsets.get(partition, 0), offset + 1)
         sending = time.monotonic()
-        producer.send_offsets_to_transaction(
-            [KafkaTopicPartition(INPUT_TOPIC, p, o) for p, o in sorted(txn.offsets.items())],
-            consumer.consumer_group_metadata(),
-            CALL_S,
-        )
+        try:
+            send_offsets_or_give_up(
+                producer,
+                [KafkaTopicPartition(INPUT_TOPIC, p, o) for p, o in sorted(txn.offsets.items())],
+                consumer.consumer_group_metadata(),
+            )
+        except ClientCallStuck:
+            self.progress["stuck send_offsets given up"] += 1
+            raise
         self._offsets_s = time.monotonic() - sending
         self._transform_s = time.monotonic() - started
 
