@@ -32,6 +32,7 @@ logger = logging.getLogger(__name__)
 CreateTopic = Callable[[str, int, int, dict[str, str]], Awaitable[str | None]]
 AppendDone = Callable[[str | None, int], None]
 Entry = TypeVar("Entry")
+Answer = TypeVar("Answer")
 
 
 @dataclass(frozen=True)
@@ -237,3 +238,17 @@ class CoordinatorRuntime:
             task.cancel()
         if self._creating is not None:
             self._creating.cancel()
+
+
+async def parked(call: Callable[[Callable[[Answer], None]], None], after_call: Callable[[], None]) -> Answer:
+    """Call into a coordinator core with a callback and wait for its answer (at once, or when the core answers
+    later); `after_call` re-arms the shell's timer, as the call may have moved the core's earliest deadline."""
+    answered: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+
+    def respond(result: Answer) -> None:
+        if not answered.done():
+            answered.set_result(result)
+
+    call(respond)
+    after_call()
+    return await answered

@@ -9,7 +9,6 @@ KafkaApis checks (docs/security.md#api-checks).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
@@ -25,6 +24,7 @@ from tierlog.security.acl import AclOperation, ResourceType
 from tierlog.server.auth_helper import AuthHelper
 from tierlog.server.authorized_operations import OMITTED
 from tierlog.server.clock import now_ms
+from tierlog.server.coordinator_runtime import parked
 from tierlog.server.entities import NO_THROTTLE, ResponseSchema, response_schema
 from tierlog.server.group_coordinator import GroupCoordinatorService
 from tierlog.server.request_context import client_host, listener_name
@@ -51,6 +51,32 @@ Handler = Callable[[Request], Awaitable[Any]]
 def _ms(value: Any) -> int:
     """A kio timedelta field as Kafka's milliseconds."""
     return round(value.total_seconds() * 1000)
+
+
+# (error, message, node id, host, port) of one coordinator key.
+CoordinatorLookup = tuple[str | None, str | None, int, str, int]
+
+
+def find_coordinator_response(request: Request, find: Callable[[str], CoordinatorLookup]) -> Any:
+    """FindCoordinator's answer for every key of the request (v4+ batches them, KIP-699; older versions ask for one
+    key and get it in the top-level fields)."""
+    s = response_schema(request.api_key, request.api_version)
+    body = request.body
+    keys = body.coordinator_keys if request.api_version >= 4 else (body.key,)
+    found = [(key, *find(key)) for key in keys]
+    _, error, message, node_id, host, port = found[0]
+    return s.FindCoordinatorResponse(
+        throttle_time=NO_THROTTLE,
+        error_code=error_code(error),
+        error_message=message,
+        node_id=node_id,
+        host=host,
+        port=port,
+        coordinators=tuple(
+            s.Coordinator(key=k, node_id=n, host=h, port=p, error_code=error_code(e), error_message=m)
+            for k, e, m, n, h, p in found
+        ),
+    )
 
 
 class GroupApis:
@@ -95,21 +121,11 @@ class GroupApis:
         return topic is not None and 0 <= tp.partition < len(topic.partitions)
 
     async def _parked(self, call: Callable[[Callable[[T], None]], None]) -> T:
-        """Call into the core with a callback and wait for it (at once, or when the core answers later)."""
-        loop = asyncio.get_running_loop()
-        answered: asyncio.Future[T] = loop.create_future()
-
-        def respond(result: T) -> None:
-            if not answered.done():
-                answered.set_result(result)
-
-        call(respond)
-        self.service.after_call()
-        return await answered
+        return await parked(call, self.service.after_call)
 
     # FindCoordinator
 
-    def _find(self, key_type: int, key: str) -> tuple[str | None, str | None, int, str, int]:
+    def _find(self, key_type: int, key: str) -> CoordinatorLookup:
         """(error, message, node id, host, port) for one coordinator key (transactional ids, key type 1, are the
         transaction APIs', which answer them before they reach here)."""
         if key_type == COORDINATOR_KEY_GROUP and not self.auth.authorize(
@@ -129,24 +145,8 @@ class GroupApis:
         return None, None, leader, endpoint.host, endpoint.port
 
     async def handle_find_coordinator(self, request: Request) -> Any:
-        s = self._schema(request)
-        body = request.body
-        key_type = getattr(body, "key_type", COORDINATOR_KEY_GROUP)
-        keys = body.coordinator_keys if request.api_version >= 4 else (body.key,)
-        found = [(key, *self._find(key_type, key)) for key in keys]
-        _, error, message, node_id, host, port = found[0]
-        return s.FindCoordinatorResponse(
-            throttle_time=NO_THROTTLE,
-            error_code=error_code(error),
-            error_message=message,
-            node_id=node_id,
-            host=host,
-            port=port,
-            coordinators=tuple(
-                s.Coordinator(key=k, node_id=n, host=h, port=p, error_code=error_code(e), error_message=m)
-                for k, e, m, n, h, p in found
-            ),
-        )
+        key_type = getattr(request.body, "key_type", COORDINATOR_KEY_GROUP)
+        return find_coordinator_response(request, lambda key: self._find(key_type, key))
 
     # Membership
 

@@ -12,7 +12,6 @@ from the shared ProducerIdManager (docs/transactions.md#producer-ids).
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -31,7 +30,9 @@ from tierlog.security.acl import AclOperation, ResourceType
 from tierlog.server.auth_helper import AuthHelper
 from tierlog.server.clock import now_ms
 from tierlog.server.controller_channel import ControllerUnavailableError
+from tierlog.server.coordinator_runtime import parked
 from tierlog.server.entities import NO_THROTTLE, ResponseSchema, response_schema
+from tierlog.server.group_apis import CoordinatorLookup, find_coordinator_response
 from tierlog.server.group_coordinator import GROUP_METADATA_TOPIC
 from tierlog.server.producer_id_manager import ProducerIdManager
 from tierlog.server.request_context import listener_name
@@ -102,17 +103,7 @@ class TransactionApis:
         return self.auth.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
 
     async def _parked(self, call: Callable[[Callable[[T], None]], None]) -> T:
-        """Call into the core with a callback and wait for it (at once, or when the core answers later)."""
-        loop = asyncio.get_running_loop()
-        answered: asyncio.Future[T] = loop.create_future()
-
-        def respond(result: T) -> None:
-            if not answered.done():
-                answered.set_result(result)
-
-        call(respond)
-        self.service.after_call()
-        return await answered
+        return await parked(call, self.service.after_call)
 
     # FindCoordinator
 
@@ -121,24 +112,9 @@ class TransactionApis:
         body = request.body
         if getattr(body, "key_type", 0) != COORDINATOR_KEY_TRANSACTION:
             return await self._find_group_coordinator(request)
-        s = self._schema(request)
-        keys = body.coordinator_keys if request.api_version >= 4 else (body.key,)
-        found = [(key, *self._find(key)) for key in keys]
-        _, error, message, node_id, host, port = found[0]
-        return s.FindCoordinatorResponse(
-            throttle_time=NO_THROTTLE,
-            error_code=error_code(error),
-            error_message=message,
-            node_id=node_id,
-            host=host,
-            port=port,
-            coordinators=tuple(
-                s.Coordinator(key=k, node_id=n, host=h, port=p, error_code=error_code(e), error_message=m)
-                for k, e, m, n, h, p in found
-            ),
-        )
+        return find_coordinator_response(request, self._find)
 
-    def _find(self, transactional_id: str) -> tuple[str | None, str | None, int, str, int]:
+    def _find(self, transactional_id: str) -> CoordinatorLookup:
         """(error, message, node id, host, port): the leader of the transactional id's __transaction_state
         partition, once the principal may DESCRIBE the id (Kafka's handleFindCoordinatorRequest)."""
         if not self.auth.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id):
