@@ -25,7 +25,13 @@ from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from tierlog.common import TopicPartition
-from tierlog.coordinator.group.group_metadata import DelayedJoin, GroupMetadata, GroupState, PositionedOffset
+from tierlog.coordinator.group.group_metadata import (
+    DelayedJoin,
+    GroupMetadata,
+    GroupState,
+    PositionedOffset,
+    keep_latest,
+)
 from tierlog.coordinator.group.member_metadata import (
     JoinCallback,
     JoinGroupResult,
@@ -261,9 +267,7 @@ class GroupCoordinator:
                     for group_id, group_pending in ended.items():
                         group_offsets = offsets.setdefault(group_id, {})
                         for tp, offset in group_pending.items():
-                            current = group_offsets.get(tp)
-                            if current is None or current.position < offset.position:
-                                group_offsets[tp] = offset
+                            keep_latest(group_offsets, tp, offset)
                 continue
             if isinstance(entry, TxnRecord):
                 producer_id: int | None = entry.producer_id

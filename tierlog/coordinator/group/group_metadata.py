@@ -41,6 +41,13 @@ class PositionedOffset(NamedTuple):
     offset: OffsetAndMetadata
 
 
+def keep_latest(offsets: dict[TopicPartition, PositionedOffset], tp: TopicPartition, offset: PositionedOffset) -> None:
+    """Store `offset` for `tp` unless a later record (a higher position) already is there."""
+    current = offsets.get(tp)
+    if current is None or current.position < offset.position:
+        offsets[tp] = offset
+
+
 class GroupState(enum.Enum):
     EMPTY = "Empty"
     PREPARING_REBALANCE = "PreparingRebalance"
@@ -353,9 +360,7 @@ class GroupMetadata:
     def materialize(self, tp: TopicPartition, committed: PositionedOffset) -> None:
         """Make `committed` the partition's offset unless a later record already is
         (docs/transactions.md#offsets-order)."""
-        current = self.offsets.get(tp)
-        if current is None or current.position < committed.position:
-            self.offsets[tp] = committed
+        keep_latest(self.offsets, tp, committed)
 
     def has_pending_txn_offset(self, tp: TopicPartition) -> bool:
         return any(tp in offsets for offsets in self.pending_txn_offsets.values())
