@@ -171,7 +171,6 @@ def test_metadata_round_trips_through_the_log_value() -> None:
         transit = TxnTransitMetadata(
             producer_id=23423,
             previous_producer_id=-1,
-            next_producer_id=-1,
             producer_epoch=3,
             last_producer_epoch=2,
             txn_timeout_ms=1000,

@@ -16,7 +16,6 @@ from typing import NoReturn
 from tierlog.common import TopicPartition
 from tierlog.coordinator.transaction.records import TransactionLogValue
 from tierlog.records.codec import NO_PRODUCER_EPOCH
-from tierlog.records.record_batch import NO_PRODUCER_ID
 
 MAX_PRODUCER_EPOCH = 2**15 - 1
 
@@ -91,7 +90,6 @@ class TxnTransitMetadata:
 
     producer_id: int
     previous_producer_id: int
-    next_producer_id: int
     producer_epoch: int
     last_producer_epoch: int
     txn_timeout_ms: int
@@ -99,7 +97,6 @@ class TxnTransitMetadata:
     topic_partitions: frozenset[TopicPartition]
     txn_start_timestamp: int
     txn_last_update_timestamp: int
-    client_transaction_version: int = 0
 
     def to_log_value(self) -> TransactionLogValue:
         """Kafka's TransactionLog.valueToBytes: no partitions (a null array) in Empty; topics and partitions sorted
@@ -121,7 +118,6 @@ class TxnTransitMetadata:
             transaction_partitions=partitions,
             transaction_last_update_timestamp_ms=self.txn_last_update_timestamp,
             transaction_start_timestamp_ms=self.txn_start_timestamp,
-            client_transaction_version=self.client_transaction_version,
         )
 
 
@@ -137,8 +133,6 @@ class TransactionMetadata:
     txn_last_update_timestamp: int
     topic_partitions: set[TopicPartition] = field(default_factory=set)
     txn_start_timestamp: int = -1
-    next_producer_id: int = NO_PRODUCER_ID
-    client_transaction_version: int = 0
     # The state this transaction is being written into; blocks every other transition until the write completes.
     pending_state: TransactionState | None = None
     # A fence whose bumped epoch may not have reached the log: the next fence does not bump again (the bumped epoch
@@ -157,7 +151,6 @@ class TransactionMetadata:
             transactional_id=transactional_id,
             producer_id=value.producer_id,
             previous_producer_id=value.previous_producer_id,
-            next_producer_id=value.next_producer_id,
             producer_epoch=value.producer_epoch,
             last_producer_epoch=NO_PRODUCER_EPOCH,
             txn_timeout_ms=value.transaction_timeout_ms,
@@ -165,7 +158,6 @@ class TransactionMetadata:
             topic_partitions=partitions,
             txn_start_timestamp=value.transaction_start_timestamp_ms,
             txn_last_update_timestamp=value.transaction_last_update_timestamp_ms,
-            client_transaction_version=value.client_transaction_version,
         )
 
     @property
@@ -316,7 +308,6 @@ class TransactionMetadata:
         return TxnTransitMetadata(
             producer_id=producer_id,
             previous_producer_id=self.producer_id,
-            next_producer_id=NO_PRODUCER_ID,
             producer_epoch=epoch,
             last_producer_epoch=last_epoch,
             txn_timeout_ms=txn_timeout_ms,
@@ -381,7 +372,6 @@ class TransactionMetadata:
             # PrepareEpochFence is replaced by PrepareAbort before anything is written, and Dead ends in removal
             # from the cache, never in a completed transition.
             self._transition_failure(transit)
-        self.client_transaction_version = transit.client_transaction_version
         self.txn_last_update_timestamp = transit.txn_last_update_timestamp
         self.pending_state = None
         self.state = to_state
