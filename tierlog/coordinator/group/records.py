@@ -75,10 +75,15 @@ class GroupMetadataValue:
 # Writing
 
 
-class _Writer:
+class RecordWriter:
+    """Kafka's generated-message encoding of coordinator records (__consumer_offsets, __transaction_state)."""
+
     def __init__(self, flexible: bool) -> None:
         self.parts: list[bytes] = []
         self.flexible = flexible
+
+    def int8(self, v: int) -> None:
+        self.parts.append(struct.pack(">b", v))
 
     def int16(self, v: int) -> None:
         self.parts.append(struct.pack(">h", v))
@@ -119,22 +124,30 @@ class _Writer:
             self.int32(len(v))
         self.parts.append(v)
 
-    def array_length(self, n: int) -> None:
+    def array_length(self, n: int | None) -> None:
+        """int32 (-1 for null) before flexible versions; uvarint n+1 (0 for null) in them."""
         if self.flexible:
-            self.uvarint(n + 1)
+            self.uvarint(0 if n is None else n + 1)
         else:
-            self.int32(n)
+            self.int32(-1 if n is None else n)
 
     def no_tagged_fields(self) -> None:
+        self.tagged_fields([])
+
+    def tagged_fields(self, fields: list[tuple[int, bytes]]) -> None:
         if self.flexible:
-            self.uvarint(0)
+            self.uvarint(len(fields))
+            for tag, data in fields:
+                self.uvarint(tag)
+                self.uvarint(len(data))
+                self.parts.append(data)
 
     def done(self) -> bytes:
         return b"".join(self.parts)
 
 
 def encode_offset_commit_key(key: OffsetCommitKey) -> bytes:
-    w = _Writer(flexible=False)
+    w = RecordWriter(flexible=False)
     w.int16(OFFSET_COMMIT_KEY_VERSION)
     w.string(key.group)
     w.string(key.topic)
@@ -143,7 +156,7 @@ def encode_offset_commit_key(key: OffsetCommitKey) -> bytes:
 
 
 def encode_group_metadata_key(key: GroupMetadataKey) -> bytes:
-    w = _Writer(flexible=False)
+    w = RecordWriter(flexible=False)
     w.int16(GROUP_METADATA_KEY_VERSION)
     w.string(key.group)
     return w.done()
@@ -154,11 +167,11 @@ def offset_commit_value_version(value: OffsetAndMetadata) -> int:
     return OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRE if value.expire_timestamp >= 0 else OFFSET_COMMIT_VALUE_VERSION
 
 
-def _value_writer(name: str, version: int) -> _Writer:
+def _value_writer(name: str, version: int) -> RecordWriter:
     """A writer of value `name` in `version`, which it has written first."""
     if not 0 <= version <= LATEST_VALUE_VERSION:
         raise ValueError(f"{name} has no version {version}")
-    w = _Writer(flexible=version >= FIRST_FLEXIBLE_VALUE_VERSION)
+    w = RecordWriter(flexible=version >= FIRST_FLEXIBLE_VALUE_VERSION)
     w.int16(version)
     return w
 
@@ -205,7 +218,9 @@ def encode_group_metadata_value(value: GroupMetadataValue, version: int = GROUP_
 # Reading
 
 
-class _Reader:
+class RecordReader:
+    """Reads what RecordWriter writes; every malformation is a CorruptRecordError."""
+
     def __init__(self, data: bytes, flexible: bool = False) -> None:
         self.data = memoryview(data)
         self.pos = 0
@@ -217,6 +232,9 @@ class _Reader:
         chunk = self.data[self.pos : self.pos + n]
         self.pos += n
         return chunk
+
+    def int8(self) -> int:
+        return int(struct.unpack(">b", self._take(1))[0])
 
     def int16(self) -> int:
         return int(struct.unpack(">h", self._take(2))[0])
@@ -259,24 +277,33 @@ class _Reader:
             raise CorruptRecordError("null in a non-nullable bytes field")
         return bytes(self._take(n))
 
-    def array_length(self) -> int:
+    def nullable_array_length(self) -> int | None:
         n = self.uvarint() - 1 if self.flexible else self.int32()
-        if n < 0:
+        return None if n < 0 else n
+
+    def array_length(self) -> int:
+        n = self.nullable_array_length()
+        if n is None:
             raise CorruptRecordError("null in a non-nullable array")
         return n
 
+    def tagged_fields(self) -> dict[int, bytes]:
+        """The tagged fields, by tag (none before flexible versions)."""
+        fields: dict[int, bytes] = {}
+        if self.flexible:
+            for _ in range(self.uvarint()):
+                tag = self.uvarint()
+                fields[tag] = bytes(self._take(self.uvarint()))
+        return fields
+
     def skip_tagged_fields(self) -> None:
         """Tagged fields unknown to this version of the code (Kafka adds fields only as tags since KIP-915)."""
-        if not self.flexible:
-            return
-        for _ in range(self.uvarint()):
-            self.uvarint()
-            self._take(self.uvarint())
+        self.tagged_fields()
 
 
 def decode_key(data: bytes) -> OffsetCommitKey | GroupMetadataKey | None:
     """The key of a __consumer_offsets record; None for record types a classic coordinator does not know."""
-    r = _Reader(data)
+    r = RecordReader(data)
     version = r.int16()
     if version in (0, 1):
         return OffsetCommitKey(r.string(), r.string(), r.int32())
@@ -285,9 +312,9 @@ def decode_key(data: bytes) -> OffsetCommitKey | GroupMetadataKey | None:
     return None
 
 
-def _value_reader(name: str, data: bytes) -> tuple[_Reader, int]:
+def _value_reader(name: str, data: bytes) -> tuple[RecordReader, int]:
     """A reader of value `name` past its version, which it returns."""
-    r = _Reader(data)
+    r = RecordReader(data)
     version = r.int16()
     if not 0 <= version <= LATEST_VALUE_VERSION:
         raise CorruptRecordError(f"unknown {name} version {version}")

@@ -12,7 +12,13 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from tierlog.coordinator.group.records import java_string_hash, kafka_abs
+from tierlog.coordinator.group.records import (
+    CorruptRecordError,
+    RecordReader,
+    RecordWriter,
+    java_string_hash,
+    kafka_abs,
+)
 from tierlog.records.record_batch import NO_PRODUCER_ID
 
 TRANSACTION_LOG_KEY_VERSION = 0
@@ -25,10 +31,6 @@ LATEST_VALUE_VERSION = 1
 PREVIOUS_PRODUCER_ID_TAG = 0
 NEXT_PRODUCER_ID_TAG = 1
 CLIENT_TRANSACTION_VERSION_TAG = 2
-
-
-class CorruptRecordError(ValueError):
-    """A __transaction_state key or value that does not parse as its version says."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,52 +50,9 @@ class TransactionLogValue:
     client_transaction_version: int = 0
 
 
-class _Writer:
-    def __init__(self, flexible: bool) -> None:
-        self.flexible = flexible
-        self.parts: list[bytes] = []
-
-    def pack(self, fmt: str, v: int) -> None:
-        self.parts.append(struct.pack(fmt, v))
-
-    def uvarint(self, v: int) -> None:
-        out = bytearray()
-        while v >= 0x80:
-            out.append((v & 0x7F) | 0x80)
-            v >>= 7
-        out.append(v)
-        self.parts.append(bytes(out))
-
-    def string(self, v: str) -> None:
-        data = v.encode()
-        if self.flexible:
-            self.uvarint(len(data) + 1)
-        else:
-            self.pack(">h", len(data))
-        self.parts.append(data)
-
-    def array_length(self, n: int | None) -> None:
-        """int32 (-1 for null) before flexible versions; uvarint n+1 (0 for null) in them."""
-        if self.flexible:
-            self.uvarint(0 if n is None else n + 1)
-        else:
-            self.pack(">i", -1 if n is None else n)
-
-    def tagged_fields(self, fields: list[tuple[int, bytes]]) -> None:
-        if self.flexible:
-            self.uvarint(len(fields))
-            for tag, data in fields:
-                self.uvarint(tag)
-                self.uvarint(len(data))
-                self.parts.append(data)
-
-    def done(self) -> bytes:
-        return b"".join(self.parts)
-
-
 def encode_key(transactional_id: str) -> bytes:
-    w = _Writer(flexible=False)
-    w.pack(">h", TRANSACTION_LOG_KEY_VERSION)
+    w = RecordWriter(flexible=False)
+    w.int16(TRANSACTION_LOG_KEY_VERSION)
     w.string(transactional_id)
     return w.done()
 
@@ -101,22 +60,22 @@ def encode_key(transactional_id: str) -> bytes:
 def encode_value(value: TransactionLogValue, version: int = TRANSACTION_LOG_VALUE_VERSION) -> bytes:
     if not 0 <= version <= LATEST_VALUE_VERSION:
         raise ValueError(f"TransactionLogValue has no version {version}")
-    w = _Writer(flexible=version >= FIRST_FLEXIBLE_VALUE_VERSION)
-    w.pack(">h", version)
-    w.pack(">q", value.producer_id)
-    w.pack(">h", value.producer_epoch)
-    w.pack(">i", value.transaction_timeout_ms)
-    w.pack(">b", value.transaction_status)
+    w = RecordWriter(flexible=version >= FIRST_FLEXIBLE_VALUE_VERSION)
+    w.int16(version)
+    w.int64(value.producer_id)
+    w.int16(value.producer_epoch)
+    w.int32(value.transaction_timeout_ms)
+    w.int8(value.transaction_status)
     partitions = value.transaction_partitions
     w.array_length(None if partitions is None else len(partitions))
     for topic, partition_ids in partitions or ():
         w.string(topic)
         w.array_length(len(partition_ids))
         for partition in partition_ids:
-            w.pack(">i", partition)
+            w.int32(partition)
         w.tagged_fields([])
-    w.pack(">q", value.transaction_last_update_timestamp_ms)
-    w.pack(">q", value.transaction_start_timestamp_ms)
+    w.int64(value.transaction_last_update_timestamp_ms)
+    w.int64(value.transaction_start_timestamp_ms)
     tagged: list[tuple[int, bytes]] = []
     if value.previous_producer_id != NO_PRODUCER_ID:
         tagged.append((PREVIOUS_PRODUCER_ID_TAG, struct.pack(">q", value.previous_producer_id)))
@@ -128,60 +87,11 @@ def encode_value(value: TransactionLogValue, version: int = TRANSACTION_LOG_VALU
     return w.done()
 
 
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data = memoryview(data)
-        self.pos = 0
-        self.flexible = False
-
-    def take(self, n: int) -> memoryview:
-        if n < 0 or self.pos + n > len(self.data):
-            raise CorruptRecordError(f"needs {n} bytes at position {self.pos} of a {len(self.data)}-byte record")
-        chunk = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return chunk
-
-    def unpack(self, fmt: str) -> int:
-        return int(struct.unpack(fmt, self.take(struct.calcsize(fmt)))[0])
-
-    def uvarint(self) -> int:
-        value = shift = 0
-        while True:
-            b = self.take(1)[0]
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return value
-            shift += 7
-            if shift > 28:
-                raise CorruptRecordError("varint longer than 5 bytes")
-
-    def string(self) -> str:
-        n = self.uvarint() - 1 if self.flexible else self.unpack(">h")
-        if n < 0:
-            raise CorruptRecordError(f"null in a non-nullable string at position {self.pos}")
-        try:
-            return bytes(self.take(n)).decode()
-        except UnicodeDecodeError as e:
-            raise CorruptRecordError(f"string is not UTF-8: {e}") from None
-
-    def array_length(self) -> int | None:
-        n = self.uvarint() - 1 if self.flexible else self.unpack(">i")
-        return None if n < 0 else n
-
-    def tagged_fields(self) -> dict[int, bytes]:
-        fields: dict[int, bytes] = {}
-        if self.flexible:
-            for _ in range(self.uvarint()):
-                tag = self.uvarint()
-                fields[tag] = bytes(self.take(self.uvarint()))
-        return fields
-
-
 def decode_key(data: bytes) -> str | None:
     """The transactional id of a __transaction_state key; None for a key version this code does not know (Kafka
     skips those with a warning: leftovers of an aborted upgrade)."""
-    r = _Reader(data)
-    if r.unpack(">h") != TRANSACTION_LOG_KEY_VERSION:
+    r = RecordReader(data)
+    if r.int16() != TRANSACTION_LOG_KEY_VERSION:
         return None
     return r.string()
 
@@ -197,28 +107,26 @@ def _tagged_int(fields: dict[int, bytes], tag: int, fmt: str, default: int) -> i
 
 def decode_value(data: bytes) -> TransactionLogValue:
     """Every version of TransactionLogValue; tagged fields this version does not know are skipped, as Kafka's."""
-    r = _Reader(data)
-    version = r.unpack(">h")
+    r = RecordReader(data)
+    version = r.int16()
     if not 0 <= version <= LATEST_VALUE_VERSION:
         raise CorruptRecordError(f"unknown TransactionLogValue version {version}")
     r.flexible = version >= FIRST_FLEXIBLE_VALUE_VERSION
-    producer_id = r.unpack(">q")
-    producer_epoch = r.unpack(">h")
-    timeout_ms = r.unpack(">i")
-    status = r.unpack(">b")
+    producer_id = r.int64()
+    producer_epoch = r.int16()
+    timeout_ms = r.int32()
+    status = r.int8()
     partitions: list[tuple[str, tuple[int, ...]]] | None = None
-    count = r.array_length()
+    count = r.nullable_array_length()
     if count is not None:
         partitions = []
         for _ in range(count):
             topic = r.string()
             n = r.array_length()
-            if n is None:
-                raise CorruptRecordError("null in the non-nullable PartitionIds")
-            partitions.append((topic, tuple(r.unpack(">i") for _ in range(n))))
+            partitions.append((topic, tuple(r.int32() for _ in range(n))))
             r.tagged_fields()
-    last_update_ms = r.unpack(">q")
-    start_ms = r.unpack(">q")
+    last_update_ms = r.int64()
+    start_ms = r.int64()
     tagged = r.tagged_fields()
     return TransactionLogValue(
         producer_id=producer_id,
