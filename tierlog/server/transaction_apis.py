@@ -47,7 +47,7 @@ API_DESCRIBE_TRANSACTIONS = 65
 API_LIST_TRANSACTIONS = 66
 
 COORDINATOR_KEY_TRANSACTION = 1
-# Kafka's Topic.isInternal: never added to a transaction by a client.
+# Kafka's Topic.INTERNAL_TOPICS, the coordinators' own topics: never added to a transaction by a client.
 INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC})
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
