@@ -34,7 +34,14 @@ from tierlog.client.wire import MAX_RESPONSE_BYTES, MalformedResponseError, deco
 from tierlog.protocol.api_versions import api_name
 from tierlog.protocol.framing import SIZE_PREFIX, FramingError, TruncatedFrame, check_frame_size, read_frame
 
-__all__ = ["ApiNotServedError", "ConnectionPool", "KafkaConnection", "KafkaConnectionError", "send_blocking"]
+__all__ = [
+    "ApiNotServedError",
+    "ConnectionPool",
+    "KafkaConnection",
+    "KafkaConnectionError",
+    "ask_once",
+    "send_blocking",
+]
 
 # How long close() waits for the peer to acknowledge; the socket is gone either way.
 _CLOSE_TIMEOUT_S = 1.0
@@ -204,6 +211,26 @@ class KafkaConnection:
         with contextlib.suppress(Exception):
             async with asyncio.timeout(_CLOSE_TIMEOUT_S):
                 await self._writer.wait_closed()
+
+
+async def ask_once(
+    host: str,
+    port: int,
+    api_key: int,
+    build: Callable[[int], RequestPayload],
+    newest: int,
+    *,
+    client_id: str,
+    timeout_s: float,
+    security: ClientSecurity = PLAINTEXT,
+) -> ResponsePayload:
+    """`build(version)`'s response at the newest version both sides serve, on a connection of its own (the
+    command-line tools' one-off questions to one broker)."""
+    connection = await KafkaConnection.open(host, port, client_id=client_id, timeout_s=timeout_s, security=security)
+    try:
+        return await connection.send_negotiated(api_key, build, newest, timeout_s=timeout_s)
+    finally:
+        await connection.close()
 
 
 class ConnectionPool:
