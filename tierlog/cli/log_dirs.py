@@ -28,7 +28,7 @@ from tierlog.cli.clients import (
     output_console,
 )
 from tierlog.cli.tables import TABLE, WIDE, plain_table
-from tierlog.client.connection import ApiNotServedError, KafkaConnection, KafkaConnectionError
+from tierlog.client.connection import ApiNotServedError, KafkaConnection, KafkaConnectionError, ask_once
 from tierlog.client.requests import (
     API_DESCRIBE_LOG_DIRS,
     DESCRIBE_LOG_DIRS_VERSION,
@@ -203,19 +203,17 @@ async def cluster_brokers(bootstrap: str, security: ClientSecurity, timeout_s: f
 
 
 async def describe_broker(broker: BrokerAddress, security: ClientSecurity, timeout_s: float) -> list[LogDirInfo]:
-    connection = await KafkaConnection.open(
-        broker.host, broker.port, client_id=CLIENT_ID, timeout_s=timeout_s, security=security
+    response = await ask_once(
+        broker.host,
+        broker.port,
+        API_DESCRIBE_LOG_DIRS,
+        lambda version: describe_log_dirs_request(None, version=version),
+        DESCRIBE_LOG_DIRS_VERSION,
+        client_id=CLIENT_ID,
+        timeout_s=timeout_s,
+        security=security,
     )
-    try:
-        response = await connection.send_negotiated(
-            API_DESCRIBE_LOG_DIRS,
-            lambda version: describe_log_dirs_request(None, version=version),
-            DESCRIBE_LOG_DIRS_VERSION,
-            timeout_s=timeout_s,
-        )
-        return log_dirs_of(response)
-    finally:
-        await connection.close()
+    return log_dirs_of(response)
 
 
 async def describe_log_dirs(

@@ -30,7 +30,7 @@ from tierlog.cli.clients import (
 )
 from tierlog.cli.log_dirs import BrokerAddress, cluster_brokers
 from tierlog.cli.tables import plain_table
-from tierlog.client.connection import ApiNotServedError, KafkaConnection, KafkaConnectionError
+from tierlog.client.connection import ApiNotServedError, KafkaConnectionError, ask_once
 from tierlog.client.requests import (
     API_DESCRIBE_TRANSACTIONS,
     API_FIND_COORDINATOR,
@@ -77,15 +77,9 @@ async def _ask(
     build: Callable[[int], Any],
     newest: int,
 ) -> Any:
-    """`build(version)`'s response from `broker`, at the newest version both sides serve, on a connection of its
-    own."""
-    connection = await KafkaConnection.open(
-        broker.host, broker.port, client_id=CLIENT_ID, timeout_s=timeout_s, security=security
+    return await ask_once(
+        broker.host, broker.port, api_key, build, newest, client_id=CLIENT_ID, timeout_s=timeout_s, security=security
     )
-    try:
-        return await connection.send_negotiated(api_key, build, newest, timeout_s=timeout_s)
-    finally:
-        await connection.close()
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,14 @@ from tierlog.client.wire import MAX_RESPONSE_BYTES, MalformedResponseError, deco
 from tierlog.protocol.api_versions import api_name
 from tierlog.protocol.framing import SIZE_PREFIX, FramingError, TruncatedFrame, check_frame_size, read_frame
 
-__all__ = ["ApiNotServedError", "KafkaConnection", "KafkaConnectionError", "send_blocking"]
+__all__ = [
+    "ApiNotServedError",
+    "ConnectionPool",
+    "KafkaConnection",
+    "KafkaConnectionError",
+    "ask_once",
+    "send_blocking",
+]
 
 # How long close() waits for the peer to acknowledge; the socket is gone either way.
 _CLOSE_TIMEOUT_S = 1.0
@@ -204,6 +211,58 @@ class KafkaConnection:
         with contextlib.suppress(Exception):
             async with asyncio.timeout(_CLOSE_TIMEOUT_S):
                 await self._writer.wait_closed()
+
+
+async def ask_once(
+    host: str,
+    port: int,
+    api_key: int,
+    build: Callable[[int], RequestPayload],
+    newest: int,
+    *,
+    client_id: str,
+    timeout_s: float,
+    security: ClientSecurity = PLAINTEXT,
+) -> ResponsePayload:
+    """`build(version)`'s response at the newest version both sides serve, on a connection of its own (the
+    command-line tools' one-off questions to one broker)."""
+    connection = await KafkaConnection.open(host, port, client_id=client_id, timeout_s=timeout_s, security=security)
+    try:
+        return await connection.send_negotiated(api_key, build, newest, timeout_s=timeout_s)
+    finally:
+        await connection.close()
+
+
+class ConnectionPool:
+    """One connection per address, opened on first use and again after a failure closed it: how a broker's own
+    senders (transaction markers, the remote log metadata topic) reach their peers."""
+
+    def __init__(self, *, client_id: str, security: ClientSecurity, connect_timeout_s: float) -> None:
+        self._client_id = client_id
+        self._security = security
+        self._connect_timeout_s = connect_timeout_s
+        self._connections: dict[tuple[str, int], KafkaConnection] = {}
+
+    async def send(self, host: str, port: int, request: RequestPayload, *, timeout_s: float) -> ResponsePayload:
+        address = (host, port)
+        connection = self._connections.get(address)
+        if connection is None or connection.closed:
+            connection = await KafkaConnection.open(
+                host, port, client_id=self._client_id, timeout_s=self._connect_timeout_s, security=self._security
+            )
+            self._connections[address] = connection
+        try:
+            return await connection.send(request, timeout_s=timeout_s)
+        except KafkaConnectionError:
+            self._connections.pop(address, None)
+            await connection.close()
+            raise
+
+    async def close(self) -> None:
+        connections = list(self._connections.values())
+        self._connections.clear()
+        for connection in connections:
+            await connection.close()
 
 
 def send_blocking(sock: socket.socket, request: RequestPayload, *, client_id: str) -> ResponsePayload:

@@ -200,7 +200,7 @@ class Broker:
         )
         # One source of producer ids for idempotent and transactional producers (docs/transactions.md#producer-ids).
         self.producer_ids = ProducerIdManager(
-            lambda: self.channel.allocate_producer_ids(config.node_id, self._broker_epoch())
+            lambda: self.channel.allocate_producer_ids(config.node_id, self.lifecycle.broker_epoch)
         )
         self.transaction_coordinator = TransactionCoordinatorService(
             config,
@@ -431,10 +431,6 @@ class Broker:
                 self._fetcher_threads[leader_id] = thread
                 thread.start()
             thread.wakeup.set()
-
-    def _broker_epoch(self) -> int:
-        registration = self.loader.image.brokers.get(self.config.node_id)
-        return registration.broker_epoch if registration is not None else -1
 
     def _leader_endpoint(self, broker_id: int) -> Endpoint | None:
         return self.loader.image.endpoint_of(broker_id, self.config.inter_broker_listener_name)

@@ -117,8 +117,9 @@ class CoordinatorRuntime:
         batch: bytearray,
         now: int,
         on_done: AppendDone,
-        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> None:
+        # Every append of a coordinator is Kafka's AppendOrigin.COORDINATOR write (appendForGroup,
+        # appendTransactionToLog): the broker built the batch, so the client-batch checks do not apply.
         tp = TopicPartition(self.topic, partition)
 
         def respond(results: dict[TopicPartition, AppendResult]) -> None:
@@ -128,7 +129,7 @@ class CoordinatorRuntime:
 
         try:
             delayed = self._replica_manager.append_records(
-                {tp: batch}, -1, self._append_timeout_ms, now, respond, origin=origin
+                {tp: batch}, -1, self._append_timeout_ms, now, respond, origin=AppendOrigin.COORDINATOR
             )
         except Exception as e:
             logger.warning("appending to %s failed: %s", tp, e)

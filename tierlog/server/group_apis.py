@@ -10,7 +10,7 @@ KafkaApis checks (docs/security.md#api-checks).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from tierlog.common import TopicPartition
 from tierlog.config import KafkaConfig
@@ -55,6 +55,27 @@ def _ms(value: Any) -> int:
 
 # (error, message, node id, host, port) of one coordinator key.
 CoordinatorLookup = tuple[str | None, str | None, int, str, int]
+
+
+class CoordinatorService(Protocol):
+    def topic_ready(self) -> str | None: ...
+
+    def leader_of(self, key: str) -> int: ...
+
+
+def coordinator_of(
+    service: CoordinatorService, key: str, config: KafkaConfig, image: ClusterMetadata, no_leader: str
+) -> CoordinatorLookup:
+    """The leader of `key`'s partition of the coordinator's topic, at its endpoint on the listener the request
+    came in on; COORDINATOR_NOT_AVAILABLE while the topic is being created or the partition has no leader."""
+    not_ready = service.topic_ready()
+    if not_ready is not None:
+        return "COORDINATOR_NOT_AVAILABLE", not_ready, -1, "", -1
+    leader = service.leader_of(key)
+    endpoint = image.endpoint_of(leader, config.answering_listener_name(listener_name())) if leader >= 0 else None
+    if endpoint is None:
+        return "COORDINATOR_NOT_AVAILABLE", no_leader, -1, "", -1
+    return None, None, leader, endpoint.host, endpoint.port
 
 
 def find_coordinator_response(request: Request, find: Callable[[str], CoordinatorLookup]) -> Any:
@@ -134,15 +155,9 @@ class GroupApis:
             return "GROUP_AUTHORIZATION_FAILED", None, -1, "", -1
         if key_type != COORDINATOR_KEY_GROUP:
             return "INVALID_REQUEST", f"unknown coordinator key type {key_type}", -1, "", -1
-        not_ready = self.service.topic_ready()
-        if not_ready is not None:
-            return "COORDINATOR_NOT_AVAILABLE", not_ready, -1, "", -1
-        leader = self.service.leader_of(key)
-        listener = self._config.answering_listener_name(listener_name())
-        endpoint = self._image().endpoint_of(leader, listener) if leader >= 0 else None
-        if endpoint is None:
-            return "COORDINATOR_NOT_AVAILABLE", "the group's __consumer_offsets partition has no leader", -1, "", -1
-        return None, None, leader, endpoint.host, endpoint.port
+        return coordinator_of(
+            self.service, key, self._config, self._image(), "the group's __consumer_offsets partition has no leader"
+        )
 
     async def handle_find_coordinator(self, request: Request) -> Any:
         key_type = getattr(request.body, "key_type", COORDINATOR_KEY_GROUP)

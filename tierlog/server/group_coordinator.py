@@ -38,7 +38,6 @@ from tierlog.replication.replica_manager import ReplicaManager
 from tierlog.server.clock import now_ms
 from tierlog.server.coordinator_runtime import CoordinatorRuntime, CreateTopic, InternalTopic
 from tierlog.server.metrics import ScrapeCollector, ScrapedMetric
-from tierlog.storage.producer_state import AppendOrigin
 
 logger = logging.getLogger(__name__)
 
@@ -188,8 +187,8 @@ class GroupCoordinatorService:
                     transactional=True,
                 )
             )
-        # Kafka's appendForGroup: a coordinator's write (a transactional batch's sequence is not checked).
-        self._runtime.append(partition, batch, now, on_done, origin=AppendOrigin.COORDINATOR)
+        # A coordinator's write (CoordinatorRuntime.append): a transactional batch's sequence is not checked.
+        self._runtime.append(partition, batch, now, on_done)
 
     # Leadership of __consumer_offsets partitions
 

@@ -56,12 +56,11 @@ from tierlog.server.controller_channel import ControllerChannel
 from tierlog.server.entities import NO_THROTTLE, ResponseSchema, response_schema, timestamp_or_none
 from tierlog.server.forwarding_manager import ForwardingManager
 from tierlog.server.group_apis import GroupApis
-from tierlog.server.group_coordinator import GROUP_METADATA_TOPIC
 from tierlog.server.log_dir_apis import LogDirApis
 from tierlog.server.metadata_loader import MetadataLoaderTask
 from tierlog.server.metrics import BrokerMetrics
 from tierlog.server.remote_log_tasks import RemoteLogTasks
-from tierlog.server.transaction_apis import TransactionApis
+from tierlog.server.transaction_apis import INTERNAL_TOPICS, TransactionApis
 from tierlog.server.txn_marker_apis import OffsetsTransactionCompleted, TxnMarkerApis
 from tierlog.storage.errors import KafkaStorageError
 from tierlog.storage.producer_state import AppendOrigin
@@ -83,9 +82,8 @@ API_SASL_AUTHENTICATE = 36
 
 Handler = Callable[[Request], Awaitable[Any]]
 
-# Kafka's Topic.INTERNAL_TOPICS: the coordinators' own topics, which a Produce may not write to, except one from the
-# client id Kafka's admin tools use (AdminUtils.ADMIN_CLIENT_ID).
-INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC, "__transaction_state"})
+# A Produce may not write to INTERNAL_TOPICS except from the client id Kafka's admin tools use
+# (AdminUtils.ADMIN_CLIENT_ID).
 ADMIN_CLIENT_ID = "__admin_client"
 
 

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from tierlog.client.connection import KafkaConnection, KafkaConnectionError
+from tierlog.client.connection import ConnectionPool, KafkaConnectionError
 from tierlog.client.requests import PartitionFetch, fetch_request, produce_request
 from tierlog.client.security import PLAINTEXT, ClientSecurity
 from tierlog.common import TopicPartition
@@ -61,9 +61,7 @@ class TopicBasedRemoteLogMetadataManager:
         request_timeout_ms: int,
         security: ClientSecurity = PLAINTEXT,
     ) -> None:
-        self._security = security
         values = {**DEFAULTS, **settings}
-        self._security = security
         self.num_partitions = int(values[NUM_PARTITIONS_CONFIG])
         self.replication_factor = int(values[REPLICATION_FACTOR_CONFIG])
         self._retention_ms = values[RETENTION_MS_CONFIG]
@@ -79,7 +77,9 @@ class TopicBasedRemoteLogMetadataManager:
         self._initial_ends: dict[int, int] = {}
         self.ready = asyncio.Event()
         self._progress = asyncio.Condition()
-        self._connections: dict[tuple[str, int], KafkaConnection] = {}
+        self._connections = ConnectionPool(
+            client_id=f"broker-{broker_id}-rlmm", security=security, connect_timeout_s=5.0
+        )
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -89,9 +89,7 @@ class TopicBasedRemoteLogMetadataManager:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        for connection in self._connections.values():
-            await connection.close()
-        self._connections.clear()
+        await self._connections.close()
 
     async def publish(self, event: RemoteLogMetadataEvent) -> None:
         """Append the event (acks=all) and wait until this broker's store has applied it."""
@@ -127,23 +125,7 @@ class TopicBasedRemoteLogMetadataManager:
         endpoint = self._endpoint_of(broker_id)
         if endpoint is None:
             raise RemoteLogMetadataUnavailableError(f"no endpoint known for broker {broker_id}")
-        address = (endpoint.host, endpoint.port)
-        connection = self._connections.get(address)
-        if connection is None or connection.closed:
-            connection = await KafkaConnection.open(
-                endpoint.host,
-                endpoint.port,
-                client_id=f"broker-{self._broker_id}-rlmm",
-                timeout_s=5.0,
-                security=self._security,
-            )
-            self._connections[address] = connection
-        try:
-            return await connection.send(body, timeout_s=timeout_s)
-        except KafkaConnectionError:
-            self._connections.pop(address, None)
-            await connection.close()
-            raise
+        return await self._connections.send(endpoint.host, endpoint.port, body, timeout_s=timeout_s)
 
     # Consuming
 

@@ -32,10 +32,9 @@ from tierlog.server.clock import now_ms
 from tierlog.server.controller_channel import ControllerUnavailableError
 from tierlog.server.coordinator_runtime import parked
 from tierlog.server.entities import NO_THROTTLE, ResponseSchema, response_schema
-from tierlog.server.group_apis import CoordinatorLookup, find_coordinator_response
+from tierlog.server.group_apis import CoordinatorLookup, coordinator_of, find_coordinator_response
 from tierlog.server.group_coordinator import GROUP_METADATA_TOPIC
 from tierlog.server.producer_id_manager import ProducerIdManager
-from tierlog.server.request_context import listener_name
 from tierlog.server.transaction_coordinator import TRANSACTION_STATE_TOPIC, TransactionCoordinatorService
 
 API_FIND_COORDINATOR = 10
@@ -47,7 +46,7 @@ API_DESCRIBE_TRANSACTIONS = 65
 API_LIST_TRANSACTIONS = 66
 
 COORDINATOR_KEY_TRANSACTION = 1
-# Kafka's Topic.isInternal: never added to a transaction by a client.
+# Kafka's Topic.INTERNAL_TOPICS, the coordinators' own topics: never added to a transaction by a client.
 INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC})
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -119,16 +118,13 @@ class TransactionApis:
         partition, once the principal may DESCRIBE the id (Kafka's handleFindCoordinatorRequest)."""
         if not self.auth.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id):
             return "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", None, -1, "", -1
-        not_ready = self.service.topic_ready()
-        if not_ready is not None:
-            return "COORDINATOR_NOT_AVAILABLE", not_ready, -1, "", -1
-        leader = self.service.leader_of(transactional_id)
-        listener = self._config.answering_listener_name(listener_name())
-        endpoint = self._image().endpoint_of(leader, listener) if leader >= 0 else None
-        if endpoint is None:
-            message = "the transactional id's __transaction_state partition has no leader"
-            return "COORDINATOR_NOT_AVAILABLE", message, -1, "", -1
-        return None, None, leader, endpoint.host, endpoint.port
+        return coordinator_of(
+            self.service,
+            transactional_id,
+            self._config,
+            self._image(),
+            "the transactional id's __transaction_state partition has no leader",
+        )
 
     # InitProducerId
 

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tierlog.client.connection import KafkaConnection, KafkaConnectionError
+from tierlog.client.connection import ConnectionPool, KafkaConnectionError
 from tierlog.client.requests import TxnMarker, write_txn_markers_request
 from tierlog.client.security import ClientSecurity
 from tierlog.common import TopicPartition
@@ -84,13 +84,14 @@ class TransactionMarkerChannel:
         self._node_id = node_id
         self._image = image
         self._listener_name = listener_name
-        self._security = security
         self._request_timeout_s = request_timeout_ms / 1000
         self._still_owned = still_owned
         self._on_complete = on_complete
         self._write_local = write_local
         self._pending: dict[str, _PendingTxn] = {}
-        self._connections: dict[tuple[str, int], KafkaConnection] = {}
+        self._connections = ConnectionPool(
+            client_id=f"broker-{node_id}-txn-marker-sender", security=security, connect_timeout_s=CONNECT_TIMEOUT_S
+        )
         self._wakeup = asyncio.Event()
         self._runner: asyncio.Task[None] | None = None
         self._sends: set[asyncio.Task[None]] = set()
@@ -276,23 +277,7 @@ class TransactionMarkerChannel:
         endpoint = self._image().endpoint_of(broker_id, self._listener_name())
         if endpoint is None:
             raise KafkaConnectionError(f"broker {broker_id} has no endpoint")
-        address = (endpoint.host, endpoint.port)
-        connection = self._connections.get(address)
-        if connection is None or connection.closed:
-            connection = await KafkaConnection.open(
-                endpoint.host,
-                endpoint.port,
-                client_id=f"broker-{self._node_id}-txn-marker-sender",
-                timeout_s=CONNECT_TIMEOUT_S,
-                security=self._security,
-            )
-            self._connections[address] = connection
-        try:
-            return await connection.send(body, timeout_s=self._request_timeout_s)
-        except KafkaConnectionError:
-            self._connections.pop(address, None)
-            await connection.close()
-            raise
+        return await self._connections.send(endpoint.host, endpoint.port, body, timeout_s=self._request_timeout_s)
 
     async def stop(self) -> None:
         if self._retry is not None:
@@ -301,7 +286,5 @@ class TransactionMarkerChannel:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for connection in self._connections.values():
-            await connection.close()
-        self._connections.clear()
+        await self._connections.close()
         self._pending.clear()
