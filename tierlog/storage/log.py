@@ -742,8 +742,12 @@ class Log:
 
     def update_high_watermark(self, high_watermark: int) -> int:
         """Set the HW, clamped to [local log start, LEO]; returns the value set."""
+        old_high_watermark = self._high_watermark
         self._high_watermark = min(max(high_watermark, self._local_log_start_offset), self._next_offset)
-        self._producer_state_manager.on_high_watermark_updated(self._high_watermark)
+        # A follower sets its HW on every fetch response, mostly unchanged; markers are appended at or above the
+        # HW, so only a rising HW can pass one.
+        if self._high_watermark > old_high_watermark:
+            self._producer_state_manager.on_high_watermark_updated(self._high_watermark)
         self._check_offsets()
         return self._high_watermark
 
