@@ -1322,7 +1322,6 @@ def _load_segment_files(
                 # Files are visited in name order, that is offset order: `segments` holds the earlier ones.
                 recoverer.recover(segment, segments)
             segments.append(segment)
-    segments.sort(key=lambda segment: segment.base_offset)
     return segments
 
 
