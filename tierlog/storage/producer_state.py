@@ -520,10 +520,6 @@ class ProducerStateManager:
     def ongoing_transactions(self) -> list[TxnMetadata]:
         return list(self._ongoing_txns.values())
 
-    def has_ongoing_transaction(self, producer_id: int) -> bool:
-        entry = self._producers.get(producer_id)
-        return entry is not None and entry.current_txn_first_offset is not None
-
     def last_stable_offset(self, completed: CompletedTxn) -> int:
         """The last stable offset once `completed` is: the first offset of the earliest other producer's
         ongoing transaction, or just past the marker (Kafka's lastStableOffset(CompletedTxn), the value an
