@@ -150,7 +150,6 @@ def test_an_ongoing_transaction_shows_in_the_producer_entry(tmp_path: Path) -> N
     log.append_as_leader(txn_batch(COMMITTER, 1), 0, T0)
     entry = log.producer_state_manager.last_entry(COMMITTER)
     assert entry is not None and entry.current_txn_first_offset == 2
-    assert log.producer_state_manager.has_ongoing_transaction(COMMITTER)
     assert [(t.producer_id, t.first_offset) for t in log.producer_state_manager.ongoing_transactions] == [
         (COMMITTER, 2)
     ]

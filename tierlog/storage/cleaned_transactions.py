@@ -19,7 +19,7 @@ import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tierlog.records.codec import decode_raw_records
+from tierlog.records.codec import RawRecord
 from tierlog.records.control_batch import ControlRecordType, control_record_type
 from tierlog.records.record_batch import RecordBatchHeader
 from tierlog.storage.transaction_index import AbortedTxn, TransactionIndex
@@ -46,10 +46,10 @@ class CleanedTransactionMetadata:
         for txn in txns:
             heapq.heappush(self._aborted, (txn.first_offset, next(self._arrivals), txn))
 
-    def on_control_batch_read(self, header: RecordBatchHeader, batch: bytes) -> bool:
-        """A control batch reached: whether it may be discarded (its transaction has no batch left)."""
+    def on_control_batch_read(self, header: RecordBatchHeader, records: list[RawRecord]) -> bool:
+        """A control batch (with its decoded records) reached: whether it may be discarded (its transaction has no
+        batch left)."""
         self._reach(header.last_offset)
-        records = decode_raw_records(batch, header)
         if not records:
             # Emptied by an earlier clean: nothing left to mark.
             return True

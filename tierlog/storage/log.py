@@ -25,7 +25,7 @@ from pathlib import Path
 
 from tierlog.common import TopicPartition
 from tierlog.records.codec import Compression, decode_raw_records, recompress_batch
-from tierlog.records.control_batch import EndTxnMarker, read_end_txn_marker
+from tierlog.records.control_batch import EndTxnMarker
 from tierlog.records.record_batch import (
     NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_ID,
@@ -64,6 +64,7 @@ from tierlog.storage.producer_state import (
     ProducerAppendInfo,
     ProducerStateManager,
     ProducerStateManagerConfig,
+    end_txn_marker_of,
 )
 from tierlog.storage.segment import (
     CLEANED_FILE_SUFFIX,
@@ -562,7 +563,7 @@ class Log:
             info = updated.get(producer_id)
             if info is None:
                 info = updated[producer_id] = self._producer_state_manager.prepare_update(producer_id, origin)
-            txn = info.append(header, base_offset, last_offset, _marker_of(records, header))
+            txn = info.append(header, base_offset, last_offset, end_txn_marker_of(records, header))
             if txn is not None:
                 completed.append(txn)
         return list(updated.values()), completed, None
@@ -741,8 +742,12 @@ class Log:
 
     def update_high_watermark(self, high_watermark: int) -> int:
         """Set the HW, clamped to [local log start, LEO]; returns the value set."""
+        old_high_watermark = self._high_watermark
         self._high_watermark = min(max(high_watermark, self._local_log_start_offset), self._next_offset)
-        self._producer_state_manager.on_high_watermark_updated(self._high_watermark)
+        # A follower sets its HW on every fetch response, mostly unchanged; markers are appended at or above the
+        # HW, so only a rising HW can pass one.
+        if self._high_watermark > old_high_watermark:
+            self._producer_state_manager.on_high_watermark_updated(self._high_watermark)
         self._check_offsets()
         return self._high_watermark
 
@@ -1187,18 +1192,9 @@ def _producer_batches(
         marker = None
         if header.is_control and header.producer_id != NO_PRODUCER_ID:
             data = os.pread(fd, header.size_in_bytes, position)
-            marker = _marker_of(data, read_header(data))
+            marker = end_txn_marker_of(data, read_header(data))
         yield header, marker
         position += header.size_in_bytes
-
-
-def _marker_of(records: bytes | bytearray | memoryview, header: RecordBatchHeader) -> EndTxnMarker | None:
-    """The transaction marker of a producer's control batch; None for a data batch or a control batch the
-    log cleaner emptied (docs/transactions.md#producer-state)."""
-    if not header.is_control or header.producer_id == NO_PRODUCER_ID or header.records_count == 0:
-        return None
-    with memoryview(records) as view:
-        return read_end_txn_marker(view[header.position : header.position + header.size_in_bytes], header)
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -1326,7 +1322,6 @@ def _load_segment_files(
                 # Files are visited in name order, that is offset order: `segments` holds the earlier ones.
                 recoverer.recover(segment, segments)
             segments.append(segment)
-    segments.sort(key=lambda segment: segment.base_offset)
     return segments
 
 

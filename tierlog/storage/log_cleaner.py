@@ -476,7 +476,7 @@ class CleaningTask:
                 stats.map_bytes_read += header.size_in_bytes
                 # A marker's key is no record key, and an aborted batch's keys must not hide earlier values.
                 if header.is_control:
-                    transactions.on_control_batch_read(header, batch)
+                    transactions.on_control_batch_read(header, decode_raw_records(batch, header))
                     aborted = True
                 else:
                     aborted = transactions.on_batch_read(header)
@@ -548,7 +548,7 @@ class CleaningTask:
         if header.is_control:
             # A marker rides on the tombstone horizon: discardable once its transaction has no batch left, it
             # first gets a delete horizon and goes at the first cleaning at or after it.
-            discardable_marker = transactions.on_control_batch_read(header, batch)
+            discardable_marker = transactions.on_control_batch_read(header, records)
             discard_records = discardable_marker and horizon is not None and horizon <= self.now_ms
             retained = [] if discard_records else records
         else:

@@ -31,7 +31,7 @@ from pathlib import Path
 from crc32c import crc32c
 
 from tierlog.common import TopicPartition
-from tierlog.records.control_batch import ControlRecordType, EndTxnMarker
+from tierlog.records.control_batch import ControlRecordType, EndTxnMarker, read_end_txn_marker
 from tierlog.records.record_batch import NO_PRODUCER_ID, RecordBatchHeader
 from tierlog.storage.checkpoints import atomic_write_bytes
 from tierlog.storage.errors import (
@@ -92,6 +92,15 @@ def last_sequence_of(header: RecordBatchHeader) -> int:
     if header.base_sequence == NO_SEQUENCE:
         return NO_SEQUENCE
     return increment_sequence(header.base_sequence, header.last_offset_delta)
+
+
+def end_txn_marker_of(records: bytes | bytearray | memoryview, header: RecordBatchHeader) -> EndTxnMarker | None:
+    """The transaction marker of a producer's control batch at `header.position` in `records`; None for a data
+    batch or a control batch the log cleaner emptied (docs/transactions.md#producer-state)."""
+    if not header.is_control or header.producer_id == NO_PRODUCER_ID or header.records_count == 0:
+        return None
+    with memoryview(records) as view:
+        return read_end_txn_marker(view[header.position : header.position + header.size_in_bytes], header)
 
 
 @dataclass(frozen=True, slots=True)
@@ -510,10 +519,6 @@ class ProducerStateManager:
     @property
     def ongoing_transactions(self) -> list[TxnMetadata]:
         return list(self._ongoing_txns.values())
-
-    def has_ongoing_transaction(self, producer_id: int) -> bool:
-        entry = self._producers.get(producer_id)
-        return entry is not None and entry.current_txn_first_offset is not None
 
     def last_stable_offset(self, completed: CompletedTxn) -> int:
         """The last stable offset once `completed` is: the first offset of the earliest other producer's

@@ -13,7 +13,6 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
-from tierlog.records.control_batch import read_end_txn_marker
 from tierlog.records.record_batch import (
     LOG_OVERHEAD,
     NO_PRODUCER_ID,
@@ -37,7 +36,7 @@ from tierlog.storage.file_records import (
     search_for_timestamp,
 )
 from tierlog.storage.offset_index import OffsetIndex
-from tierlog.storage.producer_state import AppendOrigin
+from tierlog.storage.producer_state import AppendOrigin, end_txn_marker_of
 from tierlog.storage.time_index import TimeIndex, TimestampOffset
 from tierlog.storage.transaction_index import TXN_INDEX_FILE_SUFFIX, AbortedTxn, TransactionIndex
 
@@ -323,10 +322,7 @@ class LogSegment:
         marker aborts."""
         if header.producer_id != NO_PRODUCER_ID:
             info = producer_state.prepare_update(header.producer_id, AppendOrigin.REPLICATION)
-            marker = None
-            if header.is_control and header.records_count:
-                start = header.position
-                marker = read_end_txn_marker(memoryview(buffer)[start : start + header.size_in_bytes])
+            marker = end_txn_marker_of(buffer, header)
             completed = info.append(header, header.base_offset, header.last_offset, marker)
             producer_state.update(info)
             if completed is not None:
