@@ -16,9 +16,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from tierlog.client.requests import TxnMarker
 from tierlog.common import TopicPartition
 from tierlog.protocol.codec import Request
 from tierlog.protocol.errors import error_code
@@ -33,18 +33,6 @@ from tierlog.storage.producer_state import AppendOrigin
 
 API_WRITE_TXN_MARKERS = 27
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class TxnMarker:
-    """One marker of a WriteTxnMarkers request (Kafka's TxnMarkerEntry): end `producer_id`'s transaction in each of
-    `partitions`, committed or aborted, as decided by the coordinator of `coordinator_epoch`."""
-
-    producer_id: int
-    producer_epoch: int
-    coordinator_epoch: int
-    committed: bool
-    partitions: tuple[TopicPartition, ...]
 
 
 # Per producer id, each partition's error name (None: the marker is written), as Kafka's WriteTxnMarkersResponse.
