@@ -81,7 +81,7 @@ def marker(
 
 
 def apis(manager: ReplicaManager, completed: OffsetsTransactionCompleted | None = None) -> TxnMarkerApis:
-    return TxnMarkerApis(manager, AuthHelper(None), appender(manager), TIMEOUT_MS, completed)
+    return TxnMarkerApis(AuthHelper(None), appender(manager), TIMEOUT_MS, completed)
 
 
 def test_a_marker_ends_the_transaction_and_a_partition_not_hosted_is_unknown(tmp_path: Path) -> None:

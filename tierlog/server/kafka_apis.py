@@ -180,7 +180,7 @@ class KafkaApis:
         self.handlers.update(log_dir_apis.handlers)
         # The markers of transactions (docs/transactions.md#write-txn-markers), appended as a produce is.
         self.txn_marker_apis = TxnMarkerApis(
-            replica_manager, auth, self._append, config.get_int("request.timeout.ms"), offsets_transaction_completed
+            auth, self._append, config.get_int("request.timeout.ms"), offsets_transaction_completed
         )
         self.handlers.update(self.txn_marker_apis.handlers)
         # Only the controller decides these (Kafka's ForwardingManager), once checked here.
