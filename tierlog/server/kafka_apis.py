@@ -56,6 +56,7 @@ from tierlog.server.metadata_loader import MetadataLoaderTask
 from tierlog.server.metrics import BrokerMetrics
 from tierlog.server.remote_log_tasks import RemoteLogTasks
 from tierlog.server.transaction_apis import TransactionApis
+from tierlog.server.transaction_coordinator import TRANSACTION_STATE_TOPIC
 from tierlog.server.txn_marker_apis import OffsetsTransactionCompleted, TxnMarkerApis
 from tierlog.storage.errors import KafkaStorageError
 from tierlog.storage.producer_state import AppendOrigin
@@ -79,7 +80,7 @@ Handler = Callable[[Request], Awaitable[Any]]
 
 # Kafka's Topic.INTERNAL_TOPICS: the coordinators' own topics, which a Produce may not write to, except one from the
 # client id Kafka's admin tools use (AdminUtils.ADMIN_CLIENT_ID).
-INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC, "__transaction_state"})
+INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC, TRANSACTION_STATE_TOPIC})
 ADMIN_CLIENT_ID = "__admin_client"
 
 
