@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from tierlog.client.requests import TxnMarker
 from tierlog.client.security import PLAINTEXT
 from tierlog.common import TopicPartition
 from tierlog.coordinator.transaction.transaction_coordinator import TxnMarkerRequest
@@ -17,7 +18,6 @@ from tierlog.protocol.errors import error_code
 from tierlog.server.entities import response_schema
 from tierlog.server.transaction_marker_channel import TransactionMarkerChannel
 from tierlog.server.txn_marker_apis import MarkerResults
-from tierlog.server.txn_marker_apis import TxnMarker as LocalTxnMarker
 
 API_WRITE_TXN_MARKERS = 27
 
@@ -81,7 +81,7 @@ class Harness:
         )
         self.channel._request = self._request  # type: ignore[method-assign]
 
-    async def _write_local(self, markers: Sequence[LocalTxnMarker]) -> MarkerResults:
+    async def _write_local(self, markers: Sequence[TxnMarker]) -> MarkerResults:
         self.written_locally.extend(markers)
         return {m.producer_id: dict.fromkeys(m.partitions, None) for m in markers}
 
@@ -168,7 +168,15 @@ def test_the_partitions_this_broker_leads_are_written_by_its_own_handler() -> No
         harness.channel.add(request)
         await settle(0.05)
         assert [(broker, sent_partitions(body)) for broker, body in harness.sent] == [(2, {TopicPartition("a", 1)})]
-        assert harness.written_locally == [LocalTxnMarker(7, 2, 4, True, (TopicPartition("a", 0),))]
+        assert harness.written_locally == [
+            TxnMarker(
+                producer_id=7,
+                producer_epoch=2,
+                committed=True,
+                coordinator_epoch=4,
+                partitions=(TopicPartition("a", 0),),
+            )
+        ]
         assert harness.completed == [request]
         await harness.channel.stop()
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from asyncio_helpers import run_bounded
 
+from tierlog.client.requests import TxnMarker
 from tierlog.common import TopicPartition
 from tierlog.metadata.image import BrokerRegistration, ClusterMetadata, PartitionRegistration, TopicMetadata
 from tierlog.records.codec import build_batch
@@ -20,7 +21,7 @@ from tierlog.replication.replica_manager import AppendResult, ReplicaManager
 from tierlog.server.auth_helper import AuthHelper
 from tierlog.server.clock import now_ms
 from tierlog.server.group_coordinator import GROUP_METADATA_TOPIC
-from tierlog.server.txn_marker_apis import OffsetsTransactionCompleted, TxnMarker, TxnMarkerApis
+from tierlog.server.txn_marker_apis import OffsetsTransactionCompleted, TxnMarkerApis
 from tierlog.storage.log_manager import LogManager
 from tierlog.storage.producer_state import AppendOrigin
 
@@ -76,11 +77,11 @@ def begin_transaction(manager: ReplicaManager, tp: TopicPartition, sequence: int
 def marker(
     *partitions: TopicPartition, committed: bool = True, epoch: int = 0, coordinator_epoch: int = 5
 ) -> TxnMarker:
-    return TxnMarker(PRODUCER, epoch, coordinator_epoch, committed, partitions)
+    return TxnMarker(PRODUCER, epoch, committed=committed, coordinator_epoch=coordinator_epoch, partitions=partitions)
 
 
 def apis(manager: ReplicaManager, completed: OffsetsTransactionCompleted | None = None) -> TxnMarkerApis:
-    return TxnMarkerApis(manager, AuthHelper(None), appender(manager), TIMEOUT_MS, completed)
+    return TxnMarkerApis(AuthHelper(None), appender(manager), TIMEOUT_MS, completed)
 
 
 def test_a_marker_ends_the_transaction_and_a_partition_not_hosted_is_unknown(tmp_path: Path) -> None:
@@ -159,7 +160,7 @@ def test_a_marker_the_followers_do_not_replicate_in_time_answers_request_timed_o
 def test_markers_of_several_producers_in_one_request_are_answered_per_producer(tmp_path: Path, committed: bool) -> None:
     manager = replica_manager(tmp_path)
     begin_transaction(manager, EVENTS)
-    other = TxnMarker(PRODUCER + 1, 0, 5, committed, (EVENTS,))
+    other = TxnMarker(PRODUCER + 1, 0, committed=committed, coordinator_epoch=5, partitions=(EVENTS,))
     results = run_bounded(lambda: apis(manager).write_markers([marker(EVENTS, committed=committed), other]))
     # The second producer never wrote here: its marker is written all the same (Kafka's appendEndTxnMarker).
     assert results == {PRODUCER: {EVENTS: None}, PRODUCER + 1: {EVENTS: None}}

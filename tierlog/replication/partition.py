@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -40,7 +39,7 @@ from tierlog.storage.errors import (
     PolicyViolationError,
     UnexpectedAppendOffsetError,
 )
-from tierlog.storage.file_records import FileSlice, scan_batches
+from tierlog.storage.file_records import FileSlice
 from tierlog.storage.log import LATEST_TIMESTAMP, MAX_TIMESTAMP, Log, LogAppendInfo
 from tierlog.storage.producer_state import AppendOrigin
 from tierlog.storage.transaction_index import AbortedTxn
@@ -440,7 +439,7 @@ class Partition:
         if read_committed:
             aborted = ()
             if data.records is not None:
-                upper_bound = fetch_upper_bound_offset(log, fetch_offset, data.records)
+                upper_bound = log.fetch_upper_bound_offset(fetch_offset, data.records)
                 aborted = tuple(log.collect_aborted_transactions(fetch_offset, upper_bound))
         return self._read_result(data.records, high_watermark, last_stable_offset, aborted_transactions=aborted)
 
@@ -785,24 +784,3 @@ class Partition:
                 for broker_id, state in self.remote_replicas.items()
             }
         return status
-
-
-def fetch_upper_bound_offset(log: Log, fetch_offset: int, records: FileSlice) -> int:
-    """The offset after the last batch of a local read: the aborted transactions a read_committed reader is told
-    of are those that start below it (Kafka's LogSegment.fetchUpperBoundOffset, which may overshoot to the next
-    index entry; this is exact). The scan starts at the offset index entry before the slice's end, so it reads
-    few headers."""
-    segments = log.segments
-    # The read came from the segment holding `fetch_offset` or, past its last batch, a later one.
-    first = max(bisect_right(segments, fetch_offset, key=lambda segment: segment.base_offset) - 1, 0)
-    for segment in segments[first:]:
-        if segment.file is not records.file:
-            continue
-        end = records.position + records.size
-        start = max(records.position, segment.offset_index.floor_position(end - 1))
-        last_offset = None
-        for batch in scan_batches(segment.file.fileno(), start, end):
-            last_offset = batch.last_offset
-        if last_offset is not None:
-            return last_offset + 1
-    return log.log_end_offset

@@ -12,7 +12,6 @@ controller's own node, the controller's APIs (`ControllerApis`).
 from __future__ import annotations
 
 import asyncio
-import struct
 import time
 import uuid
 from collections import Counter
@@ -26,12 +25,7 @@ from tierlog.metadata.records import SCRAM_MECHANISM_NAMES
 from tierlog.protocol.api_versions import supported_api_versions
 from tierlog.protocol.codec import Request
 from tierlog.protocol.errors import error_code
-from tierlog.records.record_batch import (
-    ATTRIBUTES_OFFSET,
-    RECORD_BATCH_OVERHEAD,
-    TRANSACTIONAL_FLAG_MASK,
-    batch_size_at,
-)
+from tierlog.records.record_batch import RECORD_BATCH_OVERHEAD, batch_size_at, read_header
 from tierlog.replication.errors import UnknownTopicOrPartitionError
 from tierlog.replication.fetch_request import fetch_messages_for_request
 from tierlog.replication.fetcher import FetchRequestData, FetchRequestPartition
@@ -184,7 +178,7 @@ class KafkaApis:
         self.handlers.update(log_dir_apis.handlers)
         # The markers of transactions (docs/transactions.md#write-txn-markers), appended as a produce is.
         self.txn_marker_apis = TxnMarkerApis(
-            replica_manager, auth, self._append, config.get_int("request.timeout.ms"), offsets_transaction_completed
+            auth, self._append, config.get_int("request.timeout.ms"), offsets_transaction_completed
         )
         self.handlers.update(self.txn_marker_apis.handlers)
         # Only the controller decides these (Kafka's ForwardingManager), once checked here.
@@ -862,8 +856,7 @@ def _is_transactional(records: bytes | None) -> bool:
     """Whether a partition's first batch is transactional (Kafka's RequestUtils.hasTransactionalRecords)."""
     if records is None or len(records) < RECORD_BATCH_OVERHEAD:
         return False
-    (attributes,) = struct.unpack_from(">h", records, ATTRIBUTES_OFFSET)
-    return bool(attributes & TRANSACTIONAL_FLAG_MASK)
+    return read_header(records).is_transactional
 
 
 def _holds_several_batches(records: bytes) -> bool:

@@ -33,7 +33,6 @@ from tierlog.coordinator.transaction.transaction_coordinator import TxnMarkerReq
 from tierlog.metadata.image import ClusterMetadata
 from tierlog.protocol.errors import error_code
 from tierlog.server.txn_marker_apis import MarkerResults
-from tierlog.server.txn_marker_apis import TxnMarker as LocalTxnMarker
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +65,7 @@ class _PendingTxn:
 StillOwned = Callable[[str, int], bool]
 OnComplete = Callable[[TxnMarkerRequest], None]
 # This broker's WriteTxnMarkers appends (TxnMarkerApis.write_markers).
-WriteLocal = Callable[[Sequence[LocalTxnMarker]], Awaitable[MarkerResults]]
+WriteLocal = Callable[[Sequence[TxnMarker]], Awaitable[MarkerResults]]
 
 
 class TransactionMarkerChannel:
@@ -197,34 +196,13 @@ class TransactionMarkerChannel:
         self, items: list[tuple[_PendingTxn, list[TopicPartition]]]
     ) -> dict[tuple[int, TopicPartition], str | None]:
         """This broker leads the partitions: its WriteTxnMarkers appends, without the network."""
-        results = await self._write_local(
-            [
-                LocalTxnMarker(
-                    producer_id=txn.request.producer_id,
-                    producer_epoch=txn.request.producer_epoch,
-                    coordinator_epoch=txn.request.coordinator_epoch,
-                    committed=txn.request.committed,
-                    partitions=tuple(tps),
-                )
-                for txn, tps in items
-            ]
-        )
+        results = await self._write_local(_markers(items))
         return {(producer_id, tp): error for producer_id, errors in results.items() for tp, error in errors.items()}
 
     async def _write_remotely(
         self, leader: int, items: list[tuple[_PendingTxn, list[TopicPartition]]]
     ) -> dict[tuple[int, TopicPartition], str | None]:
-        markers = [
-            TxnMarker(
-                txn.request.producer_id,
-                txn.request.producer_epoch,
-                txn.request.committed,
-                txn.request.coordinator_epoch,
-                tps,
-            )
-            for txn, tps in items
-        ]
-        response = await self._request(leader, write_txn_markers_request(markers))
+        response = await self._request(leader, write_txn_markers_request(_markers(items)))
         errors: dict[tuple[int, TopicPartition], str | None] = {}
         for marker in response.markers:
             for topic in marker.topics:
@@ -288,3 +266,17 @@ class TransactionMarkerChannel:
         await asyncio.gather(*tasks, return_exceptions=True)
         await self._connections.close()
         self._pending.clear()
+
+
+def _markers(items: list[tuple[_PendingTxn, list[TopicPartition]]]) -> list[TxnMarker]:
+    """The WriteTxnMarkers entries of `items`, whether appended here or sent to their leader."""
+    return [
+        TxnMarker(
+            producer_id=txn.request.producer_id,
+            producer_epoch=txn.request.producer_epoch,
+            committed=txn.request.committed,
+            coordinator_epoch=txn.request.coordinator_epoch,
+            partitions=tuple(tps),
+        )
+        for txn, tps in items
+    ]

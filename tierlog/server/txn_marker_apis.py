@@ -3,8 +3,8 @@
 
 Each marker of a request (one producer's transaction) is one acks=all append of a COMMIT or ABORT control batch
 to each of its partitions, with origin COORDINATOR (no sequence checks; the partition checks the producer epoch and
-the coordinator epoch). A partition this broker does not host answers UNKNOWN_TOPIC_OR_PARTITION without an append;
-every other error is the append's, per partition. Once a marker is in a `__consumer_offsets` partition, the group
+the coordinator epoch). Every error is the append's, per partition (UNKNOWN_TOPIC_OR_PARTITION for one this broker
+does not host). Once a marker is in a `__consumer_offsets` partition, the group
 coordinator is told, so the transaction's offset commits become visible (or are dropped).
 
 The coordinator of this broker's own `__transaction_state` partitions calls `write_markers` directly; other brokers'
@@ -16,14 +16,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from tierlog.client.requests import TxnMarker
 from tierlog.common import TopicPartition
 from tierlog.protocol.codec import Request
 from tierlog.protocol.errors import error_code
 from tierlog.records.control_batch import ControlRecordType, EndTxnMarker, build_end_txn_marker_batch
-from tierlog.replication.replica_manager import AppendResult, ReplicaManager
+from tierlog.replication.replica_manager import AppendResult
 from tierlog.security.acl import AclOperation
 from tierlog.server.auth_helper import AuthHelper
 from tierlog.server.clock import now_ms
@@ -33,18 +33,6 @@ from tierlog.storage.producer_state import AppendOrigin
 
 API_WRITE_TXN_MARKERS = 27
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class TxnMarker:
-    """One marker of a WriteTxnMarkers request (Kafka's TxnMarkerEntry): end `producer_id`'s transaction in each of
-    `partitions`, committed or aborted, as decided by the coordinator of `coordinator_epoch`."""
-
-    producer_id: int
-    producer_epoch: int
-    coordinator_epoch: int
-    committed: bool
-    partitions: tuple[TopicPartition, ...]
 
 
 # Per producer id, each partition's error name (None: the marker is written), as Kafka's WriteTxnMarkersResponse.
@@ -60,13 +48,11 @@ OffsetsTransactionCompleted = Callable[[int, int, bool], None]
 class TxnMarkerApis:
     def __init__(
         self,
-        replica_manager: ReplicaManager,
         auth: AuthHelper,
         append: Append,
         request_timeout_ms: int,
         offsets_transaction_completed: OffsetsTransactionCompleted | None,
     ) -> None:
-        self._replica_manager = replica_manager
         self._auth = auth
         self._append = append
         self._request_timeout_ms = request_timeout_ms
@@ -82,17 +68,13 @@ class TxnMarkerApis:
             control = EndTxnMarker(
                 ControlRecordType.COMMIT if marker.committed else ControlRecordType.ABORT, marker.coordinator_epoch
             )
-            entries: dict[TopicPartition, bytearray] = {}
-            for tp in marker.partitions:
-                if tp in self._replica_manager.partitions:
-                    entries[tp] = build_end_txn_marker_batch(
-                        marker.producer_id, marker.producer_epoch, control, timestamp
-                    )
-                else:
-                    # Kafka's getMagic finds no local log: the coordinator looks the leader up again and retries.
-                    results.setdefault(marker.producer_id, {})[tp] = "UNKNOWN_TOPIC_OR_PARTITION"
-            if entries:
-                appends.append((marker, entries))
+            # A partition not hosted here is answered UNKNOWN_TOPIC_OR_PARTITION by the append itself (Kafka's
+            # getMagic finds no local log): the coordinator looks the leader up again and retries.
+            entries = {
+                tp: build_end_txn_marker_batch(marker.producer_id, marker.producer_epoch, control, timestamp)
+                for tp in marker.partitions
+            }
+            appends.append((marker, entries))
         appended = await asyncio.gather(
             *(self._append(entries, -1, self._request_timeout_ms, AppendOrigin.COORDINATOR) for _, entries in appends)
         )

@@ -54,7 +54,13 @@ from tierlog.storage.errors import (
     RecordTooLargeError,
     UnexpectedAppendOffsetError,
 )
-from tierlog.storage.file_records import FetchDataInfo, TimestampAndOffset, offset_of_timestamp_in_batch, scan_batches
+from tierlog.storage.file_records import (
+    FetchDataInfo,
+    FileSlice,
+    TimestampAndOffset,
+    offset_of_timestamp_in_batch,
+    scan_batches,
+)
 from tierlog.storage.leader_epoch_cache import LeaderEpochFileCache
 from tierlog.storage.log_config import LONG_MAX, LogConfig
 from tierlog.storage.producer_state import (
@@ -1032,6 +1038,24 @@ class Log:
             reload_from_clean_shutdown=reload_from_clean_shutdown,
             now_ms=self._now_ms,
         )
+
+    def fetch_upper_bound_offset(self, fetch_offset: int, records: FileSlice) -> int:
+        """The offset after the last batch of a local read: the aborted transactions a read_committed reader is told
+        of are those that start below it (Kafka's LogSegment.fetchUpperBoundOffset, which may overshoot to the next
+        index entry; this is exact). The scan starts at the offset index entry before the slice's end, so it reads
+        few headers."""
+        # The read came from the segment holding `fetch_offset` or, past its last batch, a later one.
+        for segment in self._segments[self._floor_index(fetch_offset) :]:
+            if segment.file is not records.file:
+                continue
+            end = records.position + records.size
+            start = max(records.position, segment.offset_index.floor_position(end - 1))
+            last_offset = None
+            for batch in scan_batches(segment.file.fileno(), start, end):
+                last_offset = batch.last_offset
+            if last_offset is not None:
+                return last_offset + 1
+        return self._next_offset
 
     def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         """The aborted transactions overlapping [start_offset, upper_bound_offset) from the local segments' txn
