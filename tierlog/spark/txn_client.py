@@ -18,15 +18,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from tierlog.client.connection import KafkaConnection, KafkaConnectionError
-from tierlog.client.requests import API_PRODUCE, metadata_request, request_schema
+from tierlog.client.requests import (
+    API_PRODUCE,
+    COORDINATOR_KEY_TRANSACTION,
+    find_coordinator_request,
+    list_transactions_request,
+    metadata_request,
+    request_schema,
+)
 from tierlog.client.security import ClientSecurity
 from tierlog.common import TopicPartition
 
-API_FIND_COORDINATOR, API_INIT_PRODUCER_ID, API_ADD_PARTITIONS_TO_TXN, API_END_TXN = 10, 22, 24, 26
-API_LIST_TRANSACTIONS = 66
-# v3: one key per request (v4 batches keys); the transaction coordinator is key type 1.
+API_INIT_PRODUCER_ID, API_ADD_PARTITIONS_TO_TXN, API_END_TXN = 22, 24, 26
+# v3: one key per request, answered with one host and port (v4 batches keys).
 FIND_COORDINATOR_VERSION = 3
-TRANSACTION_KEY_TYPE = 1
 # v3: producer id and epoch in the request (KIP-360); v4 and below of AddPartitionsToTxn/EndTxn are the
 # client's (v4+ of AddPartitionsToTxn is KIP-890's broker verification; EndTxn v5 bumps the epoch).
 INIT_PRODUCER_ID_VERSION = 3
@@ -155,8 +160,9 @@ class TxnClient:
         address = self._coordinators.get(transactional_id)
         if address is not None:
             return address
-        s = request_schema(API_FIND_COORDINATOR, FIND_COORDINATOR_VERSION)
-        answer = self._send_to_any(s.FindCoordinatorRequest(key=transactional_id, key_type=TRANSACTION_KEY_TYPE))
+        answer = self._send_to_any(
+            find_coordinator_request(transactional_id, COORDINATOR_KEY_TRANSACTION, version=FIND_COORDINATOR_VERSION)
+        )
         error = _error(answer.error_code)
         if error is not None:
             if error in COORDINATOR_MOVED | RETRY_LATER:
@@ -266,8 +272,7 @@ class TxnClient:
 
     def list_transactions(self, states: Iterable[str] = ()) -> list[ListedTransaction]:
         """Every broker's transactions in `states` (all when empty), as kafka-transactions.sh list asks."""
-        s = request_schema(API_LIST_TRANSACTIONS, LIST_TRANSACTIONS_VERSION)
-        request = s.ListTransactionsRequest(state_filters=tuple(states), producer_id_filters=())
+        request = list_transactions_request(states, version=LIST_TRANSACTIONS_VERSION)
         listed = []
         for address in self._brokers().values():
             answer = self._send(address, request)
