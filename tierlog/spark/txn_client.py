@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -172,9 +172,12 @@ class TxnClient:
         self._coordinators[transactional_id] = address
         return address
 
-    def _to_coordinator(self, transactional_id: str, what: str, request: Any) -> Any:
-        """`request`'s answer from the transaction's coordinator, found again when it moved; None (retry) while
-        the coordinator is loading or the transaction is completing."""
+    def _to_coordinator(
+        self, transactional_id: str, what: str, request: Any, errors_of: Callable[[Any], set[str]] | None = None
+    ) -> Any:
+        """`request`'s answer from the transaction's coordinator, found again when it moved, and retried while
+        the coordinator is loading or the transaction is completing. `errors_of(answer)`: the answer's error
+        names (by default its error_code's); OPERATION_NOT_ATTEMPTED marks partitions another's error held back."""
 
         def attempt() -> Any:
             address = self._coordinator(transactional_id)
@@ -183,12 +186,11 @@ class TxnClient:
             except KafkaConnectionError:
                 self._coordinators.pop(transactional_id, None)
                 raise
-            error = _error(answer.error_code)
-            if error in COORDINATOR_MOVED:
+            errors = errors_of(answer) if errors_of is not None else {_error(answer.error_code)} - {None}
+            if errors & COORDINATOR_MOVED:
                 self._coordinators.pop(transactional_id, None)
-                raise _Retry(f"{what}: {error}")
-            if error in RETRY_LATER:
-                raise _Retry(f"{what}: {error}")
+            if errors and errors <= COORDINATOR_MOVED | RETRY_LATER | {"OPERATION_NOT_ATTEMPTED"}:
+                raise _Retry(f"{what}: {', '.join(sorted(errors))}")
             return answer
 
         return self._retrying(what, attempt)
@@ -232,29 +234,17 @@ class TxnClient:
         )
         what = f"AddPartitionsToTxn({transactional_id})"
 
-        def attempt() -> Any:
-            address = self._coordinator(transactional_id)
-            try:
-                answer = self._send(address, request)
-            except KafkaConnectionError:
-                self._coordinators.pop(transactional_id, None)
-                raise
-            errors = {
-                _error(p.partition_error_code)
+        def errors_of(answer: Any) -> set[str]:
+            return {
+                error
                 for t in answer.results_by_topic_v3_and_below
                 for p in t.results_by_partition
-            } - {None}
-            if errors & COORDINATOR_MOVED:
-                self._coordinators.pop(transactional_id, None)
-            # OPERATION_NOT_ATTEMPTED marks the partitions held back by another's error.
-            retriable = COORDINATOR_MOVED | RETRY_LATER | {"OPERATION_NOT_ATTEMPTED"}
-            if errors and errors <= retriable:
-                raise _Retry(f"{what}: {', '.join(sorted(errors))}")
-            if errors:
-                raise TransactionError(what, ", ".join(sorted(errors - {"OPERATION_NOT_ATTEMPTED"})))
-            return answer
+                if (error := _error(p.partition_error_code)) is not None
+            }
 
-        self._retrying(what, attempt)
+        errors = errors_of(self._to_coordinator(transactional_id, what, request, errors_of))
+        if errors:
+            raise TransactionError(what, ", ".join(sorted(errors - {"OPERATION_NOT_ATTEMPTED"})))
 
     def end_txn(self, transactional_id: str, producer: ProducerIdAndEpoch, commit: bool) -> str | None:
         """EndTxn: None once the coordinator has decided (a retried commit of a committed transaction is
