@@ -1,5 +1,5 @@
-"""The Spark sink's transaction client against a real broker (no Spark): it finds the transaction coordinator
-(FindCoordinator v3) and lists the transactional id it initialised (ListTransactions v0)."""
+"""The Spark sink's transaction client against a real broker, without Spark: FindCoordinator, InitProducerId,
+ListTransactions, AddPartitionsToTxn, transactional Produce and EndTxn at the versions the sink sends."""
 
 from __future__ import annotations
 
