@@ -8,11 +8,13 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, PartitionMetadata
 
 from tierlog.client.connection import KafkaConnection
@@ -182,3 +184,37 @@ def quorum_leader(cluster: LocalCluster, voters: Iterable[int]) -> tuple[int, in
         if found is not None:
             return found
     return None
+
+
+def read_partition_from_start(
+    bootstrap: str, topic: str, isolation: str, timeout_s: float = REQUEST_TIMEOUT_S
+) -> list[tuple[int, bytes | None, bytes | None]]:
+    """(offset, key, value) of every record of `topic`'s partition 0 from offset 0 to its end (the last stable
+    offset for read_committed), read by confluent-kafka with `isolation` ("read_committed"/"read_uncommitted")."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{uuid.uuid4().hex[:8]}",
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "fetch.wait.max.ms": 100,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        records: list[tuple[int, bytes | None, bytes | None]] = []
+        deadline = time.monotonic() + timeout_s
+        while True:
+            assert time.monotonic() < deadline, f"{isolation} read of {topic} did not reach its end"
+            message = consumer.poll(0.2)
+            if message is None:
+                continue
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    return records
+                raise KafkaException(error)
+            records.append((message.offset() or 0, message.key(), message.value()))
+    finally:
+        consumer.close()

@@ -9,14 +9,18 @@ Requests are raw kio entities on tierlog's client connection, sent to the broker
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
-
+from cluster_helpers import send_request
 from group_helpers import OFFSETS_TOPIC, REBALANCE_S, create_topic, group_coordinated_by, offsets_partition, unique
 from kio.schema.errors import ErrorCode
 
-from tierlog.client.connection import KafkaConnection
-from tierlog.client.requests import request_schema
+from tierlog.client.requests import (
+    COORDINATOR_KEY_GROUP,
+    TxnMarker,
+    find_coordinator_request,
+    request_schema,
+    write_txn_markers_request,
+)
+from tierlog.common import TopicPartition
 from tierlog.testing.local_cluster import LocalCluster, wait_until
 
 TIMEOUT_S = 20.0
@@ -24,22 +28,10 @@ RESTART_S = 60.0
 PRODUCER_ID = 6000
 
 
-def send(bootstrap: str, request: Any) -> Any:
-    async def exchange() -> Any:
-        host, _, port = bootstrap.rpartition(":")
-        connection = await KafkaConnection.open(host, int(port), client_id="txn-failover", timeout_s=TIMEOUT_S)
-        try:
-            return await connection.send(request, timeout_s=TIMEOUT_S)
-        finally:
-            await connection.close()
-
-    return asyncio.run(exchange())
-
-
 def coordinator_of(cluster: LocalCluster, group: str) -> int | None:
     """The node FindCoordinator (asked of node 1, never killed) names for `group`, None while there is none."""
-    request = request_schema(10, 4).FindCoordinatorRequest(key_type=0, coordinator_keys=(group,))
-    (found,) = send(cluster.broker(1).bootstrap, request).coordinators
+    request = find_coordinator_request(group, COORDINATOR_KEY_GROUP)
+    (found,) = send_request(cluster.broker(1).bootstrap, request).coordinators
     return int(found.node_id) if found.error_code == ErrorCode.none else None
 
 
@@ -78,7 +70,7 @@ def commit(cluster: LocalCluster, node: int, group: str, topic: str, offset: int
                 ),
             ),
         )
-    ((answer,),) = [t.partitions for t in send(cluster.broker(node).bootstrap, request).topics]
+    ((answer,),) = [t.partitions for t in send_request(cluster.broker(node).bootstrap, request).topics]
     return ErrorCode(answer.error_code)
 
 
@@ -93,7 +85,7 @@ def fetch(cluster: LocalCluster, node: int, group: str, topic: str, require_stab
         ),
         require_stable=require_stable,
     )
-    (answer,) = send(cluster.broker(node).bootstrap, request).groups
+    (answer,) = send_request(cluster.broker(node).bootstrap, request).groups
     if answer.error_code != ErrorCode.none:
         return ErrorCode(answer.error_code), -1
     ((partition,),) = [t.partitions for t in answer.topics]
@@ -101,16 +93,15 @@ def fetch(cluster: LocalCluster, node: int, group: str, topic: str, require_stab
 
 
 def write_commit_marker(cluster: LocalCluster, node: int, group: str) -> ErrorCode:
-    s = request_schema(27, 1)
-    topic = s.WritableTxnMarkerTopic(name=OFFSETS_TOPIC, partition_indexes=(offsets_partition(group),))
-    request = s.WriteTxnMarkersRequest(
-        markers=(
-            s.WritableTxnMarker(
-                producer_id=PRODUCER_ID, producer_epoch=0, transaction_result=True, topics=(topic,), coordinator_epoch=0
-            ),
-        )
+    marker = TxnMarker(
+        PRODUCER_ID,
+        0,
+        committed=True,
+        coordinator_epoch=0,
+        partitions=[TopicPartition(OFFSETS_TOPIC, offsets_partition(group))],
     )
-    (marker,) = send(cluster.broker(node).bootstrap, request).markers
+    request = write_txn_markers_request([marker])
+    (marker,) = send_request(cluster.broker(node).bootstrap, request).markers
     ((answer,),) = [t.partitions for t in marker.topics]
     return ErrorCode(answer.error_code)
 

@@ -5,12 +5,11 @@ value, which read_committed consumers still read, with the transactions' markers
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Any
 
-from cluster_helpers import BrokerFactory
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from cluster_helpers import BrokerFactory, read_partition_from_start
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tierlog.testing.local_cluster import wait_until
@@ -27,37 +26,6 @@ BROKER_OVERRIDES = {
 KEYS = [f"key-{i}".encode() for i in range(5)]
 # Rounds of one update of every key, each a transaction; these are aborted.
 ROUNDS, ABORTED_ROUNDS = 6, (2, 5)
-
-
-def read_from_start(bootstrap: str, topic: str, isolation: str) -> list[tuple[int, bytes | None, bytes | None]]:
-    """(offset, key, value) of every record from offset 0 to the partition's end."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"reader-{uuid.uuid4().hex[:8]}",
-            "isolation.level": isolation,
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "fetch.wait.max.ms": 100,
-        }
-    )
-    try:
-        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        records: list[tuple[int, bytes | None, bytes | None]] = []
-        deadline = time.monotonic() + TIMEOUT_S
-        while True:
-            assert time.monotonic() < deadline, f"{isolation} read of {topic} did not reach its end"
-            message = consumer.poll(0.2)
-            if message is None:
-                continue
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    return records
-                raise KafkaException(error)
-            records.append((message.offset() or 0, message.key(), message.value()))
-    finally:
-        consumer.close()
 
 
 def test_the_cleaner_removes_aborted_records_and_keeps_the_latest_committed_value_per_key(
@@ -94,14 +62,14 @@ def test_the_cleaner_removes_aborted_records_and_keeps_the_latest_committed_valu
     latest_committed = {key: b"round-4" for key in KEYS}
 
     def cleaned() -> list[tuple[int, bytes | None, bytes | None]] | None:
-        records = read_from_start(bootstrap, topic, "read_uncommitted")
+        records = read_partition_from_start(bootstrap, topic, "read_uncommitted", TIMEOUT_S)
         keyed = [(key, value) for _, key, value in records if key in latest_committed]
         return records if sorted(keyed) == sorted(latest_committed.items()) else None
 
     after: Any = wait_until(cleaned, TIMEOUT_S, "the cleaner to remove superseded and aborted records")
     # read_uncommitted readers no longer see the aborted rounds: the records are gone from the log. Every reader
     # sees the same: each key's latest committed value at its original offset, then the fillers.
-    committed = read_from_start(bootstrap, topic, "read_committed")
+    committed = read_partition_from_start(bootstrap, topic, "read_committed", TIMEOUT_S)
     assert committed == after
     # A round's records take consecutive offsets, its marker the next one: round r's key i is at 6r + i.
     assert [(offset, key) for offset, key, _ in committed if key in latest_committed] == [

@@ -5,17 +5,23 @@ read_uncommitted consumer sees the previous offset at once (docs/transactions.md
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
+from cluster_helpers import send_request
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.errors import KafkaTimeoutError
 from kio.schema.errors import ErrorCode
 
-from tierlog.client.connection import KafkaConnection
-from tierlog.client.requests import request_schema
+from tierlog.client.requests import (
+    COORDINATOR_KEY_GROUP,
+    TxnMarker,
+    find_coordinator_request,
+    request_schema,
+    write_txn_markers_request,
+)
+from tierlog.common import TopicPartition
 from tierlog.testing.local_cluster import wait_until
 
 TIMEOUT_S = 20.0
@@ -23,19 +29,10 @@ PRODUCER_ID = 5000
 GROUP = "txn-group"
 
 
-async def _send(bootstrap: str, request: Any) -> Any:
-    host, _, port = bootstrap.rpartition(":")
-    connection = await KafkaConnection.open(host, int(port), client_id="txn-test", timeout_s=TIMEOUT_S)
-    try:
-        return await connection.send(request, timeout_s=TIMEOUT_S)
-    finally:
-        await connection.close()
-
-
 def coordinator_found(bootstrap: str) -> bool:
     """FindCoordinator for the group: the first ones create __consumer_offsets."""
-    request = request_schema(10, 4).FindCoordinatorRequest(key_type=0, coordinator_keys=(GROUP,))
-    (found,) = asyncio.run(_send(bootstrap, request)).coordinators
+    request = find_coordinator_request(GROUP, COORDINATOR_KEY_GROUP)
+    (found,) = send_request(bootstrap, request).coordinators
     return bool(found.error_code == ErrorCode.none)
 
 
@@ -60,24 +57,20 @@ def txn_offset_commit(bootstrap: str, topic: str, offset: int) -> ErrorCode:
             ),
         ),
     )
-    ((partition,),) = [t.partitions for t in asyncio.run(_send(bootstrap, request)).topics]
+    ((partition,),) = [t.partitions for t in send_request(bootstrap, request).topics]
     return ErrorCode(partition.error_code)
 
 
 def write_commit_marker(bootstrap: str, offsets_partition: int) -> ErrorCode:
-    s = request_schema(27, 1)
-    request = s.WriteTxnMarkersRequest(
-        markers=(
-            s.WritableTxnMarker(
-                producer_id=PRODUCER_ID,
-                producer_epoch=0,
-                transaction_result=True,
-                topics=(s.WritableTxnMarkerTopic(name="__consumer_offsets", partition_indexes=(offsets_partition,)),),
-                coordinator_epoch=0,
-            ),
-        )
+    marker = TxnMarker(
+        PRODUCER_ID,
+        0,
+        committed=True,
+        coordinator_epoch=0,
+        partitions=[TopicPartition("__consumer_offsets", offsets_partition)],
     )
-    (marker,) = asyncio.run(_send(bootstrap, request)).markers
+    request = write_txn_markers_request([marker])
+    (marker,) = send_request(bootstrap, request).markers
     ((partition,),) = [t.partitions for t in marker.topics]
     return ErrorCode(partition.error_code)
 

@@ -5,12 +5,11 @@ reading from offset 0, served from the remote tier, sees exactly the committed r
 
 from __future__ import annotations
 
-import time
 import uuid
 from pathlib import Path
 
-from cluster_helpers import ClusterFactory
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from cluster_helpers import ClusterFactory, read_partition_from_start
+from confluent_kafka import Producer
 from tiered_helpers import (
     CLIENT_TIMEOUT_S,
     create_topic,
@@ -32,37 +31,6 @@ TRANSACTION_OVERRIDES = {
 }
 TRANSACTIONS = 24
 RECORDS_PER_TRANSACTION = 30
-
-
-def read_from_start(bootstrap: str, topic: str, isolation: str) -> list[tuple[int, bytes]]:
-    """(offset, value) of every record from offset 0 to the partition's end (the LSO for read_committed)."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"reader-{uuid.uuid4().hex[:8]}",
-            "isolation.level": isolation,
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "fetch.wait.max.ms": 100,
-        }
-    )
-    try:
-        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        records: list[tuple[int, bytes]] = []
-        deadline = time.monotonic() + CLIENT_TIMEOUT_S
-        while True:
-            assert time.monotonic() < deadline, f"{isolation} read of {topic} did not reach its end"
-            message = consumer.poll(0.2)
-            if message is None:
-                continue
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    return records
-                raise KafkaException(error)
-            records.append((message.offset() or 0, message.value() or b""))
-    finally:
-        consumer.close()
 
 
 def test_read_committed_from_the_remote_tier_sees_only_committed_records(
@@ -111,8 +79,8 @@ def test_read_committed_from_the_remote_tier_sees_only_committed_records(
     assert aborted_in_remote >= 1
 
     # Served from the remote tier up to the local log start: only the committed records, in order.
-    read = read_from_start(cluster.bootstrap, topic, "read_committed")
-    assert [value for _, value in read] == committed
+    read = read_partition_from_start(cluster.bootstrap, topic, "read_committed", CLIENT_TIMEOUT_S)
+    assert [value for _, _, value in read] == committed
     assert read[0][0] == 0
-    everything = read_from_start(cluster.bootstrap, topic, "read_uncommitted")
-    assert sorted(value for _, value in everything) == sorted(committed + aborted)
+    everything = read_partition_from_start(cluster.bootstrap, topic, "read_uncommitted", CLIENT_TIMEOUT_S)
+    assert sorted(value or b"" for _, _, value in everything) == sorted(committed + aborted)

@@ -57,14 +57,14 @@ DESCRIBE_LOG_DIRS_VERSION = 4
 ALTER_PARTITION_REASSIGNMENTS_VERSION = 0
 LIST_PARTITION_REASSIGNMENTS_VERSION = 0
 UNREGISTER_BROKER_VERSION = 0
-# v4 batches keys (KIP-699); the key type 1 is a transactional id.
+# v4 batches keys (KIP-699); the key type 0 is a group, 1 a transactional id.
 FIND_COORDINATOR_VERSION = 4
 # v1 is what Kafka 4.0 sends (and kio's oldest); v2 adds the marker's transaction version (KIP-890's TV2).
 WRITE_TXN_MARKERS_VERSION = 1
 DESCRIBE_TRANSACTIONS_VERSION = 0
 # v1 adds the duration filter (KIP-994), which is sent only when asked for.
 LIST_TRANSACTIONS_VERSION = 1
-COORDINATOR_KEY_TRANSACTION = 1
+COORDINATOR_KEY_GROUP, COORDINATOR_KEY_TRANSACTION = 0, 1
 
 CONSUMER_REPLICA_ID = -1  # not a replica: the leader answers up to the high watermark only
 NO_EPOCH = -1  # "unknown" for every epoch field of a request

@@ -13,20 +13,25 @@ from __future__ import annotations
 import asyncio
 import datetime
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from tierlog.client.connection import KafkaConnection, KafkaConnectionError
-from tierlog.client.requests import API_PRODUCE, metadata_request, request_schema
+from tierlog.client.requests import (
+    API_PRODUCE,
+    COORDINATOR_KEY_TRANSACTION,
+    find_coordinator_request,
+    list_transactions_request,
+    metadata_request,
+    request_schema,
+)
 from tierlog.client.security import ClientSecurity
 from tierlog.common import TopicPartition
 
-API_FIND_COORDINATOR, API_INIT_PRODUCER_ID, API_ADD_PARTITIONS_TO_TXN, API_END_TXN = 10, 22, 24, 26
-API_LIST_TRANSACTIONS = 66
-# v3: one key per request (v4 batches keys); the transaction coordinator is key type 1.
+API_INIT_PRODUCER_ID, API_ADD_PARTITIONS_TO_TXN, API_END_TXN = 22, 24, 26
+# v3: one key per request, answered with one host and port (v4 batches keys).
 FIND_COORDINATOR_VERSION = 3
-TRANSACTION_KEY_TYPE = 1
 # v3: producer id and epoch in the request (KIP-360); v4 and below of AddPartitionsToTxn/EndTxn are the
 # client's (v4+ of AddPartitionsToTxn is KIP-890's broker verification; EndTxn v5 bumps the epoch).
 INIT_PRODUCER_ID_VERSION = 3
@@ -155,8 +160,9 @@ class TxnClient:
         address = self._coordinators.get(transactional_id)
         if address is not None:
             return address
-        s = request_schema(API_FIND_COORDINATOR, FIND_COORDINATOR_VERSION)
-        answer = self._send_to_any(s.FindCoordinatorRequest(key=transactional_id, key_type=TRANSACTION_KEY_TYPE))
+        answer = self._send_to_any(
+            find_coordinator_request(transactional_id, COORDINATOR_KEY_TRANSACTION, version=FIND_COORDINATOR_VERSION)
+        )
         error = _error(answer.error_code)
         if error is not None:
             if error in COORDINATOR_MOVED | RETRY_LATER:
@@ -166,9 +172,12 @@ class TxnClient:
         self._coordinators[transactional_id] = address
         return address
 
-    def _to_coordinator(self, transactional_id: str, what: str, request: Any) -> Any:
-        """`request`'s answer from the transaction's coordinator, found again when it moved; None (retry) while
-        the coordinator is loading or the transaction is completing."""
+    def _to_coordinator(
+        self, transactional_id: str, what: str, request: Any, errors_of: Callable[[Any], set[str]] | None = None
+    ) -> Any:
+        """`request`'s answer from the transaction's coordinator, found again when it moved, and retried while
+        the coordinator is loading or the transaction is completing. `errors_of(answer)`: the answer's error
+        names (by default its error_code's); OPERATION_NOT_ATTEMPTED marks partitions another's error held back."""
 
         def attempt() -> Any:
             address = self._coordinator(transactional_id)
@@ -177,12 +186,11 @@ class TxnClient:
             except KafkaConnectionError:
                 self._coordinators.pop(transactional_id, None)
                 raise
-            error = _error(answer.error_code)
-            if error in COORDINATOR_MOVED:
+            errors = errors_of(answer) if errors_of is not None else {_error(answer.error_code)} - {None}
+            if errors & COORDINATOR_MOVED:
                 self._coordinators.pop(transactional_id, None)
-                raise _Retry(f"{what}: {error}")
-            if error in RETRY_LATER:
-                raise _Retry(f"{what}: {error}")
+            if errors and errors <= COORDINATOR_MOVED | RETRY_LATER | {"OPERATION_NOT_ATTEMPTED"}:
+                raise _Retry(f"{what}: {', '.join(sorted(errors))}")
             return answer
 
         return self._retrying(what, attempt)
@@ -226,29 +234,17 @@ class TxnClient:
         )
         what = f"AddPartitionsToTxn({transactional_id})"
 
-        def attempt() -> Any:
-            address = self._coordinator(transactional_id)
-            try:
-                answer = self._send(address, request)
-            except KafkaConnectionError:
-                self._coordinators.pop(transactional_id, None)
-                raise
-            errors = {
-                _error(p.partition_error_code)
+        def errors_of(answer: Any) -> set[str]:
+            return {
+                error
                 for t in answer.results_by_topic_v3_and_below
                 for p in t.results_by_partition
-            } - {None}
-            if errors & COORDINATOR_MOVED:
-                self._coordinators.pop(transactional_id, None)
-            # OPERATION_NOT_ATTEMPTED marks the partitions held back by another's error.
-            retriable = COORDINATOR_MOVED | RETRY_LATER | {"OPERATION_NOT_ATTEMPTED"}
-            if errors and errors <= retriable:
-                raise _Retry(f"{what}: {', '.join(sorted(errors))}")
-            if errors:
-                raise TransactionError(what, ", ".join(sorted(errors - {"OPERATION_NOT_ATTEMPTED"})))
-            return answer
+                if (error := _error(p.partition_error_code)) is not None
+            }
 
-        self._retrying(what, attempt)
+        errors = errors_of(self._to_coordinator(transactional_id, what, request, errors_of))
+        if errors:
+            raise TransactionError(what, ", ".join(sorted(errors - {"OPERATION_NOT_ATTEMPTED"})))
 
     def end_txn(self, transactional_id: str, producer: ProducerIdAndEpoch, commit: bool) -> str | None:
         """EndTxn: None once the coordinator has decided (a retried commit of a committed transaction is
@@ -266,8 +262,7 @@ class TxnClient:
 
     def list_transactions(self, states: Iterable[str] = ()) -> list[ListedTransaction]:
         """Every broker's transactions in `states` (all when empty), as kafka-transactions.sh list asks."""
-        s = request_schema(API_LIST_TRANSACTIONS, LIST_TRANSACTIONS_VERSION)
-        request = s.ListTransactionsRequest(state_filters=tuple(states), producer_id_filters=())
+        request = list_transactions_request(states, version=LIST_TRANSACTIONS_VERSION)
         listed = []
         for address in self._brokers().values():
             answer = self._send(address, request)
