@@ -24,12 +24,20 @@ broker is idle again), the remote range is offsets [0, local log start). For eve
 
 Consumer throughput counts payload bytes (1 MB = 10^6 bytes); the S3 reads are reported both in object bytes
 and as the payload (and records) those bytes hold, which is what the chart compares. Each figure is the
-median of the rounds; every round is in the JSON.
+median of the rounds; every round is in the JSON, with its build and the load average when it started.
+
+Before/after in one run: with `--compare-with DIR` the broker runs DIR's code (DIR first on its PYTHONPATH) for
+the "before" rounds and this tree's for the "after" rounds, restarted on the same data between rounds, A B A B
+...; the local tier and the raw S3 references are measured in every round. The benchmark itself (clients, S3
+readers) runs from this tree.
 
     python bench/tiered.py            # 200 MB, fetch/range sizes 1 MiB and 8 MiB, 3 rounds (~1 minute)
-    python bench/tiered.py --quick    # 24 MB, 1 round, for a smoke run (well under a minute)
+    python bench/tiered.py --quick    # 24 MB, 2 rounds, for a smoke run (well under a minute)
+    # before/after, ~3 minutes (3 rounds of each build; --quick: ~1 minute):
+    PYTHONPATH=$PWD .venv/bin/python bench/tiered.py --compare-with /work/wt-baseline
 
-Writes `bench/results/tiered.json` (machine, parameters, results) and `bench/results/tiered.png`.
+Writes `bench/results/tiered.json` (machine, builds and commits, parameters, results) and
+`bench/results/tiered.png`.
 """
 
 from __future__ import annotations
@@ -37,6 +45,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -77,8 +87,9 @@ TASK_INTERVAL_MS = 200
 REMOTE_READ_SETTINGS = {
     "remote.fetch.max.wait.ms": 500,
     "remote.log.reader.threads": 10,
-    "RemoteLogReader chunk_bytes (prefetch unit)": MiB,
-    "RemoteLogReader prefetch_chunks (cache bound)": 4,
+    "before (baseline)": "1 MiB read-ahead after each read, 4 MiB cache, one ranged GET per read",
+    "after": "4 MiB chunks; rsm.config.fetch.chunk.cache.size 64 MiB, "
+    "rsm.config.fetch.chunk.cache.prefetch.max.size 8 MiB (defaults), 8 loader threads",
 }
 PATHS = (
     ("remote", "remote tier (consumer)", "#e07b39"),
@@ -333,6 +344,48 @@ def rsm_reader(s3: LocalS3Server) -> tuple[RangeReader, Callable[[], None]]:
     return read, rsm.close
 
 
+# -- builds (--compare-with) ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Build:
+    """Which tree's code the broker runs: `tree` goes first on its PYTHONPATH (None: the installed tierlog)."""
+
+    label: str
+    tree: Path | None
+
+    def commit(self) -> str:
+        where = self.tree or Path(__file__).resolve().parent
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False, cwd=where
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=where,
+        ).stdout.strip()
+        return head + ("+uncommitted" if dirty else "")
+
+    def use(self) -> None:
+        """Brokers started from now on run this build's code (the variable is inherited by the broker process)."""
+        if self.tree is None:
+            os.environ.pop("PYTHONPATH", None)
+            if ORIGINAL_PYTHONPATH is not None:
+                os.environ["PYTHONPATH"] = ORIGINAL_PYTHONPATH
+        else:
+            os.environ["PYTHONPATH"] = str(self.tree.resolve())
+
+
+ORIGINAL_PYTHONPATH = os.environ.get("PYTHONPATH")
+
+
+def round_order(builds: Sequence[Build], repeats: int) -> list[Build]:
+    """A B A B ...: each build `repeats` times, alternating, so drifting load on the host hits both alike."""
+    return [build for _ in range(repeats) for build in builds]
+
+
 # -- report --------------------------------------------------------------------------------------------
 
 
@@ -352,16 +405,30 @@ def grouped_bars(ax: Any, series: Sequence[tuple[str, Sequence[float], str]], va
         ax.bar_label(bars, labels=[value_format.format(v) for v in values], fontsize=7, padding=2)
 
 
-def draw(axes: Sequence[Any], results: list[dict[str, Any]]) -> None:
-    for ax, metric, unit, what in (
-        (axes[0], "mb_per_s", "MB/s of payload", "payload"),
-        (axes[1], "records_per_s", "records/s", "records"),
-    ):
-        grouped_bars(ax, [(label, [r[key][metric] for r in results], c) for key, label, c in PATHS], "{:,.0f}")
-        ax.set_ylabel(unit)
-        ax.set_title(f"{unit} (S3 reads: the {what} their bytes hold)")
-        ax.set_ylim(0, max(r[key][metric] for r in results for key, _, _ in PATHS) * 1.15)
-    axes[0].legend(fontsize=8, loc="upper left")
+BUILD_COLORS = {"before": "#c9a27e", "after": "#e07b39", "current": "#e07b39"}
+
+
+def draw(axes: Sequence[Any], results: list[dict[str, Any]], labels: Sequence[str]) -> None:
+    series = [
+        (f"remote tier, {label}", [r["remote"][label]["mb_per_s"] for r in results], BUILD_COLORS[label])
+        for label in labels
+    ]
+    series += [(title, [r[key]["mb_per_s"] for r in results], color) for key, title, color in PATHS[1:]]
+    grouped_bars(axes[0], series, "{:,.0f}")
+    axes[0].set_ylabel("MB/s of payload")
+    axes[0].set_title("consume rate (S3 reads: the payload their bytes hold)")
+    axes[0].set_ylim(0, max(max(values) for _, values, _ in series) * 1.15)
+    axes[0].legend(fontsize=7, loc="upper left")
+    ratios = [
+        (f"remote / raw S3, {label}", [r["remote_vs_s3"][label] for r in results], BUILD_COLORS[label])
+        for label in labels
+    ]
+    grouped_bars(axes[1], ratios, "{:.2f}")
+    axes[1].axhline(0.8, color="#2e7d32", linestyle="--", linewidth=1, label="goal 0.8")
+    axes[1].set_ylabel("remote tier MB/s / botocore ranged GET MB/s")
+    axes[1].set_title("remote tier vs raw S3 (median rounds)")
+    axes[1].set_ylim(0, max(1.0, max(max(values) for _, values, _ in ratios) * 1.2))
+    axes[1].legend(fontsize=7, loc="upper left")
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -377,8 +444,72 @@ def size_label(n: int) -> str:
     return f"{n / MiB:g} MiB" if n % (MiB // 4) == 0 else f"{n} B"
 
 
+def measure_round(
+    cluster: LocalCluster,
+    build: Build,
+    fetch_bytes: int,
+    remote_count: int,
+    args: Any,
+    objects: Sequence[SegmentObject],
+    readers: dict[str, RangeReader],
+    read_timeout: float,
+    profile_to: Path | None,
+) -> dict[str, dict[str, Any]]:
+    """One round at one fetch size: the remote and local consumers against this build's broker, then the raw S3
+    references (independent of the build, measured every round so they see the same load). With `profile_to`,
+    py-spy samples the broker while the remote consumer reads (raw collapsed stacks)."""
+    load = list(os.getloadavg())
+    before = metrics(cluster)
+    profiler = None
+    if profile_to is not None:
+        profiler = subprocess.Popen(
+            [
+                *(str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(cluster.broker(NODE).pid)),
+                *("--nonblocking", "--threads", "--rate", "200", "--format", "raw", "--output", str(profile_to)),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(1)  # py-spy attaches
+    remote = consume_range(cluster.bootstrap, TIERED_TOPIC, remote_count, fetch_bytes, read_timeout)
+    if profiler is not None:
+        profiler.send_signal(signal.SIGINT)  # py-spy writes its samples and exits
+        profiler.wait(60)
+    after = metrics(cluster)
+    # Fetches the broker served from the remote tier, and those that failed.
+    reads = int(after["tierlog_remote_fetch_requests_total"] - before["tierlog_remote_fetch_requests_total"])
+    errors = int(after["tierlog_remote_fetch_errors_total"] - before["tierlog_remote_fetch_errors_total"])
+    tag = {"build": build.label, "load_average_1_5_15_min": load}
+    row = {
+        "remote": {
+            **remote.to_json(),
+            "broker_remote_reads": reads,
+            "broker_remote_read_errors": errors,
+            # One fetch at a time: the consumer's whole cycle per remote read.
+            "ms_per_remote_read": round(remote.seconds * 1000 / max(reads, 1), 2),
+            # Only a broker with the chunk cache has these (docs/performance.md#remote-reads).
+            **{
+                f"broker_{name}": int(after[metric] - before[metric])
+                for name, metric in (
+                    ("prefetch_bytes", "tierlog_remote_fetch_prefetch_bytes_total"),
+                    ("chunk_cache_hit_bytes", "tierlog_remote_fetch_chunk_cache_hit_bytes_total"),
+                )
+                if metric in after and metric in before
+            },
+            **tag,
+        },
+        "local": {
+            **consume_range(cluster.bootstrap, LOCAL_TOPIC, remote_count, fetch_bytes, read_timeout).to_json(),
+            **tag,
+        },
+    }
+    for key, read in readers.items():
+        row[key] = {**timed_reads(objects, fetch_bytes, remote_count, args.size, read).to_json(), **tag}
+    return row
+
+
 def main() -> None:
-    parser = argument_parser(__doc__, "tiered", "24 MB and 1 round, for a smoke run")
+    parser = argument_parser(__doc__, "tiered", "24 MB and 2 rounds (of each build with --compare-with), ~1 minute")
     parser.add_argument("--megabytes", type=float, default=200.0, help="payload produced to each topic (10^6 B)")
     parser.add_argument("--size", type=int, default=1024, help="record value size in bytes")
     parser.add_argument("--segment-bytes", type=int, default=8 * MiB, help="segment.bytes of both topics")
@@ -387,15 +518,40 @@ def main() -> None:
         default="1MiB,8MiB",
         help="consumer max.partition.fetch.bytes values, also the S3 range sizes (comma-separated, MiB/KiB ok)",
     )
-    parser.add_argument("--repeats", type=int, default=3, help="rounds of every measurement; the median is kept")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds of every measurement (of each build)")
     parser.add_argument("--tier-timeout", type=float, default=300.0, help="longest wait for the copies, seconds")
+    parser.add_argument(
+        "--compare-with",
+        type=Path,
+        help="a tierlog tree (e.g. /work/wt-baseline) whose broker runs the 'before' rounds, alternating with this "
+        "tree's ('after')",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="directory for py-spy profiles of the broker during each build's last remote read at each fetch size",
+    )
     args = parser.parse_args()
     megabytes = 24.0 if args.quick else args.megabytes
-    repeats = 1 if args.quick else args.repeats
+    repeats = 2 if args.quick else args.repeats
     fetch_sizes = parse_sizes(args.fetch_sizes)
     records = int(megabytes * 1e6) // args.size
+    if args.compare_with is not None:
+        if not (args.compare_with / "tierlog" / "__init__.py").is_file():
+            raise SystemExit(f"Error: {args.compare_with} is not a tierlog tree (no tierlog/__init__.py)")
+        builds = [Build("before", args.compare_with.resolve()), Build("after", Path(__file__).resolve().parent.parent)]
+    else:
+        builds = [Build("current", None)]
+    labels = [build.label for build in builds]
+    order = round_order(builds, repeats)
 
     work_dir = Path(tempfile.mkdtemp(prefix="tierlog-bench-tiered-"))
+    out = args.out.resolve()
+    profile_dir = None if args.profile is None else args.profile.resolve()
+    # `python -m tierlog` puts the working directory first on sys.path, ahead of PYTHONPATH: from inside a tierlog
+    # tree every broker would run that tree's code whatever the build.
+    started_in = Path.cwd()
+    os.chdir(work_dir)
     s3 = LocalS3Server(work_dir / "s3")
     overrides = tiered_broker_overrides(s3.rsm_properties(BUCKET, PREFIX), brokers=1, task_interval_ms=TASK_INTERVAL_MS)
     cluster = LocalCluster(work_dir / "cluster", brokers=1, overrides=overrides)
@@ -405,14 +561,19 @@ def main() -> None:
         "local.retention.bytes": "1",
     }
     local_configs = {"segment.bytes": str(args.segment_bytes)}
-    results: list[dict[str, Any]] = []
+    runs: dict[int, dict[str, Any]] = {
+        fetch_bytes: {"remote": {label: [] for label in labels}, **{key: [] for key, _, _ in PATHS[1:]}}
+        for fetch_bytes in fetch_sizes
+    }
     produced: dict[str, dict[str, Any]] = {}
     exit_code: int | None = None
     load_before = os.getloadavg()
     try:
         s3.start(60)
         s3.create_bucket(BUCKET)
+        order[0].use()
         cluster.start(TIMEOUT_S)
+        running = order[0]
         create_topic(cluster, TIERED_TOPIC, tiered_configs)
         create_topic(cluster, LOCAL_TOPIC, local_configs)
         # The tiered topic first: its copies run while the local topic is produced.
@@ -431,48 +592,41 @@ def main() -> None:
         boto_read, boto_close = botocore_reader(s3)
         rsm_read, rsm_close = rsm_reader(s3)
         try:
-            for fetch_bytes in fetch_sizes:
-                runs: dict[str, list[dict[str, Any]]] = {key: [] for key, _, _ in PATHS}
-                for _ in range(repeats):
-                    before = metrics(cluster)
-                    remote = consume_range(cluster.bootstrap, TIERED_TOPIC, remote_count, fetch_bytes, read_timeout)
-                    after = metrics(cluster)
-                    # Fetches the broker served from the remote tier, and those that failed.
-                    reads = int(
-                        after["tierlog_remote_fetch_requests_total"] - before["tierlog_remote_fetch_requests_total"]
+            for number, build in enumerate(order, 1):
+                if build is not running:
+                    build.use()
+                    cluster.restart(NODE, TIMEOUT_S)
+                    wait_leader(cluster, TIERED_TOPIC)
+                    wait_leader(cluster, LOCAL_TOPIC)
+                    running = build
+                last_of_build = build not in order[number:]
+                for fetch_bytes in fetch_sizes:
+                    profile_to = None
+                    if profile_dir is not None and last_of_build:
+                        profile_dir.mkdir(parents=True, exist_ok=True)
+                        profile_to = (
+                            profile_dir / f"tiered-{build.label}-{size_label(fetch_bytes).replace(' ', '')}.txt"
+                        )
+                    row = measure_round(
+                        cluster,
+                        build,
+                        fetch_bytes,
+                        remote_count,
+                        args,
+                        objects,
+                        {"rsm": rsm_read, "s3": boto_read},
+                        read_timeout,
+                        profile_to,
                     )
-                    errors = int(
-                        after["tierlog_remote_fetch_errors_total"] - before["tierlog_remote_fetch_errors_total"]
+                    runs[fetch_bytes]["remote"][build.label].append(row.pop("remote"))
+                    for key, value in row.items():
+                        runs[fetch_bytes][key].append(value)
+                    print(
+                        f"round {number}/{len(order)} {build.label:>7} {size_label(fetch_bytes):>8}: remote "
+                        f"{runs[fetch_bytes]['remote'][build.label][-1]['mb_per_s']:7.1f} MB/s  "
+                        + "  ".join(f"{key} {value['mb_per_s']:7.1f}" for key, value in row.items()),
+                        flush=True,
                     )
-                    runs["remote"].append(
-                        {
-                            **remote.to_json(),
-                            "broker_remote_reads": reads,
-                            "broker_remote_read_errors": errors,
-                            # One fetch at a time: the consumer's whole cycle per remote read.
-                            "ms_per_remote_read": round(remote.seconds * 1000 / max(reads, 1), 2),
-                        }
-                    )
-                    local = consume_range(cluster.bootstrap, LOCAL_TOPIC, remote_count, fetch_bytes, read_timeout)
-                    runs["local"].append(local.to_json())
-                    runs["rsm"].append(timed_reads(objects, fetch_bytes, remote_count, args.size, rsm_read).to_json())
-                    runs["s3"].append(timed_reads(objects, fetch_bytes, remote_count, args.size, boto_read).to_json())
-                row: dict[str, Any] = {"fetch_bytes": fetch_bytes}
-                for key, _, _ in PATHS:
-                    row[key] = median_of(runs[key])
-                row["remote"]["log_mb_per_s"] = round(remote_object_bytes / row["remote"]["seconds"] / 1e6, 2)
-                row["remote_vs_local"] = round(row["remote"]["mb_per_s"] / row["local"]["mb_per_s"], 3)
-                row["remote_vs_s3"] = round(row["remote"]["mb_per_s"] / row["s3"]["mb_per_s"], 3)
-                row["runs"] = runs
-                results.append(row)
-                print(
-                    f"{size_label(fetch_bytes):>8} fetches/ranges: "
-                    + "  ".join(
-                        f"{key} {row[key]['mb_per_s']:7.1f} MB/s {row[key]['records_per_s']:>9,} rec/s"
-                        for key, _, _ in PATHS
-                    ),
-                    flush=True,
-                )
         finally:
             boto_close()
             rsm_close()
@@ -482,9 +636,41 @@ def main() -> None:
             exit_code = cluster.broker(NODE).wait_stopped(1)
         finally:
             s3.stop()
+            os.chdir(started_in)
             shutil.rmtree(work_dir, ignore_errors=True)
+            Build("restore", None).use()
     if exit_code not in (0, None):
         print(f"warning: the broker exited with code {exit_code}", file=sys.stderr)
+
+    results: list[dict[str, Any]] = []
+    for fetch_bytes in fetch_sizes:
+        measured = runs[fetch_bytes]
+        row: dict[str, Any] = {"fetch_bytes": fetch_bytes}
+        row["remote"] = {label: median_of(measured["remote"][label]) for label in labels}
+        for label in labels:
+            row["remote"][label]["log_mb_per_s"] = round(remote_object_bytes / row["remote"][label]["seconds"] / 1e6, 2)
+        for key, _, _ in PATHS[1:]:
+            row[key] = median_of(measured[key])
+        row["remote_vs_s3"] = {
+            label: round(row["remote"][label]["mb_per_s"] / row["s3"]["mb_per_s"], 3) for label in labels
+        }
+        row["remote_vs_local"] = {
+            label: round(row["remote"][label]["mb_per_s"] / row["local"]["mb_per_s"], 3) for label in labels
+        }
+        if len(labels) == 2:
+            row["after_vs_before"] = round(row["remote"]["after"]["mb_per_s"] / row["remote"]["before"]["mb_per_s"], 2)
+        row["runs"] = measured
+        results.append(row)
+        print(
+            f"{size_label(fetch_bytes):>8}: "
+            + "  ".join(
+                f"remote {label} {row['remote'][label]['mb_per_s']:.1f} MB/s ({row['remote_vs_s3'][label]:.2f}x S3)"
+                for label in labels
+            )
+            + "".join(f"  {key} {row[key]['mb_per_s']:.1f}" for key, _, _ in PATHS[1:])
+            + " MB/s",
+            flush=True,
+        )
 
     machine = machine_info()
     # Other work on the host shows here: the benchmark itself keeps about 1.5 CPUs busy while it reads.
@@ -493,6 +679,9 @@ def main() -> None:
         "benchmark": "tierlog consume throughput: remote tier vs local tier vs the S3 server's ranged GETs, "
         "confluent-kafka client, one local broker, SeaweedFS on the same host",
         "machine": machine,
+        "builds": {
+            build.label: {"tree": str(build.tree or "installed tierlog"), "commit": build.commit()} for build in builds
+        },
         "parameters": {
             "brokers": 1,
             "why_one_broker": "the numbers are about tiering, not replication: topics and the remote log "
@@ -507,7 +696,8 @@ def main() -> None:
             "broker_overrides": {k: v for k, v in overrides.items() if "secret" not in k and "access.key" not in k},
             "broker_remote_read_settings": REMOTE_READ_SETTINGS,
             "fetch_sizes": fetch_sizes,
-            "repeats": repeats,
+            "repeats_per_build": repeats,
+            "round_order": [build.label for build in order],
             "remote_range": {
                 "offsets": [0, remote_count],
                 "segments": len(objects),
@@ -525,52 +715,49 @@ def main() -> None:
             "with a plain botocore client (get_object with a Range header, body read whole)",
             "units": "MB = 10^6 payload bytes (keys are null; record and batch overhead not counted); the S3 "
             "reads' mb_per_s/records_per_s are the payload/records the objects hold, object_mb_per_s their "
-            "raw bytes; remote.log_mb_per_s is the remote consumer's rate in object bytes",
-            "figures": "median of the rounds by time (mb_per_s_min_max gives the spread; every round under runs)",
+            "raw bytes; remote.<build>.log_mb_per_s is the remote consumer's rate in object bytes",
+            "figures": "median of the rounds by time (mb_per_s_min_max gives the spread; every round under runs, "
+            "with its build and the load average when it started)",
         },
-        "notes": [
-            "The local tier is measured on a second topic without remote storage holding the same records "
-            "(same record size, segment size and producer batching), read over the same offsets [0, local log "
-            "start) as the remote range. That is fairer than the tiered topic's own local tail, which "
-            "local.retention.bytes=1 keeps to the active segment (less than segment.bytes, too short to time) "
-            "and which would be read just after the remote range rather than over the same bytes.",
-            "Every path is measured with the broker idle: the copier has caught up (copy lag 0, local log "
-            "start = highest remote offset + 1) before the first read, and nothing is produced meanwhile.",
-            "Both tiers are read warm: the broker's segment files and SeaweedFS's volume files were written "
-            "moments before and sit in the page cache, so neither number includes disk reads.",
-            "Broker, S3 server and client share one host; with few CPUs they compete with each other, which "
-            "the remote path (three busy processes) feels more than the local one.",
-            "The remote path per fetch: the broker finds the fetch offset below the local log start, its "
-            "RemoteLogReader serves max(max.partition.fetch.bytes, 1 MiB) from the segment object (from the "
-            "chunk prefetched after the previous fetch where it can, the rest in one ranged GET through s3fs "
-            "on a reader thread), answers, and starts prefetching the next 1 MiB chunk. One partition is "
-            "served from the remote tier per fetch request (as in Kafka), and a read that takes longer than "
-            "remote.fetch.max.wait.ms is answered empty and retried by the client.",
-            "What bounds the remote path: one partition means one fetch in flight, and every remote fetch is a "
-            "serial round trip (ranged GET, then the broker's copies and response, then the client), so its "
-            "rate is fetch size / that cycle (remote.ms_per_remote_read) rather than the S3 server's "
-            "bandwidth. The 1 MiB prefetch only starts once a read has answered, and a read does not wait for "
-            "a prefetch still in flight: a consumer that asks again sooner than one GET takes fetches the same "
-            "bytes itself. A remote read never crosses a segment, so with fetches of at least segment.bytes "
-            "each fetch brings (the rest of) one segment: broker_remote_reads = segments.",
-        ],
+        "notes": NOTES,
         "produce": produced,
         "results": results,
     }
     write_report(
-        args.out,
+        out,
         "tiered",
         report,
         title=(
-            f"tierlog consume from the remote vs local tier and raw S3 GETs ({machine['cpu']}, "
-            f"{machine['cpu_count']} CPUs), {megabytes:g} MB of {args.size} B records, "
+            f"tierlog consume from the remote tier ({' vs '.join(labels)}), local tier and raw S3 GETs "
+            f"({machine['cpu']}, {machine['cpu_count']} CPUs), {megabytes:g} MB of {args.size} B records, "
             f"{args.segment_bytes / MiB:g} MiB segments"
         ),
         labels=[f"max.partition.fetch.bytes = S3 range\n{size_label(r['fetch_bytes'])}" for r in results],
         panels=2,
-        figsize=(13, 5.2),
-        draw=lambda axes: draw(axes, results),
+        figsize=(14, 5.4),
+        draw=lambda axes: draw(axes, results, labels),
     )
+
+
+NOTES = [
+    "The local tier is measured on a second topic without remote storage holding the same records (same record "
+    "size, segment size and producer batching), read over the same offsets [0, local log start) as the remote "
+    "range.",
+    "Every path is measured with the broker idle: the copier has caught up (copy lag 0, local log start = highest "
+    "remote offset + 1) before the first read, and nothing is produced meanwhile.",
+    "Both tiers are read warm: the broker's segment files and SeaweedFS's volume files sit in the page cache, so "
+    "neither number includes disk reads.",
+    "Broker, S3 server and client share one host; with few CPUs they compete with each other, which the remote "
+    "path (three busy processes) feels more than the local one.",
+    "With --compare-with the same broker (same data directory, same S3 bucket) is restarted between rounds with "
+    "the other tree first on its PYTHONPATH: the 'before' and 'after' rounds alternate and read the same objects. "
+    "The raw S3 references and the local tier do not depend on the build and are measured in every round.",
+    "One partition means one fetch in flight: the remote rate is fetch size / the consumer's cycle per fetch "
+    "(remote.<build>.ms_per_remote_read). 'before' answers each fetch with a ranged GET made when the fetch "
+    "arrives (plus a 1 MiB read-ahead the next read does not wait for); 'after' answers from the chunk cache "
+    "that read-ahead (8 MiB ahead, into the next segment) and parallel 4 MiB ranged GETs keep filled "
+    "(docs/performance.md#remote-reads).",
+]
 
 
 if __name__ == "__main__":

@@ -242,6 +242,8 @@ REMOTE_TIER_FAMILIES = {
     "tierlog_remote_fetch_bytes_total": "counter",
     "tierlog_remote_fetch_requests_total": "counter",
     "tierlog_remote_fetch_errors_total": "counter",
+    "tierlog_remote_fetch_prefetch_bytes_total": "counter",
+    "tierlog_remote_fetch_chunk_cache_hit_bytes_total": "counter",
     "tierlog_remote_delete_segments_total": "counter",
     "tierlog_remote_delete_errors_total": "counter",
 }
@@ -388,6 +390,8 @@ def test_broker_remote_tier_metrics_render_from_stub_callbacks() -> None:
         (metrics.remote_fetch_bytes_total, 512),
         (metrics.remote_fetch_requests_total, 3),
         (metrics.remote_fetch_errors_total, 0),
+        (metrics.remote_fetch_prefetch_bytes_total, 4096),
+        (metrics.remote_fetch_chunk_cache_hit_bytes_total, 1024),
         (metrics.remote_delete_segments_total, 2),
         (metrics.remote_delete_errors_total, 0),
     ]:
@@ -409,6 +413,8 @@ def test_broker_remote_tier_metrics_render_from_stub_callbacks() -> None:
         "tierlog_remote_fetch_bytes_total 512.0",
         "tierlog_remote_fetch_requests_total 3.0",
         "tierlog_remote_fetch_errors_total 0.0",
+        "tierlog_remote_fetch_prefetch_bytes_total 4096.0",
+        "tierlog_remote_fetch_chunk_cache_hit_bytes_total 1024.0",
         "tierlog_remote_delete_segments_total 2.0",
         "tierlog_remote_delete_errors_total 0.0",
     ]:

@@ -40,11 +40,12 @@ BATCH_BYTES = len(BATCH)
 
 
 class StubRemoteLog:
-    """What the wiring reads of RemoteLogTasks: its counters and each partition's metadata cache."""
+    """What the wiring reads of RemoteLogTasks: its counters, its reader's and each partition's metadata cache."""
 
     def __init__(self, stats: RemoteLogStats) -> None:
         self.stats = stats
         self.store = RemoteLogMetadataStore()
+        self.reader = SimpleNamespace(bytes_prefetched=4096, bytes_served_from_cache=3072)
 
     def cache_of(self, partition: Partition) -> RemoteLogMetadataCache | None:
         return self.store.cache(TopicIdPartition(partition.topic_id, partition.topic_partition))
@@ -159,6 +160,8 @@ def test_remote_log_manager_counters(broker: Wired) -> None:
         "tierlog_remote_fetch_errors_total": 2,
         "tierlog_remote_delete_segments_total": 4,
         "tierlog_remote_delete_errors_total": 3,
+        "tierlog_remote_fetch_prefetch_bytes_total": 4096,
+        "tierlog_remote_fetch_chunk_cache_hit_bytes_total": 3072,
     }
     for name, value in expected.items():
         assert f"# TYPE {name} counter\n" in text

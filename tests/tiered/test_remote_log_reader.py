@@ -1,12 +1,17 @@
 """RemoteLogReader: fetches from remote segments return what a local read of the same segment returns (whole
-batches from the one holding the offset, bounded by max_bytes), sequential readers are served from prefetched
-chunks, and timestamp searches follow Kafka's findOffsetByTimestamp across segments."""
+batches from the one holding the offset, bounded by max_bytes), sequential readers are served from chunks read
+ahead, the chunk cache stays within its bound and forgets deleted segments, a failed read-ahead never fails a
+later read, and timestamp searches follow Kafka's findOffsetByTimestamp across segments."""
 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatch
@@ -42,6 +47,21 @@ def _last_offset(records: bytes) -> int:
     return [header.last_offset for header in iter_batches(records)][-1]
 
 
+_T = TypeVar("_T")
+
+
+class InlineExecutor(Executor):
+    """Runs each task at submit: the reader's read-aheads become deterministic."""
+
+    def submit(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> Future[_T]:
+        future: Future[_T] = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as error:
+            future.set_exception(error)
+        return future
+
+
 class Tier:
     """A log whose rolled segments are uploaded to a fake remote store, and a reader over them."""
 
@@ -57,8 +77,18 @@ class Tier:
         self.segments = upload_log(self.log, self.rsm)
         self.index_cache = RemoteIndexCache(directory / "remote-log-index-cache", self.rsm, 1 << 20)
 
-    def reader(self, chunk_bytes: int = 1 << 20, prefetch: bool = True) -> RemoteLogReader:
-        return RemoteLogReader(self.rsm, self.index_cache, chunk_bytes, prefetch)
+    def reader(
+        self,
+        chunk_bytes: int = 1 << 20,
+        prefetch_bytes: int = 0,
+        cache_bytes: int = 1 << 22,
+        loader: Executor | None = None,
+    ) -> RemoteLogReader:
+        """A reader whose ranged reads run in the calling thread unless `loader` is given: every load, read-ahead
+        included, has happened when a call returns."""
+        return RemoteLogReader(
+            self.rsm, self.index_cache, chunk_bytes, cache_bytes, prefetch_bytes, loader or InlineExecutor()
+        )
 
     def close(self) -> None:
         self.index_cache.close()
@@ -142,46 +172,141 @@ def test_next_position_follows_the_last_batch_and_is_none_at_the_segment_end(tie
     assert _segment_bytes(tier.rsm, metadata).endswith(last.records)
 
 
-def test_sequential_reads_after_prefetch_are_served_from_memory(tier: Tier) -> None:
-    reader = tier.reader(chunk_bytes=400)
-    metadata = tier.segments[0]
-    offset, position, served = metadata.start_offset, None, b""
-    remote_reads_by_read: list[int] = []
+def _read_through(reader: RemoteLogReader, metadata: RemoteLogSegmentMetadata, max_bytes: int) -> bytes:
+    """Read the segment front to back as a consumer does, each fetch at the offset after the last one."""
+    offset, served = metadata.start_offset, b""
     while offset <= metadata.end_offset:
-        if position is not None:
-            reader.prefetch_next(metadata, position)
-        before = len(tier.rsm.log_reads)
-        result = reader.read(metadata, offset, 150, True)
-        remote_reads_by_read.append(len(tier.rsm.log_reads) - before)
-        served += result.records
-        offset, position = _last_offset(result.records) + 1, result.next_position
-    assert served == _segment_bytes(tier.rsm, metadata)
-    assert remote_reads_by_read[0] == 1 and set(remote_reads_by_read[1:]) == {0}
-    # Every byte came from the remote store once; reads took them from the prefetched chunks.
-    assert reader.bytes_fetched == metadata.segment_size_in_bytes
-    assert reader.bytes_served_from_prefetch >= metadata.segment_size_in_bytes - 400
+        records = bytes(reader.read(metadata, offset, max_bytes, True).records)
+        served += records
+        offset = _last_offset(records) + 1
+    return served
+
+
+def test_sequential_reads_are_served_from_chunks_read_ahead_each_fetched_once(tier: Tier) -> None:
+    reader = tier.reader(chunk_bytes=400, prefetch_bytes=400)
+    metadata = tier.segments[0]
+    size = metadata.segment_size_in_bytes
+    assert _read_through(reader, metadata, 150) == _segment_bytes(tier.rsm, metadata)
+    segment_id = metadata.segment_id.id
+    # One ranged read per aligned chunk, each once; the first read loaded the first chunk, read-ahead the rest.
+    assert tier.rsm.log_reads == [(segment_id, start, min(start + 400, size)) for start in range(0, size, 400)]
+    assert reader.bytes_fetched == size
+    assert reader.bytes_prefetched == size - 400
+    assert reader.bytes_served_from_cache >= size - 400
 
 
 def test_prefetching_bytes_already_in_memory_fetches_nothing(tier: Tier) -> None:
-    reader = tier.reader(chunk_bytes=400)
+    reader = tier.reader(chunk_bytes=400, prefetch_bytes=400)
     metadata = tier.segments[0]
     result = reader.read(metadata, 0, 100, True)
     assert result.next_position is not None
-    reader.prefetch_next(metadata, result.next_position)
     calls = tier.rsm.calls["fetch_log_segment"]
-    reader.prefetch_next(metadata, result.next_position)
+    reader.prefetch(metadata, result.next_position)
     assert tier.rsm.calls["fetch_log_segment"] == calls
 
 
-def test_without_prefetch_every_read_goes_to_remote_storage(tier: Tier) -> None:
-    reader = tier.reader(chunk_bytes=400, prefetch=False)
+def test_without_read_ahead_or_cache_every_read_goes_to_remote_storage(tier: Tier) -> None:
+    reader = tier.reader(chunk_bytes=400, prefetch_bytes=0, cache_bytes=0)
     metadata = tier.segments[0]
     first = reader.read(metadata, 0, 150, True)
     assert first.next_position is not None
-    reader.prefetch_next(metadata, first.next_position)
-    reader.read(metadata, _last_offset(first.records) + 1, 150, True)
+    reader.read(metadata, _last_offset(bytes(first.records)) + 1, 150, True)
     assert tier.rsm.calls["fetch_log_segment"] == 2
-    assert reader.bytes_served_from_prefetch == 0
+    assert reader.bytes_served_from_cache == 0 and reader.bytes_prefetched == 0
+
+
+def test_the_chunk_cache_keeps_the_most_recent_chunks_within_its_bound(tier: Tier) -> None:
+    reader = tier.reader(chunk_bytes=256, prefetch_bytes=512, cache_bytes=600)
+    metadata = tier.segments[0]
+    segment_id = metadata.segment_id.id
+    offset = metadata.start_offset
+    while offset <= metadata.end_offset:
+        records = bytes(reader.read(metadata, offset, 100, True).records)
+        assert reader.chunks.size_bytes <= 600
+        offset = _last_offset(records) + 1
+    last_chunk = (metadata.segment_size_in_bytes - 1) // 256
+    # Two chunks of 256 fit in 600 bytes (three would not): the last two of the segment stay.
+    assert reader.chunks.keys() == [(segment_id, last_chunk - 1), (segment_id, last_chunk)]
+    # The first chunk was evicted: reading it again asks the store again.
+    calls = tier.rsm.calls["fetch_log_segment"]
+    assert reader.read(metadata, 0, 100, True).records == _local_read(tier.log, 0, 100, True)
+    assert tier.rsm.calls["fetch_log_segment"] > calls
+
+
+def test_a_read_across_many_chunks_loads_them_in_parallel_and_reassembles_them(tier: Tier) -> None:
+    metadata = tier.segments[0]
+    size = metadata.segment_size_in_bytes
+    chunks = (size + 99) // 100
+    tier.index_cache.lookup_offset(metadata, 0)  # the gate below holds index fetches too
+    with ThreadPoolExecutor(chunks) as loader:
+        reader = tier.reader(chunk_bytes=100, loader=loader)
+        tier.rsm.gate = threading.Event()
+        answers: list[bytes] = []
+        reading = threading.Thread(target=lambda: answers.append(bytes(reader.read(metadata, 0, size, True).records)))
+        reading.start()
+        # Every chunk's ranged read is in flight before any returns.
+        deadline = time.monotonic() + 10
+        while tier.rsm.calls["fetch_log_segment"] < chunks and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert tier.rsm.calls["fetch_log_segment"] == chunks
+        tier.rsm.gate.set()
+        reading.join(10)
+    # Chunk boundaries every 100 bytes fall inside batches, and the last chunk is shorter: the bytes are the same.
+    assert answers == [_segment_bytes(tier.rsm, metadata)]
+    assert size % 100 != 0
+    # A fetch ending mid-segment, from an offset inside it, cuts at a batch boundary as a local read does.
+    middle = (metadata.start_offset + metadata.end_offset) // 2
+    with ThreadPoolExecutor(4) as loader:
+        reader = tier.reader(chunk_bytes=64, loader=loader)
+        assert reader.read(metadata, middle, 700, True).records == _local_read(tier.log, middle, 700, True)
+
+
+def test_a_deleted_segments_chunks_and_positions_are_dropped(tier: Tier) -> None:
+    reader = tier.reader(chunk_bytes=400, prefetch_bytes=800)
+    deleted, kept = tier.segments[0], tier.segments[1]
+    reader.read(deleted, deleted.start_offset, 150, True)
+    reader.read(kept, kept.start_offset, 150, True)
+    before = reader.chunks.size_bytes
+    reader.forget_segment(deleted.segment_id.id)
+    assert {key[0] for key in reader.chunks.keys()}  # noqa: SIM118 == {kept.segment_id.id}
+    assert reader.chunks.size_bytes < before
+    calls = tier.rsm.calls["fetch_log_segment"]
+    assert reader.read(deleted, deleted.start_offset, 150, True).records == _local_read(
+        tier.log, deleted.start_offset, 150, True
+    )
+    assert tier.rsm.calls["fetch_log_segment"] > calls
+
+
+def test_a_failed_read_ahead_is_not_kept_and_the_read_fetches_the_chunk_itself(tier: Tier) -> None:
+    reader = tier.reader(chunk_bytes=400, prefetch_bytes=400)
+    metadata = tier.segments[0]
+    segment_id = metadata.segment_id.id
+    tier.rsm.fail_next("fetch_log_segment", RemoteStorageError("store unreachable"))
+    reader.prefetch(metadata, 0)
+    assert (segment_id, 0) not in reader.chunks.keys()  # noqa: SIM118
+    assert reader.read(metadata, 0, 150, True).records == _local_read(tier.log, 0, 150, True)
+
+
+def test_a_read_waiting_on_a_read_ahead_that_fails_fetches_the_chunk_itself(tier: Tier) -> None:
+    metadata = tier.segments[0]
+    with ThreadPoolExecutor(2) as loader:
+        reader = tier.reader(chunk_bytes=400, prefetch_bytes=400, loader=loader)
+        tier.index_cache.lookup_offset(metadata, 0)
+        tier.rsm.gate = threading.Event()
+        tier.rsm.fail_next("fetch_log_segment", RemoteStorageError("store unreachable"))
+        reader.prefetch(metadata, 0)
+        assert tier.rsm.fetch_started.wait(10)
+        answers: list[bytes] = []
+        reading = threading.Thread(target=lambda: answers.append(bytes(reader.read(metadata, 0, 150, True).records)))
+        reading.start()
+        # Whether the read joins the read-ahead in flight or comes after its failure, it answers.
+        tier.rsm.gate.set()
+        reading.join(10)
+    assert answers == [_local_read(tier.log, 0, 150, True)]
+    # The failed read-ahead of the first chunk (the fake records only reads that succeed), the read's own ranged
+    # read of it, then the read-ahead of the second chunk.
+    assert tier.rsm.calls["fetch_log_segment"] == 3
+    assert [start for _, start, _ in tier.rsm.log_reads] == [0, 400]
 
 
 def test_a_remote_storage_error_propagates_and_the_next_read_succeeds(tier: Tier) -> None:
@@ -281,16 +406,24 @@ def _build(directory: Path, layout: list[tuple[list[int], int, bool]], segment_b
     segment_bytes=st.integers(200, 4000),
     interval=st.integers(0, 800),
     chunk_bytes=st.integers(32, 2048),
+    prefetch_bytes=st.integers(0, 4096),
+    cache_bytes=st.integers(0, 8192),
     data=st.data(),
 )
 def test_remote_reads_return_the_bytes_a_local_read_returns(
-    layout: list[tuple[list[int], int, bool]], segment_bytes: int, interval: int, chunk_bytes: int, data: st.DataObject
+    layout: list[tuple[list[int], int, bool]],
+    segment_bytes: int,
+    interval: int,
+    chunk_bytes: int,
+    prefetch_bytes: int,
+    cache_bytes: int,
+    data: st.DataObject,
 ) -> None:
     with tempfile.TemporaryDirectory() as directory:
         tier = _build(Path(directory), layout, segment_bytes, interval)
         try:
             # One reader for every draw: its resume positions and cached chunks must never change an answer.
-            reader = tier.reader(chunk_bytes)
+            reader = tier.reader(chunk_bytes, prefetch_bytes, cache_bytes)
             for _ in range(8):
                 offset = data.draw(st.integers(0, tier.log.log_end_offset - 1), label="offset")
                 max_bytes = data.draw(st.integers(0, 5000), label="max_bytes")
@@ -299,7 +432,7 @@ def test_remote_reads_return_the_bytes_a_local_read_returns(
                 result = reader.read(metadata, offset, max_bytes, min_one_message)
                 assert result.records == _local_read(tier.log, offset, max_bytes, min_one_message)
                 if result.next_position is not None and data.draw(st.booleans(), label="prefetch"):
-                    reader.prefetch_next(metadata, result.next_position)
+                    reader.prefetch(metadata, result.next_position)
         finally:
             tier.close()
 

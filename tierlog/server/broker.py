@@ -63,6 +63,7 @@ from tierlog.server.transaction_coordinator import TransactionCoordinatorService
 from tierlog.storage.log_manager import LogManager
 from tierlog.storage.producer_state import ProducerStateManagerConfig
 from tierlog.tiered.fsspec_storage import FsspecRemoteStorageManager
+from tierlog.tiered.remote_log_reader import DEFAULT_CHUNK_CACHE_BYTES, DEFAULT_PREFETCH_BYTES
 from tierlog.tiered.remote_storage_manager import RemoteStorageManager
 
 logger = logging.getLogger(__name__)
@@ -147,6 +148,7 @@ class Broker:
                 index_cache_dir=config.log_dirs[0] / REMOTE_INDEX_CACHE_DIR,
                 index_cache_bytes=config.get_int("remote.log.index.file.cache.total.size.bytes"),
                 reader_threads=config.get_int("remote.log.reader.threads"),
+                **self._chunk_cache_settings(),
             )
         self.replica_manager = ReplicaManager(
             config.node_id,
@@ -259,6 +261,23 @@ class Broker:
             )
         except ValueError as e:
             raise ConfigException(str(e)) from None
+
+    def _chunk_cache_settings(self) -> dict[str, int]:
+        """The remote reads' chunk cache (docs/performance.md#remote-reads), named as the RSM settings of Kafka's
+        tiered-storage plugins: rsm.config.fetch.chunk.cache.size and rsm.config.fetch.chunk.cache.prefetch.max.size
+        (bytes, both >= 0)."""
+        rsm_settings = self.config.prefixed("remote.log.storage.manager.impl.prefix")
+        prefix = self.config.get("remote.log.storage.manager.impl.prefix")
+        settings = {}
+        for name, argument, default in (
+            ("fetch.chunk.cache.size", "chunk_cache_bytes", DEFAULT_CHUNK_CACHE_BYTES),
+            ("fetch.chunk.cache.prefetch.max.size", "prefetch_bytes", DEFAULT_PREFETCH_BYTES),
+        ):
+            text = rsm_settings.get(name, str(default)).strip()
+            if not text.isdigit():
+                raise ConfigException(f"Invalid value {text} for configuration {prefix}{name}: not a number of bytes")
+            settings[argument] = int(text)
+        return settings
 
     def _remote_log_metadata_manager(self) -> TopicBasedRemoteLogMetadataManager:
         """KIP-405's topic-based RemoteLogMetadataManager, configured through Kafka's impl prefix (rlmm.config.*)."""

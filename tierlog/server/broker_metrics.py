@@ -70,6 +70,12 @@ def wire_broker_metrics(metrics: BrokerMetrics, rm: ReplicaManager, remote_log: 
     metrics.remote_fetch_bytes_total.callback(remote_stat(lambda s: s.fetch_bytes))
     metrics.remote_fetch_requests_total.callback(remote_stat(lambda s: s.fetch_requests))
     metrics.remote_fetch_errors_total.callback(remote_stat(lambda s: s.fetch_errors))
+    metrics.remote_fetch_prefetch_bytes_total.callback(
+        lambda: float(remote_log.reader.bytes_prefetched) if remote_log is not None else 0.0
+    )
+    metrics.remote_fetch_chunk_cache_hit_bytes_total.callback(
+        lambda: float(remote_log.reader.bytes_served_from_cache) if remote_log is not None else 0.0
+    )
     metrics.remote_delete_segments_total.callback(remote_stat(lambda s: s.delete_segments))
     metrics.remote_delete_errors_total.callback(remote_stat(lambda s: s.delete_errors))
 

@@ -169,6 +169,8 @@ class BrokerMetrics:
     remote_fetch_bytes_total: ScrapedMetric
     remote_fetch_requests_total: ScrapedMetric
     remote_fetch_errors_total: ScrapedMetric
+    remote_fetch_prefetch_bytes_total: ScrapedMetric
+    remote_fetch_chunk_cache_hit_bytes_total: ScrapedMetric
     remote_delete_segments_total: ScrapedMetric
     remote_delete_errors_total: ScrapedMetric
     # The children of each API key, so a request costs two updates rather than two label look-ups.
@@ -292,6 +294,14 @@ def broker_metrics(registry: CollectorRegistry) -> BrokerMetrics:
         remote_fetch_errors_total=counter(
             "tierlog_remote_fetch_errors_total",
             "Reads from remote storage that failed (Kafka's RemoteFetchErrorsPerSec).",
+        ),
+        remote_fetch_prefetch_bytes_total=counter(
+            "tierlog_remote_fetch_prefetch_bytes_total",
+            "Bytes the remote reads' chunk cache read ahead from remote storage (docs/performance.md#remote-reads).",
+        ),
+        remote_fetch_chunk_cache_hit_bytes_total=counter(
+            "tierlog_remote_fetch_chunk_cache_hit_bytes_total",
+            "Bytes of chunks remote reads found loaded or loading in the chunk cache instead of reading them.",
         ),
         remote_delete_segments_total=counter(
             "tierlog_remote_delete_segments_total",

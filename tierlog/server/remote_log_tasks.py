@@ -48,7 +48,7 @@ from tierlog.tiered.remote_log_manager import (
     segment_data,
 )
 from tierlog.tiered.remote_log_metadata_cache import RemoteLogMetadataCache, RemoteLogMetadataStore
-from tierlog.tiered.remote_log_reader import RemoteLogReader
+from tierlog.tiered.remote_log_reader import DEFAULT_CHUNK_CACHE_BYTES, DEFAULT_PREFETCH_BYTES, RemoteLogReader
 from tierlog.tiered.remote_storage_manager import (
     IndexType,
     RemoteResourceNotFoundError,
@@ -98,12 +98,16 @@ class RemoteStorageReaderThreadPool:
         index_cache_dir: Path,
         index_cache_bytes: int,
         reader_threads: int,
+        chunk_cache_bytes: int = DEFAULT_CHUNK_CACHE_BYTES,
+        prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
     ) -> None:
         self._store = store
         self._stats = stats
         self._log_of = log_of
         self.index_cache = RemoteIndexCache(index_cache_dir, rsm, index_cache_bytes)
-        self.reader = RemoteLogReader(rsm, self.index_cache)
+        self.reader = RemoteLogReader(
+            rsm, self.index_cache, cache_bytes=chunk_cache_bytes, prefetch_bytes=prefetch_bytes
+        )
         self._threads = ThreadPoolExecutor(reader_threads, thread_name_prefix="remote-log-reader")
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -113,6 +117,7 @@ class RemoteStorageReaderThreadPool:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._threads.shutdown(wait=False, cancel_futures=True)
+        self.reader.close()
         self.index_cache.close()
 
     async def run(self, function: Callable[..., _T], *args: Any) -> _T:
@@ -164,11 +169,7 @@ class RemoteStorageReaderThreadPool:
             self._stats.fetch_errors += 1
             raise
         self._stats.fetch_bytes += len(result.records)
-        if result.next_position is not None:
-            # Sequential readers come back for the next chunk: fetch it while this response is sent.
-            prefetch = asyncio.create_task(self.run(self.reader.prefetch_next, metadata, result.next_position))
-            self._tasks.add(prefetch)
-            prefetch.add_done_callback(_discard_quietly(self._tasks))
+        self._read_ahead_next_segment(tp, metadata, result.next_position)
         if not info.read_committed:
             return RemoteLogReadResult(result.records)
         try:
@@ -177,6 +178,30 @@ class RemoteStorageReaderThreadPool:
             self._stats.fetch_errors += 1
             raise
         return RemoteLogReadResult(result.records, aborted_transactions=aborted)
+
+    def _read_ahead_next_segment(
+        self, tp: TopicPartition, metadata: RemoteLogSegmentMetadata, next_position: int | None
+    ) -> None:
+        """The reader reads ahead within the segment; a read that ends within `prefetch_bytes` of its end also
+        starts loading the head of the next remote segment, and its offset index, while the answer is written
+        (docs/performance.md#remote-reads)."""
+        left = 0 if next_position is None else metadata.segment_size_in_bytes - next_position
+        if left >= self.reader.prefetch_bytes:
+            return
+        log = self._log_of(tp)
+        cache = self._store.cache(metadata.segment_id.topic_id_partition)
+        if log is None or cache is None:
+            return
+        next_offset = metadata.end_offset + 1
+        epoch = log.leader_epoch_cache.epoch_for_offset(next_offset)
+        following = None if epoch is None else cache.remote_log_segment_metadata(epoch, next_offset)
+        if following is None:
+            return
+        self.reader.prefetch(following, 0, self.reader.prefetch_bytes - left)
+        # The next read looks its fetch offset up in the segment's offset index first: one more GET, not waited for.
+        warm = asyncio.create_task(self.run(self.index_cache.lookup_offset, following, next_offset))
+        self._tasks.add(warm)
+        warm.add_done_callback(_discard_quietly(self._tasks))
 
     async def _aborted_transactions(
         self, tp: TopicPartition, metadata: RemoteLogSegmentMetadata, records: bytes
@@ -242,6 +267,10 @@ class RemoteLogTasks:
         self._background: set[asyncio.Task[Any]] = set()
         self._task: asyncio.Task[None] | None = None
         self.stats = stats
+
+    @property
+    def reader(self) -> RemoteLogReader:
+        return self._readers.reader
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="remote-log-manager")
@@ -374,6 +403,7 @@ class RemoteLogTasks:
                     await self.rlmm.publish(self._update(segment, RemoteLogSegmentState.DELETE_SEGMENT_STARTED))
                 await self._on_copier_thread(self.rsm.delete_log_segment_data, segment)
                 self._readers.index_cache.remove(segment.segment_id.id)
+                self._readers.reader.forget_segment(segment.segment_id.id)
                 await self.rlmm.publish(self._update(segment, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED))
                 self.stats.delete_segments += 1
             except RemoteStorageError:
@@ -473,6 +503,6 @@ def _discard_quietly(tasks: set[asyncio.Task[Any]]) -> Callable[[asyncio.Task[An
     def done(task: asyncio.Task[Any]) -> None:
         tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            logger.debug("remote prefetch failed: %s", task.exception())
+            logger.debug("remote read-ahead failed: %s", task.exception())
 
     return done
