@@ -8,7 +8,7 @@ import asyncio
 import itertools
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -259,8 +259,12 @@ class TransactionalLog:
         self.log.append_as_leader(marker, 0, T0, AppendOrigin.COORDINATOR)
         self.log.update_high_watermark(self.log.log_end_offset)
 
-    def read(self, tmp_path: Path, fetch_offset: int, *, read_committed: bool) -> RemoteLogReadResult:
-        """A consumer's fetch at `fetch_offset` served from the remote tier, as the ReplicaManager starts it."""
+    def read(
+        self, tmp_path: Path, fetch_offset: int, *, read_committed: bool, read_ahead: Callable[[], bool] | None = None
+    ) -> RemoteLogReadResult:
+        """A consumer's fetch at `fetch_offset` served from the remote tier, as the ReplicaManager starts it. No
+        read-ahead unless `read_ahead` is given: then the pool reads ahead as a broker's does, and stops once
+        `read_ahead()` holds (checked for up to 10 s)."""
 
         async def main() -> RemoteLogReadResult:
             pool = RemoteStorageReaderThreadPool(
@@ -271,13 +275,18 @@ class TransactionalLog:
                 index_cache_dir=tmp_path / "remote-log-index-cache",
                 index_cache_bytes=1 << 20,
                 reader_threads=2,
+                prefetch_bytes=0 if read_ahead is None else 1 << 20,
             )
             answered: asyncio.Future[RemoteLogReadResult] = asyncio.get_running_loop().create_future()
             try:
                 topic_id = self.segments[0].segment_id.topic_id_partition.topic_id
                 info = RemoteFetchInfo(topic_id, fetch_offset, 1 << 20, True, 0, read_committed)
                 pool.async_read(TP, info, answered.set_result)
-                return await asyncio.wait_for(answered, 10)
+                result = await asyncio.wait_for(answered, 10)
+                deadline = asyncio.get_running_loop().time() + 10
+                while read_ahead is not None and not read_ahead() and asyncio.get_running_loop().time() < deadline:
+                    await asyncio.sleep(0.01)
+                return result
             finally:
                 await pool.stop()
 
@@ -383,3 +392,24 @@ def test_segments_at_or_past_an_open_transaction_are_not_copied_until_it_ends(tm
         assert [c.segment.base_offset for c in copy_candidates(log, -1, log.last_stable_offset)] == [0, 1, 3]
     finally:
         log.close()
+
+
+def test_a_remote_read_that_ends_its_segment_reads_ahead_the_next_segment_and_its_offset_index(tmp_path: Path) -> None:
+    tier = TransactionalLog(tmp_path)
+    following = tier.segments[1]
+
+    def next_segment_read_ahead() -> bool:
+        return tier.rsm.calls["fetch_index"] >= 4 and any(
+            read[0] == following.segment_id.id for read in tier.rsm.log_reads
+        )
+
+    try:
+        result = tier.read(tmp_path, 0, read_committed=False, read_ahead=next_segment_read_ahead)
+        assert result.error is None and result.records is not None
+        # The whole of segment 0 came back; the next segment's head was loaded and its indexes (offset and time,
+        # which the index cache fetches together) fetched, both before any fetch asked for them.
+        assert [h.last_offset for h in iter_batches(result.records)][-1] == tier.segments[0].end_offset
+        assert next_segment_read_ahead()
+        assert (following.segment_id.id, 0, following.segment_size_in_bytes) in tier.rsm.log_reads
+    finally:
+        tier.log.close()
