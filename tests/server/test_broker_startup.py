@@ -183,3 +183,19 @@ def test_unknown_settings_are_reported_once_and_kafkas_deprecated_topic_configs_
     with pytest.raises(Exception, match="must be the literal '\\*' or a list of replicas") as refused:
         admin.create_topics([NewTopic("throttled", 1, 1, config=throttled)])["throttled"].result(timeout=30)
     assert refused.value.args[0].name() == "INVALID_CONFIG"
+
+
+def test_a_remote_chunk_cache_size_that_is_not_a_number_of_bytes_is_refused_with_one_line(tmp_path: Path) -> None:
+    log_dir = tmp_path / "data"
+    settings = {
+        "remote.log.storage.system.enable": "true",
+        "rsm.config.url": (tmp_path / "remote").as_uri(),
+        "rsm.config.fetch.chunk.cache.size": "64MB",
+    }
+    code, lines = run_broker(log_dir, settings)
+    assert_refused(
+        code,
+        lines,
+        "Error: Invalid value 64MB for configuration rsm.config.fetch.chunk.cache.size: not a number of bytes",
+        log_dir,
+    )
