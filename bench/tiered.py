@@ -544,6 +544,10 @@ def main() -> None:
         builds = [Build("current", None)]
     labels = [build.label for build in builds]
     order = round_order(builds, repeats)
+    # Before the run: what the brokers run is the trees as they are now.
+    build_facts = {
+        build.label: {"tree": str(build.tree or "installed tierlog"), "commit": build.commit()} for build in builds
+    }
 
     work_dir = Path(tempfile.mkdtemp(prefix="tierlog-bench-tiered-"))
     out = args.out.resolve()
@@ -679,9 +683,7 @@ def main() -> None:
         "benchmark": "tierlog consume throughput: remote tier vs local tier vs the S3 server's ranged GETs, "
         "confluent-kafka client, one local broker, SeaweedFS on the same host",
         "machine": machine,
-        "builds": {
-            build.label: {"tree": str(build.tree or "installed tierlog"), "commit": build.commit()} for build in builds
-        },
+        "builds": build_facts,
         "parameters": {
             "brokers": 1,
             "why_one_broker": "the numbers are about tiering, not replication: topics and the remote log "
