@@ -301,7 +301,8 @@ def broker_metrics(registry: CollectorRegistry) -> BrokerMetrics:
         ),
         remote_fetch_chunk_cache_hit_bytes_total=counter(
             "tierlog_remote_fetch_chunk_cache_hit_bytes_total",
-            "Bytes of chunks remote reads found loaded or loading in the chunk cache instead of reading them.",
+            "Bytes of cached chunks (loaded or loading) remote reads used instead of reading them; a chunk counts "
+            "once per read that uses it.",
         ),
         remote_delete_segments_total=counter(
             "tierlog_remote_delete_segments_total",
