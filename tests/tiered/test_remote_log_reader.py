@@ -87,7 +87,7 @@ class Tier:
         """A reader whose ranged reads run in the calling thread unless `loader` is given: every load, read-ahead
         included, has happened when a call returns."""
         return RemoteLogReader(
-            self.rsm, self.index_cache, chunk_bytes, cache_bytes, prefetch_bytes, loader or InlineExecutor()
+            self.rsm, self.index_cache, chunk_bytes, cache_bytes, prefetch_bytes, loader=loader or InlineExecutor()
         )
 
     def close(self) -> None:

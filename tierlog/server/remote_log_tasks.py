@@ -67,6 +67,8 @@ from tierlog.tiered.segment_metadata import (
 logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+# Ranged reads of remote chunks in flight at once (docs/performance.md#remote-reads).
+CHUNK_LOADER_THREADS = 8
 
 
 @dataclass(slots=True)
@@ -105,8 +107,13 @@ class RemoteStorageReaderThreadPool:
         self._stats = stats
         self._log_of = log_of
         self.index_cache = RemoteIndexCache(index_cache_dir, rsm, index_cache_bytes)
+        self._chunk_loaders = ThreadPoolExecutor(CHUNK_LOADER_THREADS, thread_name_prefix="remote-chunk-loader")
         self.reader = RemoteLogReader(
-            rsm, self.index_cache, cache_bytes=chunk_cache_bytes, prefetch_bytes=prefetch_bytes
+            rsm,
+            self.index_cache,
+            cache_bytes=chunk_cache_bytes,
+            prefetch_bytes=prefetch_bytes,
+            loader=self._chunk_loaders,
         )
         self._threads = ThreadPoolExecutor(reader_threads, thread_name_prefix="remote-log-reader")
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -117,7 +124,7 @@ class RemoteStorageReaderThreadPool:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._threads.shutdown(wait=False, cancel_futures=True)
-        self.reader.close()
+        self._chunk_loaders.shutdown(wait=False, cancel_futures=True)
         self.index_cache.close()
 
     async def run(self, function: Callable[..., _T], *args: Any) -> _T:

@@ -6,7 +6,7 @@ from there, and batch headers (never records) decide where the answer starts and
 decodes only the records of batches whose max timestamp reaches the target.
 
 Every remote `.log` byte comes through a chunk cache (docs/performance.md#remote-reads): the segment is cut in
-`chunk_bytes`-aligned chunks, each loaded by one ranged read on the reader's own loader threads and kept, least
+`chunk_bytes`-aligned chunks, each loaded by one ranged read on the loader threads the shell gives it and kept, least
 recently used first out, within `cache_bytes` (`rsm.config.fetch.chunk.cache.size`). So
 
 - a read needing several chunks asks for all of them at once (parallel ranged reads for large fetches);
@@ -32,7 +32,7 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 
 from tierlog.records.record_batch import (
@@ -54,8 +54,6 @@ DEFAULT_CHUNK_BYTES = 4 * 1024 * 1024
 # rsm.config.fetch.chunk.cache.size and rsm.config.fetch.chunk.cache.prefetch.max.size (docs/configuration.md).
 DEFAULT_CHUNK_CACHE_BYTES = 64 * 1024 * 1024
 DEFAULT_PREFETCH_BYTES = 8 * 1024 * 1024
-# Ranged reads in flight at once, read-aheads and reads' own loads together.
-DEFAULT_LOADER_THREADS = 8
 # Where each recently read segment's reader stands: one small entry per (segment, next offset).
 _MAX_RESUME_POSITIONS = 1024
 
@@ -205,10 +203,11 @@ class RemoteLogReader:
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         cache_bytes: int = DEFAULT_CHUNK_CACHE_BYTES,
         prefetch_bytes: int = DEFAULT_PREFETCH_BYTES,
-        loader: Executor | None = None,
+        *,
+        loader: Executor,
     ) -> None:
-        """`loader` runs the ranged reads (default: DEFAULT_LOADER_THREADS threads of the reader's own, shut
-        down by `close`); `prefetch_bytes` 0 turns read-ahead off."""
+        """`loader` runs the ranged reads (the shell's threads: the core spawns none); `prefetch_bytes` 0 turns
+        read-ahead off."""
         if chunk_bytes <= 0 or cache_bytes < 0 or prefetch_bytes < 0:
             raise ValueError(
                 f"Invalid remote read chunk size {chunk_bytes}, chunk cache size {cache_bytes} or prefetch size "
@@ -218,8 +217,7 @@ class RemoteLogReader:
         self._index_cache = index_cache
         self.chunk_bytes = chunk_bytes
         self.prefetch_bytes = prefetch_bytes
-        self._owns_loader = loader is None
-        self._loader = loader or ThreadPoolExecutor(DEFAULT_LOADER_THREADS, thread_name_prefix="remote-chunk-loader")
+        self._loader = loader
         self.chunks = ChunkCache(cache_bytes)
         self._lock = threading.Lock()
         # (segment id, next offset) -> position where the read that returned the offset before it ended.
@@ -229,10 +227,6 @@ class RemoteLogReader:
         self.bytes_fetched = 0
         self.bytes_prefetched = 0
         self.bytes_served_from_cache = 0
-
-    def close(self) -> None:
-        if self._owns_loader:
-            self._loader.shutdown(wait=False, cancel_futures=True)
 
     def read(
         self, metadata: RemoteLogSegmentMetadata, fetch_offset: int, max_bytes: int, min_one_message: bool
