@@ -11,7 +11,8 @@ measured twice:
   the HW advance that releases the request from the produce purgatory.
 
 Latency is librdkafka's per-message figure (`Message.latency()`): from produce() to the delivery report.
-Throughput counts message payload bytes (1 MB = 10^6 bytes). Every message must be acknowledged.
+Throughput counts message payload bytes (1 MB = 10^6 bytes). Every message must be acknowledged. The saturated
+phase also records the CPU time of every broker process: CPU ms per MB varies less than MB/s on a shared machine.
 
 Before/after: `--compare-with DIR` runs the brokers of the tierlog tree DIR for the "before" rounds and this
 tree's for the "after" rounds, alternating (before, after, before, after: `--rounds` each), every round on a
@@ -203,6 +204,17 @@ def tree_commit(tree: Path) -> str:
     ).stdout.strip()
 
 
+def brokers_cpu_seconds(cluster: LocalCluster) -> dict[int, float]:
+    """User + system CPU seconds each broker process has used (/proc/<pid>/stat): on a shared machine the CPU a
+    megabyte costs is steadier than the MB/s, which depends on what else runs."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    used = {}
+    for node_id in cluster.node_ids:
+        fields = Path(f"/proc/{cluster.broker(node_id).pid}/stat").read_text().rpartition(")")[2].split()
+        used[node_id] = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    return used
+
+
 def start_profilers(cluster: LocalCluster, seconds: float, out_dir: Path, name: str) -> dict[int, tuple[Any, Path]]:
     """One `py-spy record --format raw` per broker for `seconds`: collapsed stacks, one `frame;frame;... count`
     a line, so a profile can be grepped, diffed or turned into a flame graph (flamegraph.pl, speedscope)."""
@@ -271,7 +283,9 @@ def run_round(args: argparse.Namespace, tree: Path, name: str) -> dict[str, Any]
             paced = produce_paced(cluster.bootstrap, topic, acks, args.size, args.paced_seconds, args.rate)
             profiling = args.profile is not None and (rf, acks, min_isr) == PROFILED
             profilers = start_profilers(cluster, args.seconds, args.profile, name) if profiling else {}
+            cpu_before = brokers_cpu_seconds(cluster)
             saturated = produce_saturated(cluster.bootstrap, topic, acks, args.size, args.seconds, args.queue)
+            cpu = {n: used - cpu_before[n] for n, used in brokers_cpu_seconds(cluster).items()}
             if profiling:
                 profile = finish_profilers(profilers, leaders)
             row = {
@@ -279,14 +293,19 @@ def run_round(args: argparse.Namespace, tree: Path, name: str) -> dict[str, Any]
                 "acks": acks,
                 "min_insync_replicas": min_isr,
                 "leaders": {str(p): node for p, node in sorted(leaders.items())},
-                "saturated": saturated.to_json(),
+                "saturated": {
+                    **saturated.to_json(),
+                    "broker_cpu_s": {str(n): round(seconds, 2) for n, seconds in cpu.items()},
+                    "broker_cpu_ms_per_mb": round(sum(cpu.values()) * 1000 / (saturated.payload_bytes / 1e6), 3),
+                },
                 "paced": paced.to_json(),
             }
             results.append(row)
             s, p = row["saturated"], row["paced"]
             print(
                 f"{name:>9} RF={rf} acks={acks:>3}: saturated {s['mb_per_s']:6.1f} MB/s {s['msgs_per_s']:>8,} msg/s "
-                f"p50 {s['latency_ms']['p50']:7.1f} ms p99 {s['latency_ms']['p99']:7.1f} ms | "
+                f"p50 {s['latency_ms']['p50']:7.1f} ms p99 {s['latency_ms']['p99']:7.1f} ms "
+                f"{s['broker_cpu_ms_per_mb']:5.2f} broker CPU ms/MB | "
                 f"paced {args.rate:.0f}/s p50 {p['latency_ms']['p50']:6.1f} ms p99 {p['latency_ms']['p99']:6.1f} ms",
                 flush=True,
             )
@@ -320,6 +339,9 @@ def medians(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "replication_factor": rf,
                 "acks": acks,
                 "saturated_mb_per_s": statistics.median(r["saturated"]["mb_per_s"] for r in rows),
+                "saturated_broker_cpu_ms_per_mb": statistics.median(
+                    r["saturated"]["broker_cpu_ms_per_mb"] for r in rows
+                ),
                 **{
                     f"{phase}_{q}_ms": statistics.median(r[phase]["latency_ms"][q] for r in rows)
                     for phase in ("paced", "saturated")
@@ -334,6 +356,7 @@ def draw_builds(axes: Sequence[Any], summaries: dict[BuildLabel, list[dict[str, 
     """Per configuration, one bar per build (medians over its rounds): saturated MB/s, paced p50 and p99."""
     panels = (
         ("saturated_mb_per_s", "saturated throughput (MB/s)", "{:,.0f}"),
+        ("saturated_broker_cpu_ms_per_mb", "saturated: CPU of all brokers per MB (ms)", "{:,.2f}"),
         ("paced_p50_ms", "paced produce latency p50 (ms)", "{:,.1f}"),
         ("paced_p99_ms", "paced produce latency p99 (ms)", "{:,.1f}"),
     )
@@ -349,7 +372,8 @@ def draw_builds(axes: Sequence[Any], summaries: dict[BuildLabel, list[dict[str, 
         ax.set_title(title)
         ax.legend()
     axes[0].set_ylabel("MB/s (10^6 payload bytes), median of rounds")
-    axes[1].set_ylabel("ms, produce() to delivery report, median of rounds")
+    axes[1].set_ylabel("broker CPU ms per MB of payload, median of rounds")
+    axes[2].set_ylabel("ms, produce() to delivery report, median of rounds")
 
 
 def main() -> None:
@@ -424,8 +448,9 @@ def main() -> None:
         for row in summary:
             print(
                 f"{build:>6} median RF={row['replication_factor']} acks={row['acks']:>3}: "
-                f"saturated {row['saturated_mb_per_s']:6.1f} MB/s | paced p50 {row['paced_p50_ms']:5.1f} ms "
-                f"p99 {row['paced_p99_ms']:5.1f} ms"
+                f"saturated {row['saturated_mb_per_s']:6.1f} MB/s "
+                f"{row['saturated_broker_cpu_ms_per_mb']:5.2f} CPU ms/MB | "
+                f"paced p50 {row['paced_p50_ms']:5.1f} ms p99 {row['paced_p99_ms']:5.1f} ms"
             )
     machine = report["machine"]
     write_report(
@@ -437,8 +462,8 @@ def main() -> None:
             f"{args.size} B messages, {args.partitions} partitions, {args.rounds} round(s) per build"
         ),
         labels=[f"RF={rf}\nacks={acks}" for rf, acks, _ in CONFIGURATIONS],
-        panels=3,
-        figsize=(15, 4.8),
+        panels=4,
+        figsize=(19, 4.8),
         draw=lambda axes: draw_builds(axes, summaries),
     )
 
