@@ -204,15 +204,16 @@ def tree_commit(tree: Path) -> str:
     ).stdout.strip()
 
 
-def brokers_cpu_seconds(cluster: LocalCluster) -> dict[int, float]:
-    """User + system CPU seconds each broker process has used (/proc/<pid>/stat): on a shared machine the CPU a
-    megabyte costs is steadier than the MB/s, which depends on what else runs."""
+def brokers_usage(cluster: LocalCluster) -> dict[int, tuple[float, int]]:
+    """(user + system CPU seconds, minor page faults) each broker process has had so far (/proc/<pid>/stat): on a
+    shared machine the CPU a megabyte costs is steadier than the MB/s, which depends on what else runs; page
+    faults per MB show buffers the allocator hands back to the kernel and takes again."""
     ticks = os.sysconf("SC_CLK_TCK")
-    used = {}
+    usage = {}
     for node_id in cluster.node_ids:
         fields = Path(f"/proc/{cluster.broker(node_id).pid}/stat").read_text().rpartition(")")[2].split()
-        used[node_id] = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
-    return used
+        usage[node_id] = ((int(fields[11]) + int(fields[12])) / ticks, int(fields[7]))  # utime, stime; minflt
+    return usage
 
 
 def start_profilers(cluster: LocalCluster, seconds: float, out_dir: Path, name: str) -> dict[int, tuple[Any, Path]]:
@@ -283,9 +284,11 @@ def run_round(args: argparse.Namespace, tree: Path, name: str) -> dict[str, Any]
             paced = produce_paced(cluster.bootstrap, topic, acks, args.size, args.paced_seconds, args.rate)
             profiling = args.profile is not None and (rf, acks, min_isr) == PROFILED
             profilers = start_profilers(cluster, args.seconds, args.profile, name) if profiling else {}
-            cpu_before = brokers_cpu_seconds(cluster)
+            usage_before = brokers_usage(cluster)
             saturated = produce_saturated(cluster.bootstrap, topic, acks, args.size, args.seconds, args.queue)
-            cpu = {n: used - cpu_before[n] for n, used in brokers_cpu_seconds(cluster).items()}
+            usage = brokers_usage(cluster)
+            cpu = {n: usage[n][0] - usage_before[n][0] for n in usage}
+            faults = sum(usage[n][1] - usage_before[n][1] for n in usage)
             if profiling:
                 profile = finish_profilers(profilers, leaders)
             row = {
@@ -297,6 +300,7 @@ def run_round(args: argparse.Namespace, tree: Path, name: str) -> dict[str, Any]
                     **saturated.to_json(),
                     "broker_cpu_s": {str(n): round(seconds, 2) for n, seconds in cpu.items()},
                     "broker_cpu_ms_per_mb": round(sum(cpu.values()) * 1000 / (saturated.payload_bytes / 1e6), 3),
+                    "broker_minor_faults_per_mb": round(faults / (saturated.payload_bytes / 1e6), 1),
                 },
                 "paced": paced.to_json(),
             }
@@ -305,7 +309,7 @@ def run_round(args: argparse.Namespace, tree: Path, name: str) -> dict[str, Any]
             print(
                 f"{name:>9} RF={rf} acks={acks:>3}: saturated {s['mb_per_s']:6.1f} MB/s {s['msgs_per_s']:>8,} msg/s "
                 f"p50 {s['latency_ms']['p50']:7.1f} ms p99 {s['latency_ms']['p99']:7.1f} ms "
-                f"{s['broker_cpu_ms_per_mb']:5.2f} broker CPU ms/MB | "
+                f"{s['broker_cpu_ms_per_mb']:5.2f} broker CPU ms/MB {s['broker_minor_faults_per_mb']:6.1f} faults/MB | "
                 f"paced {args.rate:.0f}/s p50 {p['latency_ms']['p50']:6.1f} ms p99 {p['latency_ms']['p99']:6.1f} ms",
                 flush=True,
             )
@@ -341,6 +345,9 @@ def medians(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "saturated_mb_per_s": statistics.median(r["saturated"]["mb_per_s"] for r in rows),
                 "saturated_broker_cpu_ms_per_mb": statistics.median(
                     r["saturated"]["broker_cpu_ms_per_mb"] for r in rows
+                ),
+                "saturated_broker_minor_faults_per_mb": statistics.median(
+                    r["saturated"]["broker_minor_faults_per_mb"] for r in rows
                 ),
                 **{
                     f"{phase}_{q}_ms": statistics.median(r[phase]["latency_ms"][q] for r in rows)
