@@ -186,16 +186,19 @@ TOP_FRAMES = 8
 
 @contextlib.contextmanager
 def code_from(tree: Path) -> Iterator[None]:
-    """Brokers spawned inside run the tierlog package of `tree`: LocalCluster passes os.environ to them."""
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = str(tree)
+    """Brokers spawned inside run the tierlog package of `tree`: LocalCluster passes os.environ to them. Without
+    PYTHONSAFEPATH, `python -m tierlog` would put its working directory first on sys.path, and run from a tierlog
+    checkout the brokers would import that checkout's package whatever PYTHONPATH says."""
+    saved = {name: os.environ.get(name) for name in ("PYTHONPATH", "PYTHONSAFEPATH")}
+    os.environ.update(PYTHONPATH=str(tree), PYTHONSAFEPATH="1")
     try:
         yield
     finally:
-        if saved is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = saved
+        for name, value in saved.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
 
 
 def tree_commit(tree: Path) -> str:
