@@ -29,6 +29,7 @@ from tierlog.replication.metadata_publisher import BrokerMetadataPublisher
 from tierlog.replication.replica_manager import ReplicaManager
 from tierlog.replication.replication_quota import ReplicationQuotaConfig
 from tierlog.server.acl_apis import AclApis
+from tierlog.server.allocator import keep_large_buffers_in_the_heap
 from tierlog.server.auth_helper import AuthHelper, configured_authorizer
 from tierlog.server.auto_topic_creation_manager import AutoTopicCreationManager
 from tierlog.server.broker_metrics import describe_partitions, wire_broker_metrics
@@ -597,4 +598,5 @@ async def _run(config: KafkaConfig) -> None:
 def run_node(config: KafkaConfig) -> None:
     """Run the node `config` describes (a broker, combined with the controller or not, or a dedicated controller:
     process.roles) in this process until SIGTERM or SIGINT."""
+    keep_large_buffers_in_the_heap()
     asyncio.run(_run(config))
