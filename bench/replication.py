@@ -251,6 +251,9 @@ def top_frames(path: Path) -> dict[str, Any]:
         for frame in set(frames):
             if "tierlog/" in frame:
                 inclusive[frame] += count
+    # The process's entry frames (main, run_node, the event loop's task runner) are in nearly every sample.
+    for frame in [f for f, n in inclusive.items() if n >= 0.9 * total]:
+        del inclusive[frame]
 
     def shares(counter: Counter[str]) -> list[dict[str, Any]]:
         return [{"frame": f, "share": round(n / total, 3)} for f, n in counter.most_common(TOP_FRAMES)]
