@@ -66,6 +66,35 @@ def test_checkpoints_and_data_round_trip_through_a_clean_restart(tmp_path: Path)
     restarted.get_or_create_log(A0, TOPIC_ID, {}, T0)  # the topic id read back from partition.metadata
 
 
+def test_a_checkpoint_written_later_in_a_thread_holds_its_snapshot_and_never_overwrites_a_newer_one(
+    tmp_path: Path,
+) -> None:
+    """The broker takes its HW and log start checkpoints on the event loop and writes them in a thread; a write that
+    lands after a newer snapshot was written (e.g. at shutdown) must not put the older offsets back."""
+    log_dir = tmp_path / "data"
+    manager = started([log_dir])
+    log = manager.get_or_create_log(A0, TOPIC_ID, {}, T0)
+    for _ in range(3):
+        log.append_as_leader(make_batch(2), 0, T0)
+    log.update_high_watermark(2)
+    older = manager.high_watermark_checkpoint()
+    log.update_high_watermark(4)
+    taken_at_4 = manager.high_watermark_checkpoint()
+    log.update_high_watermark(6)
+    taken_at_4()  # the offsets as of the snapshot, not as of the write
+    assert OffsetCheckpointFile(log_dir / "replication-offset-checkpoint").read() == {A0: 4}
+    manager.checkpoint_high_watermarks()
+    older()
+    assert OffsetCheckpointFile(log_dir / "replication-offset-checkpoint").read() == {A0: 6}
+
+    log.maybe_increment_log_start_offset(2)
+    late_log_start = manager.log_start_offset_checkpoint()
+    log.maybe_increment_log_start_offset(4)
+    manager.checkpoint_log_start_offsets()
+    late_log_start()
+    assert OffsetCheckpointFile(log_dir / "log-start-offset-checkpoint").read() == {A0: 4}
+
+
 def test_an_unclean_restart_recovers_from_the_checkpointed_recovery_point(tmp_path: Path) -> None:
     log_dir = tmp_path / "data"
     manager = started([log_dir])

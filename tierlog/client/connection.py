@@ -45,6 +45,10 @@ __all__ = [
 
 # How long close() waits for the peer to acknowledge; the socket is gone either way.
 _CLOSE_TIMEOUT_S = 1.0
+# asyncio's StreamReader stops reading the socket at twice its limit (64 KiB by default) until the reader catches
+# up: a follower's 1 MiB fetch answer would cost a pause and a resume of the socket for every 128 KiB. The broker's
+# own connections read with the same limit (server/socket_server.py). docs/performance.md#replication.
+STREAM_BUFFER_BYTES = 2**20
 _INT32_MAX = 2**31 - 1
 
 
@@ -85,7 +89,7 @@ class KafkaConnection:
         try:
             async with asyncio.timeout(timeout_s):
                 if context is None:
-                    reader, writer = await asyncio.open_connection(host, port)
+                    reader, writer = await asyncio.open_connection(host, port, limit=STREAM_BUFFER_BYTES)
                 else:
                     # The host name is checked against the certificate only when
                     # ssl.endpoint.identification.algorithm asks for it (docs/security.md#tls).
@@ -95,6 +99,7 @@ class KafkaConnection:
                         ssl=context,
                         server_hostname=host if context.check_hostname else "",
                         ssl_handshake_timeout=timeout_s,
+                        limit=STREAM_BUFFER_BYTES,
                     )
         except TimeoutError:
             raise KafkaConnectionError(f"connect to {address} timed out after {timeout_s}s") from None

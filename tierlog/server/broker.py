@@ -11,6 +11,7 @@ open the client listeners.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import signal
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from tierlog.replication.metadata_publisher import BrokerMetadataPublisher
 from tierlog.replication.replica_manager import ReplicaManager
 from tierlog.replication.replication_quota import ReplicationQuotaConfig
 from tierlog.server.acl_apis import AclApis
+from tierlog.server.allocator import keep_large_buffers_in_the_heap
 from tierlog.server.auth_helper import AuthHelper, configured_authorizer
 from tierlog.server.auto_topic_creation_manager import AutoTopicCreationManager
 from tierlog.server.broker_metrics import describe_partitions, wire_broker_metrics
@@ -75,6 +77,8 @@ REMOTE_INDEX_CACHE_DIR = "remote-log-index-cache"
 class Broker:
     def __init__(self, config: KafkaConfig) -> None:
         self.config = config
+        # Static (not a dynamic config), and asked on every replica fetch: parsed once, not per fetch.
+        self._inter_broker_listener_name = config.inter_broker_listener_name
         # The one piece of I/O here: a log directory that cannot be used stops the broker before anything
         # reads or writes any of them.
         for log_dir in (*config.log_dirs, config.metadata_log_dir):
@@ -327,9 +331,13 @@ class Broker:
         if self.rlmm is not None and self.remote_log is not None:
             self.rlmm.start()
             self.remote_log.start()
-        self._every("replica.high.watermark.checkpoint.interval.ms", self.log_manager.checkpoint_high_watermarks)
+        self._every_off_loop(
+            "replica.high.watermark.checkpoint.interval.ms", self.log_manager.high_watermark_checkpoint
+        )
         self._every("log.flush.offset.checkpoint.interval.ms", self.log_manager.checkpoint_recovery_points)
-        self._every("log.flush.start.offset.checkpoint.interval.ms", self.log_manager.checkpoint_log_start_offsets)
+        self._every_off_loop(
+            "log.flush.start.offset.checkpoint.interval.ms", self.log_manager.log_start_offset_checkpoint
+        )
         self._every("log.retention.check.interval.ms", lambda: self.log_manager.cleanup_logs(now_ms()))
         self._every("offsets.retention.check.interval.ms", self.group_coordinator.cleanup_group_metadata)
         self._every(
@@ -452,7 +460,7 @@ class Broker:
             thread.wakeup.set()
 
     def _leader_endpoint(self, broker_id: int) -> Endpoint | None:
-        return self.loader.image.endpoint_of(broker_id, self.config.inter_broker_listener_name)
+        return self.loader.image.endpoint_of(broker_id, self._inter_broker_listener_name)
 
     # ISR changes (AlterPartition)
 
@@ -500,6 +508,16 @@ class Broker:
     def _every(self, interval_config: str, action: Callable[[], object]) -> None:
         self._every_ms(interval_config, self.config.get_int(interval_config), action)
 
+    def _every_off_loop(self, interval_config: str, snapshot: Callable[[], Callable[[], None]]) -> None:
+        """A checkpoint taken on the event loop (`snapshot`) and written (fsynced) in a thread, as Kafka's scheduler
+        thread writes it: an fsync on the loop would hold up every request of the broker, and an acks=all produce
+        waits for three brokers (docs/performance.md#replication)."""
+
+        async def write() -> None:
+            await asyncio.to_thread(snapshot())
+
+        self._every(interval_config, write)
+
     def _every_ms(self, name: str, interval_ms: int, action: Callable[[], object]) -> None:
         if interval_ms >= 2**53:
             return  # Kafka's Long.MAX_VALUE means never.
@@ -508,7 +526,9 @@ class Broker:
             while True:
                 await asyncio.sleep(interval_ms / 1000)
                 try:
-                    action()
+                    done = action()
+                    if inspect.isawaitable(done):
+                        await done
                 except Exception:
                     logger.exception("periodic task %s failed", name)
 
@@ -597,4 +617,5 @@ async def _run(config: KafkaConfig) -> None:
 def run_node(config: KafkaConfig) -> None:
     """Run the node `config` describes (a broker, combined with the controller or not, or a dedicated controller:
     process.roles) in this process until SIGTERM or SIGINT."""
+    keep_large_buffers_in_the_heap()
     asyncio.run(_run(config))

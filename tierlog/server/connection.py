@@ -229,23 +229,34 @@ async def send_chunks(writer: asyncio.StreamWriter, chunks: Sequence[bytes | mem
     # read it in 256 KiB blocks through a thread pool; reading it here in large preads is simpler and faster
     # (bench/tls.py). docs/security.md#tls.
     tls = writer.get_extra_info("sslcontext") is not None
+    # The pieces up to the next sendfile go out in one write: one send() for a whole small Fetch answer (header,
+    # records, trailer) instead of one per piece (docs/performance.md#replication).
+    pending: list[bytes | memoryview] = []
     for chunk in chunks:
         if not isinstance(chunk, FileSlice):
-            writer.write(chunk)
+            pending.append(chunk)
             continue
         if tls:
+            _write_pending(writer, pending)
             await _send_file_slice_by_reads(writer, chunk)
             continue
         if chunk.size < SENDFILE_MIN_BYTES:
-            data = os.pread(chunk.file.fileno(), chunk.size, chunk.position)
-        else:
-            await writer.drain()
-            sent = await loop.sendfile(writer.transport, chunk.file, chunk.position, chunk.size)
-            if sent == chunk.size:
-                continue
-            data = os.pread(chunk.file.fileno(), chunk.size - sent, chunk.position + sent)
-        writer.write(_padded(data, chunk.size))
+            pending.append(_padded(os.pread(chunk.file.fileno(), chunk.size, chunk.position), chunk.size))
+            continue
+        _write_pending(writer, pending)
+        await writer.drain()
+        sent = await loop.sendfile(writer.transport, chunk.file, chunk.position, chunk.size)
+        if sent < chunk.size:
+            rest = chunk.size - sent
+            pending.append(_padded(os.pread(chunk.file.fileno(), rest, chunk.position + sent), rest))
+    _write_pending(writer, pending)
     await writer.drain()
+
+
+def _write_pending(writer: asyncio.StreamWriter, pending: list[bytes | memoryview]) -> None:
+    if pending:
+        writer.write(pending[0] if len(pending) == 1 else b"".join(pending))
+        pending.clear()
 
 
 async def _send_file_slice_by_reads(writer: asyncio.StreamWriter, chunk: FileSlice) -> None:

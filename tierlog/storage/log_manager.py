@@ -8,9 +8,11 @@ Periodic work (retention, flushing, checkpoints) is a method the asyncio shell c
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
+import threading
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -87,6 +89,11 @@ class LogManager:
         # Logs of deleted partitions, their `*-delete` directory and the time they may be removed (set by
         # the first cleanup_logs call that sees them, as deletion itself is not told the time).
         self._logs_to_delete: list[tuple[Log, Path, int | None]] = []
+        # Checkpoints may be written off the event loop (`high_watermark_checkpoint`): one file is written by one
+        # writer at a time, and a snapshot older than the one a file already holds is never written over it.
+        self._checkpoint_lock = threading.Lock()
+        self._checkpoint_snapshots = itertools.count()
+        self._checkpoint_written: dict[Path, int] = {}
 
     def startup(self, topic_configs: Mapping[str, Mapping[str, str]], now_ms: int) -> None:
         """Load every partition of every log dir, recovering those of a dir without the clean-shutdown
@@ -423,7 +430,13 @@ class LogManager:
             log.flush_if_due(now_ms)
 
     def checkpoint_high_watermarks(self) -> None:
-        self._checkpoint(HIGH_WATERMARK_FILENAME, lambda log: log.high_watermark)
+        self.high_watermark_checkpoint()()
+
+    def high_watermark_checkpoint(self) -> Callable[[], None]:
+        """The HW of every log as of now, and the function that writes them to the checkpoint files: Kafka writes
+        it on a scheduler thread, and so may the caller (two fsyncs on the event loop every 5 s stall every
+        request of the broker: docs/performance.md#replication)."""
+        return self._checkpoint_writer(HIGH_WATERMARK_FILENAME, lambda log: log.high_watermark)
 
     def checkpoint_recovery_points(self) -> None:
         self._checkpoint(RECOVERY_POINT_CHECKPOINT_FILENAME, lambda log: log.recovery_point)
@@ -436,13 +449,24 @@ class LogManager:
         return sum(log.remove_expired_producers(now_ms) for log in self._logs.values())
 
     def checkpoint_log_start_offsets(self) -> None:
+        self.log_start_offset_checkpoint()()
+
+    def log_start_offset_checkpoint(self) -> Callable[[], None]:
+        """As `high_watermark_checkpoint`, for the log start offsets."""
         # Kafka records a log start only where it differs from what the segments imply.
-        self._checkpoint(
+        return self._checkpoint_writer(
             LOG_START_OFFSET_CHECKPOINT_FILENAME,
             lambda log: log.log_start_offset if log.log_start_offset != log.segments[0].base_offset else None,
         )
 
     def _checkpoint(self, filename: str, offset_of: Callable[[Log], int | None]) -> None:
+        self._checkpoint_writer(filename, offset_of)()
+
+    def _checkpoint_writer(self, filename: str, offset_of: Callable[[Log], int | None]) -> Callable[[], None]:
+        """Read the offsets now (on the caller's thread, which owns the logs); the function returned writes them,
+        on any thread, unless a later snapshot of the same file was written first."""
+        snapshot = next(self._checkpoint_snapshots)
+        files: list[tuple[Path, dict[TopicPartition, int]]] = []
         for log_dir in self.log_dirs:
             offsets: dict[TopicPartition, int] = {}
             for tp, log in self._logs.items():
@@ -450,7 +474,16 @@ class LogManager:
                     offset = offset_of(log)
                     if offset is not None:
                         offsets[tp] = offset
-            OffsetCheckpointFile(log_dir / filename).write(offsets)
+            files.append((log_dir / filename, offsets))
+
+        def write() -> None:
+            with self._checkpoint_lock:
+                for path, offsets in files:
+                    if self._checkpoint_written.get(path, -1) < snapshot:
+                        OffsetCheckpointFile(path).write(offsets)
+                        self._checkpoint_written[path] = snapshot
+
+        return write
 
     def shutdown(self) -> None:
         """Flush every log, write the checkpoints, close the files, then mark each log dir clean."""
