@@ -16,6 +16,7 @@ import pytest
 from cluster_helpers import ClusterFactory
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession
 from tiered_helpers import (
     CLIENT_TIMEOUT_S,
@@ -32,11 +33,13 @@ from tierlog.records.codec import Record, decode_batches
 from tierlog.spark.offsets import DataLossError
 from tierlog.spark.options import parse_batch_options, rsm_config_from_options
 from tierlog.spark.remote_tier import (
+    RemoteLogMetadataView,
     RemoteSegmentSlice,
     iter_slice_chunks,
     lineage_segments,
     load_remote_log_metadata,
     plan_partition,
+    plan_remote_reads,
     plan_remote_slices,
     read_slice,
     remote_reach,
@@ -271,6 +274,48 @@ def test_segments_not_yet_copied_or_being_deleted_are_not_planned(tiered_topic: 
     assert plan_remote_slices(TOPIC, 0, segments, 0, RECORDS) == []
     tail = plan_remote_slices(TOPIC, 0, segments, copied[1].start_offset, RECORDS)
     assert remote_reach(tail, copied[1].start_offset) == last.end_offset + 1
+
+
+@pytest.mark.parametrize("tiered_topic", ["file"], indirect=True)
+def test_a_followed_metadata_view_plans_as_a_full_re_read_after_copies_and_after_deletions(
+    tiered_topic: TieredTopic,
+) -> None:
+    bootstrap, rsm_config = tiered_topic.bootstrap, tiered_topic.rsm_config
+    tp = TopicPartition(TOPIC, 0)
+    view = RemoteLogMetadataView(bootstrap)
+
+    def full_and_followed(start: int, end: int) -> tuple[list[RemoteSegmentSlice], list[RemoteSegmentSlice]]:
+        full = plan_remote_reads(bootstrap, {tp: (start, end)}, rsm_config)[tp]
+        return full, plan_remote_reads(bootstrap, {tp: (start, end)}, rsm_config, metadata=view)[tp]
+
+    try:
+        first, followed = full_and_followed(0, RECORDS)
+        assert len(first) >= 2 and followed == first
+
+        # More segments copied since the view last read the metadata topic: it reads only what was appended.
+        produce_records(bootstrap)
+        wait_tiered(tiered_topic.cluster, 1, TOPIC, tiered_topic.remote_end, settled=True)
+        grown, followed = full_and_followed(0, 2 * RECORDS)
+        assert remote_reach(grown, 0) > remote_reach(first, 0)
+        assert followed == grown
+
+        # Segments deleted (DeleteRecords past the first two): their deletion events reach the view too.
+        cut = grown[2].start_offset
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        for future in admin.delete_records([KafkaTopicPartition(TOPIC, 0, cut)]).values():
+            future.result(CLIENT_TIMEOUT_S)
+        # Once both have left the plan, their deletions' remaining events change no plan: the two can be compared.
+        wait_until(
+            lambda: all(full_and_followed(grown[i].start_offset, 2 * RECORDS)[0] == [] for i in (0, 1)),
+            CLIENT_TIMEOUT_S,
+            lambda: "the segments below the new log start leave the plan",
+        )
+        for start in (0, cut):
+            full, followed = full_and_followed(start, 2 * RECORDS)
+            assert followed == full
+        assert full[0].start_offset == cut and remote_reach(full, cut) == remote_reach(grown, 0)
+    finally:
+        view.close()
 
 
 def remote_fetches_served(cluster: LocalCluster) -> float:

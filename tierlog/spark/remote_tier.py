@@ -17,9 +17,11 @@ import asyncio
 import functools
 import socket
 import struct
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 import pyarrow as pa
@@ -53,8 +55,11 @@ from tierlog.tiered.segment_metadata import (
     decode_event,
 )
 
-# Bytes per ranged GET: large enough that object-store latency is amortised, small enough to bound memory.
+# Bytes decoded at a time: large enough that object-store latency is amortised, small enough to bound memory.
 DEFAULT_CHUNK_BYTES = 8 * 1024 * 1024
+# A chunk is read as ranged GETs of this size, all at once (docs/performance.md#spark-direct).
+DEFAULT_RANGE_BYTES = 2 * 1024 * 1024
+PARALLEL_RANGES = 4
 DEFAULT_TIMEOUT_S = 30.0
 _POLL_S = 0.2
 
@@ -171,44 +176,65 @@ def topic_id_of(bootstrap: str, topic: str, timeout_s: float = DEFAULT_TIMEOUT_S
     return topic_ids_of(bootstrap, [topic], timeout_s)[topic]
 
 
-def load_remote_log_metadata(
-    bootstrap: str,
-    topic_id_partitions: list[TopicIdPartition],
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-    client_settings: Mapping[str, str] = NO_CLIENT_SETTINGS,
-) -> dict[TopicIdPartition, RemoteLogMetadataCache]:
-    """Replay `__remote_log_metadata` up to each partition's high watermark (what the brokers act on) and
-    return the cache of every asked-for partition that has remote segments."""
-    consumer = Consumer(
-        {
-            **client_settings,
-            "bootstrap.servers": bootstrap,
-            "group.id": "tierlog-spark-remote-planner",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
-            "fetch.wait.max.ms": 100,
-        }
-    )
-    store = RemoteLogMetadataStore()
-    try:
+class RemoteLogMetadataView:
+    """`__remote_log_metadata` folded into RemoteLogMetadataCaches as the brokers fold it, and followed: each
+    `catch_up` reads only what was appended since the last one, up to each partition's high watermark (what the
+    brokers act on), as Kafka's RemoteLogMetadataManager follows the topic. A stream keeps one for its life, so
+    a micro-batch is planned without replaying the whole topic (docs/performance.md#spark-direct).
+
+    `wanted`: the only topic-partitions kept (a one-off plan); None keeps every one (a stream, whose topics may
+    grow). Records the metadata topic no longer holds (its log start moved past what was read) start it over."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        wanted: set[TopicIdPartition] | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        client_settings: Mapping[str, str] = NO_CLIENT_SETTINGS,
+    ) -> None:
+        self._wanted = wanted
+        self._timeout_s = timeout_s
+        self._consumer = Consumer(
+            {
+                **client_settings,
+                "bootstrap.servers": bootstrap,
+                "group.id": "tierlog-spark-remote-planner",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+                "fetch.wait.max.ms": 100,
+            }
+        )
+        self._store = RemoteLogMetadataStore()
+        # The next offset to read of each metadata partition.
+        self._positions: dict[int, int] = {}
+
+    def catch_up(self) -> None:
+        """Read every partition of the metadata topic from where the last call stopped to its high watermark now.
+        Every partition is read, not just metadata_partition_for's: the broker-side partition count is a broker
+        setting the job does not know, and the topic is small next to the data it describes."""
+        consumer, timeout_s = self._consumer, self._timeout_s
         metadata = consumer.list_topics(REMOTE_LOG_METADATA_TOPIC, timeout=timeout_s)
         topic_metadata = metadata.topics.get(REMOTE_LOG_METADATA_TOPIC)
         if topic_metadata is None or topic_metadata.error is not None or not topic_metadata.partitions:
-            return {}
-        # Every partition is read, not just metadata_partition_for's: the broker-side partition count is a
-        # broker setting the job does not know, and the topic is small next to the data it describes.
+            return
         ends: dict[int, int] = {}
+        starts: dict[int, int] = {}
         for partition in topic_metadata.partitions:
             low, high = consumer.get_watermark_offsets(
                 KafkaTopicPartition(REMOTE_LOG_METADATA_TOPIC, partition), timeout=timeout_s
             )
-            if high > low:
+            if partition in self._positions and low > self._positions[partition]:
+                # Records this view has not read are gone: what it holds can no longer be completed.
+                self._store, self._positions = RemoteLogMetadataStore(), {}
+                self.catch_up()
+                return
+            starts[partition] = max(low, self._positions.get(partition, 0))
+            if high > starts[partition]:
                 ends[partition] = high
         if not ends:
-            return {}
-        consumer.assign([KafkaTopicPartition(REMOTE_LOG_METADATA_TOPIC, p, 0) for p in ends])
-        wanted = set(topic_id_partitions)
+            return
+        consumer.assign([KafkaTopicPartition(REMOTE_LOG_METADATA_TOPIC, p, starts[p]) for p in ends])
         remaining = dict(ends)
         deadline = time.monotonic() + timeout_s
         while remaining:
@@ -224,17 +250,39 @@ def load_remote_log_metadata(
                     event = decode_event(value)
                 except (ValueError, KeyError, TypeError):
                     continue  # not one of ours; the brokers skip such records too
-                if event.segment_id.topic_id_partition in wanted:
-                    store.apply(event)
+                if self._wanted is None or event.segment_id.topic_id_partition in self._wanted:
+                    self._store.apply(event)
             # Positions, not the offsets of the messages seen: a partition's last offsets may hold no message
             # (a transaction marker), and the position still moves past them.
             positions = consumer.position([KafkaTopicPartition(REMOTE_LOG_METADATA_TOPIC, p) for p in remaining])
             for position in positions:
                 if position.offset >= remaining[position.partition]:
                     del remaining[position.partition]
+        for partition, end in ends.items():
+            self._positions[partition] = end
+
+    def caches(self, topic_id_partitions: list[TopicIdPartition]) -> dict[TopicIdPartition, RemoteLogMetadataCache]:
+        """The cache of every asked-for partition that has remote segments, as of the last catch_up."""
+        return {tip: cache for tip in topic_id_partitions if (cache := self._store.cache(tip)) is not None}
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def load_remote_log_metadata(
+    bootstrap: str,
+    topic_id_partitions: list[TopicIdPartition],
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    client_settings: Mapping[str, str] = NO_CLIENT_SETTINGS,
+) -> dict[TopicIdPartition, RemoteLogMetadataCache]:
+    """Replay `__remote_log_metadata` up to each partition's high watermark (what the brokers act on) and
+    return the cache of every asked-for partition that has remote segments."""
+    view = RemoteLogMetadataView(bootstrap, set(topic_id_partitions), timeout_s, client_settings)
+    try:
+        view.catch_up()
+        return view.caches(topic_id_partitions)
     finally:
-        consumer.close()
-    return {tip: cache for tip in topic_id_partitions if (cache := store.cache(tip)) is not None}
+        view.close()
 
 
 def lineage_segments(cache: RemoteLogMetadataCache, rsm: FsspecRemoteStorageManager) -> list[RemoteLogSegmentMetadata]:
@@ -363,14 +411,20 @@ def plan_remote_reads(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     client_settings: Mapping[str, str] = NO_CLIENT_SETTINGS,
     read_committed: bool = False,
+    metadata: RemoteLogMetadataView | None = None,
 ) -> dict[TopicPartition, list[RemoteSegmentSlice]]:
     """The driver's whole job: for each topic-partition's [start, end), the remote slices from `start` on,
-    as far as the remote tier reaches contiguously (possibly none). The metadata topic is read once for all.
+    as far as the remote tier reaches contiguously (possibly none). The metadata topic is read once for all,
+    or, given a stream's `metadata` view, only what was appended to it since the last plan.
     `client_settings` are the job's kafka.* settings for the clients that ask the brokers. With `read_committed`
     each slice carries its aborted transactions (with_aborted_transactions)."""
     ids = topic_ids_of(bootstrap, [tp.topic for tp in ranges], timeout_s, client_settings)
     wanted = {tp: TopicIdPartition(ids[tp.topic], tp) for tp in ranges}
-    caches = load_remote_log_metadata(bootstrap, list(wanted.values()), timeout_s, client_settings)
+    if metadata is None:
+        caches = load_remote_log_metadata(bootstrap, list(wanted.values()), timeout_s, client_settings)
+    else:
+        metadata.catch_up()
+        caches = metadata.caches(list(wanted.values()))
     plans: dict[TopicPartition, list[RemoteSegmentSlice]] = {tp: [] for tp in ranges}
     if not caches:
         return plans
@@ -441,16 +495,53 @@ def start_position(rsm: FsspecRemoteStorageManager, piece: RemoteSegmentSlice) -
     return position
 
 
+_range_pool: ThreadPoolExecutor | None = None
+_range_pool_lock = threading.Lock()
+
+
+def _ranges_pool() -> ThreadPoolExecutor:
+    """The worker process's threads for parallel ranged GETs (one pool for its life: Spark reuses the worker)."""
+    global _range_pool
+    with _range_pool_lock:
+        if _range_pool is None:
+            _range_pool = ThreadPoolExecutor(PARALLEL_RANGES, thread_name_prefix="tierlog-ranged-get")
+        return _range_pool
+
+
+def fetch_in_parallel_ranges(
+    rsm: FsspecRemoteStorageManager,
+    metadata: RemoteLogSegmentMetadata,
+    start: int,
+    end: int,
+    range_bytes: int = DEFAULT_RANGE_BYTES,
+) -> bytes:
+    """Bytes [start, end) of the segment's `.log` object, exactly as one ranged GET returns them (shorter if the
+    object ends first), read as ranged GETs of `range_bytes` in parallel: one GET of a few MiB leaves the
+    connection's latency and the store's per-request time unhidden, several overlap them."""
+    bounds = [(at, min(at + range_bytes, end)) for at in range(start, end, range_bytes)]
+    if len(bounds) <= 1:
+        return rsm.fetch_log_segment(metadata, start, end)
+    parts = list(_ranges_pool().map(lambda bound: rsm.fetch_log_segment(metadata, *bound), bounds))
+    # A part shorter than asked is the object's end: what follows it is empty, as one GET would stop there.
+    return b"".join(parts)
+
+
 def iter_slice_chunks(
-    rsm: FsspecRemoteStorageManager, piece: RemoteSegmentSlice, chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    rsm: FsspecRemoteStorageManager,
+    piece: RemoteSegmentSlice,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    range_bytes: int = DEFAULT_RANGE_BYTES,
 ) -> Iterator[bytes]:
-    """Whole record batches of the slice's segment, in chunks of about `chunk_bytes`, from the first batch
-    holding offsets at or above the slice start to the last one starting below its end."""
+    """Whole record batches of the slice's segment, in chunks of about `chunk_bytes` (each read as parallel
+    ranged GETs of `range_bytes`), from the first batch holding offsets at or above the slice start to the last
+    one starting below its end."""
     size = piece.metadata.segment_size_in_bytes
     position = start_position(rsm, piece)
     pending = b""
     while position < size:
-        data = pending + rsm.fetch_log_segment(piece.metadata, position, min(size, position + chunk_bytes))
+        data = pending + fetch_in_parallel_ranges(
+            rsm, piece.metadata, position, min(size, position + chunk_bytes), range_bytes
+        )
         position += len(data) - len(pending)
         if len(data) == len(pending):
             break  # the object is shorter than its metadata says: nothing more to read

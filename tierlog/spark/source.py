@@ -10,6 +10,7 @@ Arrow decoder instead of through a client's per-record objects.
 from __future__ import annotations
 
 import asyncio
+import gc
 import math
 import time
 from collections.abc import Iterator, Mapping
@@ -50,6 +51,7 @@ from tierlog.spark.offsets import (
 )
 from tierlog.spark.options import SourceOptions, option, parse_batch_options, parse_stream_options
 from tierlog.spark.remote_tier import (
+    RemoteLogMetadataView,
     RemoteSegmentSlice,
     RemoteTierError,
     plan_remote_reads,
@@ -111,9 +113,12 @@ class RemoteSlicePartition(InputPartition):
     fail_on_data_loss: bool
 
 
-def plan_input_partitions(options: SourceOptions, ranges: list[OffsetRange]) -> list[InputPartition]:
+def plan_input_partitions(
+    options: SourceOptions, ranges: list[OffsetRange], metadata: RemoteLogMetadataView | None = None
+) -> list[InputPartition]:
     """The Spark partitions for `ranges`: with direct remote reads, one per remote segment a range reaches into,
     and the rest of the range (the local tail) through the brokers; together exactly the ranges, once.
+    `metadata`: a stream's view of the remote log metadata, followed from one micro-batch to the next.
 
     minPartitions is met as Kafka's KafkaOffsetRangeCalculator meets it, counting remote slices as ranges."""
     include, fail, bootstrap = options.include_headers, options.fail_on_data_loss, options.bootstrap_servers
@@ -132,6 +137,7 @@ def plan_input_partitions(options: SourceOptions, ranges: list[OffsetRange]) -> 
             rsm_config,
             client_settings=dict(settings),
             read_committed=committed,
+            metadata=metadata,
         )
     except RemoteStorageError as e:
         raise RemoteTierError(remote_tier_problem(e, rsm_config)) from None
@@ -247,6 +253,8 @@ class TierlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[tuple[str, int], int] | None = None
         # When the last micro-batch was planned, for minOffsetsPerTrigger's maxTriggerDelay (driver clock).
         self._last_trigger_s = time.monotonic()
+        # Direct remote reads: the remote log metadata, followed for the life of the query.
+        self._metadata: RemoteLogMetadataView | None = None
 
     def initialOffset(self) -> dict:
         # Spark may ask more than once; latest and timestamps must resolve to the same offsets each time.
@@ -310,7 +318,16 @@ class TierlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 offset = state.earliest
             if offset < until:
                 ranges.append(OffsetRange(tp[0], tp[1], offset, until, state.leader))
-        return plan_input_partitions(self.options, ranges)
+        if self.options.remote_read == "direct" and self._metadata is None:
+            self._metadata = RemoteLogMetadataView(
+                self.options.bootstrap_servers, client_settings=dict(self.options.client_settings)
+            )
+        return plan_input_partitions(self.options, ranges, self._metadata)
+
+    def stop(self) -> None:
+        if self._metadata is not None:
+            self._metadata.close()
+            self._metadata = None
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         yield from read_partition(partition)
@@ -336,6 +353,10 @@ def rate_limit(
     return out
 
 
+# The kinds of partition after whose first read this Python worker froze its heap (_freeze_long_lived_objects).
+_FROZEN_AFTER: set[type] = set()
+
+
 def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     if isinstance(partition, RangePartition):
         yield from read_range(
@@ -348,6 +369,20 @@ def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
         )
     elif isinstance(partition, RemoteSlicePartition):
         yield from read_remote_slice(partition)
+    _freeze_long_lived_objects(type(partition))
+
+
+def _freeze_long_lived_objects(kind: type) -> None:
+    """After the first read of each kind in this worker process, move every object it holds out of the cyclic
+    garbage collector's sight (gc.freeze). PySpark's worker runs a full gc.collect() after every task, which walks
+    every object the process holds; a read loads numba, pyarrow and botocore's service models once for the life
+    of the worker (~150k objects), and walking them took longer than reading a segment
+    (docs/performance.md#spark-direct). Collected first, so no garbage is frozen."""
+    if kind in _FROZEN_AFTER:
+        return
+    _FROZEN_AFTER.add(kind)
+    gc.collect()
+    gc.freeze()
 
 
 def read_remote_slice(partition: RemoteSlicePartition) -> Iterator[pa.RecordBatch]:
@@ -391,6 +426,7 @@ def read_range(
     leader = r.leader
     offset = r.start
     stuck_since: float | None = None
+    empty_since: float | None = None
     try:
         while offset < r.end:
             try:
@@ -454,10 +490,19 @@ def read_range(
                             f"offset {offset} the query planned to read; set failOnDataLoss to false to go on."
                         )
                     return
+                if not records:
+                    # Nothing below the readable end yet: a read from the remote tier that did not finish within
+                    # the broker's remote.fetch.max.wait.ms is answered empty (Kafka's DelayedRemoteFetch). Fetch
+                    # again, as Kafka's consumer does, for as long as a leader change may take.
+                    now = time.monotonic()
+                    empty_since = now if empty_since is None else empty_since
+                    if now - empty_since <= LEADER_CHANGE_TIMEOUT_S:
+                        continue
                 raise RuntimeError(
                     f"fetch of {r.topic}-{r.partition} at {offset} returned no complete batch within "
                     f"{FETCH_MAX_BYTES} bytes"
                 )
+            empty_since = None
             # None unless read_committed: a read_uncommitted answer carries no aborted transactions.
             aborted = (answer.aborted_transactions or ()) if read_committed else None
             batch = record_batches_to_arrow(records, r.topic, r.partition, offset, r.end, include_headers, aborted)
