@@ -27,9 +27,12 @@ With `--compare-with DIR` the rounds alternate between the brokers of DIR (the "
 baseline worktree, run with PYTHONPATH=DIR) and of this tree ("after"): before, after, before, after, ...,
 `--rounds` of each. The JSON keeps every round, the load average before each, and both trees' commits.
 
-    python bench/many_partitions.py --compare-with /work/wt-baseline   # ~10 minutes: 2 rounds of each build
-    python bench/many_partitions.py --data-gb 10 --rounds 1            # 10 GB on each broker's disk (~3 min more)
-    python bench/many_partitions.py --quick                            # ~1.5 minutes: 300 partitions, 0.2 GB
+    python bench/many_partitions.py --compare-with /work/wt-baseline   # 2 rounds of each build, 0.5 GB per broker
+    python bench/many_partitions.py --data-gb 10 --rounds 1            # the issue's 10 GB on the restarted broker
+    python bench/many_partitions.py --quick                            # 300 partitions, 0.2 GB, one round
+
+A round takes 2-5 minutes (the restarts dominate: 4.5 minutes at a load average of 10 on 2 cores), so the
+compare run takes 10-20; producing 10 GB adds about 4 minutes per round at the 40 MB/s seen here.
 
 Writes `bench/results/many_partitions.json` and `bench/results/many_partitions.png`.
 """
