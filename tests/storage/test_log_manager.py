@@ -168,6 +168,19 @@ def test_update_topic_config_reaches_every_partition_of_the_topic(tmp_path: Path
     assert retention == {A0: 5, A1: 5, B0: 604_800_000}
 
 
+def test_update_topic_config_passes_over_the_logs_only_when_the_overrides_changed(tmp_path: Path) -> None:
+    manager = started([tmp_path / "data"])
+    for tp in (A0, A1):
+        manager.get_or_create_log(tp, TOPIC_ID, {}, T0)
+    manager.update_topic_config("alpha", {"retention.ms": "5"})
+    applied = [log.config for log in manager.all_logs()]
+    manager.update_topic_config("alpha", {"retention.ms": "5"})
+    assert [log.config for log in manager.all_logs()] == applied
+    assert all(log.config is config for log, config in zip(manager.all_logs(), applied, strict=True))
+    manager.update_topic_config("alpha", {"retention.ms": "6"})
+    assert [log.config.retention_ms for log in manager.all_logs()] == [6, 6]
+
+
 def test_flush_dirty_logs_flushes_rolled_segments(tmp_path: Path) -> None:
     size = len(make_batch(2))
     manager = started([tmp_path / "data"])

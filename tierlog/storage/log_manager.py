@@ -14,6 +14,7 @@ import os
 import shutil
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,6 +87,8 @@ class LogManager:
         # Where AlterReplicaLogDirs asked a partition not yet here to be created (Kafka's preferredLogDirs).
         self._preferred_log_dirs: dict[TopicPartition, Path] = {}
         self._topic_ids: dict[TopicPartition, uuid.UUID] = {}
+        # The overrides update_topic_config last applied to each topic's logs.
+        self._applied_topic_overrides: dict[str, dict[str, str]] = {}
         # Logs of deleted partitions, their `*-delete` directory and the time they may be removed (set by
         # the first cleanup_logs call that sees them, as deletion itself is not told the time).
         self._logs_to_delete: list[tuple[Log, Path, int | None]] = []
@@ -189,9 +192,7 @@ class LogManager:
             self._check_topic_id(log, topic_id)
             return log
         # Where AlterReplicaLogDirs asked for it, once; else the log dir holding the fewest partitions.
-        log_dir = self._preferred_log_dirs.pop(tp, None) or min(
-            self.log_dirs, key=lambda d: sum(1 for log in self._logs.values() if log.dir.parent == d)
-        )
+        log_dir = self._preferred_log_dirs.pop(tp, None) or self._least_loaded_log_dir()
         directory = log_dir / str(tp)
         directory.mkdir(parents=True, exist_ok=True)
         PartitionMetadataFile(directory / PARTITION_METADATA_FILENAME).write(topic_id)
@@ -211,6 +212,14 @@ class LogManager:
         self._logs[tp] = log
         self._topic_ids[tp] = topic_id
         return log
+
+    def _least_loaded_log_dir(self) -> Path:
+        # Counted in one pass, and not at all with one log dir: creating N partitions must not cost N^2
+        # (docs/performance.md#many-partitions).
+        if len(self.log_dirs) == 1:
+            return self.log_dirs[0]
+        counts = Counter(log.dir.parent for log in self._logs.values())
+        return min(self.log_dirs, key=lambda d: counts[d])
 
     def _check_topic_id(self, log: Log, topic_id: uuid.UUID) -> None:
         tp = log.topic_partition
@@ -375,6 +384,12 @@ class LogManager:
         return log
 
     def update_topic_config(self, topic: str, overrides: Mapping[str, str]) -> None:
+        """Every metadata image is applied with each topic's overrides: only a topic whose overrides changed since
+        then costs a pass over the logs, so a publish does not cost topics x partitions
+        (docs/performance.md#many-partitions). A log created meanwhile got the overrides it was created with."""
+        if self._applied_topic_overrides.get(topic) == overrides:
+            return
+        self._applied_topic_overrides[topic] = dict(overrides)
         config = self._config_for(overrides)
         for tp, log in self._logs.items():
             if tp.topic == topic:
