@@ -64,11 +64,12 @@ def fetch_messages_for_request(
         now_ms=now_ms,
     )
     requested = context.partitions()
-    named = {p.topic_partition.topic for p in requested if p.topic_partition.topic}
+    # By topic id, "" is an id this broker does not know; by name, a name like any other.
+    named = {p.topic_partition.topic for p in requested if p.topic_partition.topic or not request.uses_topic_ids}
     readable = named if readable_topics is None else readable_topics(named)
     to_read = {p.topic_partition: p for p in requested if p.topic_partition.topic in readable}
     refused = [
-        (p, FetchPartitionResult(p.topic_partition, _refusal(p), None))
+        (p, FetchPartitionResult(p.topic_partition, _refusal(p, named), None))
         for p in requested
         if p.topic_partition.topic not in readable
     ]
@@ -98,8 +99,9 @@ def fetch_messages_for_request(
     return replica_manager.fetch_messages(params, infos, now_ms, answer)
 
 
-def _refusal(partition: FetchRequestPartition) -> str:
-    return "UNKNOWN_TOPIC_ID" if not partition.topic_partition.topic else "TOPIC_AUTHORIZATION_FAILED"
+def _refusal(partition: FetchRequestPartition, named: set[str]) -> str:
+    """Why a partition is not read: its topic id names no topic, or its topic may not be read."""
+    return "TOPIC_AUTHORIZATION_FAILED" if partition.topic_partition.topic in named else "UNKNOWN_TOPIC_ID"
 
 
 def _partition_answer(result: FetchPartitionResult) -> PartitionAnswer:
