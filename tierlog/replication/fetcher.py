@@ -288,6 +288,9 @@ class ReplicaFetcher:
             state = self.partitions.get(tp)
             requested = self._requested.pop(tp, None)
             if state is None or requested != (state.fetch_offset, state.current_leader_epoch):
+                # The leader's session now takes this answer as delivered: it would not answer the same HW again,
+                # so the next fetch is a full one (docs/performance.md#fetch-sessions).
+                self.session.handle_error()
                 continue
             partition = self._partition_of(tp)
             if partition is None:

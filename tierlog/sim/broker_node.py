@@ -185,7 +185,8 @@ class SimBroker(Node):
             FetchSessionCache(
                 t.max_incremental_fetch_session_cache_slots,
                 t.min_incremental_fetch_session_eviction_ms,
-                random.Random(self.sim.rng.getrandbits(64)),
+                # A stream of its own, so session ids never shift the fault schedule.
+                random.Random(f"{self.sim.seed}/fetch-sessions/{self.broker_id}/{self.sim.now}"),
             ),
             self._topic_name,
         )
