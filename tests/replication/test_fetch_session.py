@@ -357,3 +357,21 @@ def test_a_wrong_epoch_from_a_follower_is_answered_71_and_the_follower_fetches_i
     fetcher.on_fetch_session_error(refused.error, cluster.now)
     request = fetcher.build_fetch_request(cluster.now)
     assert request is not None and request.session_epoch == INITIAL_EPOCH and len(request.partitions) == 1
+
+
+def test_a_follower_that_discards_an_answer_fetches_in_full_next(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, [1, 2])
+    cluster.publish()
+    fetches = manager()
+    fetcher = cluster.managers[2].fetchers[1]
+    cluster.produce(1, b"a", acks=1)
+    deliver(cluster, send(cluster, fetches)[0])
+    answers = send(cluster, fetches)
+    cluster.advance(fetcher.config.max_wait_ms)
+    # The partition is re-added (a new leader epoch) while the answer is on its way: the answer is discarded,
+    # though the leader's session took its HW as delivered.
+    fetcher.add_partition(TP, uuid.UUID(int=0), 5, cluster.now)
+    deliver(cluster, answers[0])
+    request = fetcher.build_fetch_request(cluster.now)
+    assert request is not None and request.session_epoch == INITIAL_EPOCH
+    assert [p.topic_partition for p in request.partitions] == [TP]
