@@ -327,6 +327,9 @@ class ReplicaFetcher:
     ) -> None:
         if response.diverging_epoch is not None:
             self._truncate_on_diverging_epoch(partition, state, response.diverging_epoch, now_ms)
+            # The answer's HW is not taken, but the leader's session counts it as delivered: fetch in full next
+            # (docs/performance.md#fetch-sessions).
+            self.session.handle_error()
             return
         records = response.records
         if records is not None:
