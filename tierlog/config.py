@@ -434,6 +434,21 @@ _BROKER_OWN_CONFIGS: tuple[ConfigDef, ...] = (
     _d("replica.fetch.min.bytes", "1", "int", "Bytes a follower fetch waits for.", at_least=0),
     _d("replica.fetch.max.bytes", "1048576", "int", "Bytes a follower fetches per partition.", at_least=0),
     _d("replica.fetch.response.max.bytes", "10485760", "int", "Bytes a follower fetches per request.", at_least=0),
+    # Fetch sessions (KIP-227, docs/performance.md#fetch-sessions).
+    _d(
+        "max.incremental.fetch.session.cache.slots",
+        "1000",
+        "int",
+        "Most fetch sessions (KIP-227) the broker caches.",
+        at_least=0,
+    ),
+    _d(
+        "min.incremental.fetch.session.eviction.ms",
+        "120000",
+        "int",
+        "How long a fetch session is safe from eviction after creation.",
+        at_least=0,
+    ),
     _d("replica.fetch.backoff.ms", "1000", "int", "Pause of a follower partition after a fetch error.", at_least=0),
     _d("replica.socket.timeout.ms", "30000", "int", "Timeout of inter-broker requests.", at_least=1),
     _d(

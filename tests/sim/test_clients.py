@@ -13,9 +13,9 @@ import pytest
 from sim_helpers import run_until, started_cluster
 
 from tierlog.common import TopicPartition
-from tierlog.replication.fetcher import FetchRequestData, FetchRequestPartition, FetchResponsePartition
+from tierlog.replication.fetcher import FetchRequestData, FetchRequestPartition
 from tierlog.replication.partition import Partition
-from tierlog.sim.broker_node import PartitionLeader, SimBroker
+from tierlog.sim.broker_node import FetchReply, PartitionLeader, SimBroker
 from tierlog.sim.clients import SimClient
 from tierlog.sim.run import TOPIC, Cluster, SimConfig
 from tierlog.sim.world import Network, Respond, Simulation
@@ -105,13 +105,13 @@ def test_a_consumer_never_follows_a_deposed_leader_back_to_its_shorter_log(clust
     # Asked at the consumer's position and epoch, the deposed leader says it has not heard of that epoch,
     # where an epoch-less fetch hears OFFSET_OUT_OF_RANGE from its shorter log.
     position = consumer.positions[TP].offset
-    answers: list[list[FetchResponsePartition]] = []
+    answers: list[FetchReply] = []
     for epoch in (new_leader.leader_epoch, -1):
         request = FetchRequestData(
             -1, 0, 1, 1 << 20, [FetchRequestPartition(TP, NO_TOPIC_ID, position, epoch, -1, -1, 1)]
         )
         deposed.handle_fetch(request, answers.append)
-    assert [reply[0].error for reply in answers] == ["UNKNOWN_LEADER_EPOCH", "OFFSET_OUT_OF_RANGE"]
+    assert [reply.partitions[0].error for reply in answers] == ["UNKNOWN_LEADER_EPOCH", "OFFSET_OUT_OF_RANGE"]
     cluster.sim.run_until(cluster.sim.now + 5000, cluster.after_step)
     assert consumer.positions[TP].offset > position
     assert epochs_sent and set(epochs_sent) == {new_leader.leader_epoch}

@@ -99,11 +99,19 @@ def fetch_request(
     replica_id: int = CONSUMER_REPLICA_ID,
     version: int = FETCH_VERSION,
     isolation_level: int = READ_UNCOMMITTED,
+    session_id: int = 0,
+    session_epoch: int = -1,
+    forgotten: Iterable[TopicPartition] = (),
 ) -> Any:
-    """A sessionless Fetch of `partitions`, grouped by topic in the order given; up to v12, the last version
-    that names topics rather than their ids. READ_COMMITTED reads up to the last stable offset, with the
-    aborted transactions of what it returns."""
+    """A Fetch of `partitions`, grouped by topic in the order given; up to v12, the last version that names
+    topics rather than their ids. READ_COMMITTED reads up to the last stable offset, with the aborted
+    transactions of what it returns. Without a session by default (id 0, epoch -1); a fetch session
+    (docs/performance.md#fetch-sessions) starts with id 0 and epoch 0, then sends the leader's session id, its next
+    epoch, the partitions added or changed and those to `forget`."""
     s = request_schema(API_FETCH, version)
+    forgotten_by_topic: dict[str, list[int]] = {}
+    for tp in forgotten:
+        forgotten_by_topic.setdefault(tp.topic, []).append(tp.partition)
     by_topic: dict[str, list[Any]] = {}
     for p in partitions:
         by_topic.setdefault(p.topic_partition.topic, []).append(
@@ -122,10 +130,12 @@ def fetch_request(
         min_bytes=min_bytes,
         max_bytes=max_bytes,
         isolation_level=isolation_level,
-        session_id=0,
-        session_epoch=-1,
+        session_id=session_id,
+        session_epoch=session_epoch,
         topics=tuple(s.FetchTopic(topic=name, partitions=tuple(parts)) for name, parts in by_topic.items()),
-        forgotten_topics_data=(),
+        forgotten_topics_data=tuple(
+            s.ForgottenTopic(topic=name, partitions=tuple(parts)) for name, parts in forgotten_by_topic.items()
+        ),
         rack_id="",
     )
 

@@ -26,6 +26,13 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tierlog.common import Idle, TopicPartition
+from tierlog.replication.fetch_session import (
+    FINAL_EPOCH,
+    INVALID_SESSION_ID,
+    FetchRequestPartition,
+    FetchSessionHandler,
+    SessionKey,
+)
 from tierlog.replication.partition import NO_EPOCH, Partition
 from tierlog.replication.replication_quota import ReplicationQuotaManager
 from tierlog.storage.leader_epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
@@ -91,17 +98,6 @@ class PartitionFetchState:
 
 
 @dataclass(frozen=True, slots=True)
-class FetchRequestPartition:
-    topic_partition: TopicPartition
-    topic_id: uuid.UUID
-    fetch_offset: int
-    current_leader_epoch: int
-    last_fetched_epoch: int
-    log_start_offset: int
-    partition_max_bytes: int
-
-
-@dataclass(frozen=True, slots=True)
 class FetchRequestData:
     """A Fetch request as the leader's ReplicaManager takes it (replication/fetch_request.py): what a follower
     builds, and what the shell decodes a wire request into."""
@@ -112,6 +108,12 @@ class FetchRequestData:
     max_bytes: int
     partitions: list[FetchRequestPartition]
     isolation_level: int = 0
+    # The fetch session (docs/performance.md#fetch-sessions): none by default (id 0, epoch -1); a session names
+    # its partitions by topic id from Fetch v13 on.
+    session_id: int = INVALID_SESSION_ID
+    session_epoch: int = FINAL_EPOCH
+    forgotten: tuple[SessionKey, ...] = ()
+    uses_topic_ids: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +181,8 @@ class ReplicaFetcher:
         # (fetch offset, leader epoch) each partition was last asked for: a response is applied only if the
         # partition still stands there (it may have been truncated or re-added meanwhile).
         self._requested: dict[TopicPartition, tuple[int, int]] = {}
+        # Fetches send only what changed since the last one (docs/performance.md#fetch-sessions).
+        self.session = FetchSessionHandler()
 
     def add_partition(self, tp: TopicPartition, topic_id: uuid.UUID, current_leader_epoch: int, now_ms: int) -> None:
         """Start fetching `tp` from this leader (docs/replication.md#fetch-start): from the LEO with the latest
@@ -222,7 +226,9 @@ class ReplicaFetcher:
         return Idle(now_ms + (IDLE_POLL_MS if wake_at is None else max(1, min(IDLE_POLL_MS, wake_at - now_ms))))
 
     def build_fetch_request(self, now_ms: int) -> FetchRequestData | None:
-        """One Fetch for every partition ready to fetch and not throttled; None if none is."""
+        """One Fetch for every partition ready to fetch and not throttled, as the fetch session sends it (the
+        partitions left out since the last fetch are forgotten, a full fetch sends them all); None if there is
+        nothing to send."""
         requests = []
         for tp, state in self.partitions.items():
             if state.state != FETCHING or state.delayed_until_ms > now_ms:
@@ -244,10 +250,20 @@ class ReplicaFetcher:
                 )
             )
             self._requested[tp] = (state.fetch_offset, state.current_leader_epoch)
-        if not requests:
+        fetch = self.session.build(requests)
+        if fetch is None:
             return None
         config = self.config
-        return FetchRequestData(config.replica_id, config.max_wait_ms, config.min_bytes, config.max_bytes, requests)
+        return FetchRequestData(
+            config.replica_id,
+            config.max_wait_ms,
+            config.min_bytes,
+            config.max_bytes,
+            fetch.partitions,
+            session_id=fetch.session_id,
+            session_epoch=fetch.session_epoch,
+            forgotten=tuple((tp.topic, tp.partition) for tp in fetch.forgotten),
+        )
 
     def _should_throttle(self, tp: TopicPartition, state: PartitionFetchState, now_ms: int) -> bool:
         """Kafka's shouldFollowerThrottle (docs/replication.md#throttles): a throttled replica that has not caught
@@ -261,12 +277,20 @@ class ReplicaFetcher:
             and quota.is_quota_exceeded(now_ms)
         )
 
-    def process_fetch_response(self, partitions: Sequence[FetchResponsePartition], now_ms: int) -> None:
+    def process_fetch_response(
+        self, partitions: Sequence[FetchResponsePartition], now_ms: int, *, session_id: int = INVALID_SESSION_ID
+    ) -> None:
+        """The leader's answer: `session_id` is the fetch session it created or continued (an incremental answer
+        leaves out the partitions with nothing new)."""
+        self.session.handle_response(session_id)
         for response in partitions:
             tp = response.topic_partition
             state = self.partitions.get(tp)
             requested = self._requested.pop(tp, None)
             if state is None or requested != (state.fetch_offset, state.current_leader_epoch):
+                # The leader's session now takes this answer as delivered: it would not answer the same HW again,
+                # so the next fetch is a full one (docs/performance.md#fetch-sessions).
+                self.session.handle_error()
                 continue
             partition = self._partition_of(tp)
             if partition is None:
@@ -303,6 +327,9 @@ class ReplicaFetcher:
     ) -> None:
         if response.diverging_epoch is not None:
             self._truncate_on_diverging_epoch(partition, state, response.diverging_epoch, now_ms)
+            # The answer's HW is not taken, but the leader's session counts it as delivered: fetch in full next
+            # (docs/performance.md#fetch-sessions).
+            self.session.handle_error()
             return
         records = response.records
         if records is not None:
@@ -464,10 +491,17 @@ class ReplicaFetcher:
         state.remote_build = None
         state.delayed_until_ms = now_ms + self.config.backoff_ms
 
+    def on_fetch_session_error(self, error: str, now_ms: int) -> None:
+        """The leader refused the fetch session (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, ...): the
+        next fetch is a full one, at once."""
+        logger.info("[ReplicaFetcher leader=%d] fetch session error %s: full fetch next", self.source_broker_id, error)
+        self.session.handle_session_error(error)
+
     def on_fetch_failed(self, now_ms: int) -> None:
         """The request failed as a whole (connection lost, timeout): back off every partition; a remote log state
-        build starts over."""
+        build starts over, and so does the fetch session."""
         self._requested.clear()
+        self.session.handle_error()
         for state in self.partitions.values():
             state.delayed_until_ms = now_ms + self.config.backoff_ms
             state.remote_build = None

@@ -24,6 +24,7 @@ from tierlog.client.security import PLAINTEXT, ClientSecurity
 from tierlog.common import Idle, TopicPartition
 from tierlog.metadata.records import Endpoint
 from tierlog.protocol.errors import error_code
+from tierlog.replication.fetch_session import FETCH_SESSION_ERRORS
 from tierlog.replication.fetcher import (
     EpochEndOffsetRequest,
     FetchRequestData,
@@ -106,9 +107,13 @@ class FetcherThread:
             response = await connection.send(
                 self._fetch_request(action), timeout_s=self._timeout_s + action.max_wait_ms / 1000
             )
-            if response.error_code != _NO_ERROR:
-                raise KafkaConnectionError(f"fetch failed: {response.error_code.name}")
-            fetcher.process_fetch_response(_response_partitions(response), now_ms())
+            error = None if response.error_code == _NO_ERROR else response.error_code.name.upper()
+            if error in FETCH_SESSION_ERRORS:
+                fetcher.on_fetch_session_error(error, now_ms())
+            elif error is not None:
+                raise KafkaConnectionError(f"fetch failed: {error}")
+            else:
+                fetcher.process_fetch_response(_response_partitions(response), now_ms(), session_id=response.session_id)
         elif isinstance(action, ListOffsetsRequest):
             tp = action.topic_partition
             try:
@@ -174,6 +179,9 @@ class FetcherThread:
             max_wait_ms=data.max_wait_ms,
             min_bytes=data.min_bytes,
             max_bytes=data.max_bytes,
+            session_id=data.session_id,
+            session_epoch=data.session_epoch,
+            forgotten=[TopicPartition(topic, partition) for topic, partition in data.forgotten],
         )
 
     async def _read_remote_log_aux_state(self, request: RemoteLogAuxStateRequest) -> None:

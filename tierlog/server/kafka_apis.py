@@ -12,6 +12,7 @@ controller's own node, the controller's APIs (`ControllerApis`).
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 import uuid
 from collections import Counter
@@ -27,12 +28,18 @@ from tierlog.protocol.codec import Request
 from tierlog.protocol.errors import error_code
 from tierlog.records.record_batch import RECORD_BATCH_OVERHEAD, batch_size_at, read_header
 from tierlog.replication.errors import UnknownTopicOrPartitionError
-from tierlog.replication.fetch_request import fetch_messages_for_request
-from tierlog.replication.fetcher import FetchRequestData, FetchRequestPartition
+from tierlog.replication.fetch_request import FetchAnswer, fetch_messages_for_request
+from tierlog.replication.fetch_session import (
+    FINAL_EPOCH,
+    INVALID_SESSION_ID,
+    FetchManager,
+    FetchRequestPartition,
+    FetchSessionCache,
+)
+from tierlog.replication.fetcher import FetchRequestData
 from tierlog.replication.partition import LogReadResult, OffsetAndEpoch
 from tierlog.replication.replica_manager import (
     AppendResult,
-    FetchPartitionResult,
     ReplicaManager,
     error_name_of,
 )
@@ -157,6 +164,15 @@ class KafkaApis:
         self._arm_timer = arm_timer
         self.node_id = config.node_id
         self._fetch_max_bytes = config.get_int("fetch.max.bytes")
+        # The fetch sessions of followers and consumers (docs/performance.md#fetch-sessions).
+        self.fetch_manager = FetchManager(
+            FetchSessionCache(
+                config.get_int("max.incremental.fetch.session.cache.slots"),
+                config.get_int("min.incremental.fetch.session.eviction.ms"),
+                random.Random(),
+            ),
+            self._topic_name,
+        )
         self.handlers: dict[int, Handler] = {
             API_PRODUCE: self.handle_produce,
             API_FETCH: self.handle_fetch,
@@ -595,33 +611,15 @@ class KafkaApis:
         replica_state = getattr(body, "replica_state", None)
         if replica_state is not None and replica_state.replica_id >= 0:
             replica_id = replica_state.replica_id
-        named = [
-            (fetch_topic, self._topic_name(fetch_topic.topic_id) if uses_topic_ids else fetch_topic.topic)
-            for fetch_topic in body.topics
-        ]
-        # A follower needs CLUSTER_ACTION on the cluster, a consumer READ on each topic (Kafka's handleFetchRequest).
-        if replica_id >= 0:
-            readable = {name for _, name in named if name is not None}
-            if not self.auth.authorize_cluster(AclOperation.CLUSTER_ACTION):
-                readable = set()
-        else:
-            readable = self.auth.filter_authorized(
-                AclOperation.READ, ResourceType.TOPIC, (name for _, name in named if name is not None)
-            )
         partitions: list[FetchRequestPartition] = []
-        refused: list[tuple[str, uuid.UUID, int, str]] = []
-        for fetch_topic, name in named:
+        for fetch_topic in body.topics:
+            name = (self._topic_name(fetch_topic.topic_id) if uses_topic_ids else fetch_topic.topic) or ""
+            topic_id = fetch_topic.topic_id if uses_topic_ids else self._topic_id(name)
             for p in fetch_topic.partitions:
-                if name is None:
-                    refused.append(("", fetch_topic.topic_id, p.partition, "UNKNOWN_TOPIC_ID"))
-                    continue
-                if name not in readable:
-                    refused.append((name, self._topic_id(name), p.partition, "TOPIC_AUTHORIZATION_FAILED"))
-                    continue
                 partitions.append(
                     FetchRequestPartition(
                         topic_partition=TopicPartition(name, p.partition),
-                        topic_id=self._topic_id(name),
+                        topic_id=topic_id,
                         fetch_offset=p.fetch_offset,
                         current_leader_epoch=getattr(p, "current_leader_epoch", -1),
                         last_fetched_epoch=getattr(p, "last_fetched_epoch", -1),
@@ -629,6 +627,11 @@ class KafkaApis:
                         partition_max_bytes=p.partition_max_bytes,
                     )
                 )
+        forgotten = tuple(
+            (forgotten_topic.topic_id if uses_topic_ids else forgotten_topic.topic, partition)
+            for forgotten_topic in getattr(body, "forgotten_topics_data", ())
+            for partition in forgotten_topic.partitions
+        )
         fetch = FetchRequestData(
             replica_id=replica_id,
             max_wait_ms=int(body.max_wait.total_seconds() * 1000),
@@ -636,34 +639,48 @@ class KafkaApis:
             max_bytes=getattr(body, "max_bytes", 2**31 - 1),
             partitions=partitions,
             isolation_level=getattr(body, "isolation_level", 0),
+            session_id=getattr(body, "session_id", INVALID_SESSION_ID),
+            session_epoch=getattr(body, "session_epoch", FINAL_EPOCH),
+            forgotten=forgotten,
+            uses_topic_ids=uses_topic_ids,
         )
         loop = asyncio.get_running_loop()
-        answered: asyncio.Future[list[FetchPartitionResult]] = loop.create_future()
+        answered: asyncio.Future[FetchAnswer] = loop.create_future()
 
-        def respond(results: list[FetchPartitionResult]) -> None:
+        def respond(answer: FetchAnswer) -> None:
             if not answered.done():
-                answered.set_result(results)
+                answered.set_result(answer)
 
         delayed = fetch_messages_for_request(
-            self.replica_manager, fetch, now_ms(), respond, fetch_max_bytes=self._fetch_max_bytes
+            self.replica_manager,
+            self.fetch_manager,
+            fetch,
+            now_ms(),
+            respond,
+            fetch_max_bytes=self._fetch_max_bytes,
+            readable_topics=self._fetch_readable_topics(replica_id),
         )
         # A follower's fetch may have proposed an ISR expansion: send it now, not when this fetch is answered
         # (up to replica.fetch.wait.max.ms later), as Kafka's AlterPartitionManager does.
         self._after_request()
         if delayed is not None:
             self._arm_timer(delayed.deadline_ms)
-        results = await answered
-        return self._fetch_response(request, results, refused)
+        return self._fetch_response(request, await answered)
 
-    def _fetch_response(
-        self, request: Request, results: list[FetchPartitionResult], refused: list[tuple[str, uuid.UUID, int, str]]
-    ) -> Any:
-        """`refused`: (topic name or "", topic id, partition, error) of each partition that was not read."""
+    def _fetch_readable_topics(self, replica_id: int) -> Callable[[set[str]], set[str]]:
+        """A follower needs CLUSTER_ACTION on the cluster, a consumer READ on each topic (Kafka's
+        handleFetchRequest)."""
+        if replica_id >= 0:
+            allowed = self.auth.authorize_cluster(AclOperation.CLUSTER_ACTION)
+            return lambda names: names if allowed else set()
+        return lambda names: set(self.auth.filter_authorized(AclOperation.READ, ResourceType.TOPIC, names))
+
+    def _fetch_response(self, request: Request, answer: FetchAnswer) -> Any:
         s = self._schema(request)
-        by_topic: dict[str, list[Any]] = {}
-        for result in results:
+        by_topic: dict[tuple[str, uuid.UUID], list[Any]] = {}
+        for requested, result in answer.partitions:
             read = result.read
-            by_topic.setdefault(result.topic_partition.topic, []).append(
+            by_topic.setdefault((result.topic_partition.topic, requested.topic_id), []).append(
                 s.PartitionData(
                     partition_index=result.topic_partition.partition,
                     error_code=error_code(result.error),
@@ -679,28 +696,14 @@ class KafkaApis:
                     records=read.records if read and read.records is not None else b"",
                 )
             )
-        responses = [
-            s.FetchableTopicResponse(topic=name, topic_id=self._topic_id(name), partitions=tuple(parts))
-            for name, parts in by_topic.items()
-        ]
-        for name, topic_id, partition, error in refused:
-            responses.append(
-                s.FetchableTopicResponse(
-                    topic=name,
-                    topic_id=topic_id,
-                    partitions=(
-                        s.PartitionData(
-                            partition_index=partition,
-                            error_code=error_code(error),
-                            high_watermark=-1,
-                            aborted_transactions=None,
-                            records=b"",
-                        ),
-                    ),
-                )
-            )
         return s.FetchResponse(
-            throttle_time=NO_THROTTLE, error_code=error_code(None), session_id=0, responses=tuple(responses)
+            throttle_time=NO_THROTTLE,
+            error_code=error_code(answer.error),
+            session_id=answer.session_id,
+            responses=tuple(
+                s.FetchableTopicResponse(topic=name, topic_id=topic_id, partitions=tuple(parts))
+                for (name, topic_id), parts in by_topic.items()
+            ),
         )
 
     @staticmethod

@@ -20,6 +20,8 @@ sometimes (a log loses a suffix: files of one log are not modelled as written ba
 from __future__ import annotations
 
 import os
+import random
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +42,7 @@ from tierlog.raft.snapshot import parse_snapshot
 from tierlog.records.record_batch import complete_batches, read_header
 from tierlog.replication.alter_partition_manager import AlterPartitionManager
 from tierlog.replication.fetch_request import fetch_messages_for_request
+from tierlog.replication.fetch_session import FetchManager, FetchSessionCache
 from tierlog.replication.fetcher import FetcherConfig, FetchRequestData, FetchResponsePartition, ListOffsetsRequest
 from tierlog.replication.metadata_publisher import BrokerMetadataPublisher
 from tierlog.replication.replica_manager import AppendResult, FetchPartitionResult, ReplicaManager, error_name_of
@@ -76,6 +79,8 @@ class BrokerSettings:
     recovery_point_checkpoint_interval_ms: int = 10_000
     flush_check_interval_ms: int = 1000
     fetch_max_bytes: int = 57_671_680
+    max_incremental_fetch_session_cache_slots: int = 1000
+    min_incremental_fetch_session_eviction_ms: int = 120_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +91,16 @@ class ConsumerFetchResponse(FetchResponsePartition):
 
     last_stable_offset: int
     aborted_transactions: tuple[AbortedTxn, ...] | None
+
+
+@dataclass(frozen=True, slots=True)
+class FetchReply:
+    """A Fetch answer as the wire carries it: the session error and id (docs/performance.md#fetch-sessions), then
+    the partitions answered."""
+
+    error: str | None
+    session_id: int
+    partitions: list[FetchResponsePartition]
 
 
 def to_fetch_response(result: FetchPartitionResult, *, consumer: bool) -> FetchResponsePartition:
@@ -141,6 +156,7 @@ class SimBroker(Node):
         self.lifecycle: BrokerLifecycleManager | None = None
         self.log_manager: LogManager | None = None
         self.replica_manager: ReplicaManager | None = None
+        self.fetch_manager: FetchManager | None = None
         self.publisher: BrokerMetadataPublisher | None = None
         self.alter_partitions: AlterPartitionManager | None = None
         self._fetcher_loops: set[int] = set()
@@ -164,6 +180,16 @@ class SimBroker(Node):
             ),
         )
         self.publisher = BrokerMetadataPublisher(self.replica_manager)
+        # Fetch sessions live in memory: a restart forgets them, and fetchers fall back to full fetches.
+        self.fetch_manager = FetchManager(
+            FetchSessionCache(
+                t.max_incremental_fetch_session_cache_slots,
+                t.min_incremental_fetch_session_eviction_ms,
+                # A stream of its own, so session ids never shift the fault schedule.
+                random.Random(f"{self.sim.seed}/fetch-sessions/{self.broker_id}/{self.sim.now}"),
+            ),
+            self._topic_name,
+        )
         self.alter_partitions = AlterPartitionManager(self.broker_id, self.replica_manager)
         self._fetcher_loops = set()
         self._drive_lifecycle()
@@ -181,8 +207,13 @@ class SimBroker(Node):
         self.lifecycle = None
         self.log_manager = None
         self.replica_manager = None
+        self.fetch_manager = None
         self.publisher = None
         self.alter_partitions = None
+
+    def _topic_name(self, topic_id: uuid.UUID) -> str | None:
+        topic = self.loader.image.topic_by_id(topic_id)
+        return topic.name if topic is not None else None
 
     @property
     def serving(self) -> bool:
@@ -457,10 +488,13 @@ class SimBroker(Node):
             request = action
 
             def on_response(reply: object) -> None:
-                if not isinstance(reply, list):
+                if not isinstance(reply, FetchReply):
                     failed()
                     return
-                fetcher.process_fetch_response(reply, self.sim.now)
+                if reply.error is not None:
+                    fetcher.on_fetch_session_error(reply.error, self.sim.now)
+                else:
+                    fetcher.process_fetch_response(reply.partitions, self.sim.now, session_id=reply.session_id)
                 self._send_alter_partitions()
                 self._fetch_from(leader_id)
 
@@ -502,11 +536,19 @@ class SimBroker(Node):
         if rm is None or not self.serving:
             respond(NOT_SERVING)
             return
+        assert self.fetch_manager is not None
         delayed = fetch_messages_for_request(
             rm,
+            self.fetch_manager,
             request,
             self.sim.now,
-            lambda results: respond([to_fetch_response(r, consumer=request.replica_id < 0) for r in results]),
+            lambda answer: respond(
+                FetchReply(
+                    answer.error,
+                    answer.session_id,
+                    [to_fetch_response(r, consumer=request.replica_id < 0) for _, r in answer.partitions],
+                )
+            ),
             fetch_max_bytes=self.settings.fetch_max_bytes,
         )
         if delayed is not None:

@@ -38,7 +38,7 @@ from tierlog.records.control_batch import (
 )
 from tierlog.replication.fetcher import FetchRequestData, FetchRequestPartition, FetchResponsePartition
 from tierlog.replication.replica_manager import AppendResult
-from tierlog.sim.broker_node import ConsumerFetchResponse, PartitionLeader, SimBroker
+from tierlog.sim.broker_node import ConsumerFetchResponse, FetchReply, PartitionLeader, SimBroker
 from tierlog.sim.controller_node import NOT_CONTROLLER, ControllerGuess, SimController, active_controller
 from tierlog.sim.invariants import History
 from tierlog.sim.world import Network, Node, Respond, Simulation
@@ -354,8 +354,8 @@ class SimConsumer(SimClient):
         )
 
         def on_reply(reply: object) -> None:
-            if isinstance(reply, list):
-                self._on_partition_data(tp, offset, reply[0])
+            if isinstance(reply, FetchReply):
+                self._on_partition_data(tp, offset, reply.partitions[0])
             else:
                 self.refresh_metadata()
 
