@@ -63,6 +63,7 @@ DEFAULT_RANGE_BYTES = 2 * 1024 * 1024
 PARALLEL_RANGES = 4
 DEFAULT_TIMEOUT_S = 30.0
 _POLL_S = 0.2
+_CONSUME_MAX = 1000
 
 
 class RemoteTierError(RuntimeError):
@@ -244,11 +245,16 @@ class RemoteLogMetadataView:
             return
         consumer.assign([KafkaTopicPartition(REMOTE_LOG_METADATA_TOPIC, p, starts[p]) for p in ends])
         remaining = dict(ends)
+        # Offsets still to read of each partition: consume() returns once it has the messages asked for, so
+        # asking for no more than are left ends the read without waiting out its timeout every plan
+        # (docs/performance.md#spark-direct). Transaction markers take offsets but are no messages: then the
+        # timeout ends the call, and the positions below still end the read.
+        left = {p: ends[p] - starts[p] for p in ends}
         deadline = time.monotonic() + timeout_s
         while remaining:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{REMOTE_LOG_METADATA_TOPIC} not read to its end in {timeout_s}s: {remaining}")
-            for message in consumer.consume(1000, timeout=_POLL_S):
+            for message in consumer.consume(min(max(sum(left.values()), 1), _CONSUME_MAX), timeout=_POLL_S):
                 if message.error() is not None:
                     raise KafkaException(message.error())
                 value = message.value()
@@ -266,6 +272,9 @@ class RemoteLogMetadataView:
             for position in positions:
                 if position.offset >= remaining[position.partition]:
                     del remaining[position.partition]
+                    del left[position.partition]
+                elif position.offset >= starts[position.partition]:
+                    left[position.partition] = remaining[position.partition] - position.offset
         for partition, end in ends.items():
             self._positions[partition] = end
 
