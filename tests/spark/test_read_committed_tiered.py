@@ -5,6 +5,7 @@ ends a read_committed read at the last stable offset."""
 
 from __future__ import annotations
 
+import itertools
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -194,3 +195,41 @@ def test_read_committed_stops_at_the_last_stable_offset_of_an_open_transaction(
         assert len(everything) == 10 and b"open-0" in everything
     finally:
         producer.abort_transaction(CLIENT_TIMEOUT_S)
+
+
+def test_read_committed_in_grouped_remote_tasks_drops_exactly_the_aborted_records_across_segments(
+    spark: SparkSession, tiered_transactions: TieredTransactions
+) -> None:
+    """minPartitions groups the remote segments into one task (and then cuts that task at offsets inside
+    segments): each slice still applies only the aborted transactions that overlap its chunks, so the committed
+    records of transactions that span segment boundaries come back once and the aborted ones never."""
+    cluster, rsm_config, committed = tiered_transactions
+    options = {
+        "kafka.bootstrap.servers": cluster.bootstrap,
+        "subscribe": TOPIC,
+        "tierlog.remote.read": "direct",
+        "kafka.isolation.level": "read_committed",
+        **{f"tierlog.remote.rsm.config.{key}": value for key, value in rsm_config.items()},
+    }
+    per_segment = TierlogBatchReader(parse_batch_options(options)).partitions()
+    segments = [p for p in per_segment if isinstance(p, RemoteSlicePartition)]
+    assert len(segments) >= 2
+    for min_partitions in ("2", "5"):
+        reader = TierlogBatchReader(parse_batch_options(options | {"minPartitions": min_partitions}))
+        planned = reader.partitions()
+        remote = [p for p in planned if isinstance(p, RemoteSlicePartition)]
+        # minPartitions 2: the remote part and the tail, one task each; 5: the remote part cut into several.
+        assert len(remote) == 1 if min_partitions == "2" else 1 < len(remote) < len(segments) + 3
+        slices = [s for p in remote for s in p.slices]
+        assert slices[0].start_offset == segments[0].slice.start_offset
+        assert all(before.end_offset == after.start_offset for before, after in itertools.pairwise(slices))
+        assert slices[-1].end_offset == segments[-1].slice.end_offset
+        in_process = [
+            (offset, bytes(value))
+            for p in planned
+            for batch in reader.read(p)
+            for offset, value in zip(batch.column("offset").to_pylist(), batch.column("value").to_pylist(), strict=True)
+        ]
+        assert [value for _, value in sorted(in_process)] == committed
+        rows = spark.read.format("tierlog").options(**options, minPartitions=min_partitions).load().collect()
+        assert [bytes(r.value) for r in sorted(rows, key=lambda r: r.offset)] == committed

@@ -414,3 +414,98 @@ def test_a_remote_segment_deleted_after_planning_is_data_loss_per_fail_on_data_l
             list(reader.read(first))
     else:
         assert list(reader.read(first)) == []
+
+
+def read_in_process(reader: TierlogBatchReader, partitions: list[object]) -> list[Message]:
+    """Every planned partition read as an executor reads it, in this process, as messages in offset order."""
+    rows = [row for p in partitions for batch in reader.read(p) for row in pa.Table.from_batches([batch]).to_pylist()]
+    return sorted(
+        (
+            row["offset"],
+            row["key"],
+            row["value"],
+            (row["timestamp"] - EPOCH) // timedelta(milliseconds=1),
+            [(h["key"], h["value"]) for h in row["headers"]],
+        )
+        for row in rows
+    )
+
+
+def test_min_partitions_groups_a_partitions_consecutive_segments_into_tasks_that_read_the_same_rows(
+    tiered_topic: TieredTopic,
+) -> None:
+    per_segment = TierlogBatchReader(parse_batch_options(spark_options(tiered_topic, "direct")))
+    segments = [p for p in per_segment.partitions() if isinstance(p, RemoteSlicePartition)]
+    assert len(segments) >= 3 and all(len(p.slices) == 1 for p in segments)
+    expected = consume_from_brokers(tiered_topic.bootstrap, RECORDS)
+    assert read_in_process(per_segment, per_segment.partitions()) == expected
+
+    # One topic-partition: its remote part and its tail are Kafka's two ranges, so minPartitions 2 is met by one
+    # task reading every remote segment in order and one reading the tail through the broker.
+    grouped = TierlogBatchReader(parse_batch_options(spark_options(tiered_topic, "direct") | {"minPartitions": "2"}))
+    planned = grouped.partitions()
+    [remote] = [p for p in planned if isinstance(p, RemoteSlicePartition)]
+    [tail] = [p for p in planned if isinstance(p, RangePartition)]
+    assert [s.metadata for s in remote.slices] == [p.slice.metadata for p in segments]
+    assert (remote.slices[0].start_offset, remote.slices[-1].end_offset, tail.range.start) == (
+        0,
+        tiered_topic.remote_end,
+        tiered_topic.remote_end,
+    )
+    assert pickle.loads(pickle.dumps(remote)) == remote
+    assert read_in_process(grouped, planned) == expected
+
+    # More tasks than ranges: the remote part is cut in proportion to its share of the offsets (Kafka's
+    # KafkaOffsetRangeCalculator, halves rounded up), at offsets inside segments too, each offset in one task.
+    min_partitions = 7
+    divided = TierlogBatchReader(
+        parse_batch_options(spark_options(tiered_topic, "direct") | {"minPartitions": str(min_partitions)})
+    )
+    planned = divided.partitions()
+    remote_parts = [p for p in planned if isinstance(p, RemoteSlicePartition)]
+    share = tiered_topic.remote_end / RECORDS * min_partitions
+    assert len(remote_parts) == max(int(share + 0.5), 1) > 1
+    assert len(planned) >= min_partitions - 1  # rounding each range's share, as Kafka, may lose one
+    offsets = [(s.start_offset, s.end_offset) for p in remote_parts for s in p.slices]
+    assert offsets[0][0] == 0 and offsets[-1][1] == tiered_topic.remote_end
+    assert all(before[1] == after[0] for before, after in itertools.pairwise(offsets))
+    assert read_in_process(divided, planned) == expected
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_a_segment_deleted_after_planning_inside_a_grouped_task_is_data_loss_for_its_offsets_only(
+    tiered_topic: TieredTopic, fail_on_data_loss: bool
+) -> None:
+    options = spark_options(tiered_topic, "direct") | {
+        "minPartitions": "2",
+        "failOnDataLoss": str(fail_on_data_loss).lower(),
+    }
+    reader = TierlogBatchReader(parse_batch_options(options))
+    [remote] = [p for p in reader.partitions() if isinstance(p, RemoteSlicePartition)]
+    assert len(remote.slices) >= 3
+    gone = remote.slices[1]
+    # Read before the deletion: afterwards the brokers cannot serve the deleted offsets either.
+    remaining = [
+        m
+        for m in consume_from_brokers(tiered_topic.bootstrap, tiered_topic.remote_end)
+        if not gone.start_offset <= m[0] < gone.end_offset
+    ]
+    with FsspecRemoteStorageManager.from_config(tiered_topic.rsm_config) as rsm:
+        rsm.delete_log_segment_data(gone.metadata)
+    if fail_on_data_loss:
+        message = rf"offsets {gone.start_offset} to {gone.end_offset - 1} were deleted from the remote tier.*"
+        with pytest.raises(DataLossError, match=message + "failOnDataLoss"):
+            list(reader.read(remote))
+    else:
+        # The segments before and after the deleted one are still read, in order.
+        assert read_in_process(reader, [remote]) == remaining
+
+
+def test_a_batch_query_with_grouped_remote_segments_reads_every_record_once(
+    spark: SparkSession, tiered_topic: TieredTopic
+) -> None:
+    options = spark_options(tiered_topic, "direct") | {"minPartitions": "2"}
+    frame = spark.read.format("tierlog").options(**options).load()
+    # One task for the remote segments, one for the local tail.
+    assert frame.rdd.getNumPartitions() == 2
+    assert rows_as_messages(frame) == consume_from_brokers(tiered_topic.bootstrap, RECORDS)

@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 import pyarrow as pa
 from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError, NoCredentialsError, ReadTimeoutError
@@ -62,6 +63,7 @@ DEFAULT_RANGE_BYTES = 2 * 1024 * 1024
 PARALLEL_RANGES = 4
 DEFAULT_TIMEOUT_S = 30.0
 _POLL_S = 0.2
+_CONSUME_MAX = 1000
 
 
 class RemoteTierError(RuntimeError):
@@ -160,7 +162,7 @@ def topic_ids_of(
     client_settings: Mapping[str, str] = NO_CLIENT_SETTINGS,
 ) -> dict[str, uuid.UUID]:
     """Each topic's id: remote metadata is keyed by it, so a deleted and re-created topic's segments are ignored."""
-    admin = AdminClient({**client_settings, "bootstrap.servers": bootstrap})
+    admin = _admin_client(bootstrap, tuple(sorted(client_settings.items())))
     futures = admin.describe_topics(TopicCollection(sorted(set(topics))), request_timeout=timeout_s)
     ids = {}
     for topic, future in futures.items():
@@ -170,6 +172,13 @@ def topic_ids_of(
         low = topic_id.get_least_significant_bits() & (2**64 - 1)
         ids[topic] = uuid.UUID(int=(high << 64) | low)
     return ids
+
+
+@functools.lru_cache(maxsize=4)
+def _admin_client(bootstrap: str, client_settings: tuple[tuple[str, str], ...]) -> AdminClient:
+    """One admin client per cluster and settings for the life of the planning process: a new one pays its
+    connections and metadata again, every plan (docs/performance.md#spark-direct)."""
+    return AdminClient({**dict(client_settings), "bootstrap.servers": bootstrap})
 
 
 def topic_id_of(bootstrap: str, topic: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> uuid.UUID:
@@ -236,11 +245,16 @@ class RemoteLogMetadataView:
             return
         consumer.assign([KafkaTopicPartition(REMOTE_LOG_METADATA_TOPIC, p, starts[p]) for p in ends])
         remaining = dict(ends)
+        # Offsets still to read of each partition: consume() returns once it has the messages asked for, so
+        # asking for no more than are left ends the read without waiting out its timeout every plan
+        # (docs/performance.md#spark-direct). Transaction markers take offsets but are no messages: then the
+        # timeout ends the call, and the positions below still end the read.
+        left = {p: ends[p] - starts[p] for p in ends}
         deadline = time.monotonic() + timeout_s
         while remaining:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{REMOTE_LOG_METADATA_TOPIC} not read to its end in {timeout_s}s: {remaining}")
-            for message in consumer.consume(1000, timeout=_POLL_S):
+            for message in consumer.consume(min(max(sum(left.values()), 1), _CONSUME_MAX), timeout=_POLL_S):
                 if message.error() is not None:
                     raise KafkaException(message.error())
                 value = message.value()
@@ -258,6 +272,9 @@ class RemoteLogMetadataView:
             for position in positions:
                 if position.offset >= remaining[position.partition]:
                     del remaining[position.partition]
+                    del left[position.partition]
+                elif position.offset >= starts[position.partition]:
+                    left[position.partition] = remaining[position.partition] - position.offset
         for partition, end in ends.items():
             self._positions[partition] = end
 
@@ -296,10 +313,7 @@ def lineage_segments(cache: RemoteLogMetadataCache, rsm: FsspecRemoteStorageMana
     if not copied:
         return []
     newest = max(copied, key=lambda s: (s.segment_leader_epochs[-1][0], s.end_offset, s.event_timestamp_ms))
-    history = [
-        EpochEntry(epoch, start)
-        for epoch, start in parse_epoch_checkpoint(rsm.fetch_index(newest, IndexType.LEADER_EPOCH))
-    ]
+    history = _leader_epoch_history(rsm, newest)
     reach = newest.end_offset + 1
     lineage = [s for s in copied if is_within_lineage(s, history, reach)]
     # Overlapping copies of the same offsets (a retried copy) hold the same records: keep, for each offset,
@@ -310,6 +324,39 @@ def lineage_segments(cache: RemoteLogMetadataCache, rsm: FsspecRemoteStorageMana
             continue
         chosen.append(segment)
     return chosen
+
+
+# What the driver fetched of segments' objects, by (store url, segment id): a segment's objects are written once,
+# before COPY_SEGMENT_FINISHED, and never change, so planning after planning need not fetch them again
+# (docs/performance.md#spark-direct). Bounded: the oldest entries go first.
+_SEGMENT_OBJECT_CACHE_ENTRIES = 4096
+_leader_epoch_histories: dict[tuple[str, uuid.UUID], list[EpochEntry]] = {}
+_aborted_txn_indexes: dict[tuple[str, uuid.UUID], list[AbortedTxn]] = {}
+V = TypeVar("V")
+
+
+def _remember(cache: dict[tuple[str, uuid.UUID], V], key: tuple[str, uuid.UUID], value: V) -> V:
+    if len(cache) >= _SEGMENT_OBJECT_CACHE_ENTRIES:
+        del cache[next(iter(cache))]
+    cache[key] = value
+    return value
+
+
+def _leader_epoch_history(rsm: FsspecRemoteStorageManager, segment: RemoteLogSegmentMetadata) -> list[EpochEntry]:
+    """The leader-epoch checkpoint uploaded with `segment`."""
+    key = (rsm.url, segment.segment_id.id)
+    if (history := _leader_epoch_histories.get(key)) is not None:
+        return history
+    checkpoint = parse_epoch_checkpoint(rsm.fetch_index(segment, IndexType.LEADER_EPOCH))
+    return _remember(_leader_epoch_histories, key, [EpochEntry(epoch, start) for epoch, start in checkpoint])
+
+
+def _remote_aborted_txns(rsm: FsspecRemoteStorageManager, segment: RemoteLogSegmentMetadata) -> list[AbortedTxn]:
+    """The transaction index uploaded with `segment` (fetch_remote_aborted_txns)."""
+    key = (rsm.url, segment.segment_id.id)
+    if (aborted := _aborted_txn_indexes.get(key)) is not None:
+        return aborted
+    return _remember(_aborted_txn_indexes, key, fetch_remote_aborted_txns(rsm, segment))
 
 
 def plan_remote_slices(
@@ -428,20 +475,21 @@ def plan_remote_reads(
     plans: dict[TopicPartition, list[RemoteSegmentSlice]] = {tp: [] for tp in ranges}
     if not caches:
         return plans
-    with FsspecRemoteStorageManager.from_config(rsm_config) as rsm:
-        for tp, (start, end) in ranges.items():
-            cache = caches.get(wanted[tp])
-            if cache is None:
-                continue
-            lineage = lineage_segments(cache, rsm)
-            plans[tp] = plan_remote_slices(tp.topic, tp.partition, lineage, start, end)
-            if read_committed:
-                plans[tp] = with_aborted_transactions(
-                    plans[tp],
-                    lineage,
-                    lambda metadata: fetch_remote_aborted_txns(rsm, metadata),
-                    lambda offset, tp=tp: _local_aborted(bootstrap, tp, offset, client_settings),
-                )
+    # The process's storage manager for these settings, kept between plans (a stream plans every micro-batch).
+    rsm = _storage_manager(tuple(sorted(rsm_config.items())))
+    for tp, (start, end) in ranges.items():
+        cache = caches.get(wanted[tp])
+        if cache is None:
+            continue
+        lineage = lineage_segments(cache, rsm)
+        plans[tp] = plan_remote_slices(tp.topic, tp.partition, lineage, start, end)
+        if read_committed:
+            plans[tp] = with_aborted_transactions(
+                plans[tp],
+                lineage,
+                lambda metadata: _remote_aborted_txns(rsm, metadata),
+                lambda offset, tp=tp: _local_aborted(bootstrap, tp, offset, client_settings),
+            )
     return plans
 
 
@@ -475,6 +523,28 @@ def split_slice(piece: RemoteSegmentSlice, max_offsets: int) -> list[RemoteSegme
         replace(piece, start_offset=start, end_offset=min(start + max_offsets, piece.end_offset))
         for start in range(piece.start_offset, piece.end_offset, max_offsets)
     ]
+
+
+def divide_run(run: list[RemoteSegmentSlice], parts: int) -> list[tuple[RemoteSegmentSlice, ...]]:
+    """A topic-partition's consecutive slices cut into `parts` runs of about equal offsets, as Kafka's
+    KafkaOffsetRangeCalculator cuts a range (a cut inside a segment splits its slice): one Spark task each, which
+    reads its slices in order (docs/performance.md#spark-direct)."""
+    if parts <= 0:
+        raise ValueError(f"parts must be positive, not {parts}")
+    start, end = run[0].start_offset, run[-1].end_offset
+    size = end - start
+    out = []
+    for i in range(parts):
+        low = start + int(size * i / parts)
+        high = end if i == parts - 1 else start + int(size * (i + 1) / parts)
+        pieces = tuple(
+            replace(piece, start_offset=max(piece.start_offset, low), end_offset=min(piece.end_offset, high))
+            for piece in run
+            if piece.start_offset < high and piece.end_offset > low
+        )
+        if pieces:
+            out.append(pieces)
+    return out
 
 
 def start_position(rsm: FsspecRemoteStorageManager, piece: RemoteSegmentSlice) -> int:
@@ -600,6 +670,7 @@ def chunk_aborted_transactions(aborted: tuple[AbortedTxn, ...] | None, chunk_sta
 
 @functools.lru_cache(maxsize=4)
 def _storage_manager(rsm_config: tuple[tuple[str, str], ...]) -> FsspecRemoteStorageManager:
-    """One storage manager per settings for the life of the Python worker: Spark reuses its workers for task
-    after task, and creating the S3 client costs ~0.2 s, as much as reading a segment."""
+    """One storage manager per settings for the life of the Python process (an executor's worker, which Spark
+    reuses for task after task, or the driver's planner): creating the S3 client costs ~0.2 s, as much as
+    reading a segment."""
     return FsspecRemoteStorageManager.from_config(dict(rsm_config))

@@ -1,10 +1,11 @@
 """`spark.read.format("tierlog")` and `spark.readStream.format("tierlog")`: the readers.
 
 The driver resolves the offset ranges (offsets.py) and cuts them into Spark partitions: with direct remote
-reads (remote_tier.py), one per remote segment a range reaches into, read by the executor straight from object
-storage; the rest, and everything without direct reads, one per range (split for minPartitions), read on the
-executor with raw Fetch requests to the partition's leader. Either way the record-batch bytes go straight to the
-Arrow decoder instead of through a client's per-record objects.
+reads (remote_tier.py), the remote segments a range reaches into (one per task, or with minPartitions a
+topic-partition's consecutive segments per task), read by the executor straight from object storage; the rest,
+and everything without direct reads, one per range (split for minPartitions), read on the executor with raw
+Fetch requests to the partition's leader. Either way the record-batch bytes go straight to the Arrow decoder
+instead of through a client's per-record objects.
 """
 
 from __future__ import annotations
@@ -54,11 +55,11 @@ from tierlog.spark.remote_tier import (
     RemoteLogMetadataView,
     RemoteSegmentSlice,
     RemoteTierError,
+    divide_run,
     plan_remote_reads,
     read_slice,
     remote_reach,
     remote_tier_problem,
-    split_slice,
 )
 from tierlog.spark.sink import (
     TRANSACTIONAL_OPTION,
@@ -105,22 +106,31 @@ class RangePartition(InputPartition):
 
 @dataclass(frozen=True)
 class RemoteSlicePartition(InputPartition):
-    """Offsets of one remote segment, read by the executor straight from object storage."""
+    """Consecutive offsets of one topic-partition in one or more remote segments, read in order by the executor
+    straight from object storage."""
 
-    slice: RemoteSegmentSlice
+    slices: tuple[RemoteSegmentSlice, ...]
     rsm_config: tuple[tuple[str, str], ...]
     include_headers: bool
     fail_on_data_loss: bool
+
+    @property
+    def slice(self) -> RemoteSegmentSlice:
+        """The first slice: the only one unless minPartitions grouped segments (plan_input_partitions)."""
+        return self.slices[0]
 
 
 def plan_input_partitions(
     options: SourceOptions, ranges: list[OffsetRange], metadata: RemoteLogMetadataView | None = None
 ) -> list[InputPartition]:
-    """The Spark partitions for `ranges`: with direct remote reads, one per remote segment a range reaches into,
+    """The Spark partitions for `ranges`: with direct remote reads, the remote segments a range reaches into,
     and the rest of the range (the local tail) through the brokers; together exactly the ranges, once.
     `metadata`: a stream's view of the remote log metadata, followed from one micro-batch to the next.
 
-    minPartitions is met as Kafka's KafkaOffsetRangeCalculator meets it, counting remote slices as ranges."""
+    Without minPartitions, one task per remote segment. With it, as Kafka's KafkaOffsetRangeCalculator, counting
+    a topic-partition's remote part (its consecutive segments) as one range and its tail as another: no more
+    tasks than minPartitions asks for, each remote part cut in proportion to its share of the offsets
+    (docs/performance.md#spark-direct)."""
     include, fail, bootstrap = options.include_headers, options.fail_on_data_loss, options.bootstrap_servers
     settings, committed = options.client_settings, options.read_committed
     ranges = [r for r in ranges if r.size > 0]
@@ -141,32 +151,31 @@ def plan_input_partitions(
         )
     except RemoteStorageError as e:
         raise RemoteTierError(remote_tier_problem(e, rsm_config)) from None
-    slices: list[RemoteSegmentSlice] = []
+    runs: list[list[RemoteSegmentSlice]] = []
     tails: list[OffsetRange] = []
     for r in ranges:
         planned = plans.get(TopicPartition(r.topic, r.partition), [])
-        slices.extend(planned)
+        if planned:
+            runs.append(planned)
         reach = remote_reach(planned, r.start)
         if reach < r.end:
             tails.append(replace(r, start=reach))
-    pieces = len(slices) + len(tails)
-    if options.min_partitions is not None and pieces < options.min_partitions:
+    if options.min_partitions is None:
+        groups = [(piece,) for run in runs for piece in run]
+    elif len(runs) + len(tails) >= options.min_partitions:
+        groups = [tuple(run) for run in runs]
+    else:
         total = sum(r.size for r in ranges)
-        # Each piece gets parts in proportion to its share of the offsets, as split_ranges cuts the tails.
-        slices = [
-            part
-            for piece in slices
-            for part in split_slice(piece, _max_offsets(piece.end_offset - piece.start_offset, total, options))
-        ]
+        groups = [group for run in runs for group in divide_run(run, _parts(run, total, options.min_partitions))]
         tails = split_ranges(tails, _tail_partitions(tails, total, options.min_partitions))
-    remote: list[InputPartition] = [RemoteSlicePartition(s, options.rsm_config, include, fail) for s in slices]
+    remote: list[InputPartition] = [RemoteSlicePartition(g, options.rsm_config, include, fail) for g in groups]
     return remote + [RangePartition(r, include, fail, bootstrap, settings, committed) for r in tails]
 
 
-def _max_offsets(size: int, total: int, options: SourceOptions) -> int:
-    assert options.min_partitions is not None
-    parts = max(math.floor(size / total * options.min_partitions + 0.5), 1)
-    return max(math.ceil(size / parts), 1)
+def _parts(run: list[RemoteSegmentSlice], total: int, min_partitions: int) -> int:
+    # Scala's math.round, as split_ranges: halves round up.
+    size = run[-1].end_offset - run[0].start_offset
+    return max(math.floor(size / total * min_partitions + 0.5), 1)
 
 
 def _tail_partitions(tails: list[OffsetRange], total: int, min_partitions: int) -> int | None:
@@ -368,7 +377,7 @@ def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
             partition.read_committed,
         )
     elif isinstance(partition, RemoteSlicePartition):
-        yield from read_remote_slice(partition)
+        yield from read_remote_slices(partition)
     _freeze_long_lived_objects(type(partition))
 
 
@@ -385,20 +394,23 @@ def _freeze_long_lived_objects(kind: type) -> None:
     gc.freeze()
 
 
-def read_remote_slice(partition: RemoteSlicePartition) -> Iterator[pa.RecordBatch]:
-    piece = partition.slice
-    try:
-        yield from read_slice(piece, dict(partition.rsm_config), partition.include_headers)
-    except RemoteResourceNotFoundError as e:
-        # Retention deleted the segment after the driver planned it: its records are gone.
-        if partition.fail_on_data_loss:
-            raise DataLossError(
-                f"{piece.topic}-{piece.partition}: offsets {piece.start_offset} to {piece.end_offset - 1} were "
-                f"deleted from the remote tier before they were read ({e}); some data may have been lost. Set the "
-                "option failOnDataLoss to false to go on without them."
-            ) from None
-    except RemoteStorageError as e:
-        raise RemoteTierError(remote_tier_problem(e, dict(partition.rsm_config))) from None
+def read_remote_slices(partition: RemoteSlicePartition) -> Iterator[pa.RecordBatch]:
+    """The partition's slices in order, each as if it were its own task: a slice whose segment is gone is data
+    loss on its own, and with failOnDataLoss false the read goes on with the next slice."""
+    rsm_config = dict(partition.rsm_config)
+    for piece in partition.slices:
+        try:
+            yield from read_slice(piece, rsm_config, partition.include_headers)
+        except RemoteResourceNotFoundError as e:
+            # Retention deleted the segment after the driver planned it: its records are gone.
+            if partition.fail_on_data_loss:
+                raise DataLossError(
+                    f"{piece.topic}-{piece.partition}: offsets {piece.start_offset} to {piece.end_offset - 1} were "
+                    f"deleted from the remote tier before they were read ({e}); some data may have been lost. Set "
+                    "the option failOnDataLoss to false to go on without them."
+                ) from None
+        except RemoteStorageError as e:
+            raise RemoteTierError(remote_tier_problem(e, rsm_config)) from None
 
 
 def read_range(
