@@ -35,6 +35,7 @@ from tierlog.spark.options import parse_batch_options, rsm_config_from_options
 from tierlog.spark.remote_tier import (
     RemoteLogMetadataView,
     RemoteSegmentSlice,
+    divide_run,
     iter_slice_chunks,
     lineage_segments,
     load_remote_log_metadata,
@@ -43,7 +44,6 @@ from tierlog.spark.remote_tier import (
     plan_remote_slices,
     read_slice,
     remote_reach,
-    split_slice,
     start_position,
     topic_id_of,
 )
@@ -214,8 +214,8 @@ def test_a_range_boundary_in_the_middle_of_a_segment_is_honoured(tiered_topic: T
         direct = [m for piece in slices for m in read_directly(piece, tiered_topic.rsm_config, chunk_bytes)]
         assert direct == expected
     # Cut into pieces for more Spark tasks, the same records come back, each once.
-    pieces = [part for piece in slices for part in split_slice(piece, 17)]
-    assert len(pieces) > len(slices) and all(p.end_offset - p.start_offset <= 17 for p in pieces)
+    pieces = [part for run in divide_run(slices, 10) for part in run]
+    assert len(pieces) > len(slices)
     assert [m for piece in pieces for m in read_directly(piece, tiered_topic.rsm_config, SMALL_CHUNK_BYTES)] == expected
     # Near a segment's end the read starts from the offset index's position, not the segment's head.
     late = plan_partition(

@@ -514,17 +514,6 @@ def plan_partition(
     return plan_remote_reads(bootstrap, {tp: (start_offset, end_offset)}, rsm_config, timeout_s)[tp]
 
 
-def split_slice(piece: RemoteSegmentSlice, max_offsets: int) -> list[RemoteSegmentSlice]:
-    """The slice cut into pieces of at most `max_offsets` offsets, for more Spark tasks than segments
-    (minPartitions); each piece starts reading at its own offset-index position."""
-    if max_offsets <= 0:
-        raise ValueError(f"max_offsets must be positive, not {max_offsets}")
-    return [
-        replace(piece, start_offset=start, end_offset=min(start + max_offsets, piece.end_offset))
-        for start in range(piece.start_offset, piece.end_offset, max_offsets)
-    ]
-
-
 def divide_run(run: list[RemoteSegmentSlice], parts: int) -> list[tuple[RemoteSegmentSlice, ...]]:
     """A topic-partition's consecutive slices cut into `parts` runs of about equal offsets, as Kafka's
     KafkaOffsetRangeCalculator cuts a range (a cut inside a segment splits its slice): one Spark task each, which
