@@ -229,16 +229,19 @@ def disk_gb(path: Path) -> float:
 
 @contextmanager
 def brokers_from(tree: Path) -> Iterator[None]:
-    """Brokers started inside run the code of `tree` (LocalCluster spawns `python -m tierlog` with our env)."""
-    previous = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = str(tree)
+    """Brokers started inside run the code of `tree`: LocalCluster spawns `python -m tierlog` with our env. Without
+    PYTHONSAFEPATH, `python -m` would put its working directory first on sys.path, and run from a tierlog checkout
+    the brokers would import that checkout's package whatever PYTHONPATH says."""
+    saved = {name: os.environ.get(name) for name in ("PYTHONPATH", "PYTHONSAFEPATH")}
+    os.environ.update(PYTHONPATH=str(tree), PYTHONSAFEPATH="1")
     try:
         yield
     finally:
-        if previous is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = previous
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def one_round(tree: Path, partitions: int, idle_seconds: float, seconds: float, data_gb: float) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from tierlog.client.requests import (
 )
 from tierlog.client.wire import encode_request
 from tierlog.common import TopicPartition
+from tierlog.metadata.image import IsrChange
 from tierlog.metadata.records import Endpoint
 from tierlog.protocol.api_versions import SUPPORTED_APIS
 
@@ -61,7 +62,7 @@ def every_request() -> list[Any]:
         create_topics_request("orders", 3, 2, {"cleanup.policy": "compact"}, timeout_ms=30_000),
         broker_registration_request(2, uuid.uuid4(), "cluster", [Endpoint("PLAINTEXT", "127.0.0.1", 9092)], None),
         broker_heartbeat_request(2, 7, 100, want_fence=False, want_shut_down=False),
-        alter_partition_request(2, 7, uuid.uuid4(), 3, leader_epoch=4, partition_epoch=9, new_isr=[2, 3]),
+        alter_partition_request(2, 7, [IsrChange(uuid.uuid4(), 3, leader_epoch=4, partition_epoch=9, new_isr=[2, 3])]),
         allocate_producer_ids_request(2, 7),
         write_txn_markers_request([TxnMarker(5, 1, True, 3, [TP, TopicPartition("orders", 4)])]),
         find_coordinator_request("payments", COORDINATOR_KEY_TRANSACTION),

@@ -12,7 +12,7 @@ from controller_helpers import heartbeat, new_controller, state
 
 from tierlog.controller.controller import Controller
 from tierlog.controller.errors import ControllerError
-from tierlog.metadata.image import PartitionRegistration
+from tierlog.metadata.image import IsrChange, PartitionRegistration
 from tierlog.metadata.records import PartitionRecord
 
 
@@ -128,3 +128,28 @@ def test_a_fenced_broker_is_refused_even_with_current_epochs(tmp_path: Path) -> 
     with pytest.raises(ControllerError) as refused:
         alter(controller, topic_id, [1], leader_epoch=1, partition_epoch=1)
     assert refused.value.error_name == "NOT_LEADER_OR_FOLLOWER"
+
+
+def test_the_changes_of_one_request_are_committed_together_each_decided_on_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One AlterPartition request is one metadata commit however many partitions it changes (each commit is a
+    publish on every broker); a refused change refuses only its own partition."""
+    controller = new_controller(tmp_path, nodes=(1, 2, 3))
+    topic = controller.create_topic("events", 6, 3, {})
+    led = [index for index, p in enumerate(topic.partitions) if p.leader == 1]
+    assert len(led) >= 2
+    appends: list[int] = []
+    append = controller.metadata_log.append
+    monkeypatch.setattr(
+        controller.metadata_log,
+        "append",
+        lambda records, now_ms: appends.append(len(records)) or append(records, now_ms),
+    )
+    shrink = [IsrChange(topic.topic_id, index, 0, 0, [1, 2]) for index in led]
+    stale = IsrChange(topic.topic_id, led[0], 0, 7, [1, 2])
+    outcomes = controller.alter_partitions(1, controller.metadata.brokers[1].broker_epoch, [*shrink, stale])
+    assert appends == [len(led)]
+    assert [o.isr for o in outcomes[:-1]] == [[1, 2]] * len(led)  # type: ignore[union-attr]
+    assert [o.partition_epoch for o in outcomes[:-1]] == [1] * len(led)  # type: ignore[union-attr]
+    assert isinstance(outcomes[-1], ControllerError) and outcomes[-1].error_name == "INVALID_UPDATE_VERSION"

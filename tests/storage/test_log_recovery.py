@@ -85,6 +85,10 @@ def test_a_flipped_byte_in_a_middle_segment_truncates_there_and_deletes_later_se
     assert not segment_file(directory, 30).exists()
     assert not segment_file(directory, 30, ".index").exists()
     assert log.leader_epoch_cache.epoch_entries() == [EpochEntry(1, 0), EpochEntry(2, 15)]
+    # The trimmed entries are written at the log's next change; a crash before it loads them the same way.
+    crashed = reopen(directory, clean=False, recovery_point=0, high_watermark=20)
+    assert crashed.leader_epoch_cache.epoch_entries() == [EpochEntry(1, 0), EpochEntry(2, 15)]
+    crashed.append_as_follower(make_batch(5, base_offset=20, epoch=2), T0)
     assert LeaderEpochCheckpointFile(directory / "leader-epoch-checkpoint").read() == [
         EpochEntry(1, 0),
         EpochEntry(2, 15),
@@ -207,3 +211,33 @@ def test_a_swap_segment_replaces_the_segments_it_covers(tmp_path: Path) -> None:
     assert not segment_file(directory, 15).exists()
     assert not any(p.name.endswith(".swap") for p in directory.iterdir())
     assert batch_offsets(fetched(log.read(16, 1 << 20, None, False)))[0] == (15, 19)
+
+
+def test_loading_a_log_writes_no_epoch_checkpoint(tmp_path: Path) -> None:
+    """An idle partition's entry starts at its log end (its leader's epoch, with no record yet): the load drops it
+    from the cache, as Kafka's LogLoader does, and leaves the file to the log's next change, as Kafka 3.8 does
+    (KAFKA-16541), so a restart does not rewrite and fsync every partition's file."""
+    directory = tmp_path / "topic-0"
+    log = build_log(directory)
+    log.leader_epoch_cache.assign(4, 45)
+    log.close()
+    checkpoint = directory / "leader-epoch-checkpoint"
+    inode = checkpoint.stat().st_ino
+    log = reopen(directory, clean=True, high_watermark=45)
+    assert log.leader_epoch_cache.epoch_entries() == [EpochEntry(1, 0), EpochEntry(2, 15), EpochEntry(3, 30)]
+    assert checkpoint.stat().st_ino == inode
+
+
+def test_a_crash_after_records_follow_a_load_finds_the_trimmed_epoch_checkpoint(tmp_path: Path) -> None:
+    """The file the load left stale is written before the log grows: records of the latest kept epoch appended
+    where the dropped entry began must not be taken, after a crash, for that dropped epoch's (recovery assigns only
+    epochs above the latest, so it would not repair the file)."""
+    directory = tmp_path / "topic-0"
+    log = build_log(directory)
+    log.leader_epoch_cache.assign(4, 45)
+    log.close()
+    log = reopen(directory, clean=True, high_watermark=45)
+    log.append_as_follower(make_batch(5, base_offset=45, epoch=3), T0)
+    crashed = reopen(directory, clean=False, recovery_point=45, high_watermark=50)
+    assert crashed.log_end_offset == 50
+    assert crashed.leader_epoch_cache.epoch_entries() == [EpochEntry(1, 0), EpochEntry(2, 15), EpochEntry(3, 30)]

@@ -19,6 +19,7 @@ from kio.index import load_payload_module
 from kio.static.constants import EntityType
 
 from tierlog.common import TopicPartition
+from tierlog.metadata.image import IsrChange
 from tierlog.metadata.records import Endpoint
 from tierlog.protocol.entities import EntitySchema
 
@@ -410,34 +411,31 @@ def broker_heartbeat_request(
 
 
 def alter_partition_request(
-    broker_id: int,
-    broker_epoch: int,
-    topic_id: uuid.UUID,
-    partition: int,
-    *,
-    leader_epoch: int,
-    partition_epoch: int,
-    new_isr: Iterable[int],
-    version: int = ALTER_PARTITION_VERSION,
+    broker_id: int, broker_epoch: int, proposals: Iterable[IsrChange], *, version: int = ALTER_PARTITION_VERSION
 ) -> Any:
-    """The leader's proposal of a new ISR for one partition (the ISR members' broker epochs unknown)."""
+    """A leader's proposals of new ISRs, grouped by topic (the ISR members' broker epochs unknown)."""
     s = request_schema(API_ALTER_PARTITION, version)
+    by_topic: dict[uuid.UUID, list[IsrChange]] = {}
+    for proposal in proposals:
+        by_topic.setdefault(proposal.topic_id, []).append(proposal)
     return s.AlterPartitionRequest(
         broker_id=broker_id,
         broker_epoch=broker_epoch,
-        topics=(
+        topics=tuple(
             s.TopicData(
                 topic_id=topic_id,
-                partitions=(
+                partitions=tuple(
                     s.PartitionData(
-                        partition_index=partition,
-                        leader_epoch=leader_epoch,
-                        new_isr_with_epochs=tuple(s.BrokerState(broker_id=b, broker_epoch=-1) for b in new_isr),
+                        partition_index=p.partition,
+                        leader_epoch=p.leader_epoch,
+                        new_isr_with_epochs=tuple(s.BrokerState(broker_id=b, broker_epoch=-1) for b in p.new_isr),
                         leader_recovery_state=0,
-                        partition_epoch=partition_epoch,
-                    ),
+                        partition_epoch=p.partition_epoch,
+                    )
+                    for p in topic_proposals
                 ),
-            ),
+            )
+            for topic_id, topic_proposals in by_topic.items()
         ),
     )
 

@@ -46,6 +46,7 @@ from tierlog.metadata.image import (
     NO_LEADER,
     BrokerRegistration,
     ClusterMetadata,
+    IsrChange,
     PartitionRegistration,
     TopicMetadata,
     partition_record,
@@ -465,12 +466,57 @@ class Controller:
     ) -> PartitionRegistration:
         """A leader's ISR change, compare-and-set against the registration it last saw; returns the
         registration now in force. Only the partition epoch bumps: the leader is unchanged."""
+        (outcome,) = self.alter_partitions(
+            broker_id, broker_epoch, [IsrChange(topic_id, partition, leader_epoch, partition_epoch, new_isr)]
+        )
+        if isinstance(outcome, ControllerError):
+            raise outcome
+        return outcome
+
+    def alter_partitions(
+        self, broker_id: int, broker_epoch: int, changes: Sequence[IsrChange]
+    ) -> list[PartitionRegistration | ControllerError]:
+        """An AlterPartition request's ISR changes, each decided as `alter_partition` decides one, in order, and
+        committed together as one batch, as Kafka's ReplicationControlManager.alterPartition answers a whole
+        request with one ControllerResult: one metadata commit and one publish on every broker for any number of
+        partitions (docs/replication.md#alter-partition). Each change's outcome, in the order of `changes`: the
+        registration now in force, or the error that refused it. NotControllerError, raised for the whole request,
+        commits none."""
+        outcomes: list[PartitionRegistration | ControllerError | None] = []
+        records: list[MetadataRecord] = []
+        pending: set[tuple[uuid.UUID, int]] = set()
+        for change in changes:
+            key = (change.topic_id, change.partition)
+            if key in pending:
+                # The same partition twice: the second is decided against what the first committed.
+                self._commit(records)
+                records, pending = [], set()
+            try:
+                record = self._isr_change_record(broker_id, broker_epoch, change)
+            except ControllerError as e:
+                outcomes.append(e)
+                continue
+            if record is not None:
+                records.append(record)
+            pending.add(key)
+            outcomes.append(None)
+        self._commit(records)
+        return [
+            self.metadata.topic_by_id(change.topic_id).partitions[change.partition]  # type: ignore[union-attr]
+            if outcome is None
+            else outcome
+            for change, outcome in zip(changes, outcomes, strict=True)
+        ]
+
+    def _isr_change_record(self, broker_id: int, broker_epoch: int, change: IsrChange) -> MetadataRecord | None:
+        """The record of one ISR change, None if it changes nothing; raises the error that refuses it."""
+        partition, leader_epoch, partition_epoch = change.partition, change.leader_epoch, change.partition_epoch
         broker = self.metadata.brokers.get(broker_id)
         if broker is None or broker.broker_epoch != broker_epoch:
             raise StaleBrokerEpochError(f"Broker {broker_id} epoch {broker_epoch} is not its current registration")
-        topic = self.metadata.topic_by_id(topic_id)
+        topic = self.metadata.topic_by_id(change.topic_id)
         if topic is None:
-            raise UnknownTopicIdError(f"Topic id {topic_id} does not exist")
+            raise UnknownTopicIdError(f"Topic id {change.topic_id} does not exist")
         if not 0 <= partition < len(topic.partitions):
             raise UnknownTopicError(f"Partition {topic.name}-{partition} does not exist")
         current = topic.partitions[partition]
@@ -485,7 +531,7 @@ class Controller:
                 f"Partition epoch {partition_epoch} of {topic.name}-{partition} is not the current "
                 f"{current.partition_epoch}"
             )
-        isr = list(new_isr)
+        isr = list(change.new_isr)
         if len(set(isr)) != len(isr):
             raise InvalidRequestError(f"The new ISR {isr} of {topic.name}-{partition} has duplicates")
         if broker_id not in isr:
@@ -499,17 +545,14 @@ class Controller:
         # The current ISR again (a retry whose response was lost) is no change: the registration comes back
         # as it is, epochs and all. An ISR that now holds every target replica completes the partition's
         # reassignment, which may move its leadership (docs/reassignment.md#completion).
-        change = _partition_change(
-            topic_id,
+        return _partition_change(
+            change.topic_id,
             partition,
             current,
             acceptable=live,
             isr=isr,
             election=self._election(topic.configs),
         )
-        if change is not None:
-            self._commit([change])
-        return topic.partitions[partition]
 
     # Elections on request (ElectLeaders) and leader balancing (auto.leader.rebalance.enable)
 

@@ -10,7 +10,7 @@ leader change and its partition epoch on every change, so AlterPartition can com
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from tierlog.metadata.records import (
@@ -36,6 +36,17 @@ from tierlog.metadata.records import (
 
 NO_LEADER = -1
 _SCRAM_MECHANISMS = {name: mechanism for mechanism, name in SCRAM_MECHANISM_NAMES.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class IsrChange:
+    """One partition of an AlterPartition request: the ISR its leader proposes, against the registration it saw."""
+
+    topic_id: uuid.UUID
+    partition: int
+    leader_epoch: int
+    partition_epoch: int
+    new_isr: Sequence[int]
 
 
 @dataclass(slots=True)

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tierlog.common import TopicPartition
-from tierlog.metadata.image import PartitionRegistration
+from tierlog.metadata.image import IsrChange, PartitionRegistration
 from tierlog.replication import trace
 from tierlog.replication.errors import (
     FencedLeaderEpochError,
@@ -131,6 +131,12 @@ class AlterPartitionProposal:
     leader_epoch: int
     partition_epoch: int
     new_isr: list[int]
+
+    def isr_change(self) -> IsrChange:
+        """The change as the controller decides it."""
+        return IsrChange(
+            self.topic_id, self.topic_partition.partition, self.leader_epoch, self.partition_epoch, self.new_isr
+        )
 
 
 class Partition:

@@ -483,11 +483,11 @@ class Broker:
                 self._alter_partition_wakeup.clear()
                 continue
             try:
-                result = await self.channel.alter_partition(request.broker_id, request.broker_epoch, request.proposal)
+                answers = await self.channel.alter_partition(request.broker_id, request.broker_epoch, request.proposals)
             except ControllerUnavailableError as e:
                 manager.on_request_failed(str(e), now_ms())
             else:
-                manager.on_response(result.registration, result.error, now_ms())
+                manager.on_response(answers, now_ms())
 
     # Connections and timers
 

@@ -56,6 +56,7 @@ from tierlog.controller.errors import (
     NotControllerError,
     UnknownTopicIdError,
 )
+from tierlog.metadata.image import IsrChange, PartitionRegistration
 from tierlog.metadata.records import Endpoint
 from tierlog.protocol.codec import Request
 from tierlog.protocol.errors import error_code
@@ -581,28 +582,40 @@ class ControllerApis:
             return s.AlterPartitionResponse(
                 throttle_time=NO_THROTTLE, error_code=error_code("CLUSTER_AUTHORIZATION_FAILED"), topics=()
             )
+        # Every change of the request decided and committed together: one metadata commit for all of them
+        # (docs/replication.md#alter-partition).
+        changes = [
+            IsrChange(
+                topic.topic_id,
+                p.partition_index,
+                p.leader_epoch,
+                p.partition_epoch,
+                [b.broker_id for b in p.new_isr_with_epochs],
+            )
+            for topic in body.topics
+            for p in topic.partitions
+        ]
+        outcomes: list[PartitionRegistration | Exception]
+        try:
+            outcomes = list(self.controller.alter_partitions(body.broker_id, body.broker_epoch, changes))
+        except Exception as e:
+            outcomes = [e] * len(changes)
+        outcome_of = iter(outcomes)
         topics = []
         for topic in body.topics:
             partitions = []
             for p in topic.partitions:
-                new_isr = [b.broker_id for b in p.new_isr_with_epochs]
-                try:
-                    registration = self.controller.alter_partition(
-                        body.broker_id,
-                        body.broker_epoch,
-                        topic.topic_id,
-                        p.partition_index,
-                        p.leader_epoch,
-                        p.partition_epoch,
-                        new_isr,
-                    )
-                    error = None
-                    if registration.leader != body.broker_id:
-                        # Committed, but it completed a reassignment that moved the leadership: the leader that
-                        # asked learns it must wait for the metadata (Kafka's answer, docs/reassignment.md#completion).
-                        registration, error = None, "NEW_LEADER_ELECTED"
-                except Exception as e:
-                    registration, error = None, error_name_of(e)
+                outcome = next(outcome_of)
+                registration: PartitionRegistration | None
+                error: str | None
+                if isinstance(outcome, Exception):
+                    registration, error = None, error_name_of(outcome)
+                elif outcome.leader != body.broker_id:
+                    # Committed, but it completed a reassignment that moved the leadership: the leader that
+                    # asked learns it must wait for the metadata (Kafka's answer, docs/reassignment.md#completion).
+                    registration, error = None, "NEW_LEADER_ELECTED"
+                else:
+                    registration, error = outcome, None
                 partitions.append(
                     s.PartitionData(
                         partition_index=p.partition_index,

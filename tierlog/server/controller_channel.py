@@ -26,7 +26,6 @@ import dataclasses
 import logging
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from tierlog.client.connection import KafkaConnection, KafkaConnectionError
@@ -39,6 +38,7 @@ from tierlog.client.requests import (
     broker_registration_request,
 )
 from tierlog.client.security import PLAINTEXT, ClientSecurity
+from tierlog.common import TopicPartition
 from tierlog.controller.controller import Controller, HeartbeatResult
 from tierlog.controller.errors import NotControllerError
 from tierlog.controller.metadata_log import MetadataSnapshot, decode_metadata_batches
@@ -54,6 +54,7 @@ from tierlog.raft.messages import (
     RaftFetchResponse,
 )
 from tierlog.raft.snapshot import CorruptSnapshotError, parse_snapshot
+from tierlog.replication.alter_partition_manager import AlterPartitionAnswer
 from tierlog.replication.partition import AlterPartitionProposal
 from tierlog.replication.replica_manager import error_name_of
 from tierlog.server.clock import now_ms
@@ -75,12 +76,6 @@ class ControllerUnavailableError(Exception):
     """No active controller could be reached or answered in time; the caller retries."""
 
 
-@dataclass(frozen=True, slots=True)
-class AlterPartitionResult:
-    registration: PartitionRegistration | None
-    error: str | None
-
-
 class ControllerChannel(Protocol):
     async def register_broker(
         self, broker_id: int, incarnation_id: uuid.UUID, cluster_id: str, endpoints: list[Endpoint], rack: str | None
@@ -91,8 +86,11 @@ class ControllerChannel(Protocol):
     ) -> HeartbeatResult: ...
 
     async def alter_partition(
-        self, broker_id: int, broker_epoch: int, proposal: AlterPartitionProposal
-    ) -> AlterPartitionResult: ...
+        self, broker_id: int, broker_epoch: int, proposals: Sequence[AlterPartitionProposal]
+    ) -> dict[TopicPartition, AlterPartitionAnswer]:
+        """One AlterPartition request for all `proposals`: each partition's answer (a partition the controller
+        left out has none)."""
+        ...
 
     async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> range: ...
 
@@ -325,53 +323,47 @@ class QuorumControllerChannel:
         return await self._decide("the heartbeat", local, request, answer)
 
     async def alter_partition(
-        self, broker_id: int, broker_epoch: int, proposal: AlterPartitionProposal
-    ) -> AlterPartitionResult:
-        def local(controller: Controller) -> AlterPartitionResult:
-            try:
-                registration = controller.alter_partition(
-                    broker_id,
-                    broker_epoch,
-                    proposal.topic_id,
-                    proposal.topic_partition.partition,
-                    proposal.leader_epoch,
-                    proposal.partition_epoch,
-                    list(proposal.new_isr),
-                )
-            except NotControllerError:
-                raise
-            except Exception as e:
-                return AlterPartitionResult(None, error_name_of(e))
-            return AlterPartitionResult(registration, None)
+        self, broker_id: int, broker_epoch: int, proposals: Sequence[AlterPartitionProposal]
+    ) -> dict[TopicPartition, AlterPartitionAnswer]:
+        changes = [p.isr_change() for p in proposals]
 
-        def answer(response: Any) -> AlterPartitionResult:
+        def local(controller: Controller) -> dict[TopicPartition, AlterPartitionAnswer]:
+            outcomes = controller.alter_partitions(broker_id, broker_epoch, changes)
+            return {
+                p.topic_partition: AlterPartitionAnswer(None, error_name_of(outcome))
+                if isinstance(outcome, Exception)
+                else AlterPartitionAnswer(outcome, None)
+                for p, outcome in zip(proposals, outcomes, strict=True)
+            }
+
+        def answer(response: Any) -> dict[TopicPartition, AlterPartitionAnswer]:
             _raise_not_controller(response)
             if response.error_code != error_code(None):
-                return AlterPartitionResult(None, response.error_code.name.upper())
-            p = response.topics[0].partitions[0]
-            if p.error_code != error_code(None):
-                return AlterPartitionResult(None, p.error_code.name.upper())
-            # The response carries no replica list: the registration is only read for ISR and epochs.
-            return AlterPartitionResult(
-                PartitionRegistration(
-                    replicas=[],
-                    isr=list(p.isr),
-                    leader=p.leader_id,
-                    leader_epoch=p.leader_epoch,
-                    partition_epoch=p.partition_epoch,
-                ),
-                None,
-            )
+                refused = AlterPartitionAnswer(None, response.error_code.name.upper())
+                return {p.topic_partition: refused for p in proposals}
+            topic_names = {p.topic_id: p.topic_partition.topic for p in proposals}
+            answers = {}
+            for topic in response.topics:
+                name = topic_names.get(topic.topic_id)
+                if name is None:
+                    continue
+                for p in topic.partitions:
+                    tp = TopicPartition(name, p.partition_index)
+                    if p.error_code != error_code(None):
+                        answers[tp] = AlterPartitionAnswer(None, p.error_code.name.upper())
+                        continue
+                    # The response carries no replica list: the registration is only read for ISR and epochs.
+                    registration = PartitionRegistration(
+                        replicas=[],
+                        isr=list(p.isr),
+                        leader=p.leader_id,
+                        leader_epoch=p.leader_epoch,
+                        partition_epoch=p.partition_epoch,
+                    )
+                    answers[tp] = AlterPartitionAnswer(registration, None)
+            return answers
 
-        request = alter_partition_request(
-            broker_id,
-            broker_epoch,
-            proposal.topic_id,
-            proposal.topic_partition.partition,
-            leader_epoch=proposal.leader_epoch,
-            partition_epoch=proposal.partition_epoch,
-            new_isr=proposal.new_isr,
-        )
+        request = alter_partition_request(broker_id, broker_epoch, changes)
         return await self._decide("AlterPartition", local, request, answer)
 
     async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> range:

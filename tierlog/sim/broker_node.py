@@ -40,7 +40,7 @@ from tierlog.raft.messages import (
 )
 from tierlog.raft.snapshot import parse_snapshot
 from tierlog.records.record_batch import complete_batches, read_header
-from tierlog.replication.alter_partition_manager import AlterPartitionManager
+from tierlog.replication.alter_partition_manager import AlterPartitionAnswer, AlterPartitionManager
 from tierlog.replication.fetch_request import fetch_messages_for_request
 from tierlog.replication.fetch_session import FetchManager, FetchSessionCache
 from tierlog.replication.fetcher import FetcherConfig, FetchRequestData, FetchResponsePartition, ListOffsetsRequest
@@ -635,7 +635,7 @@ class SimBroker(Node):
             self._send_alter_partitions()
 
     def _send_alter_partitions(self) -> None:
-        """Carry the AlterPartitionManager's next request, if it has one, to the controller and the answer back."""
+        """Carry the AlterPartitionManager's next request, if it has one, to the controller and the answers back."""
         manager, lifecycle = self.alter_partitions, self.lifecycle
         if manager is None or lifecycle is None:
             return
@@ -645,9 +645,10 @@ class SimBroker(Node):
 
         def on_reply(reply: object) -> None:
             if isinstance(reply, str):
-                manager.on_response(None, reply, self.sim.now)
+                refused = AlterPartitionAnswer(None, reply)
+                manager.on_response({p.topic_partition: refused for p in request.proposals}, self.sim.now)
             else:
-                manager.on_response(reply, None, self.sim.now)  # type: ignore[arg-type]
+                manager.on_response(reply, self.sim.now)  # type: ignore[arg-type]
             self._send_alter_partitions()
 
         def on_failure() -> None:

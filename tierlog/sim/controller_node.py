@@ -39,7 +39,7 @@ from tierlog.raft.messages import (
 from tierlog.raft.quorum_state import QUORUM_STATE_FILE, FileQuorumStateStore
 from tierlog.raft.raft_client import RaftClient, RaftConfig
 from tierlog.raft.raft_log import RaftLog
-from tierlog.replication.alter_partition_manager import AlterPartitionRequest
+from tierlog.replication.alter_partition_manager import AlterPartitionAnswer, AlterPartitionRequest
 from tierlog.sim.world import Network, Node, Respond, Simulation
 
 FENCE_CHECK_INTERVAL_MS = 100
@@ -291,19 +291,20 @@ class SimController(Node):
         )
 
     def alter_partition(self, request: AlterPartitionRequest, respond: Respond) -> None:
-        p = request.proposal
-        self._decide(
-            respond,
-            lambda c: c.alter_partition(
-                request.broker_id,
-                request.broker_epoch,
-                p.topic_id,
-                p.topic_partition.partition,
-                p.leader_epoch,
-                p.partition_epoch,
-                p.new_isr,
-            ),
-        )
+        """Every change of the request decided and committed together; answered by partition."""
+
+        def decide(c: Controller) -> dict[TopicPartition, AlterPartitionAnswer]:
+            outcomes = c.alter_partitions(
+                request.broker_id, request.broker_epoch, [p.isr_change() for p in request.proposals]
+            )
+            return {
+                p.topic_partition: AlterPartitionAnswer(None, outcome.error_name)
+                if isinstance(outcome, ControllerError)
+                else AlterPartitionAnswer(outcome, None)
+                for p, outcome in zip(request.proposals, outcomes, strict=True)
+            }
+
+        self._decide(respond, decide)
 
     def allocate_producer_id(self, respond: Respond) -> None:
         """InitProducerId, as a broker would answer it from a block the controller handed out."""

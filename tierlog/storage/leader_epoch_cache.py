@@ -7,7 +7,16 @@ list ordered by epoch plays the role of Kafka's TreeMap and `bisect` gives its f
 
 Every change is written to the `leader-epoch-checkpoint` file at once. Kafka defers the write after a
 truncation (KAFKA-15046) to keep the fetcher's lock short; a synchronous write is simpler and equally
-safe, because recovery re-trims the cache to the log anyway.
+safe, because recovery re-trims the cache to the log anyway. A change that leaves the entries as the file holds
+them writes nothing.
+
+Loading a log trims its cache to the log's start and end without writing (`flush=False`), as Kafka 3.8 defers that
+write (KAFKA-16541): an idle partition's entry starts at its log end, so every load of every partition rewrote and
+fsynced its file, most of a restart's log loading (docs/performance.md#many-partitions). The file is then "stale"
+(it holds entries the cache dropped) only until the log's next change: every append writes it first
+(`flush_if_stale`, before the records reach the segment), and every other change writes the whole cache. So while
+it is stale the log is the one that was loaded, and a crash then makes the next load read the same file and the
+same log and trim them the same way.
 """
 
 from __future__ import annotations
@@ -28,10 +37,16 @@ class LeaderEpochFileCache:
     def __init__(self, checkpoint: LeaderEpochCheckpointFile | None) -> None:
         self._checkpoint = checkpoint
         self._entries: list[EpochEntry] = []
+        # What the file holds, as last read or written (None while there is no file), and whether it differs.
+        self._persisted: list[EpochEntry] | None = None
+        self._stale = False
         if checkpoint is not None:
+            persisted = checkpoint.read()
+            if checkpoint.path.exists():
+                self._persisted = persisted
             # Replaying through the assign rule (as Kafka does) repairs a hand-edited, non-monotonic file
             # instead of trusting it.
-            for entry in checkpoint.read():
+            for entry in persisted:
                 self._assign(entry)
 
     def assign(self, epoch: int, start_offset: int) -> None:
@@ -100,16 +115,17 @@ class LeaderEpochFileCache:
         index = bisect.bisect_right(self._entries, offset, key=_start_offset)
         return self._entries[index - 1].epoch if index > 0 else None
 
-    def truncate_from_end(self, end_offset: int) -> None:
-        """Forget epochs starting at or after `end_offset`: the log was truncated to end there."""
+    def truncate_from_end(self, end_offset: int, *, flush: bool = True) -> None:
+        """Forget epochs starting at or after `end_offset`: the log was truncated to end there. `flush=False` (a
+        log's load only) leaves the file stale until `flush_if_stale`."""
         latest = self.latest_entry
         if end_offset < 0 or latest is None or latest.start_offset < end_offset:
             return
         self._remove_from_end(lambda e: e.start_offset >= end_offset)
-        self._flush()
+        self._flush(flush)
 
-    def truncate_from_start(self, start_offset: int) -> None:
-        """Forget epochs that ended before the new log start offset.
+    def truncate_from_start(self, start_offset: int, *, flush: bool = True) -> None:
+        """Forget epochs that ended before the new log start offset (`flush` as in `truncate_from_end`).
 
         The last entry at or before `start_offset` is kept and moved to begin there, because the records
         from `start_offset` on still belong to that epoch.
@@ -118,7 +134,12 @@ class LeaderEpochFileCache:
         if removed is None:
             return
         self._entries.insert(0, EpochEntry(removed.epoch, start_offset))
-        self._flush()
+        self._flush(flush)
+
+    def flush_if_stale(self) -> None:
+        """Write the entries if a truncation left the file holding others."""
+        if self._stale:
+            self._flush()
 
     def clear_and_flush(self) -> None:
         self._entries.clear()
@@ -137,9 +158,14 @@ class LeaderEpochFileCache:
         del self._entries[:count]
         return last_removed
 
-    def _flush(self) -> None:
-        if self._checkpoint is not None:
+    def _flush(self, now: bool = True) -> None:
+        if self._checkpoint is None:
+            return
+        self._stale = self._entries != self._persisted
+        if self._stale and now:
             self._checkpoint.write(self._entries)
+            self._persisted = list(self._entries)
+            self._stale = False
 
     def __repr__(self) -> str:
         return f"LeaderEpochFileCache({self._entries!r})"

@@ -156,8 +156,9 @@ class Log:
         self._deleted_segments: list[tuple[LogSegment, int]] = []
         # The lowest offset truncated to since the log cleaner last asked: its checkpoint must not pass it.
         self._truncation_point: int | None = None
-        leader_epoch_cache.truncate_from_end(self._next_offset)
-        leader_epoch_cache.truncate_from_start(self._log_start_offset)
+        # Written at the log's first change, not here (docs/performance.md#many-partitions).
+        leader_epoch_cache.truncate_from_end(self._next_offset, flush=False)
+        leader_epoch_cache.truncate_from_start(self._log_start_offset, flush=False)
 
     # Loading (Kafka's LogLoader)
 
@@ -592,6 +593,9 @@ class Log:
         producer_appends: list[ProducerAppendInfo],
         completed_txns: list[CompletedTxn],
     ) -> None:
+        # The epoch checkpoint is right before the log grows: a crash must not find new records with a file
+        # that still holds entries the load dropped (LeaderEpochFileCache).
+        self._leader_epoch_cache.flush_if_stale()
         segment = self._maybe_roll(len(records), max_timestamp, first_offset, last_offset, now_ms)
         segment.append(last_offset, max_timestamp, offset_of_max_timestamp, records)
         self._next_offset = last_offset + 1
