@@ -12,8 +12,8 @@ core; every broker is a leader and a follower alike.
 round alternately with this one (A B A B ...), each round a fresh cluster; the brokers of a round run with
 PYTHONPATH=TREE, the benchmark itself only uses what both trees have (LocalCluster, /v1/partitions).
 
-    python bench/fetch_sessions.py --compare-with /work/wt-baseline          # ~4 minutes, 2 rounds each
-    python bench/fetch_sessions.py --compare-with /work/wt-baseline --quick  # ~1.5 minutes
+    python bench/fetch_sessions.py --compare-with ../tierlog-baseline          # ~4 minutes, 2 rounds each
+    python bench/fetch_sessions.py --compare-with ../tierlog-baseline --quick  # ~1.5 minutes
 
 Writes `bench/results/fetch_sessions.json` (machine, parameters, every round with the load average) and
 `bench/results/fetch_sessions.png`.
@@ -115,7 +115,7 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=300, help="partitions of the idle topic (RF 3)")
     parser.add_argument("--seconds", type=float, default=20.0, help="idle time measured per round")
     parser.add_argument("--rounds", type=int, default=2, help="rounds per build (alternating)")
-    parser.add_argument("--compare-with", type=Path, help="source tree measured as 'before', e.g. /work/wt-baseline")
+    parser.add_argument("--compare-with", type=Path, help="source tree measured as 'before', e.g. ../tierlog-baseline")
     args = parser.parse_args()
     partitions = 100 if args.quick else args.partitions
     seconds = 8.0 if args.quick else args.seconds

@@ -27,7 +27,7 @@ With `--compare-with DIR` the rounds alternate between the brokers of DIR (the "
 baseline worktree, run with PYTHONPATH=DIR) and of this tree ("after"): before, after, before, after, ...,
 `--rounds` of each. The JSON keeps every round, the load average before each, and both trees' commits.
 
-    python bench/many_partitions.py --compare-with /work/wt-baseline   # 2 rounds of each build, 0.5 GB per broker
+    python bench/many_partitions.py --compare-with ../tierlog-baseline   # 2 rounds of each build, 0.5 GB per broker
     python bench/many_partitions.py --data-gb 10 --rounds 1            # the issue's 10 GB on the restarted broker
     python bench/many_partitions.py --quick                            # 300 partitions, 0.2 GB, one round
 

@@ -20,8 +20,8 @@ fresh cluster, recording the load average around each round. `--profile DIR` rec
 during the RF=3 acks=all saturated phase (raw collapsed stacks, DIR/<round>-broker<N>.txt) and reports the top
 frames per broker.
 
-    python bench/replication.py --compare-with /work/wt-baseline           # ~4-6 minutes: 2 rounds per build
-    python bench/replication.py --compare-with /work/wt-baseline --quick   # ~1.5 minutes: 1 round, 2 s phases
+    python bench/replication.py --compare-with ../tierlog-baseline           # ~4-6 minutes: 2 rounds per build
+    python bench/replication.py --compare-with ../tierlog-baseline --quick   # ~1.5 minutes: 1 round, 2 s phases
     python bench/replication.py --profile /tmp/repl-prof --partitions 1    # this tree only, profiled
 
 Run it with a Python that has confluent-kafka and matplotlib (e.g. PYTHONPATH=. .venv/bin/python ...).
@@ -402,7 +402,7 @@ def main() -> None:
         "--compare-with",
         type=Path,
         metavar="DIR",
-        help="a tierlog tree (e.g. /work/wt-baseline) whose brokers run the 'before' rounds, alternating with this one",
+        help="a tierlog tree (e.g. ../tierlog-baseline) whose brokers run the 'before' rounds, alternating with this one",
     )
     parser.add_argument(
         "--profile",

@@ -16,7 +16,7 @@ Before/after in one run: `--compare-with DIR` alternates rounds of the tierlog i
 restarted on its data from DIR, and the Spark driver and its Python workers import tierlog from DIR) and of this
 tree ("after"), --rounds of each, B A B A ...; the load average is recorded at every round. The lead's command:
 
-    PYTHONPATH=$PWD .venv/bin/python bench/spark.py --compare-with /work/wt-baseline
+    PYTHONPATH=$PWD .venv/bin/python bench/spark.py --compare-with ../tierlog-baseline
 
 (~6 minutes; --quick: 200,000 records in 1 MiB segments, one round each, ~1-2 minutes.)
 Writes `bench/results/spark.json` and `bench/results/spark.png`.
@@ -217,7 +217,7 @@ def main() -> None:
     parser.add_argument("--segment-bytes", type=int, default=8 * 1024 * 1024, help="segment.bytes of the topic")
     parser.add_argument("--repeats", type=int, default=2, help="timed queries of each way per round")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of each tree (alternating with --compare-with)")
-    parser.add_argument("--compare-with", type=Path, help='a tierlog tree (e.g. /work/wt-baseline) to run "before"')
+    parser.add_argument("--compare-with", type=Path, help='a tierlog tree (e.g. ../tierlog-baseline) to run "before"')
     args = parser.parse_args()
     out = args.out.resolve()  # the rounds change the working directory
     records = 200_000 if args.quick else args.records

@@ -34,7 +34,7 @@ readers) runs from this tree.
     python bench/tiered.py            # 200 MB, fetch/range sizes 1 MiB and 8 MiB, 3 rounds (~1 minute)
     python bench/tiered.py --quick    # 24 MB, 2 rounds, for a smoke run (well under a minute)
     # before/after, ~3 minutes (3 rounds of each build; --quick: ~1 minute):
-    PYTHONPATH=$PWD .venv/bin/python bench/tiered.py --compare-with /work/wt-baseline
+    PYTHONPATH=$PWD .venv/bin/python bench/tiered.py --compare-with ../tierlog-baseline
 
 Writes `bench/results/tiered.json` (machine, builds and commits, parameters, results) and
 `bench/results/tiered.png`.
@@ -523,7 +523,7 @@ def main() -> None:
     parser.add_argument(
         "--compare-with",
         type=Path,
-        help="a tierlog tree (e.g. /work/wt-baseline) whose broker runs the 'before' rounds, alternating with this "
+        help="a tierlog tree (e.g. ../tierlog-baseline) whose broker runs the 'before' rounds, alternating with this "
         "tree's ('after')",
     )
     parser.add_argument(
