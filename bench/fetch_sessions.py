@@ -69,8 +69,10 @@ def commit_of(tree: Path) -> str:
 def measure(tree: Path, partitions: int, settle_s: float, seconds: float) -> dict[str, Any]:
     """One round: a fresh cluster whose brokers run `tree`'s code, idle with the topic in sync."""
     work_dir = Path(tempfile.mkdtemp(prefix="tierlog-bench-fetch-sessions-"))
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = str(tree)  # the brokers' code; this process keeps its own
+    # The brokers' code; this process keeps its own. Without PYTHONSAFEPATH `python -m tierlog` would put its
+    # working directory first on sys.path and, started from a checkout, run that checkout instead of `tree`.
+    saved = {name: os.environ.get(name) for name in ("PYTHONPATH", "PYTHONSAFEPATH")}
+    os.environ.update(PYTHONPATH=str(tree), PYTHONSAFEPATH="1")
     cluster = LocalCluster(work_dir, brokers=BROKERS, overrides={"log.retention.check.interval.ms": "300000"})
     try:
         cluster.start(TIMEOUT_S)
@@ -96,10 +98,11 @@ def measure(tree: Path, partitions: int, settle_s: float, seconds: float) -> dic
         load = os.getloadavg()
     finally:
         cluster.stop(60)
-        if saved is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = saved
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         shutil.rmtree(work_dir, ignore_errors=True)
     per_broker = {str(node_id): round(100 * cpu / elapsed, 2) for node_id, cpu in used.items()}
     return {
