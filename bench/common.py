@@ -8,13 +8,14 @@ as `common`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,30 @@ def argument_parser(doc: str | None, name: str, quick_help: str) -> argparse.Arg
     return parser
 
 
+def commit_of(tree: Path) -> str:
+    """The short commit a checkout is at (its git HEAD), as the JSON reports name builds."""
+    return subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False, cwd=tree
+    ).stdout.strip()
+
+
+@contextlib.contextmanager
+def brokers_from(tree: Path) -> Iterator[None]:
+    """Brokers started inside run the tierlog package of `tree`: LocalCluster passes os.environ to them. Without
+    PYTHONSAFEPATH, `python -m tierlog` would put its working directory first on sys.path, and started from a
+    tierlog checkout the brokers would import that checkout's package whatever PYTHONPATH says."""
+    saved = {name: os.environ.get(name) for name in ("PYTHONPATH", "PYTHONSAFEPATH")}
+    os.environ.update(PYTHONPATH=str(tree), PYTHONSAFEPATH="1")
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def machine_info() -> dict[str, Any]:
     cpu = platform.processor()
     try:
@@ -42,9 +67,7 @@ def machine_info() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False, cwd=Path(__file__).parent
-    ).stdout.strip()
+    commit = commit_of(Path(__file__).parent)
     return {
         "platform": platform.platform(),
         "python": sys.version.split()[0],

@@ -25,14 +25,13 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-from common import TIMEOUT_S, argument_parser, machine_info, paired_bars, write_report
+from common import TIMEOUT_S, argument_parser, brokers_from, commit_of, machine_info, paired_bars, write_report
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -60,50 +59,36 @@ def in_sync_partitions(cluster: LocalCluster) -> int:
     return count
 
 
-def commit_of(tree: Path) -> str:
-    return subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False, cwd=tree
-    ).stdout.strip()
-
-
 def measure(tree: Path, partitions: int, settle_s: float, seconds: float) -> dict[str, Any]:
     """One round: a fresh cluster whose brokers run `tree`'s code, idle with the topic in sync."""
     work_dir = Path(tempfile.mkdtemp(prefix="tierlog-bench-fetch-sessions-"))
-    # The brokers' code; this process keeps its own. Without PYTHONSAFEPATH `python -m tierlog` would put its
-    # working directory first on sys.path and, started from a checkout, run that checkout instead of `tree`.
-    saved = {name: os.environ.get(name) for name in ("PYTHONPATH", "PYTHONSAFEPATH")}
-    os.environ.update(PYTHONPATH=str(tree), PYTHONSAFEPATH="1")
-    cluster = LocalCluster(work_dir, brokers=BROKERS, overrides={"log.retention.check.interval.ms": "300000"})
-    try:
-        cluster.start(TIMEOUT_S)
-        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    with brokers_from(tree):  # the brokers' code; this process keeps its own
+        cluster = LocalCluster(work_dir, brokers=BROKERS, overrides={"log.retention.check.interval.ms": "300000"})
         try:
-            admin.create_topics([NewTopic(TOPIC, partitions, 3)], request_timeout=60)[TOPIC].result(TIMEOUT_S)
-        except KafkaException as error:
-            # A creation slower than the client's timeout is retried by it, and the retry finds the topic.
-            if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise
-        deadline = time.monotonic() + 4 * TIMEOUT_S
-        while in_sync_partitions(cluster) < partitions:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{TOPIC} not fully in sync after {4 * TIMEOUT_S:.0f}s")
-            time.sleep(0.5)
-        time.sleep(settle_s)
-        pids = {node_id: cluster.broker(node_id).pid for node_id in cluster.node_ids}
-        started = {node_id: cpu_seconds(pid) for node_id, pid in pids.items() if pid is not None}
-        began = time.monotonic()
-        time.sleep(seconds)
-        elapsed = time.monotonic() - began
-        used = {node_id: cpu_seconds(pids[node_id]) - cpu for node_id, cpu in started.items()}  # type: ignore[arg-type]
-        load = os.getloadavg()
-    finally:
-        cluster.stop(60)
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        shutil.rmtree(work_dir, ignore_errors=True)
+            cluster.start(TIMEOUT_S)
+            admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+            try:
+                admin.create_topics([NewTopic(TOPIC, partitions, 3)], request_timeout=60)[TOPIC].result(TIMEOUT_S)
+            except KafkaException as error:
+                # A creation slower than the client's timeout is retried by it, and the retry finds the topic.
+                if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+            deadline = time.monotonic() + 4 * TIMEOUT_S
+            while in_sync_partitions(cluster) < partitions:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{TOPIC} not fully in sync after {4 * TIMEOUT_S:.0f}s")
+                time.sleep(0.5)
+            time.sleep(settle_s)
+            pids = {node_id: cluster.broker(node_id).pid for node_id in cluster.node_ids}
+            started = {node_id: cpu_seconds(pid) for node_id, pid in pids.items() if pid is not None}
+            began = time.monotonic()
+            time.sleep(seconds)
+            elapsed = time.monotonic() - began
+            used = {node_id: cpu_seconds(pids[node_id]) - cpu for node_id, cpu in started.items()}  # type: ignore[arg-type]
+            load = os.getloadavg()
+        finally:
+            cluster.stop(60)
+            shutil.rmtree(work_dir, ignore_errors=True)
     per_broker = {str(node_id): round(100 * cpu / elapsed, 2) for node_id, cpu in used.items()}
     return {
         "cpu_percent_per_broker": per_broker,

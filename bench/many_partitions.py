@@ -43,17 +43,24 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from common import TIMEOUT_S, argument_parser, machine_info, produce_flat_out, producer_config, write_report
+from common import (
+    TIMEOUT_S,
+    argument_parser,
+    brokers_from,
+    commit_of,
+    machine_info,
+    produce_flat_out,
+    producer_config,
+    write_report,
+)
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -227,23 +234,6 @@ def disk_gb(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e9
 
 
-@contextmanager
-def brokers_from(tree: Path) -> Iterator[None]:
-    """Brokers started inside run the code of `tree`: LocalCluster spawns `python -m tierlog` with our env. Without
-    PYTHONSAFEPATH, `python -m` would put its working directory first on sys.path, and run from a tierlog checkout
-    the brokers would import that checkout's package whatever PYTHONPATH says."""
-    saved = {name: os.environ.get(name) for name in ("PYTHONPATH", "PYTHONSAFEPATH")}
-    os.environ.update(PYTHONPATH=str(tree), PYTHONSAFEPATH="1")
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
 def one_round(tree: Path, partitions: int, idle_seconds: float, seconds: float, data_gb: float) -> dict[str, Any]:
     work_dir = Path(tempfile.mkdtemp(prefix="tierlog-bench-many-"))
     cluster = LocalCluster(work_dir, brokers=BROKERS)
@@ -291,12 +281,6 @@ def one_round(tree: Path, partitions: int, idle_seconds: float, seconds: float, 
         cluster.stop(60)
         shutil.rmtree(work_dir, ignore_errors=True)
     return result
-
-
-def commit_of(tree: Path) -> str:
-    return subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False, cwd=tree
-    ).stdout.strip()
 
 
 def summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:

@@ -32,7 +32,6 @@ and `bench/results/replication.png` (before vs after).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
@@ -43,7 +42,7 @@ import tempfile
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +50,8 @@ from typing import Any
 from common import (
     TIMEOUT_S,
     argument_parser,
+    brokers_from,
+    commit_of,
     machine_info,
     produce_flat_out,
     producer_config,
@@ -184,29 +185,6 @@ PROFILED = (3, "all", 2)  # the configuration whose saturated phase --profile re
 TOP_FRAMES = 8
 
 
-@contextlib.contextmanager
-def code_from(tree: Path) -> Iterator[None]:
-    """Brokers spawned inside run the tierlog package of `tree`: LocalCluster passes os.environ to them. Without
-    PYTHONSAFEPATH, `python -m tierlog` would put its working directory first on sys.path, and run from a tierlog
-    checkout the brokers would import that checkout's package whatever PYTHONPATH says."""
-    saved = {name: os.environ.get(name) for name in ("PYTHONPATH", "PYTHONSAFEPATH")}
-    os.environ.update(PYTHONPATH=str(tree), PYTHONSAFEPATH="1")
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                del os.environ[name]
-            else:
-                os.environ[name] = value
-
-
-def tree_commit(tree: Path) -> str:
-    return subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False, cwd=tree
-    ).stdout.strip()
-
-
 def brokers_usage(cluster: LocalCluster) -> dict[int, tuple[float, int]]:
     """(user + system CPU seconds, minor page faults) each broker process has had so far (/proc/<pid>/stat): on a
     shared machine the CPU a megabyte costs is steadier than the MB/s, which depends on what else runs; page
@@ -280,7 +258,7 @@ def run_round(args: argparse.Namespace, tree: Path, name: str) -> dict[str, Any]
     profile: dict[str, Any] = {}
     load_before = os.getloadavg()
     try:
-        with code_from(tree):
+        with brokers_from(tree):
             cluster.start(TIMEOUT_S)
         for rf, acks, min_isr in CONFIGURATIONS:
             topic = f"bench-rf{rf}-acks{acks}"
@@ -402,7 +380,7 @@ def main() -> None:
         "--compare-with",
         type=Path,
         metavar="DIR",
-        help="a tierlog tree (e.g. ../tierlog-baseline) whose brokers run the 'before' rounds, alternating with this one",
+        help="a tierlog tree (e.g. ../tierlog-baseline) whose brokers run the 'before' rounds, alternating",
     )
     parser.add_argument(
         "--profile",
@@ -453,7 +431,7 @@ def main() -> None:
             + json.dumps(OVERRIDES),
         },
         "builds": {
-            build: {"tree": str(tree), "commit": tree_commit(tree), "median": summaries[build], "rounds": rounds[build]}
+            build: {"tree": str(tree), "commit": commit_of(tree), "median": summaries[build], "rounds": rounds[build]}
             for build, tree in builds.items()
         },
     }

@@ -38,6 +38,7 @@ from typing import Any
 
 from common import (
     argument_parser,
+    commit_of,
     machine_info,
     produce_flat_out,
     producer_config,
@@ -183,12 +184,6 @@ def run_round(tree: Path, cluster: LocalCluster, spec: dict[str, Any]) -> dict[s
         if not result[where].startswith(f"{tree}/"):
             raise RuntimeError(f"the round on {tree} ran {where} from {result[where]}")
     return {"tree": str(tree), "commit": commit_of(tree), "load_average_1_5_15_min": load, **result}
-
-
-def commit_of(tree: Path) -> str:
-    return subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False, cwd=tree
-    ).stdout.strip()
 
 
 def summary(rounds: list[dict[str, Any]], records: int) -> dict[str, Any]:
