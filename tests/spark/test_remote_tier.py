@@ -10,6 +10,7 @@ import urllib.request
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -185,16 +186,7 @@ def test_read_slice_yields_arrow_batches_with_every_remote_record_and_its_header
     assert len(batches) > len(slices), "small chunks give several Arrow batches per segment"
     rows = pa.Table.from_batches(batches).to_pylist()
     expected = [m for m in consume_from_brokers(tiered_topic.bootstrap, tiered_topic.remote_end) if m[0] >= 3]
-    assert [
-        (
-            row["offset"],
-            row["key"],
-            row["value"],
-            (row["timestamp"] - EPOCH) // timedelta(milliseconds=1),
-            [(h["key"], h["value"]) for h in row["headers"]],
-        )
-        for row in rows
-    ] == expected
+    assert [message_of(row) for row in rows] == expected
     assert {(row["topic"], row["partition"], row["timestampType"]) for row in rows} == {(TOPIC, 0, 0)}
 
 
@@ -416,19 +408,21 @@ def test_a_remote_segment_deleted_after_planning_is_data_loss_per_fail_on_data_l
         assert list(reader.read(first)) == []
 
 
+def message_of(row: dict[str, Any]) -> tuple[Any, ...]:
+    """A Spark row as the (offset, key, value, timestamp ms, headers) tuple consume_from_brokers gives."""
+    return (
+        row["offset"],
+        row["key"],
+        row["value"],
+        (row["timestamp"] - EPOCH) // timedelta(milliseconds=1),
+        [(h["key"], h["value"]) for h in row["headers"]],
+    )
+
+
 def read_in_process(reader: TierlogBatchReader, partitions: list[object]) -> list[Message]:
     """Every planned partition read as an executor reads it, in this process, as messages in offset order."""
     rows = [row for p in partitions for batch in reader.read(p) for row in pa.Table.from_batches([batch]).to_pylist()]
-    return sorted(
-        (
-            row["offset"],
-            row["key"],
-            row["value"],
-            (row["timestamp"] - EPOCH) // timedelta(milliseconds=1),
-            [(h["key"], h["value"]) for h in row["headers"]],
-        )
-        for row in rows
-    )
+    return sorted(message_of(row) for row in rows)
 
 
 def test_min_partitions_groups_a_partitions_consecutive_segments_into_tasks_that_read_the_same_rows(
