@@ -32,6 +32,9 @@ bench: setup
 	$(BIN)/python bench/replication.py
 	$(BIN)/python bench/tiered.py
 	$(BIN)/python bench/tls.py
+	$(BIN)/python bench/fetch_sessions.py
+	$(BIN)/python bench/many_partitions.py
+	$(BIN)/python bench/spark.py
 
 # CI runs seeds 1..300 with 40 s schedules (tests/sim); this explores further: 1000 seeds at 40 s, then 600 longer
 # schedules (60 s, where seed 70147 found a consumer following a deposed leader) from another range.
