@@ -2,70 +2,36 @@
 
 from __future__ import annotations
 
-import functools
-import importlib
 import logging
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import click
 
+from tierlog.cli.acl import acl
+from tierlog.cli.clients import parse_key_values
+from tierlog.cli.cluster import cluster
+from tierlog.cli.consume import consume
+from tierlog.cli.demo import demo
+from tierlog.cli.dump_log import dump_log
+from tierlog.cli.groups import groups
+from tierlog.cli.leaders import elect_leaders
+from tierlog.cli.log_dirs import log_dirs
+from tierlog.cli.pipeline import pipeline
+from tierlog.cli.produce import produce
+from tierlog.cli.quorum import quorum
+from tierlog.cli.scale import add_broker, decommission, rebalance
+from tierlog.cli.sim import sim
+from tierlog.cli.topic import topic
+from tierlog.cli.topic_reassign import reassign
+from tierlog.cli.trace import trace
+from tierlog.cli.transactions import transactions
+from tierlog.cli.users import user
 from tierlog.config import KafkaConfig
 from tierlog.config_def import ConfigException
 
 
-def _command(module: str, name: str, *subcommands: tuple[str, str]) -> Callable[[], click.Command]:
-    """A command imported when it is first asked for, with the subcommands that live in other modules."""
-
-    @functools.cache
-    def load() -> click.Command:
-        command: click.Command = getattr(importlib.import_module(module), name)
-        for sub_module, sub_name in subcommands:
-            assert isinstance(command, click.Group)
-            command.add_command(getattr(importlib.import_module(sub_module), sub_name))
-        return command
-
-    return load
-
-
-# Each command's module is imported only when that command runs (or `--help` lists it): a broker's start imports
-# the broker and nothing of the clients, the simulator or Spark (docs/performance.md#many-partitions).
-_LAZY_COMMANDS: dict[str, Callable[[], click.Command]] = {
-    "acl": _command("tierlog.cli.acl", "acl"),
-    "cluster": _command(
-        "tierlog.cli.cluster",
-        "cluster",
-        ("tierlog.cli.leaders", "elect_leaders"),
-        ("tierlog.cli.scale", "rebalance"),
-        ("tierlog.cli.scale", "add_broker"),
-        ("tierlog.cli.scale", "decommission"),
-    ),
-    "consume": _command("tierlog.cli.consume", "consume"),
-    "demo": _command("tierlog.cli.demo", "demo"),
-    "groups": _command("tierlog.cli.groups", "groups"),
-    "log-dirs": _command("tierlog.cli.log_dirs", "log_dirs"),
-    "pipeline": _command("tierlog.cli.pipeline", "pipeline"),
-    "produce": _command("tierlog.cli.produce", "produce"),
-    "quorum": _command("tierlog.cli.quorum", "quorum"),
-    "sim": _command("tierlog.cli.sim", "sim"),
-    "topic": _command("tierlog.cli.topic", "topic", ("tierlog.cli.topic_reassign", "reassign")),
-    "trace": _command("tierlog.cli.trace", "trace"),
-    "transactions": _command("tierlog.cli.transactions", "transactions"),
-    "user": _command("tierlog.cli.users", "user"),
-}
-
-
-class _LazyGroup(click.Group):
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted([*self.commands, *_LAZY_COMMANDS])
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        load = _LAZY_COMMANDS.get(cmd_name)
-        return load() if load is not None else super().get_command(ctx, cmd_name)
-
-
-@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="tierlog", message="%(prog)s %(version)s")
 def cli() -> None:
     """tierlog: a Kafka-compatible, replicated, tiered commit log."""
@@ -89,7 +55,6 @@ def cli() -> None:
 def broker(config_file: Path | None, overrides: tuple[str, ...], log_level: str) -> None:
     """Run a broker (or, with process.roles=controller, a dedicated controller). Without CONFIG_FILE it serves
     127.0.0.1:9092 with data in /tmp/tierlog-logs."""
-    from tierlog.cli.clients import parse_key_values
     from tierlog.server.broker import run_node
     from tierlog.server.startup import StartupError
 
@@ -121,13 +86,32 @@ def broker(config_file: Path | None, overrides: tuple[str, ...], log_level: str)
 def dump_log_command(files: tuple[Path, ...], print_data_log: bool) -> None:
     """Print segment, index, producer snapshot and metadata snapshot files as kafka-dump-log.sh does, from a
     broker's disk or from the remote tier (its object names), and leader-epoch checkpoints."""
-    from tierlog.cli.dump_log import dump_log
-
     for path in files:
         try:
             dump_log(path, print_data_log=print_data_log, out=sys.stdout)
         except (OSError, ValueError) as e:
             raise click.ClickException(f"cannot dump {path}: {e}") from None
+
+
+topic.add_command(reassign)
+cli.add_command(topic)
+cli.add_command(produce)
+cli.add_command(consume)
+cli.add_command(groups)
+cli.add_command(transactions)
+cli.add_command(acl)
+cli.add_command(demo)
+cluster.add_command(elect_leaders)
+cluster.add_command(rebalance)
+cluster.add_command(add_broker)
+cluster.add_command(decommission)
+cli.add_command(cluster)
+cli.add_command(quorum)
+cli.add_command(trace)
+cli.add_command(pipeline)
+cli.add_command(sim)
+cli.add_command(user)
+cli.add_command(log_dirs)
 
 
 def main() -> None:
