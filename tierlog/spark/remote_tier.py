@@ -335,28 +335,34 @@ _aborted_txn_indexes: dict[tuple[str, uuid.UUID], list[AbortedTxn]] = {}
 V = TypeVar("V")
 
 
-def _remember(cache: dict[tuple[str, uuid.UUID], V], key: tuple[str, uuid.UUID], value: V) -> V:
-    if len(cache) >= _SEGMENT_OBJECT_CACHE_ENTRIES:
-        del cache[next(iter(cache))]
-    cache[key] = value
-    return value
+def _segment_object(
+    cache: dict[tuple[str, uuid.UUID], V],
+    rsm: FsspecRemoteStorageManager,
+    segment: RemoteLogSegmentMetadata,
+    fetch: Callable[[], V],
+) -> V:
+    """What `fetch` reads of `segment`'s objects, fetched once per store and segment."""
+    key = (rsm.url, segment.segment_id.id)
+    if (found := cache.get(key)) is None:
+        if len(cache) >= _SEGMENT_OBJECT_CACHE_ENTRIES:
+            del cache[next(iter(cache))]
+        found = cache[key] = fetch()
+    return found
 
 
 def _leader_epoch_history(rsm: FsspecRemoteStorageManager, segment: RemoteLogSegmentMetadata) -> list[EpochEntry]:
     """The leader-epoch checkpoint uploaded with `segment`."""
-    key = (rsm.url, segment.segment_id.id)
-    if (history := _leader_epoch_histories.get(key)) is not None:
-        return history
-    checkpoint = parse_epoch_checkpoint(rsm.fetch_index(segment, IndexType.LEADER_EPOCH))
-    return _remember(_leader_epoch_histories, key, [EpochEntry(epoch, start) for epoch, start in checkpoint])
+
+    def fetch() -> list[EpochEntry]:
+        checkpoint = parse_epoch_checkpoint(rsm.fetch_index(segment, IndexType.LEADER_EPOCH))
+        return [EpochEntry(epoch, start) for epoch, start in checkpoint]
+
+    return _segment_object(_leader_epoch_histories, rsm, segment, fetch)
 
 
 def _remote_aborted_txns(rsm: FsspecRemoteStorageManager, segment: RemoteLogSegmentMetadata) -> list[AbortedTxn]:
     """The transaction index uploaded with `segment` (fetch_remote_aborted_txns)."""
-    key = (rsm.url, segment.segment_id.id)
-    if (aborted := _aborted_txn_indexes.get(key)) is not None:
-        return aborted
-    return _remember(_aborted_txn_indexes, key, fetch_remote_aborted_txns(rsm, segment))
+    return _segment_object(_aborted_txn_indexes, rsm, segment, lambda: fetch_remote_aborted_txns(rsm, segment))
 
 
 def plan_remote_slices(
